@@ -1,0 +1,1 @@
+"""Log files → blocks (foyle TN005): watermarked tailing and one module per input format."""

@@ -1,0 +1,236 @@
+"""learnerd's configuration: one TOML file plus command-line flags, with defaults that need neither.
+
+Layout of the file (every key optional; unknown keys are refused so a typo never goes unnoticed)::
+
+    state_dir = "~/.local/state/learnerd"   # SQLite database, adapters, journals, admin socket
+    log_dirs = ["~/assistant-logs"]         # directories whose log files the analyzer tails
+    docs_dirs = ["~/dlm-docs"]              # directories of .dlm documents
+
+    [analyzer]
+    poll_interval_s = 1.0        # rescan period when file-system events are unavailable
+    force_polling = false
+    max_line_bytes = 16777216    # longer lines are counted, logged and skipped
+
+    [examples]
+    learn_only_corrections = false   # foyle's original rule: learn only when executed != generated
+    max_query_chars = 2000
+
+    [embeddings]
+    backend = "minilm"           # or "openai" (any OpenAI-compatible /v1/embeddings endpoint)
+    model = "all-MiniLM-L6-v2"
+    base_url = ""
+    api_key_env = "OPENAI_API_KEY"
+    batch_size = 64
+
+    [workqueue]                  # client-go's DefaultControllerRateLimiter
+    base_delay_s = 0.005
+    max_delay_s = 1000.0
+    qps = 10.0
+    burst = 100
+
+    [controllers.examples]       # also embeddings, probes, training, evaluation
+    workers = 2
+    timeout_s = 60.0
+    max_retries = 15
+
+    [shutdown]
+    drain_timeout_s = 30.0
+
+Relative paths in the file are resolved against the file's own directory; ``~`` and ``$VARS`` are expanded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+
+class ConfigError(ValueError):
+    """Raised for an unreadable config file, an unknown key or a value of the wrong type or range."""
+
+
+def default_state_dir() -> Path:
+    """``$XDG_STATE_HOME/learnerd``, or ``~/.local/state/learnerd`` when XDG_STATE_HOME is unset."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "learnerd"
+
+
+@dataclass
+class AnalyzerConfig:
+    poll_interval_s: float = 1.0
+    force_polling: bool = False
+    max_line_bytes: int = 16 * 1024 * 1024
+
+
+@dataclass
+class ExamplesConfig:
+    learn_only_corrections: bool = False
+    max_query_chars: int = 2000
+
+
+@dataclass
+class EmbeddingsConfig:
+    backend: str = "minilm"
+    model: str = "all-MiniLM-L6-v2"
+    base_url: str = ""
+    api_key_env: str = "OPENAI_API_KEY"
+    batch_size: int = 64
+
+    def validate(self) -> None:
+        if self.backend not in ("minilm", "openai"):
+            raise ConfigError(f"embeddings.backend must be 'minilm' or 'openai', not {self.backend!r}")
+        if self.backend == "openai" and not self.base_url:
+            raise ConfigError("embeddings.backend = 'openai' needs embeddings.base_url")
+        if not 1 <= self.batch_size <= 4096:
+            raise ConfigError(f"embeddings.batch_size must be in 1..4096, not {self.batch_size}")
+
+
+@dataclass
+class WorkqueueConfig:
+    """Rate-limiter settings; defaults are client-go's ``DefaultControllerRateLimiter``."""
+
+    base_delay_s: float = 0.005
+    max_delay_s: float = 1000.0
+    qps: float = 10.0
+    burst: int = 100
+
+    def validate(self) -> None:
+        if not 0 < self.base_delay_s <= self.max_delay_s:
+            raise ConfigError("workqueue: need 0 < base_delay_s <= max_delay_s")
+        if self.qps <= 0 or self.burst < 1:
+            raise ConfigError("workqueue: need qps > 0 and burst >= 1")
+
+
+@dataclass
+class ControllerConfig:
+    workers: int = 2
+    timeout_s: float = 60.0
+    max_retries: int = 15
+
+    def validate(self) -> None:
+        if self.workers < 1 or self.timeout_s <= 0 or self.max_retries < 0:
+            raise ConfigError("controllers.*: need workers >= 1, timeout_s > 0, max_retries >= 0")
+
+
+def _default_controllers() -> dict[str, ControllerConfig]:
+    return {
+        "examples": ControllerConfig(workers=2),
+        "embeddings": ControllerConfig(workers=1, timeout_s=300.0),
+    }
+
+
+@dataclass
+class ShutdownConfig:
+    drain_timeout_s: float = 30.0
+
+
+@dataclass
+class Config:
+    """The whole configuration. ``path`` is the file it came from, or None for pure defaults."""
+
+    state_dir: Path = field(default_factory=default_state_dir)
+    log_dirs: list[Path] = field(default_factory=list)
+    docs_dirs: list[Path] = field(default_factory=list)
+    analyzer: AnalyzerConfig = field(default_factory=AnalyzerConfig)
+    examples: ExamplesConfig = field(default_factory=ExamplesConfig)
+    embeddings: EmbeddingsConfig = field(default_factory=EmbeddingsConfig)
+    workqueue: WorkqueueConfig = field(default_factory=WorkqueueConfig)
+    controllers: dict[str, ControllerConfig] = field(default_factory=_default_controllers)
+    shutdown: ShutdownConfig = field(default_factory=ShutdownConfig)
+    path: Path | None = None
+
+    @property
+    def db_path(self) -> Path:
+        return self.state_dir / "learnerd.db"
+
+    def controller(self, name: str) -> ControllerConfig:
+        """The settings of controller ``name``; defaults when the file does not mention it."""
+        return self.controllers.get(name) or ControllerConfig()
+
+    def validate(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if hasattr(value, "validate"):
+                value.validate()
+        for c in self.controllers.values():
+            c.validate()
+
+
+def _resolve_path(raw: str, base: Path) -> Path:
+    p = Path(os.path.expandvars(os.path.expanduser(raw)))
+    return p if p.is_absolute() else (base / p).resolve()
+
+
+def _build_section(cls: type, raw: Any, where: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[{where}] must be a table")
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(raw) - names)
+    if unknown:
+        raise ConfigError(f"unknown key(s) in [{where}]: {', '.join(unknown)}")
+    values = {}
+    for key, value in raw.items():
+        want = hints[key]
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if want in (int, float, str, bool) and (
+            not isinstance(value, want) or (want is int and isinstance(value, bool))
+        ):
+            raise ConfigError(f"{where}.{key} must be {want.__name__}, not {type(value).__name__}")
+        values[key] = value
+    return cls(**values)
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Read ``path`` (TOML) into a validated :class:`Config`; ``None`` gives the defaults.
+
+    Raises:
+        ConfigError: the file is missing or not TOML, or a key is unknown or of the wrong type.
+    """
+    if path is None:
+        cfg = Config()
+        cfg.validate()
+        return cfg
+    file = Path(path).expanduser().resolve()
+    try:
+        raw = tomllib.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file not found: {file}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from exc
+    return config_from_dict(raw, base=file.parent, path=file)
+
+
+def config_from_dict(raw: dict[str, Any], base: Path, path: Path | None = None) -> Config:
+    """Build a validated :class:`Config` from parsed TOML; relative paths resolve against ``base``."""
+    cfg = Config(path=path)
+    hints = get_type_hints(Config)
+    top = {f.name for f in dataclasses.fields(Config)} - {"path"}
+    unknown = sorted(set(raw) - top)
+    if unknown:
+        raise ConfigError(f"unknown top-level key(s): {', '.join(unknown)}")
+    for key, value in raw.items():
+        if key == "state_dir":
+            if not isinstance(value, str):
+                raise ConfigError("state_dir must be a string")
+            cfg.state_dir = _resolve_path(value, base)
+        elif key in ("log_dirs", "docs_dirs"):
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{key} must be a list of strings")
+            setattr(cfg, key, [_resolve_path(v, base) for v in value])
+        elif key == "controllers":
+            if not isinstance(value, dict):
+                raise ConfigError("[controllers] must be a table of tables")
+            merged = _default_controllers()
+            for name, section in value.items():
+                merged[name] = _build_section(ControllerConfig, section, f"controllers.{name}")
+            cfg.controllers = merged
+        else:
+            setattr(cfg, key, _build_section(hints[key], value, key))
+    cfg.validate()
+    return cfg

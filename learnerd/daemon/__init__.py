@@ -1,0 +1,1 @@
+"""Runtime machinery with no domain knowledge: workqueue, controllers, wiring, servers, file watch."""

@@ -1,0 +1,1 @@
+"""sway-compatible differential probes and the schema-1 report."""

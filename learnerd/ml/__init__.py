@@ -1,0 +1,1 @@
+"""Model-facing code: embedders, base-model loading, LoRA training, divergences."""

@@ -1,0 +1,1 @@
+"""Level-triggered, idempotent reconcilers: one module each (examples, embeddings, probes, training, evaluation)."""

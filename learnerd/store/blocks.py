@@ -1,0 +1,175 @@
+"""Blocks: one row per notebook cell the assistant generated or the person ran (foyle's BlockLog, TN005).
+
+Every input format turns its lines into :class:`BlockEvent` values; :func:`apply_event` merges an
+event into the block's row. Each of the three parts of a block — the document context before it,
+the generated cell, the executed cell — carries the event time it came from, and an event only
+replaces a part whose stored time is not newer, so merging is order-independent and replaying an
+event changes nothing. ``updated_at`` is the wall-clock time the row last changed; an event that
+changes nothing leaves it alone (that is what makes a replay a no-op for ``backfill --since``).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any
+
+CELL_KINDS = ("markup", "code")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One notebook cell: ``kind`` is ``"markup"`` (markdown prose) or ``"code"``."""
+
+    kind: str
+    text: str
+    language: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind, "language": self.language, "text": self.text}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Cell:
+        return cls(kind=raw["kind"], text=raw["text"], language=raw.get("language", ""))
+
+
+@dataclass(frozen=True)
+class BlockEvent:
+    """What one log line (or one joined trace) says about one block. ``None`` means "not said".
+
+    ``time`` is the event's own time in seconds since the epoch (it orders events, it is not when
+    the line was read).
+    """
+
+    block_id: str
+    source: str
+    time: float
+    context: tuple[Cell, ...] | None = None
+    generated: Cell | None = None
+    executed: Cell | None = None
+    exit_code: int | None = None
+    eval_mode: bool | None = None
+    suggestion_status: str | None = None
+
+
+@dataclass
+class Block:
+    """A block row as stored."""
+
+    id: str
+    source: str
+    context: list[Cell] = field(default_factory=list)
+    generated: Cell | None = None
+    executed: Cell | None = None
+    exit_code: int | None = None
+    eval_mode: bool = False
+    suggestion_status: str | None = None
+    event_time: float | None = None
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+def _cells_json(cells: tuple[Cell, ...] | list[Cell]) -> str:
+    return json.dumps([c.to_json() for c in cells], ensure_ascii=False, separators=(",", ":"))
+
+
+def _row_to_block(row: sqlite3.Row) -> Block:
+    generated = (
+        Cell("code", row["generated"], row["generated_language"] or "") if row["generated"] is not None else None
+    )
+    executed = (
+        Cell("code", row["executed"], row["executed_language"] or "") if row["executed"] is not None else None
+    )
+    return Block(
+        id=row["id"],
+        source=row["source"],
+        context=[Cell.from_json(c) for c in json.loads(row["context"])],
+        generated=generated,
+        executed=executed,
+        exit_code=row["exit_code"],
+        eval_mode=bool(row["eval_mode"]),
+        suggestion_status=row["suggestion_status"],
+        event_time=row["event_time"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def get_block(conn: sqlite3.Connection, block_id: str) -> Block | None:
+    """The stored block ``block_id``, or None."""
+    row = conn.execute("SELECT * FROM blocks WHERE id = ?", (block_id,)).fetchone()
+    return _row_to_block(row) if row is not None else None
+
+
+def _newer(event_time: float, stored_time: float | None) -> bool:
+    return stored_time is None or event_time >= stored_time
+
+
+def apply_event(conn: sqlite3.Connection, ev: BlockEvent, now: float) -> bool:
+    """Merge ``ev`` into its block's row (inserting the row if new); return True if the row changed.
+
+    Call it inside a transaction (:func:`learnerd.store.db.transaction`) together with the watermark
+    of the line the event came from. ``now`` (epoch seconds) becomes ``updated_at`` when the row changes.
+    """
+    row = conn.execute("SELECT * FROM blocks WHERE id = ?", (ev.block_id,)).fetchone()
+    old: dict[str, Any] = dict(row) if row is not None else {}
+    new = dict(old) if old else {
+        "id": ev.block_id,
+        "source": ev.source,
+        "context": "[]",
+        "context_time": None,
+        "generated": None,
+        "generated_language": None,
+        "generated_time": None,
+        "executed": None,
+        "executed_language": None,
+        "exit_code": None,
+        "eval_mode": 0,
+        "executed_time": None,
+        "suggestion_status": None,
+        "event_time": None,
+        "created_at": now,
+        "updated_at": now,
+    }
+    if ev.context is not None and _newer(ev.time, new["context_time"]):
+        new["context"] = _cells_json(ev.context)
+        new["context_time"] = ev.time
+    if ev.generated is not None and _newer(ev.time, new["generated_time"]):
+        new["generated"] = ev.generated.text
+        new["generated_language"] = ev.generated.language
+        new["generated_time"] = ev.time
+    if ev.executed is not None and _newer(ev.time, new["executed_time"]):
+        new["executed"] = ev.executed.text
+        new["executed_language"] = ev.executed.language
+        new["exit_code"] = ev.exit_code
+        new["executed_time"] = ev.time
+    if ev.eval_mode:
+        new["eval_mode"] = 1
+    if ev.suggestion_status is not None:
+        new["suggestion_status"] = ev.suggestion_status
+    new["event_time"] = ev.time if new["event_time"] is None else max(new["event_time"], ev.time)
+    if new == old:
+        return False
+    new["updated_at"] = now
+    columns = list(new)
+    conn.execute(
+        f"INSERT OR REPLACE INTO blocks ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+        [new[c] for c in columns],
+    )
+    return True
+
+
+def list_block_ids(conn: sqlite3.Connection, updated_since: float | None = None) -> list[str]:
+    """Ids of all blocks, or of those with ``updated_at >= updated_since`` (epoch seconds), oldest first."""
+    if updated_since is None:
+        rows = conn.execute("SELECT id FROM blocks ORDER BY updated_at, id")
+    else:
+        rows = conn.execute(
+            "SELECT id FROM blocks WHERE updated_at >= ? ORDER BY updated_at, id", (updated_since,)
+        )
+    return [r[0] for r in rows]
+
+
+def count_blocks(conn: sqlite3.Connection) -> int:
+    return conn.execute("SELECT count(*) FROM blocks").fetchone()[0]

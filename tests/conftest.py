@@ -1,0 +1,46 @@
+"""Fixtures shared by every test directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def peer_data_dir() -> Path | None:
+    """``../shared/peer-data`` beside the checkout (or $LEARNERD_PEER_DATA), None when absent."""
+    override = os.environ.get("LEARNERD_PEER_DATA")
+    path = Path(override) if override else REPO_ROOT.parent / "shared" / "peer-data"
+    return path if path.is_dir() else None
+
+
+@pytest.fixture(scope="session")
+def peer_data() -> Path:
+    """The peers' real data, read-only. Copy before modifying. Skips where ../shared is absent."""
+    path = peer_data_dir()
+    if path is None:
+        pytest.skip("../shared/peer-data is not beside this checkout (set LEARNERD_PEER_DATA to point at it)")
+    return path
+
+
+@pytest.fixture
+def peer_copy(peer_data: Path, tmp_path: Path):
+    """Copy a sub-folder of the peer data into tmp_path and return the copy's path."""
+
+    def copy(relative: str) -> Path:
+        src = peer_data / relative
+        dst = tmp_path / "peer" / relative
+        if src.is_dir():
+            shutil.copytree(src, dst)
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+        for p in [dst, *dst.rglob("*")] if dst.is_dir() else [dst]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        return dst
+
+    return copy
