@@ -44,3 +44,20 @@ def peer_copy(peer_data: Path, tmp_path: Path):
         return dst
 
     return copy
+
+
+def learnerd_command(*args: str) -> list[str]:
+    """argv that runs this checkout's ``learnerd`` CLI in a subprocess (use with :func:`cli_env`)."""
+    import sys
+
+    return [sys.executable, "-m", "learnerd", *args]
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """Environment for a CLI subprocess: this checkout first on PYTHONPATH, offline Hugging Face."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["HF_HUB_OFFLINE"] = "1"
+    env["TRANSFORMERS_OFFLINE"] = "1"
+    env.update(extra)
+    return env
