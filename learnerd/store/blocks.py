@@ -78,9 +78,7 @@ def _row_to_block(row: sqlite3.Row) -> Block:
     generated = (
         Cell("code", row["generated"], row["generated_language"] or "") if row["generated"] is not None else None
     )
-    executed = (
-        Cell("code", row["executed"], row["executed_language"] or "") if row["executed"] is not None else None
-    )
+    executed = Cell("code", row["executed"], row["executed_language"] or "") if row["executed"] is not None else None
     return Block(
         id=row["id"],
         source=row["source"],
@@ -114,24 +112,28 @@ def apply_event(conn: sqlite3.Connection, ev: BlockEvent, now: float) -> bool:
     """
     row = conn.execute("SELECT * FROM blocks WHERE id = ?", (ev.block_id,)).fetchone()
     old: dict[str, Any] = dict(row) if row is not None else {}
-    new = dict(old) if old else {
-        "id": ev.block_id,
-        "source": ev.source,
-        "context": "[]",
-        "context_time": None,
-        "generated": None,
-        "generated_language": None,
-        "generated_time": None,
-        "executed": None,
-        "executed_language": None,
-        "exit_code": None,
-        "eval_mode": 0,
-        "executed_time": None,
-        "suggestion_status": None,
-        "event_time": None,
-        "created_at": now,
-        "updated_at": now,
-    }
+    new = (
+        dict(old)
+        if old
+        else {
+            "id": ev.block_id,
+            "source": ev.source,
+            "context": "[]",
+            "context_time": None,
+            "generated": None,
+            "generated_language": None,
+            "generated_time": None,
+            "executed": None,
+            "executed_language": None,
+            "exit_code": None,
+            "eval_mode": 0,
+            "executed_time": None,
+            "suggestion_status": None,
+            "event_time": None,
+            "created_at": now,
+            "updated_at": now,
+        }
+    )
     if ev.context is not None and _newer(ev.time, new["context_time"]):
         new["context"] = _cells_json(ev.context)
         new["context_time"] = ev.time
@@ -165,9 +167,7 @@ def list_block_ids(conn: sqlite3.Connection, updated_since: float | None = None)
     if updated_since is None:
         rows = conn.execute("SELECT id FROM blocks ORDER BY updated_at, id")
     else:
-        rows = conn.execute(
-            "SELECT id FROM blocks WHERE updated_at >= ? ORDER BY updated_at, id", (updated_since,)
-        )
+        rows = conn.execute("SELECT id FROM blocks WHERE updated_at >= ? ORDER BY updated_at, id", (updated_since,))
     return [r[0] for r in rows]
 
 
