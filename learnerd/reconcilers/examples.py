@@ -1,0 +1,112 @@
+"""The examples reconciler: block → (query, answer) example, foyle's learner made level-triggered.
+
+``reconcile(block_id)`` reads the block as it is now and makes the example with the same id match
+it: written when the block is learnable and the stored example differs, deleted when the block is
+no longer learnable, untouched otherwise (an unchanged block writes nothing). A block is learnable
+when it has an executed code cell that is not blank, did not fail (exit code 0, or none reported —
+foyle's EXECUTE events carry none), was not run in eval mode, and has markdown context right
+before it; with ``learn_only_corrections`` (foyle's original rule) the executed cell must also
+differ from the generated one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from learnerd.config import ExamplesConfig
+from learnerd.reconcile import Result
+from learnerd.store import db
+from learnerd.store.blocks import Block, get_block
+from learnerd.store.examples import Example, delete_example, get_example, put_example
+
+log = structlog.get_logger(__name__)
+
+ExampleChanged = Callable[[str, Example | None, Example | None], None]
+"""Called after a commit that changed an example: ``(example_id, old, new)``; either may be None."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a block is learnable; ``reason`` says why not (for logs)."""
+
+    example: Example | None
+    reason: str = ""
+
+
+def query_of(block: Block, max_chars: int) -> str:
+    """The markdown cells immediately before the block (up to the nearest code cell), joined by a
+    blank line; when longer than ``max_chars`` characters, the last ``max_chars`` are kept — the
+    text nearest the cell matters most."""
+    run: list[str] = []
+    for cell in reversed(block.context):
+        if cell.kind != "markup":
+            break
+        if cell.text.strip():
+            run.append(cell.text.strip())
+    query = "\n\n".join(reversed(run))
+    return query[-max_chars:] if len(query) > max_chars else query
+
+
+def judge(block: Block, cfg: ExamplesConfig) -> Verdict:
+    """The example ``block`` should give, or None with the reason it is not learnable."""
+    executed = block.executed
+    if executed is None:
+        return Verdict(None, "not executed")
+    answer = executed.text.strip()
+    if not answer:
+        return Verdict(None, "executed cell is blank")
+    if block.exit_code not in (None, 0):
+        return Verdict(None, f"execution failed with exit code {block.exit_code}")
+    if block.eval_mode:
+        return Verdict(None, "eval mode")
+    if cfg.learn_only_corrections and block.generated is not None and block.generated.text.strip() == answer:
+        return Verdict(None, "executed cell equals the generated one (learn_only_corrections)")
+    query = query_of(block, cfg.max_query_chars)
+    if not query:
+        return Verdict(None, "no markdown context before the cell")
+    return Verdict(Example(id=block.id, query=query, answer=answer, language=executed.language))
+
+
+class ExamplesReconciler:
+    """Level-triggered block → example reconciler (key: block id = example id)."""
+
+    name = "examples"
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        cfg: ExamplesConfig,
+        on_change: ExampleChanged,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._conn = conn
+        self._cfg = cfg
+        self._on_change = on_change
+        self._clock = clock
+
+    async def reconcile(self, key: str) -> Result:
+        block = get_block(self._conn, key)
+        verdict = judge(block, self._cfg) if block is not None else Verdict(None, "block not found")
+        current = get_example(self._conn, key)
+        desired = verdict.example
+        if desired is None:
+            if current is None:
+                log.debug("block not learnable", reason=verdict.reason)
+                return Result()
+            with db.transaction(self._conn):
+                delete_example(self._conn, key)
+            log.info("example deleted", reason=verdict.reason)
+        elif desired.same_content(current):
+            return Result()
+        else:
+            desired = Example(desired.id, desired.query, desired.answer, desired.language, self._clock())
+            with db.transaction(self._conn):
+                put_example(self._conn, desired)
+            log.info("example written", new=current is None)
+        self._on_change(key, current, desired)
+        return Result()

@@ -1,0 +1,91 @@
+import pytest
+
+from learnerd.config import ExamplesConfig
+from learnerd.reconcile import Result
+from learnerd.reconcilers.examples import ExamplesReconciler, judge, query_of
+from learnerd.store import db
+from learnerd.store.blocks import Block, BlockEvent, Cell, apply_event, get_block
+from learnerd.store.examples import get_example
+
+CONTEXT = (Cell("markup", "# Disk"), Cell("code", "df -h", "bash"), Cell("markup", "Show usage of this directory"))
+
+
+def block(**kw) -> Block:
+    base = dict(id="b1", source="test", context=list(CONTEXT), executed=Cell("code", "du -sh .\n", "bash"), exit_code=0)
+    base.update(kw)
+    return Block(**base)
+
+
+def test_query_is_the_markdown_run_right_before_the_cell_bounded_from_the_left():
+    assert query_of(block(), 2000) == "Show usage of this directory"
+    b = block(context=[Cell("markup", "one"), Cell("markup", "two")])
+    assert query_of(b, 2000) == "one\n\ntwo"
+    assert query_of(b, 4) == "\ntwo"
+    assert query_of(block(context=[Cell("markup", "x"), Cell("code", "ls")]), 2000) == ""
+
+
+@pytest.mark.parametrize(
+    ("kw", "reason"),
+    [
+        ({"executed": None}, "not executed"),
+        ({"executed": Cell("code", "  \n")}, "blank"),
+        ({"exit_code": 2}, "exit code 2"),
+        ({"eval_mode": True}, "eval mode"),
+        ({"context": [Cell("code", "ls")]}, "no markdown context"),
+    ],
+)
+def test_unlearnable_blocks_say_why(kw, reason):
+    verdict = judge(block(**kw), ExamplesConfig())
+    assert verdict.example is None and reason in verdict.reason
+
+
+def test_learnable_block_gives_query_and_stripped_answer():
+    ex = judge(block(exit_code=None), ExamplesConfig()).example
+    assert (ex.id, ex.query, ex.answer, ex.language) == ("b1", "Show usage of this directory", "du -sh .", "bash")
+
+
+def test_learn_only_corrections_follows_foyles_rule():
+    cfg = ExamplesConfig(learn_only_corrections=True)
+    same = block(generated=Cell("code", "du -sh .", "bash"))
+    assert judge(same, cfg).example is None
+    assert judge(block(generated=Cell("code", "du -h", "bash")), cfg).example is not None
+    assert judge(block(generated=None), cfg).example is not None
+    assert judge(same, ExamplesConfig()).example is not None
+
+
+@pytest.mark.anyio
+async def test_reconcile_writes_once_updates_on_reexecution_and_deletes(tmp_path):
+    conn = db.connect(tmp_path / "db.sqlite")
+    changes = []
+    rec = ExamplesReconciler(
+        conn, ExamplesConfig(), lambda k, old, new: changes.append((k, old, new)), clock=lambda: 5.0
+    )
+    with db.transaction(conn):
+        apply_event(conn, BlockEvent("b1", "test", 1.0, context=CONTEXT), now=1.0)
+        apply_event(conn, BlockEvent("b1", "test", 2.0, executed=Cell("code", "du -sh .", "bash"), exit_code=0), 2.0)
+    assert await rec.reconcile("b1") == Result()
+    assert get_example(conn, "b1").answer == "du -sh ."
+    assert len(changes) == 1 and changes[0][1] is None
+
+    assert await rec.reconcile("b1") == Result()
+    assert len(changes) == 1, "an unchanged block must write nothing"
+
+    with db.transaction(conn):
+        apply_event(conn, BlockEvent("b1", "test", 3.0, executed=Cell("code", "du -sh *", "bash"), exit_code=0), 3.0)
+    await rec.reconcile("b1")
+    assert get_example(conn, "b1").answer == "du -sh *"
+    assert changes[-1][1].answer == "du -sh ." and changes[-1][2].answer == "du -sh *"
+
+    with db.transaction(conn):
+        apply_event(conn, BlockEvent("b1", "test", 4.0, executed=Cell("code", "du -sh *", "bash"), exit_code=1), 4.0)
+    await rec.reconcile("b1")
+    assert get_example(conn, "b1") is None
+    assert changes[-1][2] is None and len(changes) == 3
+    assert get_block(conn, "b1").exit_code == 1
+
+
+@pytest.mark.anyio
+async def test_reconcile_of_unknown_block_is_a_no_op(tmp_path):
+    conn = db.connect(tmp_path / "db.sqlite")
+    rec = ExamplesReconciler(conn, ExamplesConfig(), lambda *a: pytest.fail("no change expected"))
+    assert await rec.reconcile("missing") == Result()
