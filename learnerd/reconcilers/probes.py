@@ -116,8 +116,12 @@ class ProbesReconciler:
         self._base_model = config.probes.base_model
         self._retry_s = config.probes.broken_document_retry_s
         self._before_replace = before_replace
-        #: example id -> why its section was refused, for every example refused at its last reconcile.
-        self.refused: dict[str, str] = {}
+        self._refused: dict[str, dict[str, str]] = {}  # document key -> example id -> reason
+
+    @property
+    def refused(self) -> dict[str, str]:
+        """Example id -> why it has no section, for the examples refused at their document's last reconcile."""
+        return {eid: reason for per_doc in self._refused.values() for eid, reason in per_doc.items()}
 
     def route(self, example: Example) -> Path:
         """The document ``example``'s probe section belongs in (its workqueue key is ``str()`` of it)."""
@@ -161,9 +165,7 @@ class ProbesReconciler:
             except UnrepresentableError as exc:
                 refused.append((example.id, str(exc)))
                 log.warning("probes.example_refused", example_id=example.id, path=key, reason=str(exc))
-        for example in examples:
-            self.refused.pop(example.id, None)
-        self.refused.update(refused)
+        self._refused[key] = dict(refused)
         if not wanted and not path.exists():
             return ProbesOutcome(path, refused=tuple(refused))
 

@@ -48,7 +48,9 @@ def parse_qa(lines: Sequence[str], *, path: str | Path | None = None, first_line
         first_line: the file line number of ``lines[0]``.
 
     Raises:
-        DocumentError: the body breaks the grammar; ``line`` is where the break was detected.
+        DocumentError: the body breaks the grammar; ``line`` is that of the offending header (the
+            ``### Q`` of an empty or unanswered question, the ``### A`` of an empty answer, the second
+            ``### Q`` of two in a row) or line, or the section's first body line when it has no pair.
     """
     pairs: list[QAPair] = []
     i, n = 0, len(lines)
@@ -69,19 +71,20 @@ def parse_qa(lines: Sequence[str], *, path: str | Path | None = None, first_line
 
     i = skip_blank(i)
     while i < n:
-        header = lines[i].strip()
+        q_at, header = i, lines[i].strip()
         if header not in (Q_HEADER, PROBE_HEADER):
             raise fail(f"expected `{Q_HEADER}` alone on its line, got {lines[i]!r}", i)
         question, i = read_body(i + 1)
         if not question:
-            raise fail("### Q body is empty", i)
+            raise fail("### Q body is empty", q_at)
         if i >= n:
-            raise fail(f"### Q without a matching `{A_HEADER}` at the end of the section", i - 1)
+            raise fail(f"### Q without a matching `{A_HEADER}` at the end of the section", q_at)
         if lines[i].strip() != A_HEADER:
             raise fail(f"### Q must be followed by `{A_HEADER}`, got {lines[i]!r} (two questions in a row?)", i)
+        a_at = i
         answer, i = read_body(i + 1)
         if not answer:
-            raise fail("### A body is empty", i)
+            raise fail("### A body is empty", a_at)
         pairs.append(QAPair(question, answer, probe=header == PROBE_HEADER))
         i = skip_blank(i)
     if not pairs:
