@@ -95,8 +95,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if result.written:
         out.print(f"wrote {len(result.plan.additions)} section(s) to {args.doc}")
-    else:
-        out.print("dry-run: nothing written; re-run with --apply to write")
+        return 0
+    out.print("the sections, as they would be appended:")
+    for addition in result.plan.additions:
+        out.print("\n".join(addition.section.lines()), markup=False, highlight=False)
+    out.print("dry-run: nothing written; re-run with --apply to write")
     return 0
 
 

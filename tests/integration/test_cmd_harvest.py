@@ -39,6 +39,8 @@ def test_dry_run_apply_revert_leaves_the_document_byte_identical(audit: tuple[Pa
     assert "dry-run" in dry.stdout and "evidence.worst_offenders[0]" in dry.stdout and "cal_general" in dry.stdout
     assert "79e3ec8ad3461cef" in dry.stdout and "Modern Fortran practitioner notes" in dry.stdout  # undertrained
     assert "dk_fortran (delta_kl)" in dry.stdout  # failing, nothing to harvest
+    marker = '<!-- dlm-auto-harvest: source="auto-harvest/cal_general" -->'
+    assert f"::instruction::\n{marker}\n### Q !probe\nThe Colosseum is in\n\n### A\nRome\n" in dry.stdout
 
     explicit = harvest(doc, "--sway-json", report, "--dry-run")
     assert explicit.returncode == 0 and explicit.stdout == dry.stdout and doc.read_bytes() == original
