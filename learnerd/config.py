@@ -22,6 +22,12 @@ Layout of the file (every key optional; unknown keys are refused so a typo never
     api_key_env = "OPENAI_API_KEY"
     batch_size = 64
 
+    [probes]                     # where learned examples become ### Q !probe sections
+    document = "learned.dlm"     # relative to the first docs_dirs entry (else <state_dir>/docs), or absolute
+    by_language = {}             # example language -> document, e.g. { python = "python.dlm" }
+    base_model = "smollm2-135m"  # base_model of a document learnerd creates (a dlm registry key or hf:org/name)
+    broken_document_retry_s = 60.0   # re-check a document that does not parse this often
+
     [workqueue]                  # client-go's DefaultControllerRateLimiter
     base_delay_s = 0.005
     max_delay_s = 1000.0
@@ -90,6 +96,26 @@ class EmbeddingsConfig:
 
 
 @dataclass
+class ProbesConfig:
+    document: str = "learned.dlm"
+    by_language: dict[str, str] = field(default_factory=dict)
+    base_model: str = "smollm2-135m"
+    broken_document_retry_s: float = 60.0
+
+    def validate(self) -> None:
+        if not isinstance(self.by_language, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.by_language.items()
+        ):
+            raise ConfigError('probes.by_language must be a table of language = "document" strings')
+        if not all([self.document, *self.by_language.values()]):
+            raise ConfigError("probes: document names must not be empty")
+        if not self.base_model:
+            raise ConfigError("probes.base_model must not be empty")
+        if self.broken_document_retry_s <= 0:
+            raise ConfigError("probes.broken_document_retry_s must be > 0")
+
+
+@dataclass
 class WorkqueueConfig:
     """Rate-limiter settings; defaults are client-go's ``DefaultControllerRateLimiter``."""
 
@@ -138,6 +164,7 @@ class Config:
     analyzer: AnalyzerConfig = field(default_factory=AnalyzerConfig)
     examples: ExamplesConfig = field(default_factory=ExamplesConfig)
     embeddings: EmbeddingsConfig = field(default_factory=EmbeddingsConfig)
+    probes: ProbesConfig = field(default_factory=ProbesConfig)
     workqueue: WorkqueueConfig = field(default_factory=WorkqueueConfig)
     controllers: dict[str, ControllerConfig] = field(default_factory=_default_controllers)
     shutdown: ShutdownConfig = field(default_factory=ShutdownConfig)

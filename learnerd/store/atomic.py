@@ -32,25 +32,78 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | No
         OSError: the directory is missing or not writable; the target is then untouched.
     """
     target = Path(path)
-    directory = target.parent
+    tmp = _write_temp(target, data, mode)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    fsync_dir(target.parent)
+
+
+def replace_if_unchanged(
+    path: str | os.PathLike[str], data: bytes, expected: bytes | None, mode: int | None = None
+) -> bool:
+    """Compare-and-swap for files: replace ``path`` with ``data`` only if its content is still ``expected``.
+
+    ``expected=None`` means "only if ``path`` does not exist": the new file is linked into place with
+    link(2), which fails when the name exists, so creation has no race at all. Otherwise the content is
+    compared after the new bytes are written and fsynced to a temp file, immediately before rename(2);
+    rename cannot be made conditional, so a writer that does not take part (a person's editor) and saves
+    in the microseconds between that comparison and the rename is overwritten. Callers that need more
+    (learnerd's own writers) serialize among themselves with a lock.
+
+    Returns:
+        True if ``path`` now holds ``data``; False (nothing changed) if its content was not ``expected``.
+
+    Raises:
+        OSError: the directory is missing or not writable.
+    """
+    target = Path(path)
+    tmp = _write_temp(target, data, mode)
+    try:
+        if expected is None:
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                return False
+        else:
+            try:
+                current = target.read_bytes()
+            except FileNotFoundError:
+                return False
+            if current != expected:
+                return False
+            os.replace(tmp, target)
+    finally:
+        _unlink_quietly(tmp)
+    fsync_dir(target.parent)
+    return True
+
+
+def _write_temp(target: Path, data: bytes, mode: int | None) -> str:
+    """Write ``data`` to a fsynced temp file beside ``target``; its mode is ``mode``, else ``target``'s, else 0o644."""
     if mode is None:
         try:
             mode = target.stat().st_mode & 0o7777
         except FileNotFoundError:
             mode = 0o644
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
-        os.replace(tmp, target)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        _unlink_quietly(tmp)
         raise
-    fsync_dir(directory)
+    return tmp
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, mode: int | None = None) -> None:

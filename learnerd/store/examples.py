@@ -46,6 +46,12 @@ def get_examples(conn: sqlite3.Connection, ids: list[str]) -> dict[str, Example]
     return found
 
 
+def list_examples(conn: sqlite3.Connection) -> list[Example]:
+    """Every stored example, ordered by id."""
+    rows = conn.execute("SELECT id, query, answer, language, updated_at FROM examples ORDER BY id")
+    return [Example(*row) for row in rows]
+
+
 def put_example(conn: sqlite3.Connection, example: Example) -> None:
     """Insert or replace ``example`` (its ``updated_at`` is stored as given)."""
     conn.execute(

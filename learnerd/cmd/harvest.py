@@ -1,0 +1,145 @@
+"""``learnerd harvest DOC --sway-json REPORT``: write a sway report's failing probes back into a .dlm document.
+
+Flags, refusals and exit codes follow dlm's ``dlm harvest`` (``docs/cli/reference.md``): dry-run unless
+``--apply``; ``--revert`` strips every auto-harvested section instead; ``--lax`` (the documented default)
+skips failing probes without a reference, ``--strict`` refuses them. Exit 0 on success, 1 for a missing
+or malformed report or document, ``--revert`` with ``--sway-json`` or ``--apply``, or ``--strict`` meeting a
+failing probe without a reference; 2 when there is no candidate to add. The work is done by
+:mod:`learnerd.eval.harvest`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from learnerd.cmd._common import CommandError
+from learnerd.daemon.logging import LEVELS, configure_logging
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "harvest",
+        help="write a sway report's failing probes into a .dlm document as !probe sections",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("doc", metavar="DOC", type=Path, help=".dlm document to harvest into")
+    p.add_argument("--sway-json", metavar="REPORT", type=Path, help="sway report (schema_version 1)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--apply", action="store_true", help="write the sections (default: dry-run)")
+    mode.add_argument("--dry-run", action="store_true", help="print what would change, write nothing (default)")
+    p.add_argument("--revert", action="store_true", help="strip every auto-harvested section; keeps hand-written ones")
+    p.add_argument(
+        "--tag", default="auto-harvest", help='marker source prefix: source="TAG/<probe>" (default: %(default)s)'
+    )
+    p.add_argument(
+        "--min-confidence", type=_unit_interval, default=0.0, metavar="F", help="skip candidates below F in [0, 1]"
+    )
+    strictness = p.add_mutually_exclusive_group()
+    strictness.add_argument(
+        "--strict", dest="strict", action="store_true", help="refuse failing probes without a reference"
+    )
+    strictness.add_argument("--lax", dest="strict", action="store_false", help="skip them and say so (default)")
+    p.add_argument("--log-level", choices=LEVELS, default="warning", help="minimum log level (default: warning)")
+    p.set_defaults(func=run, strict=False)
+
+
+def _unit_interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], not {value}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from learnerd.eval.harvest import HarvestError, auto_harvest, revert_harvest
+    from learnerd.eval.report import ReportError, load_report
+    from learnerd.store.dlm import DocumentError
+
+    configure_logging(args.log_level)
+    out = Console(highlight=False, soft_wrap=True)
+    if args.revert and (args.sway_json is not None or args.apply):
+        raise CommandError("--revert cannot be combined with --sway-json or --apply")
+    if not args.revert and args.sway_json is None:
+        raise CommandError("--sway-json REPORT is required (or --revert to strip auto-harvested sections)")
+    try:
+        if args.revert:
+            removed = revert_harvest(args.doc, apply=not args.dry_run)
+            verb = "would strip" if args.dry_run else "stripped"
+            out.print(f"{verb} {len(removed)} auto-harvested section(s) from {args.doc}")
+            for s in removed:
+                out.print(f"  - {s.section_id}  source={s.harvest_source}  {_clip(s.summary)}")
+            return 0
+        report = load_report(args.sway_json)
+        result = auto_harvest(
+            args.doc,
+            report,
+            tag=args.tag,
+            min_confidence=args.min_confidence,
+            strict=args.strict,
+            apply=args.apply,
+        )
+    except (ReportError, DocumentError, HarvestError) as exc:
+        raise CommandError(str(exc)) from None
+    except OSError as exc:
+        raise CommandError(f"{args.doc}: {exc.strerror or exc}") from None
+
+    _render(out, result.plan, doc=args.doc)
+    if not result.plan.additions:
+        out.print("no candidates to harvest: no failing probe with a reference, or all are already in the document")
+        return 2
+    if result.written:
+        out.print(f"wrote {len(result.plan.additions)} section(s) to {args.doc}")
+        return 0
+    out.print("the sections, as they would be appended:")
+    for addition in result.plan.additions:
+        out.print("\n".join(addition.section.lines()), markup=False, highlight=False)
+    out.print("dry-run: nothing written; re-run with --apply to write")
+    return 0
+
+
+def _render(out, plan, *, doc: Path) -> None:
+    from rich.table import Table
+
+    out.print(f"harvest plan for {doc}: {len(plan.additions)} to add, {len(plan.skipped)} skipped")
+    if plan.additions:
+        t = Table(title="sections to add", title_justify="left")
+        for col in ("from probe", "report field", "section id", "Q", "A"):
+            t.add_column(col, no_wrap=col == "section id", overflow="fold")
+        for a in plan.additions:
+            c = a.candidate
+            t.add_row(
+                f"{c.probe_name} ({c.probe_kind})", c.origin, a.section.section_id, _clip(c.prompt), _clip(c.reference)
+            )
+        out.print(t)
+    if plan.skipped:
+        t = Table(title="skipped", title_justify="left")
+        for col in ("from probe", "report field", "reason", "detail"):
+            t.add_column(col, overflow="fold")
+        for s in plan.skipped:
+            t.add_row(s.candidate.probe_name, s.candidate.origin, s.reason.value, s.detail)
+        out.print(t)
+    if plan.undertrained:
+        t = Table(
+            title="sections the adapter did not learn (need more training, not a new section)", title_justify="left"
+        )
+        for col in ("from probe", "section id", "type", "first line"):
+            t.add_column(col, no_wrap=col == "section id", overflow="fold")
+        for u in plan.undertrained:
+            if u.section is None:
+                t.add_row(u.probe_name, u.section_id, "-", "(not in this document)")
+            else:
+                t.add_row(u.probe_name, u.section_id, u.section.type, _clip(u.section.summary))
+        out.print(t)
+    for u in plan.unharvestable:
+        out.print(f"failing probe {u.name} ({u.kind}): nothing to harvest ({u.reason})")
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first if len(first) <= limit else first[: limit - 1] + "…"

@@ -1,0 +1,265 @@
+"""Harvest: turn what a sway report says the adapter got wrong into ``!probe`` sections of its document.
+
+After dlm's ``dlm harvest`` (``src/dlm/harvest/``), which reads only ``evidence.prompt`` /
+``evidence.reference`` of failing probes — a shape real sway reports never carry. learnerd also reads
+what they do carry:
+
+* a failing probe's ``evidence.prompt`` + ``evidence.reference`` → one candidate (dlm's rule;
+  ``evidence.confidence`` in [0, 1], default 1.0, is compared with ``min_confidence``);
+* ``calibration_drift``'s ``evidence.worst_offenders[]`` (``prompt``, ``gold``): general-knowledge items
+  whose per-token log-probability regressed by more than the probe's threshold (sway lists only those,
+  so they are harvested whatever the probe's verdict) → knowledge-retention candidates;
+* a failing ``section_internalization``'s ``evidence.per_section[]`` entries with ``passed: false``
+  → :class:`UndertrainedSection` findings: the document's own sections (by section id) the adapter did
+  not learn. They need more training, not a new section, so they are reported and never written.
+
+A failing probe that yields none of these has no reference: ``strict`` refuses the whole harvest
+(:class:`NoReferenceError`), lax lists it in :attr:`HarvestPlan.unharvestable`. Each candidate becomes
+:func:`~learnerd.store.dlm_edit.probe_section` with marker source ``"<tag>/<probe name>"``, appended at
+the end of the document unless a section with the same id is already there (the id of dlm's own layout,
+without the final blank line, counts too). :func:`auto_harvest` is the library entry point the
+evaluation reconciler calls; ``learnerd harvest`` is a thin CLI over it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from learnerd.eval.report import Report, Verdict
+from learnerd.store.dlm import (
+    Document,
+    Section,
+    UnrepresentableError,
+    WriteOutcome,
+    probe_section,
+    read_document,
+    update_document,
+)
+
+DEFAULT_TAG = "auto-harvest"
+
+
+class HarvestError(Exception):
+    """Harvest cannot proceed (the CLI exits 1)."""
+
+
+class NoReferenceError(HarvestError):
+    """Strict mode met a failing probe with nothing to harvest from."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A Q/A pair read from a report. ``origin`` names the report field it came from."""
+
+    prompt: str
+    reference: str
+    probe_name: str
+    probe_kind: str
+    origin: str
+    confidence: float = 1.0
+
+
+class SkipReason(StrEnum):
+    ALREADY_PRESENT = "already_present"
+    BELOW_CONFIDENCE = "below_confidence"
+    UNREPRESENTABLE = "unrepresentable"
+
+
+@dataclass(frozen=True)
+class Addition:
+    """A candidate that will be written, as the section that carries it."""
+
+    candidate: Candidate
+    section: Section
+
+
+@dataclass(frozen=True)
+class Skipped:
+    candidate: Candidate
+    reason: SkipReason
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class UndertrainedSection:
+    """A section a failing ``section_internalization`` probe says the adapter did not learn.
+    ``section`` is that section of the document, or None when the document has no section with that id
+    (the report is about another revision of it)."""
+
+    probe_name: str
+    section_id: str
+    section: Section | None
+
+
+@dataclass(frozen=True)
+class UnharvestableProbe:
+    """A failing probe with no reference to harvest."""
+
+    name: str
+    kind: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class HarvestPlan:
+    """What a harvest would do to one document; plain data for renderers and for :func:`apply_plan`."""
+
+    additions: tuple[Addition, ...]
+    skipped: tuple[Skipped, ...]
+    undertrained: tuple[UndertrainedSection, ...]
+    unharvestable: tuple[UnharvestableProbe, ...]
+
+
+@dataclass(frozen=True)
+class HarvestResult:
+    """The plan that was (or, on a dry run, would have been) applied, and whether the file was written."""
+
+    plan: HarvestPlan
+    written: bool
+
+
+def plan_harvest(
+    document: Document,
+    report: Report,
+    *,
+    tag: str = DEFAULT_TAG,
+    min_confidence: float = 0.0,
+    strict: bool = False,
+) -> HarvestPlan:
+    """Read ``report``'s candidates and findings and plan the sections to add to ``document``.
+
+    Raises:
+        NoReferenceError: ``strict`` and a failing probe has nothing to harvest.
+    """
+    candidates: list[Candidate] = []
+    undertrained: list[UndertrainedSection] = []
+    unharvestable: list[UnharvestableProbe] = []
+    by_id = {s.section_id: s for s in document.sections}
+    for probe in report.probes:
+        evidence: Mapping[str, Any] = probe.evidence
+        found = _worst_offenders(probe.name, probe.kind, evidence) if probe.kind == "calibration_drift" else []
+        if probe.verdict == Verdict.FAIL:
+            found += _prompt_reference(probe.name, probe.kind, evidence)
+            if probe.kind == "section_internalization" and isinstance(evidence.get("per_section"), list):
+                ids = [e["section_id"] for e in evidence["per_section"] if _failed_section(e)]
+                undertrained += [UndertrainedSection(probe.name, sid, by_id.get(sid)) for sid in ids]
+            elif not found:
+                unharvestable.append(
+                    UnharvestableProbe(probe.name, probe.kind, "no evidence.prompt / evidence.reference")
+                )
+        candidates += found
+    if strict and unharvestable:
+        names = ", ".join(f"{u.name} ({u.kind})" for u in unharvestable)
+        raise NoReferenceError(f"failing probe(s) without a reference: {names}; --lax skips them")
+
+    existing = set(by_id)
+    additions: list[Addition] = []
+    skipped: list[Skipped] = []
+    for c in candidates:
+        if c.confidence < min_confidence:
+            skipped.append(
+                Skipped(c, SkipReason.BELOW_CONFIDENCE, f"confidence {c.confidence:.2f} < {min_confidence:.2f}")
+            )
+            continue
+        try:
+            section = probe_section(c.prompt, c.reference, source=f"{tag}/{c.probe_name}" if tag else c.probe_name)
+        except UnrepresentableError as exc:
+            skipped.append(Skipped(c, SkipReason.UNREPRESENTABLE, str(exc)))
+            continue
+        ids = {section.section_id, Section(section.type, section.body[:-1]).section_id}
+        if ids & existing:
+            skipped.append(Skipped(c, SkipReason.ALREADY_PRESENT, f"section {min(ids & existing)} is in the document"))
+            continue
+        existing |= ids
+        additions.append(Addition(c, section))
+    return HarvestPlan(tuple(additions), tuple(skipped), tuple(undertrained), tuple(unharvestable))
+
+
+def apply_plan(document: Document, plan: HarvestPlan) -> Document:
+    """``document`` with the plan's sections appended (in report order)."""
+    for addition in plan.additions:
+        document = document.append_section(addition.section)
+    return document
+
+
+def auto_harvest(
+    path: str | Path,
+    report: Report,
+    *,
+    tag: str = DEFAULT_TAG,
+    min_confidence: float = 0.0,
+    strict: bool = False,
+    apply: bool = True,
+) -> HarvestResult:
+    """Harvest ``report`` into the document at ``path``; with ``apply=False`` only plan it.
+
+    The plan is made against the document as read inside the compare-and-swap write, so a concurrent
+    edit is merged, not lost (:func:`~learnerd.store.dlm_edit.update_document`).
+
+    Raises:
+        NoReferenceError: see :func:`plan_harvest` (nothing is written).
+        DocumentError: the document is malformed.
+        OSError: the document cannot be read or written.
+    """
+    if not apply:
+        return HarvestResult(
+            plan_harvest(read_document(path), report, tag=tag, min_confidence=min_confidence, strict=strict), False
+        )
+    plans: list[HarvestPlan] = []
+
+    def edit(document: Document) -> Document:
+        plans.append(plan_harvest(document, report, tag=tag, min_confidence=min_confidence, strict=strict))
+        return apply_plan(document, plans[-1])
+
+    outcome: WriteOutcome = update_document(path, edit)
+    return HarvestResult(plans[-1], outcome.written)
+
+
+def revert_harvest(path: str | Path, *, apply: bool = True) -> tuple[Section, ...]:
+    """Strip every auto-harvested section (any marker source, learnerd's own probe sections included)
+    from the document at ``path``; hand-written sections stay byte-identical. Returns the sections
+    removed (with ``apply=False``: that would be removed, and nothing is written)."""
+    if not apply:
+        return read_document(path).auto_sections()
+    removed: list[tuple[Section, ...]] = []
+
+    def edit(document: Document) -> Document:
+        removed.append(document.auto_sections())
+        return document.strip_auto_sections()
+
+    update_document(path, edit)
+    return removed[-1]
+
+
+def _prompt_reference(name: str, kind: str, evidence: Mapping[str, Any]) -> list[Candidate]:
+    prompt, reference = evidence.get("prompt"), evidence.get("reference")
+    if not (isinstance(prompt, str) and prompt.strip() and isinstance(reference, str) and reference.strip()):
+        return []
+    try:
+        confidence = min(1.0, max(0.0, float(evidence.get("confidence", 1.0))))
+    except (TypeError, ValueError):
+        confidence = 1.0
+    return [Candidate(prompt, reference, name, kind, "evidence.prompt/reference", confidence)]
+
+
+def _worst_offenders(name: str, kind: str, evidence: Mapping[str, Any]) -> list[Candidate]:
+    items = evidence.get("worst_offenders")
+    if not isinstance(items, list):
+        return []
+    return [
+        Candidate(item["prompt"], item["gold"], name, kind, f"evidence.worst_offenders[{i}]")
+        for i, item in enumerate(items)
+        if isinstance(item, dict)
+        and isinstance(item.get("prompt"), str)
+        and isinstance(item.get("gold"), str)
+        and item["prompt"].strip()
+        and item["gold"].strip()
+    ]
+
+
+def _failed_section(entry: Any) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get("section_id"), str) and entry.get("passed") is False

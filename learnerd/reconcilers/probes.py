@@ -1,0 +1,220 @@
+"""The probes reconciler: every learnable example as one ``### Q !probe`` section of its .dlm document.
+
+Key: a document path (``str(route(example))``), not an example id. The examples reconciler adds
+``str(route(example))`` to the ``probes`` workqueue whenever it writes or deletes an example (both the
+old and the new route when an example's route changes), so a burst of many examples collapses into one
+rewrite of the document. :meth:`ProbesReconciler.keys` lists every routable document for a full resync.
+
+``reconcile(doc_path)`` is level-triggered. Desired: one section per example routed to ``doc_path``::
+
+    ::instruction::
+    <!-- dlm-auto-harvest: source="learnerd/<example id>" -->
+    ### Q !probe
+    <query>
+
+    ### A
+    <answer>
+
+Actual: the document's sections whose marker source starts with ``learnerd/``. A changed section is
+replaced in place, a section of an example that no longer exists is removed, new ones are appended (oldest
+example first); hand-written sections and other tools' auto sections are never touched. The write is the
+compare-and-swap of :func:`learnerd.store.dlm.update_document` (a person's concurrent save is merged,
+never lost) and happens only when something changed. The document is created (valid frontmatter, fresh
+ULID) the first time an example is routed to it.
+
+Edge cases of the Q/A grammar are refused, not escaped: an example whose query or answer the grammar
+cannot carry exactly (a line reading as ``### Q`` / ``### A`` or as a ``::type::`` fence, an unbalanced
+code fence, ...; see :func:`learnerd.store.dlm.probe_section`) gets no section, is logged, and is counted
+in :attr:`ProbesReconciler.refused`. Escaping would make dlm train on text the person never wrote. Leading
+and trailing whitespace is not part of a turn in the grammar; it is stripped before the comparison.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import anyio.to_thread
+import structlog
+
+from learnerd.config import Config
+from learnerd.reconcile import Result
+from learnerd.store.db import connect
+from learnerd.store.dlm import (
+    Document,
+    DocumentError,
+    Section,
+    UnrepresentableError,
+    new_document,
+    probe_section,
+    update_document,
+)
+from learnerd.store.examples import Example, list_examples
+
+log = structlog.get_logger(__name__)
+
+SOURCE_PREFIX = "learnerd/"
+_NEW_DOCUMENT_PROSE = (
+    "# Learned by learnerd\n\n"
+    "learnerd keeps one `### Q !probe` section below per example it learned from the commands people ran.\n"
+    "Sections with a `learnerd/` marker are rewritten by learnerd; edit anything else freely."
+)
+
+
+class ProbeRouter:
+    """Which document an example's probe section goes to (the ``[probes]`` config section).
+
+    ``by_language[example.language]`` if set, else ``document``; a relative name resolves against the
+    first of ``docs_dirs`` (``<state_dir>/docs`` when there is none).
+    """
+
+    def __init__(self, config: Config) -> None:
+        self._cfg = config.probes
+        self._base = config.docs_dirs[0] if config.docs_dirs else config.state_dir / "docs"
+
+    def route(self, example: Example) -> Path:
+        return self._resolve(self._cfg.by_language.get(example.language, self._cfg.document))
+
+    def documents(self) -> list[Path]:
+        """Every document a route can name, without duplicates."""
+        return list(dict.fromkeys(self._resolve(n) for n in [self._cfg.document, *self._cfg.by_language.values()]))
+
+    def _resolve(self, name: str) -> Path:
+        p = Path(os.path.expandvars(os.path.expanduser(name)))
+        return p if p.is_absolute() else self._base / p
+
+
+@dataclass(frozen=True)
+class ProbesOutcome:
+    """What one reconcile of a document did: counts of probe sections added, replaced, removed and left
+    as they were, the examples refused (id -> reason), and whether the file was written."""
+
+    path: Path
+    added: int = 0
+    replaced: int = 0
+    removed: int = 0
+    unchanged: int = 0
+    refused: tuple[tuple[str, str], ...] = ()
+    written: bool = False
+
+
+class ProbesReconciler:
+    """Reconciles one .dlm document (key: its path) against the examples routed to it.
+
+    Args:
+        config: ``db_path``, ``docs_dirs``, ``state_dir`` and the ``[probes]`` section are read.
+        before_replace: passed to :func:`~learnerd.store.dlm.update_document` (a test hook).
+    """
+
+    name = "probes"
+
+    def __init__(self, config: Config, *, before_replace: Callable[[], None] | None = None) -> None:
+        self.router = ProbeRouter(config)
+        self._db_path = config.db_path
+        self._base_model = config.probes.base_model
+        self._retry_s = config.probes.broken_document_retry_s
+        self._before_replace = before_replace
+        self._refused: dict[str, dict[str, str]] = {}  # document key -> example id -> reason
+
+    @property
+    def refused(self) -> dict[str, str]:
+        """Example id -> why it has no section, for the examples refused at their document's last reconcile."""
+        return {eid: reason for per_doc in self._refused.values() for eid, reason in per_doc.items()}
+
+    def route(self, example: Example) -> Path:
+        """The document ``example``'s probe section belongs in (its workqueue key is ``str()`` of it)."""
+        return self.router.route(example)
+
+    def keys(self) -> list[str]:
+        """The key of every routable document (for a full resync)."""
+        return [str(p) for p in self.router.documents()]
+
+    async def reconcile(self, key: str) -> Result:
+        """Reconcile the document ``key`` in a worker thread. A document that does not parse (a person's
+        edit in progress, most likely) is logged and checked again after ``broken_document_retry_s``."""
+        try:
+            await anyio.to_thread.run_sync(self.reconcile_sync, key)
+        except DocumentError as exc:
+            log.warning("probes.document_invalid", path=key, error=str(exc), retry_s=self._retry_s)
+            return Result(requeue_after=self._retry_s)
+        return Result()
+
+    def reconcile_sync(self, key: str) -> ProbesOutcome:
+        """The blocking reconcile (see the module docstring).
+
+        Raises:
+            DocumentError: the document does not parse.
+            ConflictError: the document changed under every write attempt (the caller retries).
+            OSError, sqlite3.Error: the file system or the database failed.
+        """
+        path = Path(key)
+        conn = connect(self._db_path)
+        try:
+            examples = [e for e in list_examples(conn) if self.route(e) == path]
+        finally:
+            conn.close()
+        wanted: dict[str, Section] = {}
+        refused: list[tuple[str, str]] = []
+        for example in sorted(examples, key=lambda e: (e.updated_at, e.id)):
+            try:
+                wanted[SOURCE_PREFIX + example.id] = probe_section(
+                    example.query, example.answer, source=SOURCE_PREFIX + example.id
+                )
+            except UnrepresentableError as exc:
+                refused.append((example.id, str(exc)))
+                log.warning("probes.example_refused", example_id=example.id, path=key, reason=str(exc))
+        self._refused[key] = dict(refused)
+        if not wanted and not path.exists():
+            return ProbesOutcome(path, refused=tuple(refused))
+
+        counts: list[ProbesOutcome] = []
+
+        def edit(document: Document) -> Document:
+            present = {s.harvest_source: s for s in reversed(document.auto_sections(SOURCE_PREFIX))}
+            unchanged = sum(1 for src, s in wanted.items() if src in present and _same_probe(present[src], s))
+            kept = sum(1 for src in present if src in wanted)
+            counts.append(
+                ProbesOutcome(
+                    path,
+                    added=len(wanted) - kept,
+                    replaced=kept - unchanged,
+                    removed=len(document.auto_sections(SOURCE_PREFIX)) - kept,
+                    unchanged=unchanged,
+                    refused=tuple(refused),
+                )
+            )
+            return document.sync_auto_sections(SOURCE_PREFIX, wanted, same=_same_probe)
+
+        create = None
+        if wanted:
+            path.parent.mkdir(parents=True, exist_ok=True)
+
+            def create() -> Document:
+                return new_document(self._base_model, prose=_NEW_DOCUMENT_PROSE, path=path)
+
+        outcome = update_document(path, edit, create=create, before_replace=self._before_replace)
+        result = replace(counts[-1], written=outcome.written)
+        log.info(
+            "probes.reconciled",
+            path=key,
+            added=result.added,
+            replaced=result.replaced,
+            removed=result.removed,
+            unchanged=result.unchanged,
+            refused=len(refused),
+            written=result.written,
+            attempts=outcome.attempts,
+        )
+        return result
+
+
+def _same_probe(present: Section, wanted: Section) -> bool:
+    """Same markers and the same Q/A pairs (layout and trailing blank lines may differ)."""
+    if (present.type, present.adapter, present.markers) != (wanted.type, wanted.adapter, wanted.markers):
+        return False
+    try:
+        return present.qa_pairs() == wanted.qa_pairs()
+    except DocumentError:
+        return False

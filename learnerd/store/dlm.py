@@ -1,0 +1,67 @@
+"""The .dlm document model: one import for the rest of learnerd.
+
+* :mod:`learnerd.store.dlm_document` — :class:`Document`, :class:`Section`, parsing and serializing,
+  section ids, in-memory edits (append / upsert / remove / strip auto-written sections);
+* :mod:`learnerd.store.dlm_frontmatter` — :class:`Frontmatter`, :class:`TrainingConfig` (dlm's defaults
+  and ranges), :func:`new_ulid`;
+* :mod:`learnerd.store.dlm_qa` — the ``### Q`` / ``### A`` grammar, :class:`QAPair`;
+* :mod:`learnerd.store.dlm_edit` — :func:`new_document`, :func:`probe_section`, and
+  :func:`update_document`, the compare-and-swap write every learnerd writer uses;
+* :mod:`learnerd.store.dlm_rows` — :func:`training_rows`, the rows a document trains on.
+
+Every malformed input raises :class:`DocumentError` (file and line in ``path`` / ``line``).
+"""
+
+from learnerd.store.dlm_document import (
+    HARVEST_MARKER_RE,
+    MEDIA_TYPES,
+    SECTION_TYPES,
+    Document,
+    Section,
+    harvest_marker,
+    parse_body,
+    parse_bytes,
+    parse_text,
+    read_document,
+)
+from learnerd.store.dlm_edit import (
+    ConflictError,
+    UnrepresentableError,
+    WriteOutcome,
+    new_document,
+    probe_section,
+    update_document,
+)
+from learnerd.store.dlm_errors import DocumentError
+from learnerd.store.dlm_frontmatter import CURRENT_DLM_VERSION, Frontmatter, TrainingConfig, new_ulid
+from learnerd.store.dlm_qa import QAPair, parse_qa
+from learnerd.store.dlm_rows import ChatRow, TextRow, training_rows
+
+__all__ = [
+    "CURRENT_DLM_VERSION",
+    "HARVEST_MARKER_RE",
+    "MEDIA_TYPES",
+    "SECTION_TYPES",
+    "ChatRow",
+    "ConflictError",
+    "Document",
+    "DocumentError",
+    "Frontmatter",
+    "QAPair",
+    "Section",
+    "TextRow",
+    "TrainingConfig",
+    "UnrepresentableError",
+    "WriteOutcome",
+    "harvest_marker",
+    "new_document",
+    "new_ulid",
+    "parse_body",
+    "parse_bytes",
+    "parse_qa",
+    "parse_text",
+    "probe_section",
+    "read_document",
+    "training_rows",
+    "update_document",
+]

@@ -1,0 +1,119 @@
+"""``learnerd harvest`` run as a real subprocess on the real audit document and sway report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from learnerd.store.dlm import read_document
+from tests.conftest import cli_env, learnerd_command
+
+
+def harvest(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        learnerd_command("harvest", *map(str, args)),
+        env=cli_env(COLUMNS="200"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def audit(peer_copy) -> tuple[Path, Path]:
+    folder = peer_copy("dlm/audit")
+    return folder / "the-doc.dlm", folder / "sway-results.json"
+
+
+def test_dry_run_apply_revert_leaves_the_document_byte_identical(audit: tuple[Path, Path]) -> None:
+    doc, report = audit
+    original = doc.read_bytes()
+    before = [s.section_id for s in read_document(doc).sections]
+
+    dry = harvest(doc, "--sway-json", report)
+    assert dry.returncode == 0, dry.stderr
+    assert doc.read_bytes() == original
+    assert "dry-run" in dry.stdout and "evidence.worst_offenders[0]" in dry.stdout and "cal_general" in dry.stdout
+    assert "79e3ec8ad3461cef" in dry.stdout and "Modern Fortran practitioner notes" in dry.stdout  # undertrained
+    assert "dk_fortran (delta_kl)" in dry.stdout  # failing, nothing to harvest
+    marker = '<!-- dlm-auto-harvest: source="auto-harvest/cal_general" -->'
+    assert f"::instruction::\n{marker}\n### Q !probe\nThe Colosseum is in\n\n### A\nRome\n" in dry.stdout
+
+    explicit = harvest(doc, "--sway-json", report, "--dry-run")
+    assert explicit.returncode == 0 and explicit.stdout == dry.stdout and doc.read_bytes() == original
+
+    applied = harvest(doc, "--sway-json", report, "--apply")
+    assert applied.returncode == 0, applied.stderr
+    after = read_document(doc)
+    added = after.auto_sections("auto-harvest/")
+    assert [s.section_id for s in after.sections][: len(before)] == before  # hand-written sections untouched
+    assert [p.question for s in added for p in s.qa_pairs()] == [
+        "The Eiffel Tower is in",
+        "The pyramids of Giza are in",
+        "The chemical symbol for silver is",
+        "The Mediterranean Sea borders southern",
+        "The Colosseum is in",
+    ]
+    assert all(s.section_id in dry.stdout for s in added)
+
+    again = harvest(doc, "--sway-json", report, "--apply")  # every candidate is already there
+    assert again.returncode == 2 and "already_present" in again.stdout
+
+    reverted = harvest(doc, "--revert")
+    assert reverted.returncode == 0, reverted.stderr
+    assert "stripped 5" in reverted.stdout
+    assert doc.read_bytes() == original
+
+
+def _report_with(report: Path, tmp_path: Path, **changes: object) -> Path:
+    data = json.loads(report.read_text())
+    data.update(changes)
+    out = tmp_path / "changed.json"
+    out.write_text(json.dumps(data))
+    return out
+
+
+def test_refusals_and_their_exit_codes(audit: tuple[Path, Path], tmp_path: Path) -> None:
+    doc, report = audit
+    original = doc.read_bytes()
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text('{"schema_version": 1,\n "probes": [}\n')
+    no_verdict = json.loads(report.read_text())
+    del no_verdict["probes"][1]["verdict"]
+    (tmp_path / "nv.json").write_text(json.dumps(no_verdict))
+    all_pass = json.loads(report.read_text())
+    all_pass["probes"] = [p for p in all_pass["probes"] if p["verdict"] == "pass" and p["kind"] != "calibration_drift"]
+    (tmp_path / "pass.json").write_text(json.dumps(all_pass))
+
+    cases = [
+        ((doc, "--sway-json", tmp_path / "missing.json"), 1, "cannot read the report"),
+        ((doc, "--sway-json", bad_json), 1, "bad.json:2: not valid JSON"),
+        ((doc, "--sway-json", tmp_path / "nv.json"), 1, "probes[1].verdict: missing"),
+        ((doc, "--sway-json", _report_with(report, tmp_path, schema_version=2)), 1, "schema_version"),
+        ((doc, "--revert", "--sway-json", report), 1, "--revert cannot be combined"),
+        ((doc, "--revert", "--apply"), 1, "--revert cannot be combined"),
+        ((doc,), 1, "--sway-json REPORT is required"),
+        ((doc, "--sway-json", report, "--strict"), 1, "dk_fortran (delta_kl), abl_fortran (adapter_ablation)"),
+        ((doc, "--sway-json", report, "--strict", "--apply"), 1, "without a reference"),
+        ((tmp_path / "nodoc.dlm", "--sway-json", report, "--apply"), 1, "No such file"),
+    ]
+    for args, code, words in cases:
+        result = harvest(*args)
+        assert (result.returncode, words in result.stderr) == (code, True), (args, result.stderr)
+        assert doc.read_bytes() == original, args
+
+    none = harvest(doc, "--sway-json", tmp_path / "pass.json", "--apply")
+    assert none.returncode == 2 and "no candidates to harvest" in none.stdout
+    low = harvest(doc, "--sway-json", report, "--min-confidence", "1.5")
+    assert low.returncode == 2 and "[0, 1]" in low.stderr  # argparse refuses a value outside [0, 1]
+    assert doc.read_bytes() == original
+
+
+def test_malformed_document_is_refused_with_its_line(audit: tuple[Path, Path]) -> None:
+    doc, report = audit
+    doc.write_text(doc.read_text().replace("::instruction::", "::instructions::", 1))
+    result = harvest(doc, "--sway-json", report, "--apply")
+    assert result.returncode == 1 and f"{doc}:70: unknown section fence" in result.stderr

@@ -1,0 +1,97 @@
+"""Harvest planning against the real sway report and hand-made ones."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from learnerd.eval.harvest import NoReferenceError, SkipReason, apply_plan, auto_harvest, plan_harvest, revert_harvest
+from learnerd.eval.report import ProbeResult, Report, Score, Verdict, load_report
+from learnerd.store.dlm import parse_text, read_document
+
+FM = "---\ndlm_id: 01KPPJZWBDDDYRESSA0HESRDHS\nbase_model: smollm2-135m\n---\n\n# Notes\n"
+
+
+def report_of(*probes: ProbeResult) -> Report:
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    return Report("s", "base", "adapter", t, t, 0.0, Score(0.5), probes)
+
+
+def failing(name: str, kind: str = "delta_kl", **evidence: object) -> ProbeResult:
+    return ProbeResult(name, kind, Verdict.FAIL, 0.1, 0.2, evidence, "")
+
+
+def test_real_report_plan(peer_data: Path) -> None:
+    document = read_document(peer_data / "dlm/audit/the-doc.dlm")
+    report = load_report(peer_data / "dlm/audit/sway-results.json")
+    plan = plan_harvest(document, report)
+    assert [(a.candidate.prompt, a.candidate.reference) for a in plan.additions][:2] == [
+        ("The Eiffel Tower is in", " Paris"),
+        ("The pyramids of Giza are in", " Egypt"),
+    ]
+    assert len(plan.additions) == 5 and {a.candidate.origin for a in plan.additions} == {
+        f"evidence.worst_offenders[{i}]" for i in range(5)
+    }
+    assert plan.additions[0].section.qa_pairs()[0].answer == "Paris"
+    assert plan.additions[0].section.harvest_source == "auto-harvest/cal_general"
+    sis = next(p for p in report.probes if p.kind == "section_internalization")
+    failed = [e["section_id"] for e in sis.evidence["per_section"] if not e["passed"]]
+    assert [u.section_id for u in plan.undertrained] == failed and len(failed) == 34
+    assert all(u.section is not None and u.section.section_id == u.section_id for u in plan.undertrained)
+    assert [u.name for u in plan.unharvestable] == ["dk_fortran", "abl_fortran"]
+    with pytest.raises(NoReferenceError, match="dk_fortran"):
+        plan_harvest(document, report, strict=True)
+
+
+def test_prompt_reference_candidates_confidence_and_dedup() -> None:
+    document = parse_text(FM)
+    report = report_of(
+        failing("a", prompt="What is X?", reference="X is Y.", confidence=0.9),
+        failing("b", prompt="Low?", reference="yes", confidence=0.2),
+        failing("c", prompt="What is X?", reference="X is Y."),  # same pair as "a": one section
+        failing("d", prompt="q", reference="```\nopen code block"),
+        ProbeResult("e", "delta_kl", Verdict.PASS, 1.0, 0.0, {"prompt": "passing", "reference": "ignored"}, ""),
+    )
+    plan = plan_harvest(document, report, tag="night", min_confidence=0.5)
+    assert [a.candidate.probe_name for a in plan.additions] == ["a"]
+    assert plan.additions[0].section.harvest_source == "night/a"
+    assert {(s.candidate.probe_name, s.reason) for s in plan.skipped} == {
+        ("b", SkipReason.BELOW_CONFIDENCE),
+        ("c", SkipReason.ALREADY_PRESENT),
+        ("d", SkipReason.UNREPRESENTABLE),
+    }
+    assert plan.unharvestable == ()
+    applied = parse_text(apply_plan(document, plan).to_text())
+    again = plan_harvest(applied, report, tag="other", min_confidence=0.5)
+    assert again.additions == () and {s.reason for s in again.skipped} >= {SkipReason.ALREADY_PRESENT}
+
+
+def test_a_section_in_dlms_own_layout_counts_as_present() -> None:
+    dlm_written = (
+        FM + '\n::instruction::\n<!-- dlm-auto-harvest: source="auto-harvest/a" -->\n### Q !probe\nQ?\n\n### A\nA.\n'
+    )
+    plan = plan_harvest(parse_text(dlm_written), report_of(failing("a", prompt="Q?", reference="A.")))
+    assert plan.additions == () and plan.skipped[0].reason == SkipReason.ALREADY_PRESENT
+
+
+def test_failing_probes_without_reference() -> None:
+    report = report_of(failing("kl", prompt="only a prompt"), failing("cal", "calibration_drift", worst_offenders=[]))
+    plan = plan_harvest(parse_text(FM), report)
+    assert [(u.name, u.kind) for u in plan.unharvestable] == [("kl", "delta_kl"), ("cal", "calibration_drift")]
+    with pytest.raises(NoReferenceError, match="kl \\(delta_kl\\), cal"):
+        plan_harvest(parse_text(FM), report, strict=True)
+
+
+def test_auto_harvest_then_revert_restores_the_document(peer_copy) -> None:
+    path = peer_copy("dlm/gallery/shell-one-liner.dlm")
+    original = path.read_bytes()
+    report = report_of(failing("a", prompt="Delete empty dirs?", reference="`find . -type d -empty -delete`"))
+    dry = auto_harvest(path, report, apply=False)
+    assert not dry.written and path.read_bytes() == original and len(dry.plan.additions) == 1
+    done = auto_harvest(path, report)
+    assert done.written and read_document(path).auto_sections()[0].qa_pairs()[0].question == "Delete empty dirs?"
+    assert not auto_harvest(path, report).written  # the same report again adds nothing
+    assert [s.harvest_source for s in revert_harvest(path, apply=False)] == ["auto-harvest/a"]
+    assert len(revert_harvest(path)) == 1 and path.read_bytes() == original
