@@ -44,3 +44,31 @@ def load_config_from_args(args: argparse.Namespace) -> Config:
     if args.state_dir:
         cfg.state_dir = Path(args.state_dir).expanduser().resolve()
     return cfg
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(text: str, now: float) -> float:
+    """A point in time as epoch seconds, from ISO 8601 (``2024-05-01``, ``2024-05-01T12:00:00Z``; a
+    naive time is UTC) or from a duration back from ``now`` (``90s``, ``30m``, ``6h``, ``2d``, ``1w``).
+
+    Raises:
+        CommandError: neither form (exit status 2).
+    """
+    import datetime as dt
+    import re
+
+    text = text.strip()
+    if m := re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw])", text):
+        return now - float(m[1]) * _UNITS[m[2]]
+    try:
+        parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except ValueError:
+        raise CommandError(
+            f"--since {text!r}: use ISO 8601 (2024-05-01T12:00:00Z) or a duration (90s, 30m, 6h, 2d, 1w)",
+            exit_code=2,
+        ) from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return parsed.timestamp()

@@ -24,11 +24,13 @@ class Embedder(Protocol):
     """``embed(texts)`` → float32 array of shape ``(len(texts), dim)``, each row of unit L2 norm.
 
     ``name`` identifies the model (stored beside each vector: a new name means re-embedding).
-    ``embed`` is blocking; the daemon calls it from a worker thread.
+    ``embed`` is blocking; the daemon calls it from a worker thread. ``calls`` counts the calls to
+    the model (one per batch), so a no-op run can be checked for zero embedder calls.
     """
 
     name: str
     dim: int
+    calls: int
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
@@ -99,7 +101,7 @@ class OpenAIEmbedder:
     def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", batch_size: int = 64) -> None:
         import openai
 
-        self.name = f"openai:{model}"
+        self.name = openai_model_name(model)
         self.model = model
         self.batch_size = batch_size
         self.dim = 0
@@ -129,6 +131,21 @@ class OpenAIEmbedder:
         vectors = _normalise(np.concatenate(chunks))
         self.dim = vectors.shape[1]
         return vectors
+
+
+def openai_model_name(model: str) -> str:
+    """The stored model name of an OpenAI-compatible endpoint's ``model``."""
+    return f"openai:{model}"
+
+
+def embedder_name(cfg: EmbeddingsConfig) -> str:
+    """The model name the configured embedder stores beside its vectors, known without loading it."""
+    return openai_model_name(cfg.model) if cfg.backend == "openai" else MiniLMEmbedder.name
+
+
+def embedder_dim(cfg: EmbeddingsConfig) -> int | None:
+    """The vector size of the configured embedder, or None when only its first response tells."""
+    return None if cfg.backend == "openai" else MiniLMEmbedder.dim
 
 
 def make_embedder(cfg: EmbeddingsConfig) -> Embedder:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 import anyio
@@ -27,7 +28,10 @@ log = structlog.get_logger(__name__)
 
 
 class EmbeddingsReconciler:
-    """Keeps the ``embeddings`` table and ``index`` equal to the examples (key: example id)."""
+    """Keeps the ``embeddings`` table and ``index`` equal to the examples (key: example id).
+
+    ``changes`` counts ``embedded`` and ``deleted`` vectors.
+    """
 
     name = "embeddings"
 
@@ -44,6 +48,7 @@ class EmbeddingsReconciler:
         self._index = index
         self.batch_size = batch_size
         self._clock = clock
+        self.changes: Counter[str] = Counter()
 
     async def reconcile(self, key: str) -> Result:
         outcome = (await self.reconcile_batch([key]))[key]
@@ -70,5 +75,6 @@ class EmbeddingsReconciler:
         if stale:
             self._index.upsert(stale, vectors)
         if stale or gone:
+            self.changes.update(embedded=len(stale), deleted=len(gone))
             log.info("embeddings reconciled", embedded=len(stale), deleted=len(gone), batch=len(keys))
         return {k: Result() for k in keys}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,7 +74,10 @@ def judge(block: Block, cfg: ExamplesConfig) -> Verdict:
 
 
 class ExamplesReconciler:
-    """Level-triggered block → example reconciler (key: block id = example id)."""
+    """Level-triggered block → example reconciler (key: block id = example id).
+
+    ``changes`` counts what it did: ``written`` and ``deleted`` examples.
+    """
 
     name = "examples"
 
@@ -88,6 +92,7 @@ class ExamplesReconciler:
         self._cfg = cfg
         self._on_change = on_change
         self._clock = clock
+        self.changes: Counter[str] = Counter()
 
     async def reconcile(self, key: str) -> Result:
         block = get_block(self._conn, key)
@@ -100,6 +105,7 @@ class ExamplesReconciler:
                 return Result()
             with db.transaction(self._conn):
                 delete_example(self._conn, key)
+            self.changes["deleted"] += 1
             log.info("example deleted", reason=verdict.reason)
         elif desired.same_content(current):
             return Result()
@@ -107,6 +113,7 @@ class ExamplesReconciler:
             desired = Example(desired.id, desired.query, desired.answer, desired.language, self._clock())
             with db.transaction(self._conn):
                 put_example(self._conn, desired)
+            self.changes["written"] += 1
             log.info("example written", new=current is None)
         self._on_change(key, current, desired)
         return Result()

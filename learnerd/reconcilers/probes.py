@@ -3,7 +3,7 @@
 Key: a document path (``str(route(example))``), not an example id. The examples reconciler adds
 ``str(route(example))`` to the ``probes`` workqueue whenever it writes or deletes an example (both the
 old and the new route when an example's route changes), so a burst of many examples collapses into one
-rewrite of the document. :meth:`ProbesReconciler.keys` lists every routable document for a full resync.
+rewrite of the document. :meth:`ProbesReconciler.resync_keys` lists every routable document for a full resync.
 
 ``reconcile(doc_path)`` is level-triggered. Desired: one section per example routed to ``doc_path``::
 
@@ -32,6 +32,7 @@ and trailing whitespace is not part of a turn in the grammar; it is stripped bef
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -117,6 +118,7 @@ class ProbesReconciler:
         self._retry_s = config.probes.broken_document_retry_s
         self._before_replace = before_replace
         self._refused: dict[str, dict[str, str]] = {}  # document key -> example id -> reason
+        self.changes: Counter[str] = Counter()  # sections added / replaced / removed, documents written
 
     @property
     def refused(self) -> dict[str, str]:
@@ -127,7 +129,7 @@ class ProbesReconciler:
         """The document ``example``'s probe section belongs in (its workqueue key is ``str()`` of it)."""
         return self.router.route(example)
 
-    def keys(self) -> list[str]:
+    def resync_keys(self) -> list[str]:
         """The key of every routable document (for a full resync)."""
         return [str(p) for p in self.router.documents()]
 
@@ -196,6 +198,13 @@ class ProbesReconciler:
 
         outcome = update_document(path, edit, create=create, before_replace=self._before_replace)
         result = replace(counts[-1], written=outcome.written)
+        if outcome.written:
+            self.changes.update(
+                sections_added=result.added,
+                sections_replaced=result.replaced,
+                sections_removed=result.removed,
+                documents_written=1,
+            )
         log.info(
             "probes.reconciled",
             path=key,

@@ -52,7 +52,7 @@ def test_examples_become_one_probe_section_each_and_reconcile_converges(tmp_path
     rec, conn, doc = make(tmp_path)
     put(conn, *EXAMPLES)
     key = str(rec.route(EXAMPLES[0]))
-    assert key == str(doc) and rec.keys() == [key]
+    assert key == str(doc) and rec.resync_keys() == [key]
 
     first = rec.reconcile_sync(key)
     assert (first.added, first.written) == (4, True)
@@ -131,7 +131,7 @@ def test_a_document_nobody_routes_to_is_not_created_and_routing_is_configurable(
     assert rec.reconcile_sync(str(doc)).written is False and not doc.exists()
     put(conn, Example("p1", "Print one", "print(1)", "python", 1.0), Example("b1", "List", "ls", "bash", 1.0))
     py = rec.route(Example("x", "", "", "python"))
-    assert py == tmp_path / "docs" / "py" / "python.dlm" and set(rec.keys()) == {str(doc), str(py)}
+    assert py == tmp_path / "docs" / "py" / "python.dlm" and set(rec.resync_keys()) == {str(doc), str(py)}
     rec.reconcile_sync(str(py))
     assert list(probe_pairs(py)) == ["learnerd/p1"] and not doc.exists()
     assert read_document(py).frontmatter.base_model == "hf:org/tiny"

@@ -1,0 +1,52 @@
+"""Printing a :class:`~learnerd.daemon.app.RunSummary` for ``learnerd run --once`` and ``backfill``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+from learnerd.daemon.app import RunSummary
+
+
+def summary_dict(summary: RunSummary) -> dict:
+    """The summary as plain JSON-able data."""
+    return dataclasses.asdict(summary)
+
+
+def print_summary(summary: RunSummary, as_json: bool, title: str) -> None:
+    """A readable table on stdout, or the JSON of :func:`summary_dict`."""
+    if as_json:
+        json.dump(summary_dict(summary), sys.stdout, indent=2, default=str)
+        print()
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    a = summary.analyzer
+    table = Table(title=title, show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    for name, value in [
+        ("blocks", summary.blocks),
+        ("examples", summary.examples),
+        ("vectors", summary.vectors),
+        ("log lines read", a.lines_read),
+        ("blocks changed by ingestion", a.blocks_changed),
+        ("malformed lines skipped", a.malformed_lines),
+        ("unknown events skipped", a.unknown_events),
+        ("oversized lines skipped", a.oversized_lines),
+        ("unjoinable foyle traces", sum(a.unjoinable_traces.values())),
+        ("embedder calls", summary.embedder_calls),
+        ("elapsed", f"{summary.elapsed_s:.1f} s"),
+    ]:
+        table.add_row(name, str(value))
+    for controller, counts in summary.changes.items():
+        for change, n in sorted(counts.items()):
+            table.add_row(f"{controller}: {change.replace('_', ' ')}", str(n))
+    for name, stats in summary.controllers.items():
+        if stats.failures or stats.dropped or stats.terminal:
+            table.add_row(
+                f"{name}: failures / dropped / terminal", f"{stats.failures} / {stats.dropped} / {stats.terminal}"
+            )
+    Console().print(table)

@@ -1,0 +1,65 @@
+"""``learnerd backfill --since T``: replay every block modified at or after T through the reconcilers.
+
+Reconcilers are idempotent, so a replay of unchanged input changes nothing; the command prints what
+did change (examples written or deleted, vectors embedded, probe sections rewritten).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args, parse_since
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("backfill", help="re-reconcile every block with updated_at >= T")
+    p.add_argument("--since", required=True, metavar="T", help="ISO 8601 time, or a duration back from now (6h, 2d)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_common_options(p)
+    p.set_defaults(func=run)
+
+
+def backfill_offline(cfg, since: float, show_progress: bool):
+    """Run the reconcilers in this process over the blocks since ``since``; return the RunSummary."""
+    import anyio
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from learnerd.daemon.app import Daemon
+    from learnerd.daemon.statelock import StateDirBusy, StateLock
+
+    lock = StateLock(cfg.state_dir)
+    try:
+        lock.acquire()
+    except StateDirBusy as exc:
+        raise CommandError(str(exc)) from exc
+    try:
+        daemon = Daemon(cfg)
+        try:
+            with Progress(
+                TextColumn("backfill"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                disable=not show_progress,
+            ) as bar:
+                task = bar.add_task("blocks", total=None)
+                return anyio.run(
+                    daemon.backfill, since, lambda done, total: bar.update(task, completed=done, total=total)
+                )
+        finally:
+            daemon.close()
+    finally:
+        lock.release()
+
+
+def run(args: argparse.Namespace) -> int:
+    from learnerd.cmd._report import print_summary
+
+    since = parse_since(args.since, time.time())
+    cfg = load_config_from_args(args)
+    summary = backfill_offline(cfg, since, show_progress=not args.json)
+    if not args.json and not summary.changed_anything():
+        print("backfill: nothing changed")
+    print_summary(summary, args.json, f"learnerd backfill --since {args.since}")
+    return 0

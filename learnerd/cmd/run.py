@@ -1,0 +1,97 @@
+"""``learnerd run``: the daemon — tail the logs, learn continuously, until SIGINT/SIGTERM.
+
+``--once`` ingests what the logs hold now, drains every queue, prints a summary and exits.
+The first SIGINT or SIGTERM stops intake and drains in-flight work within
+``[shutdown] drain_timeout_s``, then exits 0; a second SIGINT stops at once (exit 130).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from pathlib import Path
+
+from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run the daemon (or --once: ingest, reconcile, drain, exit)")
+    p.add_argument("--once", action="store_true", help="ingest what is there, drain all queues, print a summary, exit")
+    p.add_argument("--log-dir", action="append", default=[], metavar="DIR", help="a log directory (repeatable)")
+    p.add_argument("--docs-dir", action="append", default=[], metavar="DIR", help="a .dlm directory (repeatable)")
+    p.add_argument("--json", action="store_true", help="print the --once summary as JSON")
+    add_common_options(p)
+    p.set_defaults(func=run)
+
+
+def apply_dir_flags(cfg, args: argparse.Namespace) -> None:
+    """``--log-dir`` / ``--docs-dir`` add to the config's directories."""
+    cfg.log_dirs = [*cfg.log_dirs, *(Path(d).expanduser().resolve() for d in args.log_dir)]
+    cfg.docs_dirs = [*cfg.docs_dirs, *(Path(d).expanduser().resolve() for d in args.docs_dir)]
+
+
+class HardStop(Exception):
+    """A second SIGINT: stop now, without draining."""
+
+
+async def serve(daemon, once: bool):
+    """Run ``daemon`` (``once`` or until a signal) with learnerd's signal handling; return its summary.
+
+    Raises:
+        HardStop: a second SIGINT arrived while draining.
+    """
+    import anyio
+    import structlog
+
+    log = structlog.get_logger(__name__)
+    stop = anyio.Event()
+    hard_stop = False
+    async with anyio.create_task_group() as tg:
+
+        async def watch_signals() -> None:
+            nonlocal hard_stop
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    if not stop.is_set():
+                        log.info("signal received: stopping intake and draining", signal=signal.Signals(signum).name)
+                        stop.set()
+                    elif signum == signal.SIGINT:
+                        log.warning("second SIGINT: stopping now")
+                        hard_stop = True
+                        tg.cancel_scope.cancel()
+
+        tg.start_soon(watch_signals)
+        summary = await (daemon.run_once(stop) if once else daemon.run(stop))
+        tg.cancel_scope.cancel()
+    if hard_stop:
+        raise HardStop
+    return summary
+
+
+def run(args: argparse.Namespace) -> int:
+    import anyio
+
+    from learnerd.cmd._report import print_summary
+    from learnerd.daemon.app import Daemon
+    from learnerd.daemon.statelock import StateDirBusy, StateLock
+
+    cfg = load_config_from_args(args)
+    apply_dir_flags(cfg, args)
+    try:
+        lock = StateLock(cfg.state_dir)
+        lock.acquire()
+    except StateDirBusy as exc:
+        raise CommandError(str(exc)) from exc
+    try:
+        daemon = Daemon(cfg)
+        try:
+            summary = anyio.run(serve, daemon, args.once)
+        except HardStop:
+            return 130
+        finally:
+            daemon.close()
+    finally:
+        lock.release()
+    if args.once:
+        print_summary(summary, args.json, "learnerd run --once")
+    return 0

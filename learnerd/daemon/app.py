@@ -1,0 +1,287 @@
+"""The daemon's wiring and lifecycle — the one module of ``daemon/`` that imports ``reconcilers/``.
+
+Data flow (DESIGN.md)::
+
+    log files ─► Analyzer ─notify(block id)─► "examples" ─► ExamplesReconciler
+                                                              ├─► "embeddings" (example id) ─► EmbeddingsReconciler
+                                                              └─► "probes" (document path) ─► ProbesReconciler
+
+One SQLite connection and one event loop serve the analyzer and the reconcilers (no transaction is
+held across an ``await``); the embedder and the probes reconciler's file work run in worker threads.
+
+Start-up is level-triggered, like an informer's initial list: every block id goes on the "examples"
+queue, every example (and every orphan vector) on "embeddings", every routable document on "probes".
+Reconcilers skip whatever is already current, so a restart after a crash (``kill -9`` between a
+block's commit and its example's) converges, and a restart with nothing new changes nothing.
+
+Shutdown drains in pipeline order: intake stops, then each queue is shut down with drain (its
+in-flight and queued keys finish; upstream reconciles may still add downstream), all within
+``[shutdown] drain_timeout_s``; past it, whatever is still running is cancelled. Watermarks need no
+flushing: each batch's watermark commits with the batch's blocks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import structlog
+from prometheus_client import CollectorRegistry
+
+from learnerd.analyzer.analyzer import Analyzer
+from learnerd.analyzer.stats import AnalyzerStats
+from learnerd.config import Config
+from learnerd.daemon.controller import Controller, ControllerStats
+from learnerd.daemon.controller_metrics import ControllerMetrics
+from learnerd.daemon.workqueue import PrometheusMetricsProvider, RateLimitingQueue, default_controller_rate_limiter
+from learnerd.ml.embedders import Embedder, embedder_dim, embedder_name, make_embedder
+from learnerd.reconcilers.embeddings import EmbeddingsReconciler
+from learnerd.reconcilers.examples import ExamplesReconciler
+from learnerd.reconcilers.probes import ProbesReconciler
+from learnerd.store import db
+from learnerd.store.blocks import count_blocks, list_block_ids
+from learnerd.store.embeddings import count_vectors, list_embedding_ids, load_index
+from learnerd.store.examples import Example, count_examples, get_examples, list_example_ids
+
+log = structlog.get_logger(__name__)
+
+#: Queue names in pipeline order (the order they drain in).
+PIPELINE: tuple[str, ...] = ("examples", "embeddings", "probes")
+
+
+@dataclass
+class RunSummary:
+    """What a run did: table sizes at the end, ingestion counters, per-controller stats and changes."""
+
+    blocks: int
+    examples: int
+    vectors: int
+    embedder_calls: int
+    elapsed_s: float
+    analyzer: AnalyzerStats
+    controllers: dict[str, ControllerStats]
+    changes: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def changed_anything(self) -> bool:
+        return any(v for counts in self.changes.values() for v in counts.values())
+
+
+class Daemon:
+    """learnerd's process: store, analyzer, workqueues and controllers, wired together.
+
+    Args:
+        cfg: the configuration; ``state_dir`` is created (mode 0700) if missing.
+        embedder: an already loaded embedder (tests share one); by default the configured one is
+            loaded in a worker thread at start, while ingestion already runs.
+        registry: the prometheus registry every metric goes on (a fresh one by default).
+        clock: wall clock, epoch seconds, stamped on rows as ``updated_at``.
+
+    Use :meth:`run` (until ``stop`` is set), :meth:`run_once` or :meth:`backfill`, then :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        embedder: Embedder | None = None,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg = cfg
+        self.registry = registry or CollectorRegistry()
+        cfg.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.conn = db.connect(cfg.db_path)
+        self.embedder = embedder
+        self.index = load_index(self.conn, embedder_name(cfg.embeddings), embedder_dim(cfg.embeddings))
+        queue_metrics = PrometheusMetricsProvider(self.registry)
+        self._controller_metrics = ControllerMetrics(self.registry)
+        self.queues: dict[str, RateLimitingQueue[str]] = {
+            name: RateLimitingQueue(
+                name, rate_limiter=default_controller_rate_limiter(cfg.workqueue), metrics=queue_metrics
+            )
+            for name in PIPELINE
+        }
+        self.probes = ProbesReconciler(cfg)
+        self.examples = ExamplesReconciler(self.conn, cfg.examples, self._example_changed, clock=clock)
+        self.embeddings: EmbeddingsReconciler | None = None
+        self.analyzer = Analyzer(
+            self.conn, cfg.log_dirs, self.queues["examples"].add, cfg.analyzer, clock=clock, registry=self.registry
+        )
+        self.controllers: dict[str, Controller] = {
+            "examples": self._controller(self.examples),
+            "probes": self._controller(self.probes),
+        }
+        self._clock = clock
+        self._started = time.monotonic()
+
+    def _controller(self, reconciler: Any) -> Controller:
+        c = self.cfg.controller(reconciler.name)
+        return Controller(
+            reconciler,
+            self.queues[reconciler.name],
+            workers=c.workers,
+            timeout_s=c.timeout_s,
+            max_retries=c.max_retries,
+            metrics=self._controller_metrics,
+        )
+
+    # ------------------------------------------------------------------ wiring callbacks
+
+    def _example_changed(self, example_id: str, old: Example | None, new: Example | None) -> None:
+        self.queues["embeddings"].add(example_id)
+        for example in (old, new):
+            if example is not None:
+                self.queues["probes"].add(str(self.probes.route(example)))
+
+    def enqueue_blocks(self, block_ids: Iterable[str]) -> int:
+        """Put blocks and everything derived from them on their queues; return how many blocks.
+
+        Example id = block id, so the same ids go to "embeddings"; their examples' documents go to
+        "probes". Reconcilers skip what is current, so this is always safe (backfill, resync).
+        """
+        ids = list(block_ids)
+        for key in ids:
+            self.queues["examples"].add(key)
+            self.queues["embeddings"].add(key)
+        for example in get_examples(self.conn, ids).values():
+            self.queues["probes"].add(str(self.probes.route(example)))
+        return len(ids)
+
+    def resync(self) -> None:
+        """The level-triggered initial list: every key of every controller goes on its queue."""
+        blocks = self.enqueue_blocks(list_block_ids(self.conn))
+        for key in set(list_example_ids(self.conn)) | set(list_embedding_ids(self.conn)):
+            self.queues["embeddings"].add(key)
+        for key in self.probes.resync_keys():
+            self.queues["probes"].add(key)
+        log.info("resync", blocks=blocks, embeddings=len(self.queues["embeddings"]), probes=len(self.queues["probes"]))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def _start_embeddings(self, tg: anyio.abc.TaskGroup) -> None:
+        if self.embedder is None:
+            log.info("loading embedder", backend=self.cfg.embeddings.backend)
+            self.embedder = await anyio.to_thread.run_sync(make_embedder, self.cfg.embeddings)
+        self.embeddings = EmbeddingsReconciler(
+            self.conn, self.embedder, self.index, batch_size=self.cfg.embeddings.batch_size, clock=self._clock
+        )
+        self.controllers["embeddings"] = self._controller(self.embeddings)
+        tg.start_soon(self.controllers["embeddings"].run, name="controller-embeddings")
+
+    async def _serve(self, body: Callable[[anyio.abc.TaskGroup], Any], *, intake: bool) -> None:
+        """Start the controllers (and, with ``intake``, the analyzer), run ``body``, then drain."""
+        async with anyio.create_task_group() as tg:
+            for name, controller in self.controllers.items():
+                tg.start_soon(controller.run, name=f"controller-{name}")
+            analyzer_scope = anyio.CancelScope()
+            if intake:
+
+                async def analyze() -> None:
+                    with analyzer_scope:
+                        await self.analyzer.run()
+
+                tg.start_soon(analyze, name="analyzer")
+            await self._start_embeddings(tg)
+            try:
+                await body(tg)
+            finally:
+                analyzer_scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    await self._drain(tg)
+
+    async def _drain(self, tg: anyio.abc.TaskGroup) -> None:
+        with anyio.move_on_after(self.cfg.shutdown.drain_timeout_s) as scope:
+            for name in PIPELINE:
+                await self.queues[name].shutdown_with_drain()
+        if scope.cancelled_caught:
+            log.warning("drain timed out; cancelling in-flight work", timeout_s=self.cfg.shutdown.drain_timeout_s)
+            for queue in self.queues.values():
+                queue.shutdown()
+            tg.cancel_scope.cancel()
+
+    async def wait_idle(self) -> None:
+        """Wait until every queue is idle at the same moment (nothing queued, in flight or delayed)."""
+        while not all(q.idle for q in self.queues.values()):
+            for queue in self.queues.values():
+                await queue.wait_idle()
+
+    async def run(self, stop: anyio.Event) -> RunSummary:
+        """Run as a daemon until ``stop`` is set, then drain and return the summary."""
+
+        async def body(tg: anyio.abc.TaskGroup) -> None:
+            self.resync()
+            await stop.wait()
+            log.info("stopping: intake stopped, draining queues")
+
+        await self._serve(body, intake=True)
+        return self.summary()
+
+    async def run_once(self, stop: anyio.Event | None = None) -> RunSummary:
+        """Ingest what the logs hold now, reconcile everything, drain, return the summary.
+
+        Setting ``stop`` ends the run early (a signal): intake stops and the queues drain as in :meth:`run`.
+        """
+
+        async def body(tg: anyio.abc.TaskGroup) -> None:
+            async with anyio.create_task_group() as work:
+                if stop is not None:
+
+                    async def cancel_on_stop() -> None:
+                        await stop.wait()
+                        work.cancel_scope.cancel()
+
+                    work.start_soon(cancel_on_stop)
+                self.resync()
+                await self.analyzer.sync()
+                await self.wait_idle()
+                work.cancel_scope.cancel()
+
+        await self._serve(body, intake=False)
+        return self.summary()
+
+    async def backfill(self, since: float, progress: Callable[[int, int], None] | None = None) -> RunSummary:
+        """Re-enqueue every block with ``updated_at >= since`` (epoch seconds) and reconcile until idle.
+
+        ``progress(done, total)`` is called as the "examples" controller works through the blocks.
+        """
+
+        async def body(tg: anyio.abc.TaskGroup) -> None:
+            base = self.controllers["examples"].stats().reconciles
+            total = self.enqueue_blocks(list_block_ids(self.conn, updated_since=since))
+            log.info("backfill", since=since, blocks=total)
+            async with anyio.create_task_group() as reporter:
+                if progress is not None:
+                    reporter.start_soon(self._report_progress, base, total, progress)
+                await self.wait_idle()
+                reporter.cancel_scope.cancel()
+            if progress is not None:
+                progress(total, total)
+
+        await self._serve(body, intake=False)
+        return self.summary()
+
+    async def _report_progress(self, base: int, total: int, progress: Callable[[int, int], None]) -> None:
+        examples = self.controllers["examples"]
+        while (done := min(total, examples.stats().reconciles - base)) < total:
+            progress(done, total)
+            await anyio.sleep(0.1)
+
+    def summary(self) -> RunSummary:
+        reconcilers = {"examples": self.examples, "embeddings": self.embeddings, "probes": self.probes}
+        return RunSummary(
+            blocks=count_blocks(self.conn),
+            examples=count_examples(self.conn),
+            vectors=count_vectors(self.conn),
+            embedder_calls=getattr(self.embedder, "calls", 0),
+            elapsed_s=time.monotonic() - self._started,
+            analyzer=self.analyzer.stats,
+            controllers={name: c.stats() for name, c in self.controllers.items()},
+            changes={name: dict(r.changes) for name, r in reconcilers.items() if r is not None},
+        )
+
+    def close(self) -> None:
+        self.analyzer.close()
+        self.conn.close()
