@@ -7,9 +7,13 @@ Layout of the file (every key optional; unknown keys are refused so a typo never
     docs_dirs = ["~/dlm-docs"]              # directories of .dlm documents
 
     [analyzer]
-    poll_interval_s = 1.0        # rescan period when file-system events are unavailable
-    force_polling = false
-    max_line_bytes = 16777216    # longer lines are counted, logged and skipped
+    poll_interval_s = 1.0        # full rescan period: the safety net beside file-system events
+    force_polling = false        # rescans only, no watchfiles (network file systems, containers)
+    debounce_ms = 50             # watchfiles' debounce: how long a burst of changes is gathered
+    max_line_bytes = 4194304     # longer lines are counted, logged and skipped unread
+    batch_max_lines = 1000       # lines per transaction (one transaction = blocks + watermark)
+    batch_max_bytes = 1048576    # bytes per transaction (a single longer line is its own batch)
+    max_open_files = 128         # log files held open (to finish rotated or deleted files)
 
     [examples]
     learn_only_corrections = false   # foyle's original rule: learn only when executed != generated
@@ -67,9 +71,30 @@ def default_state_dir() -> Path:
 
 @dataclass
 class AnalyzerConfig:
+    """The analyzer's knobs (see :mod:`learnerd.analyzer.analyzer`). Sizes in bytes, times in seconds.
+
+    ``max_line_bytes`` defaults to 4 MiB: five times the longest line foyle's author observed in real
+    logs (772,685 characters, a whole markdown document in one trace), small enough that parsing one
+    line stays cheap.
+    """
+
     poll_interval_s: float = 1.0
     force_polling: bool = False
-    max_line_bytes: int = 16 * 1024 * 1024
+    debounce_ms: int = 50
+    max_line_bytes: int = 4 * 1024 * 1024
+    batch_max_lines: int = 1000
+    batch_max_bytes: int = 1024 * 1024
+    max_open_files: int = 128
+
+    def validate(self) -> None:
+        if not self.poll_interval_s > 0:
+            raise ConfigError("analyzer.poll_interval_s must be > 0")
+        if self.debounce_ms < 1:
+            raise ConfigError("analyzer.debounce_ms must be >= 1")
+        if self.max_line_bytes < 1 or self.batch_max_lines < 1 or self.batch_max_bytes < 1:
+            raise ConfigError("analyzer: max_line_bytes, batch_max_lines and batch_max_bytes must be >= 1")
+        if self.max_open_files < 1:
+            raise ConfigError("analyzer.max_open_files must be >= 1")
 
 
 @dataclass

@@ -70,6 +70,12 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at REAL NOT NULL
     );
     """,
+    # 2: a watermark also remembers a fingerprint of the file's first bytes (sha256 hex of the first
+    # fingerprint_len bytes), so a file replaced by another that reuses its inode is not resumed mid-way.
+    """
+    ALTER TABLE watermarks ADD COLUMN fingerprint TEXT NOT NULL DEFAULT '';
+    ALTER TABLE watermarks ADD COLUMN fingerprint_len INTEGER NOT NULL DEFAULT 0
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

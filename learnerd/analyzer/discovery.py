@@ -1,0 +1,79 @@
+"""Which files are log files: every regular file under a log directory, recursively, whose name
+ends in ``.jsonl``, ``.json`` or ``.log`` (any case).
+
+Left out: anything whose name, or the name of a directory between it and the log directory,
+starts with ``.`` (dotfiles, editors' and writers' hidden temp files, ``.git``); names ending in
+``~``; symbolic links (a link and its target would be read twice); rotated names that no longer
+end in one of the suffixes (``app.log.1``, ``app.log-20240501``, ``app.log.2.gz``) — a file
+rotated away under such a name is finished through the analyzer's open handle or found by its
+inode, never re-read from the start. foyle names its logs ``foyle.logs.<timestamp>.json``, and
+learnerd's block logs conventionally end in ``.jsonl``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+LOG_SUFFIXES = (".jsonl", ".json", ".log")
+
+
+def is_log_name(name: str) -> bool:
+    """Whether a file name (no directory) counts as a log file."""
+    return not name.startswith(".") and not name.endswith("~") and name.lower().endswith(LOG_SUFFIXES)
+
+
+def is_log_path(path: str, roots: Iterable[str]) -> bool:
+    """Whether ``path`` is a log file's path under one of ``roots`` by name alone (no file-system access).
+
+    ``roots`` must be absolute, normalised directories; a dot-directory above a root (``~/.foyle/logs``)
+    does not matter, one below it does.
+    """
+    for root in roots:
+        rel = os.path.relpath(path, root)
+        if rel.startswith(os.pardir + os.sep) or rel in (os.curdir, os.pardir):
+            continue
+        parts = rel.split(os.sep)
+        if all(not p.startswith(".") for p in parts[:-1]) and is_log_name(parts[-1]):
+            return True
+    return False
+
+
+def discover(roots: Iterable[str]) -> dict[str, int]:
+    """Every log file under the existing ``roots``: path → inode, in path order.
+
+    Directories that do not exist (yet) or cannot be listed are passed over.
+    """
+    found: dict[str, int] = {}
+    for root in roots:
+        _walk(root, found)
+    return dict(sorted(found.items()))
+
+
+def _walk(directory: str, found: dict[str, int]) -> None:
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:  # missing, not a directory, unreadable: the next scan tries again
+        return
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                _walk(entry.path, found)
+            elif entry.is_file(follow_symlinks=False) and is_log_name(entry.name):
+                found[entry.path] = entry.inode()
+        except OSError:  # vanished while listing
+            continue
+
+
+def find_by_inode(directory: str, inode: int) -> str | None:
+    """The path of a regular file with ``inode`` directly in ``directory`` (any name), or None."""
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                if entry.inode() == inode and entry.is_file(follow_symlinks=False):
+                    return entry.path
+    except OSError:
+        return None
+    return None

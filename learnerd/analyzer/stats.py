@@ -1,0 +1,109 @@
+"""The analyzer's counters: a plain snapshot for the admin status and ``run --once``, and the same
+numbers as prometheus-client metrics on an injected registry.
+
+Metric names (prometheus-client adds ``_total`` to counters on exposition):
+
+- ``learnerd_analyzer_files_tracked`` (gauge): log files being tailed now.
+- ``learnerd_analyzer_pending_traces`` (gauge): foyle traces waiting for their other half.
+- ``learnerd_analyzer_lines_read_total``: lines consumed, whatever became of them.
+- ``learnerd_analyzer_bytes_read_total``: bytes consumed, line feeds included.
+- ``learnerd_analyzer_blocks_changed_total``: block rows changed (a row counts once per batch).
+- ``learnerd_analyzer_traces_joined_total``: foyle traces joined to their blocks.
+- ``learnerd_analyzer_malformed_lines_total``: lines refused (bad UTF-8, JSON or fields).
+- ``learnerd_analyzer_unknown_events_total``: well-formed events of an unknown type or version.
+- ``learnerd_analyzer_oversized_lines_total``: lines over ``max_line_bytes``, skipped unread.
+- ``learnerd_analyzer_skipped_lines_total``: foyle lines (and learnerd's own log lines) that carry
+  nothing learnerd uses.
+- ``learnerd_analyzer_unjoinable_traces_total{reason}``: foyle traces or events that name no block.
+- ``learnerd_analyzer_truncations_total``: files read again from the start (shorter than their
+  watermark, or rewritten in place).
+- ``learnerd_analyzer_rotations_total``: paths found naming a new file (the old one finished first).
+- ``learnerd_analyzer_deleted_files_total``: tracked files that disappeared.
+- ``learnerd_analyzer_errors_total``: passes or files that failed (I/O, database) and will be retried.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+_PREFIX = "learnerd_analyzer_"
+
+# field name → help text, for every counter field of AnalyzerStats (unjoinable_traces is labelled).
+_COUNTERS = {
+    "lines_read": "Log lines consumed.",
+    "bytes_read": "Log bytes consumed, line feeds included.",
+    "blocks_changed": "Block rows changed by ingestion.",
+    "traces_joined": "foyle traces joined to their blocks.",
+    "malformed_lines": "Log lines refused as malformed (bad UTF-8, JSON or fields).",
+    "unknown_events": "Well-formed events of an unknown type or format version.",
+    "oversized_lines": "Log lines longer than max_line_bytes, skipped unread.",
+    "skipped_lines": "foyle log lines (and learnerd's own) that carry nothing learnerd uses.",
+    "truncations": "Log files read again from the start (truncated or replaced in place).",
+    "rotations": "Log paths found naming a new file; the old one was finished first.",
+    "deleted_files": "Tracked log files that disappeared.",
+    "errors": "Analyzer passes that failed and will be retried.",
+}
+
+
+@dataclass
+class AnalyzerStats:
+    """Counts since this :class:`~learnerd.analyzer.Analyzer` was made (bytes in bytes, the rest in
+    lines, files, traces or rows); ``unjoinable_traces`` maps a reason to a count."""
+
+    files_tracked: int = 0
+    pending_traces: int = 0
+    lines_read: int = 0
+    bytes_read: int = 0
+    blocks_changed: int = 0
+    traces_joined: int = 0
+    malformed_lines: int = 0
+    unknown_events: int = 0
+    oversized_lines: int = 0
+    skipped_lines: int = 0
+    unjoinable_traces: dict[str, int] = field(default_factory=dict)
+    truncations: int = 0
+    rotations: int = 0
+    deleted_files: int = 0
+    errors: int = 0
+
+
+class StatsRecorder:
+    """Keeps an :class:`AnalyzerStats` and mirrors every change into prometheus metrics.
+
+    ``registry`` None gives a private registry nobody scrapes (metrics off).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        reg = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self._stats = AnalyzerStats()
+        self._counters = {name: Counter(_PREFIX + name, doc, registry=reg) for name, doc in _COUNTERS.items()}
+        self._unjoinable = Counter(
+            _PREFIX + "unjoinable_traces", "foyle traces or events that name no known block.", ["reason"], registry=reg
+        )
+        self._files = Gauge(_PREFIX + "files_tracked", "Log files being tailed.", registry=reg)
+        self._pending = Gauge(_PREFIX + "pending_traces", "foyle traces waiting for their other half.", registry=reg)
+
+    def add(self, name: str, amount: int = 1) -> None:
+        """Add ``amount`` to the counter ``name`` (a key of the module's counter table)."""
+        if amount:
+            setattr(self._stats, name, getattr(self._stats, name) + amount)
+            self._counters[name].inc(amount)
+
+    def unjoinable(self, reason: str) -> None:
+        self._stats.unjoinable_traces[reason] = self._stats.unjoinable_traces.get(reason, 0) + 1
+        self._unjoinable.labels(reason=reason).inc()
+
+    def set_files_tracked(self, n: int) -> None:
+        self._stats.files_tracked = n
+        self._files.set(n)
+
+    def set_pending_traces(self, n: int) -> None:
+        self._stats.pending_traces = n
+        self._pending.set(n)
+
+    def snapshot(self) -> AnalyzerStats:
+        """A copy of the counts, safe to keep."""
+        return copy.deepcopy(self._stats)

@@ -1,0 +1,60 @@
+"""Watermarks: how far the analyzer has read each log file (foyle TN005's ``LogsWaterMark``, per file).
+
+A watermark says "every line of the file at ``path`` before byte ``offset`` has been ingested";
+``line`` is how many lines that is (so log messages can name line numbers). ``inode`` identifies the
+file the offset belongs to: when the path later names another inode the file was rotated or replaced.
+``fingerprint`` is the sha256 (hex) of the file's first ``fingerprint_len`` bytes (at most
+:data:`FINGERPRINT_BYTES`, never past ``offset``): a file deleted and recreated may get the same inode
+number back, and the fingerprint is how that is told apart from the same file grown (the technique
+Vector's file source calls checksum fingerprinting).
+
+The analyzer writes a watermark in the same transaction as the block rows produced by the lines it
+covers, so it can never pass a line whose block is not committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from dataclasses import dataclass
+
+FINGERPRINT_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """One file's read position. ``offset`` and ``fingerprint_len`` in bytes, ``line`` a count of lines."""
+
+    path: str
+    inode: int
+    offset: int
+    line: int
+    fingerprint: str = ""
+    fingerprint_len: int = 0
+
+
+def fingerprint_of(head: bytes) -> str:
+    """The fingerprint of a file whose first bytes are ``head`` (sha256, hex)."""
+    return hashlib.sha256(head).hexdigest()
+
+
+def load_watermarks(conn: sqlite3.Connection) -> list[Watermark]:
+    """Every stored watermark, ordered by path."""
+    rows = conn.execute(
+        "SELECT path, inode, offset, line, fingerprint, fingerprint_len FROM watermarks ORDER BY path"
+    ).fetchall()
+    return [Watermark(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
+
+
+def put_watermark(conn: sqlite3.Connection, wm: Watermark, now: float) -> None:
+    """Insert or replace the watermark of ``wm.path``; ``now`` (epoch seconds) becomes ``updated_at``."""
+    conn.execute(
+        "INSERT OR REPLACE INTO watermarks (path, inode, offset, line, fingerprint, fingerprint_len, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (wm.path, wm.inode, wm.offset, wm.line, wm.fingerprint, wm.fingerprint_len, now),
+    )
+
+
+def delete_watermark(conn: sqlite3.Connection, path: str) -> None:
+    """Forget the watermark of ``path`` (no error when there is none)."""
+    conn.execute("DELETE FROM watermarks WHERE path = ?", (path,))
