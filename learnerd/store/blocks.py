@@ -76,7 +76,9 @@ def _cells_json(cells: tuple[Cell, ...] | list[Cell]) -> str:
 
 def _row_to_block(row: sqlite3.Row) -> Block:
     generated = (
-        Cell("code", row["generated"], row["generated_language"] or "") if row["generated"] is not None else None
+        Cell(row["generated_kind"], row["generated"], row["generated_language"] or "")
+        if row["generated"] is not None
+        else None
     )
     executed = Cell("code", row["executed"], row["executed_language"] or "") if row["executed"] is not None else None
     return Block(
@@ -122,6 +124,7 @@ def apply_event(conn: sqlite3.Connection, ev: BlockEvent, now: float) -> bool:
             "context_time": None,
             "generated": None,
             "generated_language": None,
+            "generated_kind": "code",
             "generated_time": None,
             "executed": None,
             "executed_language": None,
@@ -140,6 +143,7 @@ def apply_event(conn: sqlite3.Connection, ev: BlockEvent, now: float) -> bool:
     if ev.generated is not None and _newer(ev.time, new["generated_time"]):
         new["generated"] = ev.generated.text
         new["generated_language"] = ev.generated.language
+        new["generated_kind"] = ev.generated.kind
         new["generated_time"] = ev.time
     if ev.executed is not None and _newer(ev.time, new["executed_time"]):
         new["executed"] = ev.executed.text

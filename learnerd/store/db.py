@@ -76,6 +76,10 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE watermarks ADD COLUMN fingerprint TEXT NOT NULL DEFAULT '';
     ALTER TABLE watermarks ADD COLUMN fingerprint_len INTEGER NOT NULL DEFAULT 0
     """,
+    # 3: the generated cell keeps its kind (foyle generates markup blocks as well as code blocks).
+    """
+    ALTER TABLE blocks ADD COLUMN generated_kind TEXT NOT NULL DEFAULT 'code'
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -81,7 +81,7 @@ async def test_every_trace_is_ingested_with_its_document_and_generated_content(h
         assert block is not None and block.source == "foyle"
         doc = GCLOUD_DOC if block_id in GCLOUD_BLOCKS else GIT_DOC
         assert block.context == [Cell("markup", doc, "markdown")]
-        assert block.generated is not None and block.generated.text == text
+        assert block.generated is not None and block.generated.text == text and block.generated.kind == kind
         assert block.generated.language == ("bash" if kind == "code" else "")
         assert block.eval_mode is False
         if block_id != EXECUTED_BLOCK:
