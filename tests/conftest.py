@@ -61,3 +61,9 @@ def cli_env(**extra: str) -> dict[str, str]:
     env["TRANSFORMERS_OFFLINE"] = "1"
     env.update(extra)
     return env
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests (``@pytest.mark.anyio``) run on asyncio, the daemon's event loop."""
+    return "asyncio"
