@@ -30,8 +30,15 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", choices=LEVELS, default="info", help="minimum log level (default: info)")
 
 
+def add_dir_options(parser: argparse.ArgumentParser) -> None:
+    """``--log-dir`` / ``--docs-dir`` (repeatable): directories added to the config's ``log_dirs`` / ``docs_dirs``."""
+    parser.add_argument("--log-dir", action="append", default=[], metavar="DIR", help="a log directory (repeatable)")
+    parser.add_argument("--docs-dir", action="append", default=[], metavar="DIR", help="a .dlm directory (repeatable)")
+
+
 def load_config_from_args(args: argparse.Namespace) -> Config:
-    """The config named by ``--config`` with ``--state-dir`` applied; logging configured to ``--log-level``.
+    """The config named by ``--config`` with ``--state-dir`` (and ``--log-dir`` / ``--docs-dir`` where the
+    command has them) applied; logging configured to ``--log-level``.
 
     Raises:
         CommandError: the config file is missing or invalid.
@@ -43,6 +50,8 @@ def load_config_from_args(args: argparse.Namespace) -> Config:
         raise CommandError(str(exc)) from exc
     if args.state_dir:
         cfg.state_dir = Path(args.state_dir).expanduser().resolve()
+    cfg.log_dirs = [*cfg.log_dirs, *(Path(d).expanduser().resolve() for d in getattr(args, "log_dir", []))]
+    cfg.docs_dirs = [*cfg.docs_dirs, *(Path(d).expanduser().resolve() for d in getattr(args, "docs_dir", []))]
     return cfg
 
 

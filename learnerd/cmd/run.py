@@ -9,25 +9,17 @@ from __future__ import annotations
 
 import argparse
 import signal
-from pathlib import Path
 
-from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args
+from learnerd.cmd._common import CommandError, add_common_options, add_dir_options, load_config_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run the daemon (or --once: ingest, reconcile, drain, exit)")
     p.add_argument("--once", action="store_true", help="ingest what is there, drain all queues, print a summary, exit")
-    p.add_argument("--log-dir", action="append", default=[], metavar="DIR", help="a log directory (repeatable)")
-    p.add_argument("--docs-dir", action="append", default=[], metavar="DIR", help="a .dlm directory (repeatable)")
+    add_dir_options(p)
     p.add_argument("--json", action="store_true", help="print the --once summary as JSON")
     add_common_options(p)
     p.set_defaults(func=run)
-
-
-def apply_dir_flags(cfg, args: argparse.Namespace) -> None:
-    """``--log-dir`` / ``--docs-dir`` add to the config's directories."""
-    cfg.log_dirs = [*cfg.log_dirs, *(Path(d).expanduser().resolve() for d in args.log_dir)]
-    cfg.docs_dirs = [*cfg.docs_dirs, *(Path(d).expanduser().resolve() for d in args.docs_dir)]
 
 
 class HardStop(Exception):
@@ -76,7 +68,6 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.daemon.statelock import StateDirBusy, StateLock
 
     cfg = load_config_from_args(args)
-    apply_dir_flags(cfg, args)
     try:
         lock = StateLock(cfg.state_dir)
         lock.acquire()
