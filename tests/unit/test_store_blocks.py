@@ -1,0 +1,59 @@
+"""Merging block events: order-independent, replay-safe, ``updated_at`` moves only on a real change."""
+
+import sqlite3
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from learnerd.store import db
+from learnerd.store.blocks import BlockEvent, Cell, apply_event, get_block
+
+CONTENT = "id, source, context, context_time, generated, generated_kind, generated_time, executed, exit_code, eval_mode"
+
+cells = st.builds(Cell, kind=st.sampled_from(["markup", "code"]), text=st.text(max_size=20), language=st.just(""))
+events = st.builds(
+    BlockEvent,
+    block_id=st.just("b"),
+    source=st.just("test"),
+    time=st.integers(0, 5).map(float),
+    context=st.none() | st.lists(cells, max_size=2).map(tuple),
+    generated=st.none() | cells,
+    executed=st.none() | cells.map(lambda c: Cell("code", c.text)),
+    exit_code=st.none() | st.integers(0, 2),
+    eval_mode=st.none() | st.booleans(),
+)
+
+
+def merged(evs: list[BlockEvent]) -> tuple:
+    conn = db.connect(":memory:")
+    with db.transaction(conn):
+        for i, ev in enumerate(evs):
+            apply_event(conn, ev, now=float(i))
+    row = conn.execute(f"SELECT {CONTENT} FROM blocks").fetchone()
+    return tuple(row) if row else ()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(events, min_size=1, max_size=5).filter(
+    # Two events of the same time carrying different values for one part are a genuine conflict; keep one per time.
+    lambda evs: len({e.time for e in evs}) == len(evs)
+), st.randoms())  # fmt: skip
+def test_merge_is_order_independent_and_replays_change_nothing(evs, rnd):
+    shuffled = list(evs)
+    rnd.shuffle(shuffled)
+    assert merged(evs) == merged(shuffled)
+    assert merged(evs) == merged(evs + evs)
+
+
+def test_updated_at_moves_only_when_the_row_changes(tmp_path):
+    conn: sqlite3.Connection = db.connect(tmp_path / "db.sqlite")
+    ev = BlockEvent("b", "test", 10.0, executed=Cell("code", "ls"), exit_code=0)
+    with db.transaction(conn):
+        assert apply_event(conn, ev, now=100.0)
+        assert not apply_event(conn, ev, now=200.0)
+        assert not apply_event(conn, BlockEvent("b", "test", 5.0, executed=Cell("code", "old")), now=300.0)
+    block = get_block(conn, "b")
+    assert (block.executed.text, block.updated_at, block.created_at) == ("ls", 100.0, 100.0)
+    with db.transaction(conn):
+        assert apply_event(conn, BlockEvent("b", "test", 11.0, executed=Cell("code", "ls -la"), exit_code=0), 400.0)
+    assert get_block(conn, "b").updated_at == 400.0
