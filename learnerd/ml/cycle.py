@@ -33,7 +33,7 @@ from learnerd.ml.base_model import BaseModelRef
 from learnerd.ml.hyperparams import TrainingConfig
 from learnerd.ml.lora import ProgressEvent, TrainingResult
 from learnerd.ml.rows import TrainingRow
-from learnerd.ml.train_runner import run_training
+from learnerd.ml.train_runner import WarmSpare, run_training
 from learnerd.ml.train_worker import TrainingRequest
 from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersion
 
@@ -154,6 +154,7 @@ async def train_cycle(
     num_threads: int | None = None,
     on_progress: Callable[[ProgressEvent], None] | None = None,
     on_start: Callable[[int], None] | None = None,
+    spare: WarmSpare | None = None,
 ) -> CycleOutcome:
     """Plan and run one cycle for ``doc_key``; commit the new adapter version and make it current.
 
@@ -164,7 +165,7 @@ async def train_cycle(
         config: the document's ``training`` block.
         replay, fresh: see :func:`plan_cycle`.
         num_threads: torch threads in the training process (None: torch's default).
-        on_progress, on_start: passed to :func:`learnerd.ml.train_runner.run_training`.
+        on_progress, on_start, spare: passed to :func:`learnerd.ml.train_runner.run_training`.
 
     Returns:
         the outcome; ``version`` is None when the plan was ``none`` (nothing to train).
@@ -187,7 +188,7 @@ async def train_cycle(
             resume_from=str(plan.parent.path) if plan.parent is not None else None,
             num_threads=num_threads,
         )
-        result = await run_training(request, on_progress=on_progress, on_start=on_start)
+        result = await run_training(request, on_progress=on_progress, on_start=on_start, spare=spare)
         metadata = AdapterMetadata(
             base_model=base.name,
             base_model_identity=base.identity,

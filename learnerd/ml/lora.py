@@ -121,7 +121,8 @@ def train_lora(
         model: a transformers causal LM (float32 on CPU here); it is wrapped in place by peft.
         tokenizer: its tokenizer (chat rows need a chat template).
         rows: the rows of this cycle (new rows plus any replay sample: the caller chooses).
-        config: hyperparameters; ``sequence_len`` truncates rows, ``seed`` fixes everything random.
+        config: hyperparameters; rows are truncated to ``sequence_len`` tokens (or the model's
+            ``max_position_embeddings`` when shorter); ``seed`` fixes everything random.
         resume_from: a saved adapter directory to continue from, or None for a fresh adapter.
         on_progress: called after every optimizer step with a :class:`ProgressEvent`.
         should_stop: polled between steps; returning True raises :class:`TrainingStopped`.
@@ -137,7 +138,8 @@ def train_lora(
     import torch
     from transformers import get_scheduler
 
-    encoded, dropped = encode_rows(tokenizer, rows, config.sequence_len)
+    max_length = min(config.sequence_len, getattr(model.config, "max_position_embeddings", None) or config.sequence_len)
+    encoded, dropped = encode_rows(tokenizer, rows, max_length)
     if not encoded:
         raise RowEncodingError("no training row has a token to learn (no rows, or all truncated away)")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0

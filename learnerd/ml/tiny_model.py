@@ -92,11 +92,12 @@ class TinyModelSpec:
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def build_tokenizer(chat_template: bool = True) -> Any:
+def build_tokenizer(chat_template: bool = True, model_max_length: int = TinyModelSpec.max_position_embeddings) -> Any:
     """The byte-level tokenizer as a ``transformers.PreTrainedTokenizerFast`` (vocabulary 256 + 6).
 
     Args:
         chat_template: attach :data:`CHAT_TEMPLATE`; False leaves the tokenizer without one.
+        model_max_length: the longest sequence (tokens) the model takes.
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
@@ -116,7 +117,7 @@ def build_tokenizer(chat_template: bool = True) -> Any:
         eos_token=EOS,
         pad_token=PAD,
         extra_special_tokens=[EOT, START_HEADER, END_HEADER],
-        model_max_length=TinyModelSpec.max_position_embeddings,
+        model_max_length=model_max_length,
     )
     if chat_template:
         tokenizer.chat_template = CHAT_TEMPLATE
@@ -199,7 +200,7 @@ def ensure_tiny_model(cache_dir: str | os.PathLike[str], spec: TinyModelSpec | N
     progress_bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        tokenizer = build_tokenizer(chat_template=spec.chat_template)
+        tokenizer = build_tokenizer(spec.chat_template, spec.max_position_embeddings)
         model = build_model(spec, tokenizer)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)

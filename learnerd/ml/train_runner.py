@@ -8,6 +8,11 @@ Cancellation: cancelling the awaiting task terminates the child (SIGTERM, then S
 ``terminate_grace_s``) before the cancellation propagates; the child writes nothing but its
 ``output_dir``, which the caller owns and removes (``AdapterStore.stage`` does). If the parent itself
 dies, the child sees its stdin close and exits.
+
+Start-up: a child spends seconds starting Python and importing torch, transformers and peft before
+it can train. A long-lived caller (the daemon) hides that with a :class:`WarmSpare`: one child started
+ahead of need, imports done, waiting for its request; each job takes it and a new spare is started
+when the job ends.
 """
 
 from __future__ import annotations
@@ -52,11 +57,74 @@ class TrainingFailed(Exception):
         self.returncode = returncode
 
 
+class _Child:
+    """A started worker process and the buffered reader of its protocol stream (stdout)."""
+
+    def __init__(self, process: Process) -> None:
+        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        self.process = process
+        self.events = BufferedByteReceiveStream(process.stdout)
+
+    @classmethod
+    async def spawn(cls, python: str) -> _Child:
+        return cls(await anyio.open_process([python, "-m", "learnerd.ml.train_worker"], env=_child_env()))
+
+
+class WarmSpare:
+    """Keeps one training process started ahead of need (see the module docstring).
+
+    Use as ``async with WarmSpare() as spare:`` around the daemon's lifetime and pass ``spare`` to
+    :func:`run_training`; leaving the block kills the idle spare (were the daemon killed instead, the
+    spare sees its stdin close and exits). One spare serves one job at a time; concurrent jobs beyond
+    the first start cold.
+    """
+
+    def __init__(self, python: str = sys.executable) -> None:
+        self.python = python
+        self._spare: _Child | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> WarmSpare:
+        await self.refill()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._closed = True
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            with anyio.CancelScope(shield=True):
+                await _stop(spare.process, grace_s=1.0)
+                await spare.process.aclose()
+
+    @property
+    def pid(self) -> int | None:
+        """The idle spare's pid, or None when there is none."""
+        return self._spare.process.pid if self._spare is not None else None
+
+    async def refill(self, wait_ready: bool = False) -> None:
+        """Start a spare unless one is waiting; with ``wait_ready``, return once its imports are done."""
+        if self._closed:
+            return
+        if self._spare is None or self._spare.process.returncode is not None:
+            self._spare = await _Child.spawn(self.python)
+        if wait_ready:
+            async for event in _events(self._spare.events):
+                if event.get("event") == "ready":
+                    break
+
+    async def _take(self) -> _Child:
+        spare, self._spare = self._spare, None
+        if spare is None or spare.process.returncode is not None:
+            return await _Child.spawn(self.python)
+        return spare
+
+
 async def run_training(
     request: TrainingRequest,
     *,
     on_progress: Callable[[ProgressEvent], None] | None = None,
     on_start: Callable[[int], None] | None = None,
+    spare: WarmSpare | None = None,
     python: str = sys.executable,
     terminate_grace_s: float = 5.0,
 ) -> TrainingResult:
@@ -65,14 +133,33 @@ async def run_training(
     Args:
         request: what to train; ``request.output_dir`` receives the adapter files.
         on_progress: called in the event loop with every :class:`ProgressEvent` (after each step).
-        on_start: called with the child's pid once it is running.
+        on_start: called with the child's pid once it has the request.
+        spare: take the child from this :class:`WarmSpare` (and refill it afterwards) instead of
+            starting one; ``python`` is then the spare's.
         python: the interpreter to run the worker with.
         terminate_grace_s: seconds between SIGTERM and SIGKILL when the call is cancelled.
 
     Raises:
         TrainingFailed: the child reported an error, exited without a result or was killed.
     """
-    process = await anyio.open_process([python, "-m", "learnerd.ml.train_worker"], env=_child_env())
+    child = await spare._take() if spare is not None else await _Child.spawn(python)
+    try:
+        return await _run(child, request, on_progress, on_start, terminate_grace_s)
+    finally:
+        if spare is not None:
+            with anyio.CancelScope(shield=True):
+                await spare.refill()
+
+
+async def _run(
+    child: _Child,
+    request: TrainingRequest,
+    on_progress: Callable[[ProgressEvent], None] | None,
+    on_start: Callable[[int], None] | None,
+    terminate_grace_s: float,
+) -> TrainingResult:
+    process = child.process
+    assert process.stdin is not None and process.stderr is not None
     bound = log.bind(pid=process.pid)
     bound.info("training.started", rows=len(request.rows), base_model=request.base_model_path,
                resume_from=request.resume_from, output_dir=request.output_dir)  # fmt: skip
@@ -81,13 +168,12 @@ async def run_training(
     stderr_tail: deque[str] = deque(maxlen=20)
     outcome: dict[str, Any] = {}
     try:
-        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             await process.stdin.send((request.to_json() + "\n").encode())  # if it died at once, its status says why
         async with anyio.create_task_group() as tg:
             tg.start_soon(_drain_stderr, process.stderr, stderr_tail, bound)
             last_logged = float("-inf")
-            async for event in _events(process.stdout):
+            async for event in _events(child.events):
                 kind = event.pop("event", None)
                 if kind == "progress":
                     progress = ProgressEvent(**event)
@@ -127,8 +213,7 @@ async def run_training(
     raise TrainingFailed(message, returncode=returncode)
 
 
-async def _events(stream: ByteReceiveStream) -> AsyncIterator[dict[str, Any]]:
-    buffered = BufferedByteReceiveStream(stream)
+async def _events(buffered: BufferedByteReceiveStream) -> AsyncIterator[dict[str, Any]]:
     while True:
         try:
             line = await buffered.receive_until(b"\n", MAX_LINE_BYTES)

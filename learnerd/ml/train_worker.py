@@ -4,7 +4,9 @@ Protocol (one JSON object per line, UTF-8):
 
 * **stdin**: the :class:`TrainingRequest` (one line). The worker then keeps reading stdin; end of file
   means the parent is gone, and the worker exits at once (``os._exit(3)``) rather than train for nobody.
-* **stdout**: ``{"event": "progress", ...ProgressEvent}`` after every optimizer step, then exactly one of
+* **stdout**: ``{"event": "ready"}`` once torch, transformers and peft are imported (before the request
+  is read, so a spare worker started ahead of need does its imports while it waits);
+  ``{"event": "progress", ...ProgressEvent}`` after every optimizer step, then exactly one of
   ``{"event": "result", ...TrainingResult}`` (exit status 0; the adapter is saved in ``output_dir``)
   or ``{"event": "error", "type": ..., "message": ..., "permanent": bool}`` (exit status 1).
   ``permanent`` marks bad input (an unusable base model or row) that retrying cannot fix.
@@ -100,19 +102,31 @@ def run(request: TrainingRequest, emit: Any) -> dict[str, Any]:
 
 def main() -> int:
     protocol = _private_stdout()
-    line = sys.stdin.readline()
-    threading.Thread(target=_exit_when_parent_gone, daemon=True, name="parent-watch").start()
 
     def emit(event: dict[str, Any]) -> None:
         protocol.write(json.dumps(event) + "\n")
         protocol.flush()
 
+    _preload()
+    emit({"event": "ready"})
+    line = sys.stdin.readline()
+    if not line:
+        return PARENT_GONE_EXIT_STATUS
+    threading.Thread(target=_exit_when_parent_gone, daemon=True, name="parent-watch").start()
     try:
         emit(run(TrainingRequest.from_json(line), emit))
     except Exception as exc:
         emit({"event": "error", "type": type(exc).__name__, "message": str(exc), "permanent": _is_permanent(exc)})
         return 1
     return 0
+
+
+def _preload() -> None:
+    """Import what training needs (the seconds of a worker's start-up), quietly."""
+    import peft  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
 
 
 def _is_permanent(exc: Exception) -> bool:

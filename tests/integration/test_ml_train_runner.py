@@ -20,7 +20,7 @@ from learnerd.ml.cycle import plan_cycle, train_cycle
 from learnerd.ml.hyperparams import TrainingConfig
 from learnerd.ml.lora import train_lora
 from learnerd.ml.rows import TrainingRow
-from learnerd.ml.train_runner import TrainingFailed
+from learnerd.ml.train_runner import TrainingFailed, WarmSpare
 from learnerd.store.adapters import AdapterStore, load_adapter
 from tests.conftest import cli_env
 from tests.qa_pairs import EXTRA_QA_PAIRS, QA_PAIRS
@@ -173,3 +173,25 @@ def test_kill_9_of_the_daemon_mid_training(store_with_v1, base, models_dir):
     assert [v.name for v in store_with_v1.list_versions("doc")] == ["v0001"]  # invisible to readers
     assert store_with_v1.recover() == [staging]
     _assert_only_v1_and_it_loads(store_with_v1, base)
+
+
+def test_a_warm_spare_serves_the_next_job_and_is_replaced(tmp_path, base):
+    store = AdapterStore(tmp_path)
+    pids: list[int] = []
+
+    async def main():
+        async with WarmSpare() as spare:
+            await spare.refill(wait_ready=True)  # imports done before the job arrives
+            first = spare.pid
+            cycle = functools.partial(
+                train_cycle, store, "doc", base, ROWS, TrainingConfig(learning_rate=1e-2, max_steps=2),
+                num_threads=1, on_start=pids.append, spare=spare,
+            )  # fmt: skip
+            outcome = await cycle()
+            replacement = spare.pid
+        return first, outcome, replacement
+
+    first, outcome, replacement = anyio.run(main)
+    assert pids == [first] and outcome.version.name == "v0001" and outcome.result.steps == 2
+    assert replacement not in (None, first)
+    assert _gone(first) and _gone(replacement)  # the job's child exited; leaving the block killed the spare
