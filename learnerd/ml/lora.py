@@ -73,10 +73,6 @@ class TrainingResult:
         return cls(**{**raw, "dropped": tuple(raw["dropped"])})
 
 
-class TrainingStopped(Exception):
-    """Raised out of :func:`train_lora` when ``should_stop`` returned True between two steps."""
-
-
 ProgressCallback = Callable[[ProgressEvent], None]
 
 
@@ -113,7 +109,6 @@ def train_lora(
     *,
     resume_from: str | Path | None = None,
     on_progress: ProgressCallback | None = None,
-    should_stop: Callable[[], bool] | None = None,
 ) -> tuple[Any, TrainingResult]:
     """Train a LoRA adapter on ``rows`` for one cycle of ``config.total_steps(len(rows))`` steps.
 
@@ -125,7 +120,6 @@ def train_lora(
             ``max_position_embeddings`` when shorter); ``seed`` fixes everything random.
         resume_from: a saved adapter directory to continue from, or None for a fresh adapter.
         on_progress: called after every optimizer step with a :class:`ProgressEvent`.
-        should_stop: polled between steps; returning True raises :class:`TrainingStopped`.
 
     Returns:
         ``(peft_model, result)``: the adapted model (in eval mode; ``save_pretrained`` writes the adapter).
@@ -133,7 +127,6 @@ def train_lora(
     Raises:
         RowEncodingError: a row cannot be encoded (e.g. chat rows on a base without a chat template),
             or no row has a token to learn.
-        TrainingStopped: ``should_stop`` asked to stop.
     """
     import torch
     from transformers import get_scheduler
@@ -162,8 +155,6 @@ def train_lora(
     tokens = 0
     started = time.perf_counter()
     for step in range(1, total_steps + 1):
-        if should_stop is not None and should_stop():
-            raise TrainingStopped(f"stopped before step {step} of {total_steps}")
         group = [next(batches) for _ in range(accumulation)]
         num_items = sum(_loss_tokens(b) for b in group)
         step_loss = 0.0
