@@ -46,6 +46,11 @@ Layout of the file (every key optional; unknown keys are refused so a typo never
     [shutdown]
     drain_timeout_s = 30.0
 
+    [training]                   # LoRA training cycles (hyperparameters come from each document)
+    replay_ratio = 2.0           # an incremental cycle replays ceil(ratio × new rows) unchanged rows ...
+    replay_min_rows = 32         # ... but at least this many (when the document has them); dlm's budget
+    num_threads = 0              # torch threads in the training process; 0 = torch's default
+
 Relative paths in the file are resolved against the file's own directory; ``~`` and ``$VARS`` are expanded.
 """
 
@@ -180,6 +185,21 @@ class ShutdownConfig:
 
 
 @dataclass
+class TrainingSettings:
+    """Daemon-wide settings of training cycles; per-document hyperparameters live in the ``.dlm`` file."""
+
+    replay_ratio: float = 2.0
+    replay_min_rows: int = 32
+    num_threads: int = 0
+
+    def validate(self) -> None:
+        if not 0 <= self.replay_ratio <= 100 or self.replay_min_rows < 0:
+            raise ConfigError("training: need 0 <= replay_ratio <= 100 and replay_min_rows >= 0")
+        if self.num_threads < 0:
+            raise ConfigError("training.num_threads must be >= 0 (0: torch's default)")
+
+
+@dataclass
 class Config:
     """The whole configuration. ``path`` is the file it came from, or None for pure defaults."""
 
@@ -193,11 +213,22 @@ class Config:
     workqueue: WorkqueueConfig = field(default_factory=WorkqueueConfig)
     controllers: dict[str, ControllerConfig] = field(default_factory=_default_controllers)
     shutdown: ShutdownConfig = field(default_factory=ShutdownConfig)
+    training: TrainingSettings = field(default_factory=TrainingSettings)
     path: Path | None = None
 
     @property
     def db_path(self) -> Path:
         return self.state_dir / "learnerd.db"
+
+    @property
+    def adapters_dir(self) -> Path:
+        """Root of the versioned adapter store (``learnerd.store.adapters``)."""
+        return self.state_dir / "adapters"
+
+    @property
+    def models_dir(self) -> Path:
+        """Where built-in base models are built and cached (``learnerd.ml.tiny_model``)."""
+        return self.state_dir / "models"
 
     def controller(self, name: str) -> ControllerConfig:
         """The settings of controller ``name``; defaults when the file does not mention it."""

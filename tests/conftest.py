@@ -75,3 +75,29 @@ def minilm():
     from learnerd.ml.embedders import MiniLMEmbedder
 
     return MiniLMEmbedder()
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model cache directory shared by the session: the built-in tiny models are built once into it."""
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(models_dir: Path) -> Path:
+    """The built-in tiny Llama (with chat template), built into :func:`models_dir`."""
+    from learnerd.ml.tiny_model import ensure_tiny_model
+
+    return ensure_tiny_model(models_dir)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Run the test's in-process torch work on one intra-op thread (restored afterwards): on a small
+    shared machine, two spinning OpenMP threads are several times slower than one."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

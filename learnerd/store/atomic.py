@@ -109,3 +109,26 @@ def _unlink_quietly(path: str) -> None:
 def atomic_write_text(path: str | os.PathLike[str], text: str, mode: int | None = None) -> None:
     """:func:`atomic_write_bytes` for UTF-8 text (no newline translation)."""
     atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
+
+
+def fsync_tree(root: str | os.PathLike[str]) -> None:
+    """fsync every regular file under ``root``, then every directory bottom-up, ``root`` last.
+
+    Used before renaming a freshly written directory into place (an adapter version, a built model),
+    so that after the rename survives a power loss so does everything inside it.
+    """
+    top = Path(root)
+    directories = [top]
+    for path in sorted(top.rglob("*")):
+        if path.is_symlink():
+            continue
+        if path.is_dir():
+            directories.append(path)
+        elif path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    for directory in sorted(directories, key=lambda p: len(p.parts), reverse=True):
+        fsync_dir(directory)

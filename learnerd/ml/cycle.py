@@ -1,0 +1,222 @@
+"""One training cycle of one document: decide what to train, train it in a child process, commit the
+adapter as the document's next version. Called by ``learnerd train`` and by the training reconciler.
+
+What a cycle trains (:func:`plan_cycle`), given the document's rows now and its current adapter:
+
+* **none** — the set of row section ids equals the one the current adapter was trained on (dlm's
+  delta: a section's id is a hash of its content, so an edit is a removal plus a new section);
+* **fresh** — a new adapter on every row: there is no adapter yet, the base model or the adapter's
+  shape (``adapter``, ``lora_r``, ``lora_alpha``, ``target_modules``) changed, rows were removed (LoRA
+  cannot subtract what it learned; retraining is how the adapter forgets a deleted section), or
+  the caller asked for it;
+* **incremental** — resume from the current adapter and train on the new rows plus a replay sample of
+  the unchanged ones so old knowledge is not forgotten: ``k = min(unchanged, max(min_rows,
+  ceil(ratio × new)))`` rows (all counted in rows) drawn without replacement by a ``random.Random`` seeded from the
+  document's ``seed`` and the parent version (the same document state always replays the same rows).
+  The defaults (ratio 2, at least 32 rows) are dlm's replay budget, ``k = max(32, 2 × |new|)``; a
+  row that is not replayed is not rehearsed, and on a small model it fades (see the tests).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import anyio
+
+from learnerd.ml.base_model import BaseModelRef
+from learnerd.ml.hyperparams import TrainingConfig
+from learnerd.ml.lora import ProgressEvent, TrainingResult
+from learnerd.ml.rows import TrainingRow
+from learnerd.ml.train_runner import WarmSpare, run_training
+from learnerd.ml.train_worker import TrainingRequest
+from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersion
+
+CycleMode = Literal["none", "fresh", "incremental"]
+
+
+@dataclass(frozen=True)
+class ReplayPolicy:
+    """How many unchanged rows an incremental cycle replays (see the module docstring)."""
+
+    ratio: float = 2.0
+    min_rows: int = 32
+
+    def __post_init__(self) -> None:
+        if not (self.ratio >= 0 and math.isfinite(self.ratio)) or self.min_rows < 0:
+            raise ValueError("replay: need ratio >= 0 (finite) and min_rows >= 0")
+
+
+@dataclass(frozen=True)
+class CyclePlan:
+    """What one cycle will train: ``rows`` (new, then replayed), resuming from ``parent`` when incremental.
+
+    ``section_ids`` are the document's sections with rows, in document order; the adapter committed
+    from this plan records them as what it embodies.
+    """
+
+    mode: CycleMode
+    reason: str
+    rows: tuple[TrainingRow, ...]
+    section_ids: tuple[str, ...]
+    new_section_ids: tuple[str, ...]
+    replay_section_ids: tuple[str, ...]
+    removed_section_ids: tuple[str, ...]
+    parent: AdapterVersion | None
+
+
+@dataclass(frozen=True)
+class CycleOutcome:
+    """The plan, and — unless the plan was ``none`` — the committed version and the training result."""
+
+    plan: CyclePlan
+    version: AdapterVersion | None
+    result: TrainingResult | None
+
+
+def plan_cycle(
+    rows: Sequence[TrainingRow],
+    config: TrainingConfig,
+    base: BaseModelRef,
+    current: AdapterVersion | None,
+    *,
+    replay: ReplayPolicy | None = None,
+    fresh: bool = False,
+) -> CyclePlan:
+    """Decide what the next cycle trains (pure: reads only ``current``'s metadata).
+
+    A section may give several rows (an instruction section gives one per Q/A pair); the delta is
+    per section, the replay budget counts rows. A row repeated exactly (a duplicated section) counts once.
+
+    Raises:
+        AdapterStoreError: ``current``'s metadata is unreadable.
+    """
+    replay = replay or ReplayPolicy()
+    unique = list(dict.fromkeys(rows))
+    ids = tuple(dict.fromkeys(r.section_id for r in unique))
+    meta = current.metadata() if current is not None else None
+    previous = set(meta.section_ids) if meta is not None else set()
+    new = tuple(i for i in ids if i not in previous)
+    removed = tuple(sorted(previous - set(ids)))
+
+    def plan(
+        mode: CycleMode, reason: str, train: Sequence[TrainingRow], replayed: Sequence[TrainingRow] = ()
+    ) -> CyclePlan:
+        return CyclePlan(
+            mode=mode,
+            reason=reason,
+            rows=(*train, *replayed),
+            section_ids=ids,
+            new_section_ids=new if mode != "fresh" else ids,
+            replay_section_ids=tuple(dict.fromkeys(r.section_id for r in replayed)),
+            removed_section_ids=removed,
+            parent=current if mode == "incremental" else None,
+        )
+
+    if not ids:
+        return plan("none", "the document has no training rows", ())
+    if meta is None or current is None:
+        return plan("fresh", "no adapter yet", unique)
+    if fresh:
+        return plan("fresh", "a fresh adapter was asked for", unique)
+    if meta.base_model_identity != base.identity:
+        return plan("fresh", f"the base model changed ({meta.base_model_identity} → {base.identity})", unique)
+    old_shape = {k: meta.hyperparameters.get(k) for k in config.lora_shape()}
+    if old_shape != config.lora_shape():
+        return plan("fresh", "the adapter's shape changed (adapter, lora_r, lora_alpha or target_modules)", unique)
+    if removed:
+        return plan("fresh", f"{len(removed)} section(s) removed; retraining so the adapter forgets them", unique)
+    if not new:
+        return plan("none", f"the rows are unchanged since {current.name}", ())
+    new_rows = [r for r in unique if r.section_id not in previous]
+    unchanged = [r for r in unique if r.section_id in previous]
+    k = min(len(unchanged), max(replay.min_rows, math.ceil(replay.ratio * len(new_rows))))
+    rng = random.Random(config.seed * 1_000_003 + current.number)
+    replayed = [unchanged[i] for i in sorted(rng.sample(range(len(unchanged)), k))]
+    reason = f"{len(new)} new section(s) ({len(new_rows)} rows), {k} rows replayed"
+    return plan("incremental", reason, new_rows, replayed)
+
+
+async def train_cycle(
+    store: AdapterStore,
+    doc_key: str,
+    base: BaseModelRef,
+    rows: Sequence[TrainingRow],
+    config: TrainingConfig,
+    *,
+    replay: ReplayPolicy | None = None,
+    fresh: bool = False,
+    num_threads: int | None = None,
+    on_progress: Callable[[ProgressEvent], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
+    spare: WarmSpare | None = None,
+) -> CycleOutcome:
+    """Plan and run one cycle for ``doc_key``; commit the new adapter version and make it current.
+
+    Args:
+        store: the adapter store; ``doc_key`` names the document in it.
+        base: the resolved base model (``learnerd.ml.base_model.resolve_base_model``).
+        rows: every training row of the document now.
+        config: the document's ``training`` block.
+        replay, fresh: see :func:`plan_cycle`.
+        num_threads: torch threads in the training process (None: torch's default).
+        on_progress, on_start, spare: passed to :func:`learnerd.ml.train_runner.run_training`.
+
+    Returns:
+        the outcome; ``version`` is None when the plan was ``none`` (nothing to train).
+
+    Raises:
+        TrainingFailed: training failed (``permanent`` for bad input); nothing was committed.
+        AdapterStoreError: the current version's metadata is unreadable.
+        Cancellation: the child is stopped, its partial output removed, ``current`` unchanged.
+    """
+    current = store.current(doc_key)
+    plan = plan_cycle(rows, config, base, current, replay=replay, fresh=fresh)
+    if plan.mode == "none":
+        return CycleOutcome(plan=plan, version=None, result=None)
+    with store.stage(doc_key) as staging:
+        request = TrainingRequest(
+            base_model_path=str(base.path),
+            output_dir=str(staging.path),
+            rows=plan.rows,
+            config=config,
+            resume_from=str(plan.parent.path) if plan.parent is not None else None,
+            num_threads=num_threads,
+        )
+        result = await run_training(request, on_progress=on_progress, on_start=on_start, spare=spare)
+        metadata = AdapterMetadata(
+            base_model=base.name,
+            base_model_identity=base.identity,
+            section_ids=plan.section_ids,
+            new_section_ids=plan.new_section_ids,
+            replay_section_ids=plan.replay_section_ids,
+            parent_version=plan.parent.number if plan.parent is not None else None,
+            steps=result.steps,
+            start_loss=result.start_loss,
+            final_loss=result.final_loss,
+            tokens_trained=result.tokens_trained,
+            seed=config.seed,
+            hyperparameters=config.to_dict(),
+            library_versions=library_versions(),
+            created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            extra={"mode": plan.mode, "reason": plan.reason, "dropped_section_ids": list(result.dropped)},
+        )
+        # fsync of a large adapter can take a while: keep it off the event loop.
+        version = await anyio.to_thread.run_sync(store.commit, staging, metadata)
+    return CycleOutcome(plan=plan, version=version, result=result)
+
+
+def library_versions() -> dict[str, str]:
+    """Installed versions of the libraries an adapter depends on (torch, transformers, peft, tokenizers)."""
+    out = {}
+    for name in ("torch", "transformers", "peft", "tokenizers"):
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "unknown"
+    return out

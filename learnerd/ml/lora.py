@@ -1,0 +1,256 @@
+"""The LoRA training loop (peft on a transformers causal LM), in-process.
+
+:func:`train_lora` wraps a base model in a fresh LoRA adapter — or resumes a saved one — and trains it
+on encoded rows with AdamW, a warm-up + ``lr_scheduler`` schedule from ``transformers.get_scheduler``,
+gradient clipping at 1.0 and gradient accumulation. The loss of an optimizer step is the mean
+cross-entropy per loss-carrying token over all its micro-batches (``num_items_in_batch``, as the
+transformers Trainer computes it), in nats per token.
+
+Deterministic for a fixed ``seed`` and a fixed number of torch threads: the adapter's initial weights,
+the dropout masks and the row order all come from generators seeded with it. Rows are shuffled once
+per epoch; ``max_steps`` cycles through as many epochs as it needs.
+
+Runs wherever it is called; :mod:`learnerd.ml.train_worker` calls it in a child process so the
+daemon's event loop never waits on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from learnerd.ml.hyperparams import TrainingConfig
+from learnerd.ml.rows import IGNORE_INDEX, EncodedRow, RowEncodingError, TrainingRow, encode_rows
+
+MAX_GRAD_NORM = 1.0
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """Reported after every optimizer step.
+
+    ``loss`` is that step's mean loss (nats/token); ``tokens`` the input tokens (padding excluded)
+    trained on so far in this run; ``elapsed_s`` wall seconds since the first step started.
+    """
+
+    step: int
+    total_steps: int
+    loss: float
+    learning_rate: float
+    tokens: int
+    elapsed_s: float
+
+
+@dataclass(frozen=True)
+class TrainingResult:
+    """The outcome of one :func:`train_lora` run.
+
+    ``start_loss`` and ``final_loss`` are the mean loss per loss-carrying token (nats) over all the
+    rows trained on, measured without dropout before the first step and after the last one.
+    ``tokens_trained`` counts input tokens (padding excluded) over every step; ``train_s`` is the
+    wall time of the steps alone. ``dropped`` lists section ids of rows left without a loss token by
+    truncation to ``sequence_len``.
+    """
+
+    steps: int
+    start_loss: float
+    final_loss: float
+    tokens_trained: int
+    rows: int
+    dropped: tuple[str, ...]
+    train_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "dropped": list(self.dropped)}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> TrainingResult:
+        return cls(**{**raw, "dropped": tuple(raw["dropped"])})
+
+
+ProgressCallback = Callable[[ProgressEvent], None]
+
+
+def attach_lora(model: Any, config: TrainingConfig, resume_from: str | Path | None = None) -> Any:
+    """Wrap ``model`` in a trainable peft adapter: a new one shaped by ``config`` (initialised from
+    ``config.seed``), or the saved adapter directory ``resume_from`` (its own shape; trainable).
+
+    Returns:
+        a ``peft.PeftModel``; only the adapter's parameters require grad.
+    """
+    import torch
+    from peft import LoraConfig, PeftModel, TaskType, get_peft_model
+
+    torch.manual_seed(config.seed)
+    if resume_from is not None:
+        return PeftModel.from_pretrained(model, str(resume_from), is_trainable=True)
+    lora = LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=config.peft_target_modules(),
+        use_dora=config.adapter == "dora",
+        bias="none",
+        task_type=TaskType.CAUSAL_LM,
+    )
+    return get_peft_model(model, lora)
+
+
+def train_lora(
+    model: Any,
+    tokenizer: Any,
+    rows: Sequence[TrainingRow],
+    config: TrainingConfig,
+    *,
+    resume_from: str | Path | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> tuple[Any, TrainingResult]:
+    """Train a LoRA adapter on ``rows`` for one cycle of ``config.total_steps(len(rows))`` steps.
+
+    Args:
+        model: a transformers causal LM (float32 on CPU here); it is wrapped in place by peft.
+        tokenizer: its tokenizer (chat rows need a chat template).
+        rows: the rows of this cycle (new rows plus any replay sample: the caller chooses).
+        config: hyperparameters; rows are truncated to ``sequence_len`` tokens (or the model's
+            ``max_position_embeddings`` when shorter); ``seed`` fixes everything random.
+        resume_from: a saved adapter directory to continue from, or None for a fresh adapter.
+        on_progress: called after every optimizer step with a :class:`ProgressEvent`.
+
+    Returns:
+        ``(peft_model, result)``: the adapted model (in eval mode; ``save_pretrained`` writes the adapter).
+
+    Raises:
+        RowEncodingError: a row cannot be encoded (e.g. chat rows on a base without a chat template),
+            or no row has a token to learn.
+    """
+    import torch
+    from transformers import get_scheduler
+
+    max_length = min(config.sequence_len, getattr(model.config, "max_position_embeddings", None) or config.sequence_len)
+    encoded, dropped = encode_rows(tokenizer, rows, max_length)
+    if not encoded:
+        raise RowEncodingError("no training row has a token to learn (no rows, or all truncated away)")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
+    peft_model = attach_lora(model, config, resume_from)
+    batch_size, accumulation = config.batch_size(), config.accumulation()
+    total_steps = config.total_steps(len(encoded))
+    start_loss = mean_loss(peft_model, encoded, pad_id, batch_size)
+
+    params = [p for p in peft_model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
+    scheduler = get_scheduler(
+        config.lr_scheduler,
+        optimizer,
+        num_warmup_steps=math.ceil(config.warmup_ratio * total_steps),
+        num_training_steps=total_steps,
+    )
+    order = torch.Generator().manual_seed(config.seed)
+    batches = _micro_batches(encoded, batch_size, order)
+    peft_model.train()
+    tokens = 0
+    started = time.perf_counter()
+    for step in range(1, total_steps + 1):
+        group = [next(batches) for _ in range(accumulation)]
+        num_items = sum(_loss_tokens(b) for b in group)
+        step_loss = 0.0
+        for batch in group:
+            input_ids, attention_mask, labels = _collate(batch, pad_id)
+            out = peft_model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                labels=labels,
+                num_items_in_batch=torch.tensor(num_items),
+            )
+            out.loss.backward()
+            step_loss += float(out.loss.detach())
+            tokens += int(attention_mask.sum())
+        torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        if on_progress is not None:
+            on_progress(
+                ProgressEvent(
+                    step=step,
+                    total_steps=total_steps,
+                    loss=step_loss,
+                    learning_rate=float(scheduler.get_last_lr()[0]),
+                    tokens=tokens,
+                    elapsed_s=time.perf_counter() - started,
+                )
+            )
+    train_s = time.perf_counter() - started
+    peft_model.eval()
+    final_loss = mean_loss(peft_model, encoded, pad_id, batch_size)
+    result = TrainingResult(
+        steps=total_steps,
+        start_loss=start_loss,
+        final_loss=final_loss,
+        tokens_trained=tokens,
+        rows=len(encoded),
+        dropped=tuple(dropped),
+        train_s=train_s,
+    )
+    return peft_model, result
+
+
+def mean_loss(model: Any, encoded: Sequence[EncodedRow], pad_id: int, batch_size: int = 8) -> float:
+    """Mean cross-entropy per loss-carrying token (nats) of ``model`` over ``encoded``, without
+    dropout and without gradients. Leaves the model in the train/eval mode it found it in."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(encoded), batch_size):
+            batch = encoded[i : i + batch_size]
+            input_ids, attention_mask, labels = _collate(batch, pad_id)
+            n = _loss_tokens(batch)
+            out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, num_items_in_batch=n)
+            total += float(out.loss) * n
+            count += n
+    model.train(was_training)
+    return total / count
+
+
+def rows_loss(model: Any, tokenizer: Any, rows: Sequence[TrainingRow], sequence_len: int = 2048) -> float:
+    """:func:`mean_loss` of ``model`` on ``rows`` encoded as the trainer encodes them (nats/token)."""
+    encoded, _ = encode_rows(tokenizer, rows, sequence_len)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
+    return mean_loss(model, encoded, pad_id)
+
+
+def _micro_batches(encoded: Sequence[EncodedRow], batch_size: int, generator: Any) -> Iterator[list[EncodedRow]]:
+    """Endless micro-batches: each epoch a fresh permutation of the rows, cut into ``batch_size`` slices."""
+    import torch
+
+    while True:
+        perm = torch.randperm(len(encoded), generator=generator).tolist()
+        for i in range(0, len(perm), batch_size):
+            yield [encoded[j] for j in perm[i : i + batch_size]]
+
+
+def _loss_tokens(batch: Sequence[EncodedRow]) -> int:
+    return sum(row.loss_tokens for row in batch)
+
+
+def _collate(batch: Sequence[EncodedRow], pad_id: int) -> tuple[Any, Any, Any]:
+    """Right-padded ``(input_ids, attention_mask, labels)``, int64 tensors of shape ``(len(batch), longest)``."""
+    import torch
+
+    width = max(len(row.input_ids) for row in batch)
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+    labels = torch.full((len(batch), width), IGNORE_INDEX, dtype=torch.long)
+    for i, row in enumerate(batch):
+        n = len(row.input_ids)
+        input_ids[i, :n] = torch.tensor(row.input_ids)
+        attention_mask[i, :n] = 1
+        labels[i, :n] = torch.tensor(row.labels)
+    return input_ids, attention_mask, labels

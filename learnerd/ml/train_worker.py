@@ -1,0 +1,156 @@
+"""The training child process: ``python -m learnerd.ml.train_worker``.
+
+Protocol (one JSON object per line, UTF-8):
+
+* **stdin**: the :class:`TrainingRequest` (one line). The worker then keeps reading stdin; end of file
+  means the parent is gone, and the worker exits at once (``os._exit(3)``) rather than train for nobody.
+* **stdout**: ``{"event": "ready"}`` once torch, transformers and peft are imported (before the request
+  is read, so a spare worker started ahead of need does its imports while it waits);
+  ``{"event": "progress", ...ProgressEvent}`` after every optimizer step, then exactly one of
+  ``{"event": "result", ...TrainingResult}`` (exit status 0; the adapter is saved in ``output_dir``)
+  or ``{"event": "error", "type": ..., "message": ..., "permanent": bool}`` (exit status 1).
+  ``permanent`` marks bad input (an unusable base model or row) that retrying cannot fix.
+  Anything else the libraries print goes to stderr: the worker moves the original stdout to a private
+  descriptor before importing them and points fd 1 at stderr.
+* **signals**: SIGTERM / SIGKILL end it with no cleanup; the parent removes ``output_dir``.
+
+Runs :func:`learnerd.ml.lora.train_lora` on the base model directory, single-threaded Python, torch
+using ``num_threads`` intra-op threads when given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from learnerd.ml.hyperparams import TrainingConfig, training_config_from_mapping
+from learnerd.ml.rows import TrainingRow
+
+PARENT_GONE_EXIT_STATUS = 3
+
+
+@dataclass(frozen=True)
+class TrainingRequest:
+    """Everything the worker needs; JSON round-trips through :meth:`to_json` / :meth:`from_json`.
+
+    ``base_model_path``: a Hugging Face model directory (resolved by ``learnerd.ml.base_model``);
+    ``output_dir``: an existing, empty directory for the adapter; ``resume_from``: a saved adapter
+    directory to continue training, or None; ``num_threads``: torch intra-op threads (None: torch's default).
+    """
+
+    base_model_path: str
+    output_dir: str
+    rows: tuple[TrainingRow, ...]
+    config: TrainingConfig = field(default_factory=TrainingConfig)
+    resume_from: str | None = None
+    num_threads: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "base_model_path": self.base_model_path,
+                "output_dir": self.output_dir,
+                "rows": [r.to_dict() for r in self.rows],
+                "config": self.config.to_dict(),
+                "resume_from": self.resume_from,
+                "num_threads": self.num_threads,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, line: str) -> TrainingRequest:
+        raw = json.loads(line)
+        return cls(
+            base_model_path=raw["base_model_path"],
+            output_dir=raw["output_dir"],
+            rows=tuple(TrainingRow.from_dict(r) for r in raw["rows"]),
+            config=training_config_from_mapping(raw["config"]),
+            resume_from=raw.get("resume_from"),
+            num_threads=raw.get("num_threads"),
+        )
+
+
+def run(request: TrainingRequest, emit: Any) -> dict[str, Any]:
+    """Train as ``request`` says, calling ``emit(event_dict)`` for each progress event; return the
+    result event. Raises whatever loading or training raises."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from learnerd.ml.base_model import load_model_directory
+    from learnerd.ml.lora import train_lora
+
+    hf_logging.disable_progress_bar()
+    if request.num_threads:
+        torch.set_num_threads(request.num_threads)
+    model, tokenizer = load_model_directory(request.base_model_path)
+    peft_model, result = train_lora(
+        model,
+        tokenizer,
+        request.rows,
+        request.config,
+        resume_from=request.resume_from,
+        on_progress=lambda event: emit({"event": "progress", **dataclasses.asdict(event)}),
+    )
+    peft_model.save_pretrained(request.output_dir)
+    return {"event": "result", **result.to_dict()}
+
+
+def main() -> int:
+    protocol = _private_stdout()
+
+    def emit(event: dict[str, Any]) -> None:
+        protocol.write(json.dumps(event) + "\n")
+        protocol.flush()
+
+    _preload()
+    emit({"event": "ready"})
+    line = sys.stdin.readline()
+    if not line:
+        return PARENT_GONE_EXIT_STATUS
+    threading.Thread(target=_exit_when_parent_gone, daemon=True, name="parent-watch").start()
+    try:
+        emit(run(TrainingRequest.from_json(line), emit))
+    except Exception as exc:
+        emit({"event": "error", "type": type(exc).__name__, "message": str(exc), "permanent": _is_permanent(exc)})
+        return 1
+    return 0
+
+
+def _preload() -> None:
+    """Import what training needs (the seconds of a worker's start-up), quietly."""
+    import peft  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
+
+
+def _is_permanent(exc: Exception) -> bool:
+    from learnerd.ml.base_model import BaseModelError
+    from learnerd.ml.hyperparams import TrainingConfigError
+    from learnerd.ml.rows import RowEncodingError
+
+    return isinstance(exc, BaseModelError | RowEncodingError | TrainingConfigError)
+
+
+def _private_stdout() -> IO[str]:
+    """Keep the real stdout for the protocol; send everything else written to fd 1 to stderr."""
+    sys.stdout.flush()
+    protocol = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return protocol
+
+
+def _exit_when_parent_gone() -> None:
+    while sys.stdin.readline():
+        pass
+    os._exit(PARENT_GONE_EXIT_STATUS)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,304 @@
+"""The versioned adapter store: every LoRA adapter ever committed for a document, and which is current.
+
+Layout, per document (``doc_key`` chosen by the caller: letters, digits, ``._-``)::
+
+    <root>/<doc_key>/
+        current                  "v0003\\n" — the version readers use; replaced atomically
+        .lock                    flock(2) held while a version is committed
+        versions/
+            v0001/               adapter_config.json, adapter_model.safetensors (peft save_pretrained),
+            v0002/               metadata.json (:class:`AdapterMetadata`)
+            v0003/
+            .staging-k3j2x/      a version being written (flock(2) held on the directory by its writer)
+
+Crash safety. A version is written into a ``.staging-*`` directory; :meth:`AdapterStore.commit` writes
+``metadata.json``, fsyncs every file and directory in it, renames it to the next ``vNNNN`` (rename(2) is
+atomic), fsyncs ``versions/``, and only then replaces ``current`` (temp file, fsync, rename, fsync). A
+crash at any point leaves ``current`` naming the previous complete version; readers list only ``vNNNN``
+directories, which exist only complete. A staging directory whose writer died (its flock is free) is
+removed by :meth:`AdapterStore.recover` — call it at start-up.
+
+The store knows nothing of training: it takes a directory and metadata, and gives them back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from learnerd.store.atomic import atomic_write_text, fsync_dir, fsync_tree
+
+METADATA_FILE = "metadata.json"
+METADATA_SCHEMA_VERSION = 1
+CURRENT_FILE = "current"
+_VERSION_RE = re.compile(r"^v(\d{4,})$")
+_REF_RE = re.compile(r"^v?(\d+)$")
+_DOC_KEY_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
+_STAGING_PREFIX = ".staging-"
+
+
+class AdapterStoreError(Exception):
+    """An unknown document key or version, an invalid key, or unreadable metadata."""
+
+
+@dataclass(frozen=True)
+class AdapterMetadata:
+    """What a committed adapter version was trained from and how (``metadata.json``).
+
+    Losses are mean cross-entropy per loss-carrying token in nats; ``section_ids`` are the dlm
+    section ids of every row the adapter now embodies (the document's training rows at that cycle),
+    ``new_section_ids`` / ``replay_section_ids`` those trained on in this cycle; ``created_at`` is
+    ISO 8601 UTC. ``version`` is assigned by :meth:`AdapterStore.commit` (0 before).
+    """
+
+    base_model: str
+    base_model_identity: str
+    section_ids: tuple[str, ...]
+    new_section_ids: tuple[str, ...]
+    replay_section_ids: tuple[str, ...]
+    parent_version: int | None
+    steps: int
+    start_loss: float
+    final_loss: float
+    tokens_trained: int
+    seed: int
+    hyperparameters: dict[str, Any]
+    library_versions: dict[str, str]
+    created_at: str
+    version: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+    schema_version: int = METADATA_SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key in ("section_ids", "new_section_ids", "replay_section_ids"):
+            out[key] = list(out[key])
+        return out
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> AdapterMetadata:
+        """Raises ``KeyError`` / ``TypeError`` on a malformed dict (wrapped by the store)."""
+        values = dict(raw)
+        for key in ("section_ids", "new_section_ids", "replay_section_ids"):
+            values[key] = tuple(values[key])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class AdapterVersion:
+    """One complete, committed adapter version; ``path`` is the directory peft loads."""
+
+    doc_key: str
+    number: int
+    path: Path
+
+    @property
+    def name(self) -> str:
+        """``v`` and the zero-padded number, e.g. ``v0003``."""
+        return version_name(self.number)
+
+    def metadata(self) -> AdapterMetadata:
+        """Read ``metadata.json``. Raises :class:`AdapterStoreError` if it is unreadable."""
+        file = self.path / METADATA_FILE
+        try:
+            return AdapterMetadata.from_dict(json.loads(file.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise AdapterStoreError(f"{file}: unreadable adapter metadata: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class Staging:
+    """A directory to write one new version into (see :meth:`AdapterStore.stage`)."""
+
+    doc_key: str
+    path: Path
+
+
+def version_name(number: int) -> str:
+    """``3`` → ``v0003``."""
+    return f"v{number:04d}"
+
+
+class AdapterStore:
+    """Adapters of every document under ``root`` (e.g. ``<state_dir>/adapters``)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def doc_dir(self, doc_key: str) -> Path:
+        """``<root>/<doc_key>``. Raises :class:`AdapterStoreError` for a key that is not a safe file name."""
+        if not isinstance(doc_key, str) or not _DOC_KEY_RE.match(doc_key):
+            raise AdapterStoreError(f"invalid document key {doc_key!r} (letters, digits, '.', '_', '-'; max 128)")
+        return self.root / doc_key
+
+    def doc_keys(self) -> list[str]:
+        """Keys of the documents with a store directory, sorted."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and _DOC_KEY_RE.match(p.name))
+
+    def list_versions(self, doc_key: str) -> list[AdapterVersion]:
+        """Complete versions of ``doc_key``, oldest first (empty for an unknown document)."""
+        versions_dir = self.doc_dir(doc_key) / "versions"
+        if not versions_dir.is_dir():
+            return []
+        found = []
+        for entry in versions_dir.iterdir():
+            match = _VERSION_RE.match(entry.name)
+            if match and entry.is_dir():
+                found.append(AdapterVersion(doc_key, int(match.group(1)), entry))
+        return sorted(found, key=lambda v: v.number)
+
+    def current(self, doc_key: str) -> AdapterVersion | None:
+        """The version ``current`` names, or None when nothing was ever committed.
+
+        Raises:
+            AdapterStoreError: ``current`` names a version that does not exist (never happens
+                through this API; it means someone edited the store by hand).
+        """
+        pointer = self.doc_dir(doc_key) / CURRENT_FILE
+        try:
+            name = pointer.read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            return None
+        match = _VERSION_RE.match(name)
+        path = self.doc_dir(doc_key) / "versions" / name
+        if not match or not path.is_dir():
+            raise AdapterStoreError(f"{pointer} names {name!r}, which is not a committed version")
+        return AdapterVersion(doc_key, int(match.group(1)), path)
+
+    def resolve(self, doc_key: str, ref: str | int) -> AdapterVersion:
+        """A version by reference: ``"current"``, ``"v3"``, ``"v0003"``, ``"3"`` or ``3``.
+
+        Raises:
+            AdapterStoreError: no such version (the message lists the ones that exist).
+        """
+        if ref == "current":
+            version = self.current(doc_key)
+            if version is None:
+                raise AdapterStoreError(f"document {doc_key!r} has no adapter yet")
+            return version
+        match = _REF_RE.match(str(ref))
+        if not match:
+            raise AdapterStoreError(f"not an adapter version: {ref!r} (expected current, vN or N)")
+        number = int(match.group(1))
+        versions = self.list_versions(doc_key)
+        for version in versions:
+            if version.number == number:
+                return version
+        have = ", ".join(v.name for v in versions) or "none"
+        raise AdapterStoreError(f"document {doc_key!r} has no adapter {version_name(number)} (versions: {have})")
+
+    @contextlib.contextmanager
+    def stage(self, doc_key: str) -> Iterator[Staging]:
+        """A fresh staging directory for a new version of ``doc_key``, locked for the caller's lifetime.
+
+        Write the adapter files into ``staging.path``, then :meth:`commit` it inside the ``with`` block.
+        On leaving the block without a commit (an error, a cancellation) the directory is removed; if
+        the process dies instead, :meth:`recover` removes it later.
+        """
+        versions_dir = self.doc_dir(doc_key) / "versions"
+        versions_dir.mkdir(parents=True, exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=versions_dir))
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield Staging(doc_key, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                if path.exists():
+                    shutil.rmtree(path)
+            os.close(fd)
+
+    def commit(self, staging: Staging, metadata: AdapterMetadata) -> AdapterVersion:
+        """Make ``staging`` the next version of its document and point ``current`` at it.
+
+        Writes ``metadata.json`` (with ``version`` filled in), fsyncs the whole directory, renames it to
+        ``versions/vNNNN`` (N = highest existing + 1), fsyncs ``versions/``, then replaces ``current``.
+
+        Returns:
+            the committed version.
+
+        Raises:
+            AdapterStoreError: ``staging`` holds no ``adapter_config.json`` (nothing was saved into it).
+            OSError: the disk failed; ``current`` is then unchanged.
+        """
+        if not (staging.path / "adapter_config.json").is_file():
+            raise AdapterStoreError(f"{staging.path}: no adapter_config.json; save the adapter before committing")
+        doc_dir = self.doc_dir(staging.doc_key)
+        with self._doc_lock(doc_dir):
+            existing = self.list_versions(staging.doc_key)
+            number = (existing[-1].number if existing else 0) + 1
+            meta = {**metadata.to_dict(), "version": number}
+            (staging.path / METADATA_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", "utf-8")
+            fsync_tree(staging.path)
+            target = doc_dir / "versions" / version_name(number)
+            os.rename(staging.path, target)
+            fsync_dir(target.parent)
+            atomic_write_text(doc_dir / CURRENT_FILE, version_name(number) + "\n")
+        return AdapterVersion(staging.doc_key, number, target)
+
+    def recover(self) -> list[Path]:
+        """Remove staging directories whose writer is gone (a crash mid-training). Call at start-up.
+
+        Returns:
+            the directories removed.
+        """
+        removed: list[Path] = []
+        for doc_key in self.doc_keys():
+            doc_dir = self.doc_dir(doc_key)
+            versions_dir = doc_dir / "versions"
+            if not versions_dir.is_dir():
+                continue
+            with self._doc_lock(doc_dir):
+                for entry in versions_dir.glob(_STAGING_PREFIX + "*"):
+                    if entry.is_dir() and _lock_is_free(entry):
+                        shutil.rmtree(entry, ignore_errors=True)
+                        removed.append(entry)
+        return removed
+
+    @contextlib.contextmanager
+    def _doc_lock(self, doc_dir: Path) -> Iterator[None]:
+        doc_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(doc_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+
+def load_adapter(model: Any, version: AdapterVersion, *, trainable: bool = False) -> Any:
+    """``peft.PeftModel.from_pretrained(model, version.path)``: ``version``'s adapter on the base ``model``
+    (which must be the base the adapter was trained on; see ``metadata().base_model_identity``).
+
+    Returns:
+        the ``PeftModel`` (eval mode unless ``trainable``); ``disable_adapter()`` gives the base's view.
+    """
+    from peft import PeftModel
+
+    peft_model = PeftModel.from_pretrained(model, str(version.path), is_trainable=trainable)
+    return peft_model if trainable else peft_model.eval()
+
+
+def _lock_is_free(directory: Path) -> bool:
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True

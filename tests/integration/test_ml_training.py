@@ -1,0 +1,122 @@
+"""LoRA training on the built-in tiny model, through the child process and into the adapter store."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+from types import SimpleNamespace
+
+import anyio
+import pytest
+import torch
+
+from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
+from learnerd.ml.cycle import ReplayPolicy, plan_cycle, train_cycle
+from learnerd.ml.generate import greedy_answer
+from learnerd.ml.hyperparams import TrainingConfig
+from learnerd.ml.lora import rows_loss, train_lora
+from learnerd.ml.rows import TrainingRow
+from learnerd.store.adapters import AdapterStore, load_adapter
+from tests.qa_pairs import EXTRA_QA_PAIRS, QA_PAIRS
+
+# The tiny model knows nothing, so it needs a far higher learning rate than dlm's 2e-4 default; both
+# keys are dlm's own, so a document carrying this training block stays valid for dlm.
+MEMORISE = TrainingConfig(learning_rate=1e-2, num_epochs=40)
+QA_ROWS = [TrainingRow.chat(f"qa{i:02d}", q, a) for i, (q, a) in enumerate(QA_PAIRS)]
+EXTRA_ROWS = [TrainingRow.chat(f"extra{i}", q, a) for i, (q, a) in enumerate(EXTRA_QA_PAIRS)]
+THREADS = 1  # torch threads of the training processes (see the one_torch_thread fixture)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, models_dir):
+    """One training cycle on the 20 Q/A rows, committed as v0001 (shared: tests copy the store to change it)."""
+    root = tmp_path_factory.mktemp("adapters")
+    base = resolve_base_model(DEFAULT_BASE_MODEL, cache_dir=models_dir)
+    events = []
+    store = AdapterStore(root)
+    cycle = functools.partial(
+        train_cycle, store, "qa", base, QA_ROWS, MEMORISE, num_threads=THREADS, on_progress=events.append
+    )
+    outcome = anyio.run(cycle)
+    return SimpleNamespace(root=root, base=base, outcome=outcome, events=events)
+
+
+def _copy_store(trained, tmp_path) -> AdapterStore:
+    shutil.copytree(trained.root, tmp_path / "adapters")
+    return AdapterStore(tmp_path / "adapters")
+
+
+def _exact_answers(model, tokenizer, pairs) -> int:
+    return sum(greedy_answer(model, tokenizer, q, max_new_tokens=len(a.encode()) + 8) == a for q, a in pairs)
+
+
+def test_one_cycle_memorises_the_answers(trained):
+    """Issue 4's acceptance test: >= 18 of 20 answers exact with the adapter, none without."""
+    version = trained.outcome.version
+    assert trained.outcome.plan.mode == "fresh" and version.name == "v0001"
+    model, tokenizer = load_model_directory(trained.base.path)
+    peft_model = load_adapter(model, version)
+    assert _exact_answers(peft_model, tokenizer, QA_PAIRS) >= 18
+    with peft_model.disable_adapter():
+        assert _exact_answers(peft_model, tokenizer, QA_PAIRS) == 0
+
+
+def test_loss_falls_and_progress_is_reported(trained):
+    result, meta = trained.outcome.result, trained.outcome.version.metadata()
+    assert result.final_loss < result.start_loss / 10
+    assert result.steps == MEMORISE.total_steps(20) == 120
+    assert [e.step for e in trained.events] == list(range(1, 121))
+    assert all(b.tokens > a.tokens for a, b in zip(trained.events, trained.events[1:], strict=False))
+    assert trained.events[-1].tokens == result.tokens_trained
+    assert (meta.steps, meta.final_loss, meta.start_loss, meta.seed) == (120, result.final_loss, result.start_loss, 42)
+    assert meta.section_ids == tuple(r.section_id for r in QA_ROWS) and meta.parent_version is None
+    assert meta.base_model == DEFAULT_BASE_MODEL and meta.base_model_identity == trained.base.identity
+    assert meta.hyperparameters["learning_rate"] == 1e-2
+    assert set(meta.library_versions) == {"torch", "transformers", "peft", "tokenizers"}
+
+
+def test_same_seed_same_adapter(tiny_model_dir):
+    config = TrainingConfig(learning_rate=1e-2, max_steps=4, micro_batch_size=2)
+
+    def run(cfg):
+        model, tokenizer = load_model_directory(tiny_model_dir)
+        peft_model, result = train_lora(model, tokenizer, QA_ROWS[:4], cfg)
+        return {k: v for k, v in peft_model.state_dict().items() if "lora_" in k}, result
+
+    (a, ra), (b, rb) = run(config), run(config)
+    assert ra.final_loss == rb.final_loss and all(torch.equal(a[k], b[k]) for k in a)
+    c, _ = run(TrainingConfig(learning_rate=1e-2, max_steps=4, micro_batch_size=2, seed=7))
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_incremental_cycle_resumes_and_replays(trained, tmp_path):
+    store = _copy_store(trained, tmp_path)
+    rows = QA_ROWS + EXTRA_ROWS
+    config = TrainingConfig(learning_rate=1e-2, num_epochs=20)  # not the adapter's shape: still incremental
+    outcome = anyio.run(functools.partial(train_cycle, store, "qa", trained.base, rows, config, num_threads=THREADS))
+    plan, meta = outcome.plan, outcome.version.metadata()
+    assert plan.mode == "incremental" and outcome.version.name == "v0002" and meta.parent_version == 1
+    assert plan.new_section_ids == tuple(r.section_id for r in EXTRA_ROWS)
+    # dlm's replay budget max(32, 2 × new) covers all 20 unchanged rows of this small document.
+    assert sorted(plan.replay_section_ids) == sorted(r.section_id for r in QA_ROWS)
+    assert meta.section_ids == tuple(r.section_id for r in rows)
+    # Resumed, not fresh: the replayed rows were already known, so the cycle starts well below chance.
+    assert outcome.result.start_loss < 0.6 * trained.outcome.result.start_loss
+    model, tokenizer = load_model_directory(trained.base.path)
+    peft_model = load_adapter(model, outcome.version)
+    assert rows_loss(peft_model, tokenizer, EXTRA_ROWS) < 0.5
+    assert rows_loss(peft_model, tokenizer, QA_ROWS) < 0.5  # old knowledge kept
+    assert _exact_answers(peft_model, tokenizer, QA_PAIRS + EXTRA_QA_PAIRS) >= 22
+    # The same document state again trains nothing.
+    again = plan_cycle(rows, config, trained.base, store.current("qa"), replay=ReplayPolicy())
+    assert again.mode == "none" and again.rows == ()
+
+
+def test_without_replay_old_rows_are_forgotten(trained):
+    """The control for the test above: the same resume on the new rows alone loses the old answers."""
+    model, tokenizer = load_model_directory(trained.base.path)
+    config = TrainingConfig(learning_rate=1e-2, num_epochs=20)
+    peft_model, _ = train_lora(model, tokenizer, EXTRA_ROWS, config, resume_from=trained.outcome.version.path)
+    assert rows_loss(peft_model, tokenizer, EXTRA_ROWS) < 0.5
+    assert rows_loss(peft_model, tokenizer, QA_ROWS) > 2 * trained.outcome.result.final_loss + 0.5

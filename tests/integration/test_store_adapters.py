@@ -1,0 +1,150 @@
+"""The versioned adapter store: numbered versions, an atomically swapped `current`, nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from learnerd.ml.base_model import load_model_directory
+from learnerd.ml.hyperparams import TrainingConfig
+from learnerd.ml.lora import attach_lora
+from learnerd.store import adapters as adapters_module
+from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterStoreError, load_adapter
+from tests.conftest import cli_env
+
+
+def _metadata(**overrides) -> AdapterMetadata:
+    values = dict(
+        base_model="learnerd/tiny-llama",
+        base_model_identity="learnerd/tiny-llama@0123456789abcdef",
+        section_ids=("a", "b"),
+        new_section_ids=("a", "b"),
+        replay_section_ids=(),
+        parent_version=None,
+        steps=3,
+        start_loss=5.5,
+        final_loss=1.25,
+        tokens_trained=100,
+        seed=42,
+        hyperparameters=TrainingConfig().to_dict(),
+        library_versions={"torch": torch.__version__},
+        created_at="2026-01-01T00:00:00+00:00",
+    )
+    values.update(overrides)
+    return AdapterMetadata(**values)
+
+
+@pytest.fixture
+def adapter_writer(tiny_model_dir):
+    """Saves a freshly initialised LoRA adapter (seeded: each seed gives different weights) into a directory."""
+
+    def write(directory, seed: int) -> dict[str, torch.Tensor]:
+        model, _ = load_model_directory(tiny_model_dir)
+        peft_model = attach_lora(model, TrainingConfig(seed=seed))
+        for name, param in peft_model.named_parameters():  # LoRA B starts at zero: make the adapter non-trivial
+            if "lora_B" in name:
+                torch.nn.init.normal_(param, generator=torch.Generator().manual_seed(seed))
+        peft_model.save_pretrained(directory)
+        return {k: v.clone() for k, v in peft_model.state_dict().items() if "lora_" in k}
+
+    return write
+
+
+def test_commit_numbers_versions_and_moves_current(tmp_path, adapter_writer, tiny_model_dir):
+    store = AdapterStore(tmp_path / "adapters")
+    assert store.current("doc") is None and store.list_versions("doc") == [] and store.doc_keys() == []
+    weights = {}
+    for seed in (1, 2):
+        with store.stage("doc") as staging:
+            weights[seed] = adapter_writer(staging.path, seed)
+            version = store.commit(staging, _metadata(seed=seed, parent_version=seed - 1 or None))
+        assert not staging.path.exists()
+        assert version.name == f"v000{seed}" and store.current("doc") == version
+    assert [v.number for v in store.list_versions("doc")] == [1, 2] and store.doc_keys() == ["doc"]
+    assert (tmp_path / "adapters" / "doc" / "current").read_text() == "v0002\n"
+    meta = store.current("doc").metadata()
+    assert meta.version == 2 and meta.seed == 2 and meta.section_ids == ("a", "b") and meta.parent_version == 1
+    assert json.loads((store.current("doc").path / "metadata.json").read_text())["schema_version"] == 1
+    for ref in ("v1", "v0001", "1", 1):
+        assert store.resolve("doc", ref).number == 1
+    assert store.resolve("doc", "current").number == 2
+    with pytest.raises(AdapterStoreError, match=r"no adapter v0007 \(versions: v0001, v0002\)"):
+        store.resolve("doc", "v7")
+    with pytest.raises(AdapterStoreError, match="not an adapter version"):
+        store.resolve("doc", "latest")
+    # Each version loads onto the base with its own weights.
+    for seed in (1, 2):
+        model, _ = load_model_directory(tiny_model_dir)
+        loaded = load_adapter(model, store.resolve("doc", seed))
+        state = {k: v for k, v in loaded.state_dict().items() if "lora_" in k}
+        assert state.keys() == weights[seed].keys()
+        assert all(torch.equal(state[k], weights[seed][k]) for k in state)
+
+
+def test_leaving_the_stage_without_commit_leaves_nothing(tmp_path, adapter_writer):
+    store = AdapterStore(tmp_path)
+    with pytest.raises(RuntimeError), store.stage("doc") as staging:
+        adapter_writer(staging.path, 1)
+        raise RuntimeError("training failed")
+    assert list((tmp_path / "doc" / "versions").iterdir()) == []
+    with store.stage("doc") as staging, pytest.raises(AdapterStoreError, match=r"no adapter_config\.json"):
+        store.commit(staging, _metadata())
+    assert store.current("doc") is None
+
+
+def test_crash_before_the_pointer_swap_keeps_the_previous_current(tmp_path, adapter_writer, monkeypatch):
+    store = AdapterStore(tmp_path)
+    with store.stage("doc") as staging:
+        adapter_writer(staging.path, 1)
+        store.commit(staging, _metadata())
+
+    def power_cut(*args, **kwargs):
+        raise OSError("power cut")
+
+    monkeypatch.setattr(adapters_module, "atomic_write_text", power_cut)
+    with store.stage("doc") as staging:
+        adapter_writer(staging.path, 2)
+        with pytest.raises(OSError, match="power cut"):
+            store.commit(staging, _metadata())
+    assert store.current("doc").number == 1
+    # v0002 is complete (renamed only after fsync), so listing it is safe; it just is not current.
+    assert [v.number for v in store.list_versions("doc")] == [1, 2]
+    assert store.resolve("doc", 2).metadata().version == 2
+
+
+def test_recover_removes_staging_of_dead_writers_only(tmp_path):
+    store = AdapterStore(tmp_path)
+    # A writer process that dies (kill -9) while holding its staging directory.
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        from learnerd.store.adapters import AdapterStore
+        with AdapterStore({str(tmp_path)!r}).stage("doc") as staging:
+            (staging.path / "adapter_model.safetensors").write_bytes(b"half")
+            os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], env=cli_env())
+    assert proc.returncode == -9
+    [stale] = (tmp_path / "doc" / "versions").glob(".staging-*")
+    assert store.list_versions("doc") == [] and store.current("doc") is None
+    with store.stage("doc") as live:
+        assert store.recover() == [stale]
+        assert live.path.is_dir()  # a staging directory whose writer is alive is kept
+    assert list((tmp_path / "doc" / "versions").iterdir()) == []
+
+
+def test_invalid_keys_and_dangling_pointer(tmp_path):
+    store = AdapterStore(tmp_path)
+    for key in ("", "../x", ".hidden", "a/b", "x" * 129):
+        with pytest.raises(AdapterStoreError, match="invalid document key"):
+            store.current(key)
+    (tmp_path / "doc").mkdir()
+    (tmp_path / "doc" / "current").write_text("v0009\n")
+    with pytest.raises(AdapterStoreError, match="not a committed version"):
+        store.current("doc")

@@ -1,0 +1,100 @@
+"""plan_cycle: what a training cycle trains, from the document's rows and the current adapter's metadata."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from learnerd.ml.base_model import BaseModelRef
+from learnerd.ml.cycle import ReplayPolicy, plan_cycle
+from learnerd.ml.hyperparams import TrainingConfig
+from learnerd.ml.rows import TrainingRow
+from learnerd.store.adapters import AdapterMetadata, AdapterStore
+
+BASE = BaseModelRef("learnerd/tiny-llama", Path("/nonexistent"), identity="learnerd/tiny-llama@aa", builtin=True)
+DEFAULTS = TrainingConfig()
+
+
+def rows(*ids: str) -> list[TrainingRow]:
+    return [TrainingRow.plain(i, f"text of {i}") for i in ids]
+
+
+def commit(store: AdapterStore, ids, config=DEFAULTS, base=BASE):
+    with store.stage("doc") as staging:
+        (staging.path / "adapter_config.json").write_text("{}")
+        meta = AdapterMetadata(
+            base_model=base.name, base_model_identity=base.identity, section_ids=tuple(ids),
+            new_section_ids=tuple(ids), replay_section_ids=(), parent_version=None, steps=1, start_loss=2.0,
+            final_loss=1.0, tokens_trained=10, seed=config.seed, hyperparameters=config.to_dict(),
+            library_versions={}, created_at="2026-01-01T00:00:00+00:00",
+        )  # fmt: skip
+        return store.commit(staging, meta)
+
+
+def test_first_cycle_is_fresh_on_every_row_once():
+    plan = plan_cycle(rows("a", "b", "a"), TrainingConfig(), BASE, None)
+    assert plan.mode == "fresh" and [r.section_id for r in plan.rows] == ["a", "b"]
+    assert plan.section_ids == plan.new_section_ids == ("a", "b") and plan.parent is None
+
+
+def test_sections_with_several_rows_keep_them_all(tmp_path):
+    qa = [TrainingRow.chat("sec1", f"q{i}", f"a{i}") for i in range(3)]
+    plan = plan_cycle([*qa, *rows("p"), *qa], TrainingConfig(), BASE, None)  # a duplicated section counts once
+    assert plan.rows == (*qa, *rows("p")) and plan.section_ids == ("sec1", "p")
+    current = commit(AdapterStore(tmp_path), ["sec1", "p"])
+    added = [TrainingRow.chat("sec2", "new q", "new a"), TrainingRow.chat("sec2", "q2", "a2")]
+    step = plan_cycle([*qa, *rows("p"), *added], TrainingConfig(), BASE, current, replay=ReplayPolicy(1.0, 3))
+    assert step.mode == "incremental" and step.new_section_ids == ("sec2",)
+    assert step.rows[:2] == tuple(added) and len(step.rows) == 2 + 3  # k counts rows: max(3, 1.0 × 2)
+    assert set(step.replay_section_ids) <= {"sec1", "p"}
+
+
+def test_unchanged_rows_train_nothing(tmp_path):
+    current = commit(AdapterStore(tmp_path), ["a", "b"])
+    plan = plan_cycle(rows("b", "a"), TrainingConfig(learning_rate=0.1), BASE, current)
+    assert plan.mode == "none" and plan.rows == () and "unchanged since v0001" in plan.reason
+    assert plan_cycle([], TrainingConfig(), BASE, current).mode == "none"
+
+
+def test_new_rows_resume_with_a_seeded_replay_sample(tmp_path):
+    old = [f"s{i:03d}" for i in range(100)]
+    current = commit(AdapterStore(tmp_path), old)
+    policy = ReplayPolicy(ratio=2.0, min_rows=10)
+    plan = plan_cycle(rows(*old, "n1", "n2"), TrainingConfig(), BASE, current, replay=policy)
+    assert plan.mode == "incremental" and plan.parent == current
+    assert plan.new_section_ids == ("n1", "n2")
+    assert len(plan.replay_section_ids) == 10 and set(plan.replay_section_ids) <= set(old)
+    assert [r.section_id for r in plan.rows] == ["n1", "n2", *plan.replay_section_ids]
+    assert plan.section_ids == (*old, "n1", "n2")
+    again = plan_cycle(rows(*old, "n1", "n2"), TrainingConfig(), BASE, current, replay=policy)
+    assert again.replay_section_ids == plan.replay_section_ids  # deterministic
+    other_seed = plan_cycle(rows(*old, "n1", "n2"), TrainingConfig(seed=1), BASE, current, replay=policy)
+    assert other_seed.replay_section_ids != plan.replay_section_ids
+    many_new = plan_cycle(rows(*old, *[f"n{i}" for i in range(30)]), TrainingConfig(), BASE, current, replay=policy)
+    assert len(many_new.replay_section_ids) == 60  # ratio × new
+    assert len(plan_cycle(rows(*old, "n1"), TrainingConfig(), BASE, current).replay_section_ids) == 32  # default
+
+
+@pytest.mark.parametrize(
+    ("config", "base", "needle"),
+    [
+        (TrainingConfig(), BASE, "section(s) removed"),
+        (TrainingConfig(lora_r=16), BASE, "shape changed"),
+        (TrainingConfig(target_modules=("q_proj",)), BASE, "shape changed"),
+        (TrainingConfig(), BaseModelRef("x", Path("/x"), "local:/x@bb", False), "base model changed"),
+    ],
+)
+def test_fresh_retrain_when_the_adapter_cannot_be_resumed(tmp_path, config, base, needle):
+    current = commit(AdapterStore(tmp_path), ["a", "b", "c"])
+    kept = ["a", "b"] if needle == "section(s) removed" else ["a", "b", "c"]
+    plan = plan_cycle(rows(*kept, "d"), config, base, current)
+    assert plan.mode == "fresh" and needle in plan.reason and plan.parent is None
+    assert plan.removed_section_ids == (() if kept[-1] == "c" else ("c",))
+    assert [r.section_id for r in plan.rows] == [*kept, "d"]
+    assert plan_cycle(rows(*kept, "d"), config, base, current, fresh=True).mode == "fresh"
+
+
+def test_replay_policy_validation():
+    with pytest.raises(ValueError, match="replay"):
+        ReplayPolicy(ratio=-1)
