@@ -44,7 +44,17 @@ Layout of the file (every key optional; unknown keys are refused so a typo never
     max_retries = 15
 
     [shutdown]
-    drain_timeout_s = 30.0
+    drain_timeout_s = 30.0       # SIGTERM / `ctl drain`: finish in-flight work for at most this long
+
+    [logging]
+    level = ""                   # debug, info, warning, error, critical; "" = the --log-level flag (else info)
+    format = "auto"              # auto (JSON lines unless stderr is a terminal), json or console
+
+    [admin]                      # the admin socket is always <state_dir>/learnerd.sock
+    metrics_addr = ""            # HOST:PORT serving GET /metrics over TCP ("" = off); --metrics-addr
+    search_addr = ""             # HOST:PORT serving POST /search over TCP behind a bearer token; --listen-search
+    max_body_bytes = 65536       # request bodies larger than this are refused (413)
+    max_k = 100                  # the largest k a search may ask for
 
     [training]                   # LoRA training cycles (hyperparameters come from each document)
     replay_ratio = 2.0           # an incremental cycle replays ceil(ratio × new rows) unchanged rows ...
@@ -183,6 +193,58 @@ def _default_controllers() -> dict[str, ControllerConfig]:
 class ShutdownConfig:
     drain_timeout_s: float = 30.0
 
+    def validate(self) -> None:
+        if not self.drain_timeout_s > 0:
+            raise ConfigError("shutdown.drain_timeout_s must be > 0")
+
+
+@dataclass
+class LoggingConfig:
+    """``level`` "" leaves the level to the ``--log-level`` flag (default info); a reload applies a set level."""
+
+    level: str = ""
+    format: str = "auto"
+
+    def validate(self) -> None:
+        levels = ("debug", "info", "warning", "error", "critical")
+        if self.level not in ("", *levels):
+            raise ConfigError(f"logging.level must be one of {', '.join(levels)}, not {self.level!r}")
+        if self.format not in ("auto", "json", "console"):
+            raise ConfigError(f"logging.format must be auto, json or console, not {self.format!r}")
+
+
+def parse_host_port(text: str, where: str = "address") -> tuple[str, int]:
+    """``"127.0.0.1:9464"`` → ``("127.0.0.1", 9464)``; ``"[::1]:9464"`` → ``("::1", 9464)``.
+
+    Raises:
+        ConfigError: not ``HOST:PORT`` with a port in 1..65535.
+    """
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(f"{where} must be HOST:PORT (e.g. 127.0.0.1:9464), not {text!r}")
+    return host, int(port)
+
+
+@dataclass
+class AdminConfig:
+    """The optional TCP endpoints beside the admin socket, and limits on what requests may ask."""
+
+    metrics_addr: str = ""
+    search_addr: str = ""
+    max_body_bytes: int = 64 * 1024
+    max_k: int = 100
+
+    def validate(self) -> None:
+        for name in ("metrics_addr", "search_addr"):
+            if value := getattr(self, name):
+                parse_host_port(value, f"admin.{name}")
+        if self.max_body_bytes < 1024:
+            raise ConfigError("admin.max_body_bytes must be >= 1024")
+        if self.max_k < 1:
+            raise ConfigError("admin.max_k must be >= 1")
+
 
 @dataclass
 class TrainingSettings:
@@ -214,6 +276,8 @@ class Config:
     controllers: dict[str, ControllerConfig] = field(default_factory=_default_controllers)
     shutdown: ShutdownConfig = field(default_factory=ShutdownConfig)
     training: TrainingSettings = field(default_factory=TrainingSettings)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    admin: AdminConfig = field(default_factory=AdminConfig)
     path: Path | None = None
 
     @property
@@ -229,6 +293,11 @@ class Config:
     def models_dir(self) -> Path:
         """Where built-in base models are built and cached (``learnerd.ml.tiny_model``)."""
         return self.state_dir / "models"
+
+    @property
+    def socket_path(self) -> Path:
+        """The admin socket of the daemon running on this state directory."""
+        return self.state_dir / "learnerd.sock"
 
     def controller(self, name: str) -> ControllerConfig:
         """The settings of controller ``name``; defaults when the file does not mention it."""

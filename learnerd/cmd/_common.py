@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from learnerd.config import Config, ConfigError, load_config
-from learnerd.daemon.logging import LEVELS, configure_logging
+from learnerd.daemon.logging import LEVELS, configure_logging, json_choice
 
 
 class CommandError(Exception):
@@ -27,7 +27,24 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         help="TOML config file (default: $LEARNERD_CONFIG, else built-in defaults)",
     )
     parser.add_argument("--state-dir", metavar="DIR", help="state directory (overrides the config file)")
-    parser.add_argument("--log-level", choices=LEVELS, default="info", help="minimum log level (default: info)")
+    parser.add_argument(
+        "--log-level", choices=LEVELS, default=None, help="minimum log level (default: [logging] level, else info)"
+    )
+
+
+def read_config(args: argparse.Namespace) -> Config:
+    """The config named by ``--config`` with ``--state-dir`` (and ``--log-dir`` / ``--docs-dir`` where the
+    command has them) applied. No side effects: a reload calls it again.
+
+    Raises:
+        ConfigError: the config file is missing or invalid.
+    """
+    cfg = load_config(args.config)
+    if args.state_dir:
+        cfg.state_dir = Path(args.state_dir).expanduser().resolve()
+    cfg.log_dirs = [*cfg.log_dirs, *(Path(d).expanduser().resolve() for d in getattr(args, "log_dir", []))]
+    cfg.docs_dirs = [*cfg.docs_dirs, *(Path(d).expanduser().resolve() for d in getattr(args, "docs_dir", []))]
+    return cfg
 
 
 def add_dir_options(parser: argparse.ArgumentParser) -> None:
@@ -37,21 +54,17 @@ def add_dir_options(parser: argparse.ArgumentParser) -> None:
 
 
 def load_config_from_args(args: argparse.Namespace) -> Config:
-    """The config named by ``--config`` with ``--state-dir`` (and ``--log-dir`` / ``--docs-dir`` where the
-    command has them) applied; logging configured to ``--log-level``.
+    """:func:`read_config`, with logging configured: ``--log-level``, else ``[logging] level``, else info.
 
     Raises:
         CommandError: the config file is missing or invalid.
     """
-    configure_logging(args.log_level)
     try:
-        cfg = load_config(args.config)
+        cfg = read_config(args)
     except ConfigError as exc:
+        configure_logging(args.log_level or "info")
         raise CommandError(str(exc)) from exc
-    if args.state_dir:
-        cfg.state_dir = Path(args.state_dir).expanduser().resolve()
-    cfg.log_dirs = [*cfg.log_dirs, *(Path(d).expanduser().resolve() for d in getattr(args, "log_dir", []))]
-    cfg.docs_dirs = [*cfg.docs_dirs, *(Path(d).expanduser().resolve() for d in getattr(args, "docs_dir", []))]
+    configure_logging(args.log_level or cfg.logging.level or "info", json_choice(cfg.logging.format))
     return cfg
 
 

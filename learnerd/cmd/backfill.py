@@ -2,6 +2,9 @@
 
 Reconcilers are idempotent, so a replay of unchanged input changes nothing; the command prints what
 did change (examples written or deleted, vectors embedded, probe sections rewritten).
+
+When a daemon runs on the state directory, the backfill runs inside it (through the admin socket,
+as ``learnerd ctl backfill`` does); otherwise this process runs the reconcilers itself.
 """
 
 from __future__ import annotations
@@ -61,10 +64,19 @@ def backfill_offline(cfg, since: float, show_progress: bool):
 
 
 def run(args: argparse.Namespace) -> int:
+    from learnerd.cmd._client import DaemonNotRunning, client_for, follow_backfill
+    from learnerd.cmd._render import backfill_line, print_json
     from learnerd.cmd._report import print_summary
 
     since = parse_since(args.since, time.time())
     cfg = load_config_from_args(args)
+    try:
+        job = follow_backfill(client_for(cfg), since, show_progress=not args.json)
+    except DaemonNotRunning:
+        pass
+    else:
+        print_json(job) if args.json else print(f"{backfill_line(job)} (in the running daemon)")
+        return 0
     summary = backfill_offline(cfg, since, show_progress=not args.json)
     if not args.json and not summary.changed_anything():
         print("backfill: nothing changed")

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.eval.report import ReportError, load_report
     from learnerd.store.dlm import DocumentError
 
-    configure_logging(args.log_level)
+    configure_logging(args.log_level or "info")
     out = Console(highlight=False, soft_wrap=True)
     if args.revert and (args.sway_json is not None or args.apply):
         raise CommandError("--revert cannot be combined with --sway-json or --apply")

@@ -1,8 +1,13 @@
 """``learnerd run``: the daemon — tail the logs, learn continuously, until SIGINT/SIGTERM.
 
 ``--once`` ingests what the logs hold now, drains every queue, prints a summary and exits.
-The first SIGINT or SIGTERM stops intake and drains in-flight work within
-``[shutdown] drain_timeout_s``, then exits 0; a second SIGINT stops at once (exit 130).
+Otherwise the daemon serves the admin API on ``<state_dir>/learnerd.sock`` (``learnerd ctl``),
+and ``/metrics`` and ``/search`` over TCP when asked (``--metrics-addr``, ``--listen-search``), and
+talks to systemd (``Type=notify``) through ``$NOTIFY_SOCKET``; see :mod:`learnerd.daemon.service`.
+
+Signals, all handled here: the first SIGINT or SIGTERM stops intake and drains in-flight work within
+``[shutdown] drain_timeout_s`` (then cancels what is left), and exits 0; a second SIGINT stops at
+once (exit 130); SIGHUP re-reads the config file (see :mod:`learnerd.daemon.reload`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--once", action="store_true", help="ingest what is there, drain all queues, print a summary, exit")
     add_dir_options(p)
     p.add_argument("--json", action="store_true", help="print the --once summary as JSON")
+    p.add_argument(
+        "--metrics-addr", metavar="HOST:PORT", help="also serve GET /metrics over TCP (default: [admin] metrics_addr)"
+    )
+    p.add_argument(
+        "--listen-search",
+        metavar="HOST:PORT",
+        help="also serve POST /search over TCP, behind the bearer token in $LEARNERD_SEARCH_TOKEN "
+        "(default: [admin] search_addr)",
+    )
     add_common_options(p)
     p.set_defaults(func=run)
 
@@ -26,38 +40,83 @@ class HardStop(Exception):
     """A second SIGINT: stop now, without draining."""
 
 
-async def serve(daemon, once: bool):
-    """Run ``daemon`` (``once`` or until a signal) with learnerd's signal handling; return its summary.
+async def serve(daemon, once: bool, options=None):
+    """Run ``daemon`` (``once``, or as a :class:`~learnerd.daemon.service.Service` with ``options``
+    until a signal or a drain request) with learnerd's signal handling; return its summary.
 
     Raises:
         HardStop: a second SIGINT arrived while draining.
+        ServiceError: the admin socket or a TCP endpoint could not be set up.
     """
     import anyio
     import structlog
 
+    from learnerd.daemon.service import Service, ServiceError
+
     log = structlog.get_logger(__name__)
     stop = anyio.Event()
+    service = None if once else Service(daemon, stop, options)
     hard_stop = False
-    async with anyio.create_task_group() as tg:
+    try:
+        async with anyio.create_task_group() as tg:
 
-        async def watch_signals() -> None:
-            nonlocal hard_stop
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for signum in signals:
-                    if not stop.is_set():
-                        log.info("signal received: stopping intake and draining", signal=signal.Signals(signum).name)
-                        stop.set()
-                    elif signum == signal.SIGINT:
-                        log.warning("second SIGINT: stopping now")
-                        hard_stop = True
-                        tg.cancel_scope.cancel()
+            async def watch_signals() -> None:
+                nonlocal hard_stop
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+                    async for signum in signals:
+                        if signum == signal.SIGHUP:
+                            log.info("signal received: reloading the config", signal="SIGHUP")
+                            if service is not None:
+                                service.reload()
+                        elif not stop.is_set():
+                            name = signal.Signals(signum).name
+                            log.info("signal received: stopping intake and draining", signal=name)
+                            stop.set()
+                        elif signum == signal.SIGINT:
+                            log.warning("second SIGINT: stopping now")
+                            hard_stop = True
+                            tg.cancel_scope.cancel()
 
-        tg.start_soon(watch_signals)
-        summary = await (daemon.run_once(stop) if once else daemon.run(stop))
-        tg.cancel_scope.cancel()
+            tg.start_soon(watch_signals)
+            summary = await (daemon.run_once(stop) if service is None else service.run())
+            tg.cancel_scope.cancel()
+    except* ServiceError as group:
+        raise group.exceptions[0] from None
     if hard_stop:
         raise HardStop
     return summary
+
+
+def service_options(cfg, args: argparse.Namespace):
+    """The :class:`~learnerd.daemon.service.ServiceOptions` of the flags and the ``[admin]`` section.
+
+    Raises:
+        CommandError: a malformed address, or ``--listen-search`` without a usable token.
+    """
+    import os
+
+    from learnerd.cmd._common import read_config
+    from learnerd.config import ConfigError, parse_host_port
+    from learnerd.daemon.service import ServiceOptions
+    from learnerd.daemon.tcp_endpoints import SEARCH_TOKEN_ENV, TokenError, check_token
+
+    metrics = args.metrics_addr or cfg.admin.metrics_addr
+    search = args.listen_search or cfg.admin.search_addr
+    token = None
+    try:
+        metrics_addr = parse_host_port(metrics, "--metrics-addr") if metrics else None
+        search_addr = parse_host_port(search, "--listen-search") if search else None
+        if search_addr is not None:
+            token = check_token(os.environ.get(SEARCH_TOKEN_ENV))
+    except (ConfigError, TokenError) as exc:
+        raise CommandError(str(exc), exit_code=2) from exc
+
+    return ServiceOptions(
+        metrics_addr=metrics_addr,
+        search_addr=search_addr,
+        search_token=token,
+        reload_config=(lambda: read_config(args)) if cfg.path is not None else None,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,9 +124,11 @@ def run(args: argparse.Namespace) -> int:
 
     from learnerd.cmd._report import print_summary
     from learnerd.daemon.app import Daemon
+    from learnerd.daemon.service import ServiceError
     from learnerd.daemon.statelock import StateDirBusy, StateLock
 
     cfg = load_config_from_args(args)
+    options = None if args.once else service_options(cfg, args)
     try:
         lock = StateLock(cfg.state_dir)
         lock.acquire()
@@ -76,9 +137,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         daemon = Daemon(cfg)
         try:
-            summary = anyio.run(serve, daemon, args.once)
+            summary = anyio.run(serve, daemon, args.once, options)
         except HardStop:
             return 130
+        except ServiceError as exc:
+            raise CommandError(str(exc)) from exc
         finally:
             daemon.close()
     finally:

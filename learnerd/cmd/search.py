@@ -1,4 +1,9 @@
-"""``learnerd search "text" -k 3``: the retrieval read path — the top-k learned examples for a text."""
+"""``learnerd search "text" -k 3``: the retrieval read path — the top-k learned examples for a text.
+
+When a daemon runs on the state directory, it answers (``POST /search`` on the admin socket: its
+embedder and index are warm, no model or index load); otherwise this process loads the embedder
+and the stored vectors.
+"""
 
 from __future__ import annotations
 
@@ -24,10 +29,10 @@ def search_offline(cfg, text: str, k: int) -> list[dict]:
     Each result is ``{"id", "score", "query", "answer", "language"}``; ``score`` is the cosine
     similarity of ``text`` with the example's query.
     """
+    from learnerd.daemon.retrieval import describe_hits, nearest
     from learnerd.ml.embedders import make_embedder
     from learnerd.store import db
     from learnerd.store.embeddings import load_index
-    from learnerd.store.examples import get_examples
 
     if not cfg.db_path.exists():
         raise CommandError(f"no learnerd database at {cfg.db_path}: run `learnerd run` first")
@@ -35,21 +40,9 @@ def search_offline(cfg, text: str, k: int) -> list[dict]:
     try:
         embedder = make_embedder(cfg.embeddings)
         index = load_index(conn, embedder.name, embedder.dim or None)
-        hits = index.search(embedder.embed([text])[0], k)
-        examples = get_examples(conn, [i for i, _ in hits])
+        return list(describe_hits(conn, nearest(embedder, index, text, k)))
     finally:
         conn.close()
-    return [
-        {
-            "id": i,
-            "score": round(s, 4),
-            "query": examples[i].query,
-            "answer": examples[i].answer,
-            "language": examples[i].language,
-        }
-        for i, s in hits
-        if i in examples
-    ]
 
 
 def print_results(results: list[dict], as_json: bool) -> None:
@@ -72,7 +65,12 @@ def print_results(results: list[dict], as_json: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.k < 1:
         raise CommandError("-k must be at least 1", exit_code=2)
+    from learnerd.cmd._client import DaemonNotRunning, client_for
+
     cfg = load_config_from_args(args)
-    results = search_offline(cfg, args.text, args.k)
+    try:
+        results = client_for(cfg).call("POST", "/search", {"text": args.text, "k": args.k})
+    except DaemonNotRunning:
+        results = search_offline(cfg, args.text, args.k)
     print_results(results, args.json)
     return 0

@@ -208,11 +208,17 @@ class Daemon:
             for queue in self.queues.values():
                 await queue.wait_idle()
 
-    async def run(self, stop: anyio.Event) -> RunSummary:
-        """Run as a daemon until ``stop`` is set, then drain and return the summary."""
+    async def run(self, stop: anyio.Event, started: Callable[[], None] | None = None) -> RunSummary:
+        """Run as a daemon until ``stop`` is set, then drain and return the summary.
+
+        ``started()`` is called once every controller runs (the embedder is loaded) and the initial
+        resync is queued: the moment the daemon serves (``READY=1``).
+        """
 
         async def body(tg: anyio.abc.TaskGroup) -> None:
             self.resync()
+            if started is not None:
+                started()
             await stop.wait()
             log.info("stopping: intake stopped, draining queues")
 

@@ -171,6 +171,26 @@ class Controller:
             self._running = False
         log.info("controller stopped", controller=self.name)
 
+    def configure(self, *, timeout_s: float, max_retries: int) -> None:
+        """Change the per-reconcile timeout and the retry limit (a config reload); the next reconcile
+        uses them. The number of workers is fixed at construction.
+
+        Raises:
+            ValueError: ``timeout_s <= 0`` or ``max_retries < 0``.
+        """
+        if timeout_s <= 0 or max_retries < 0:
+            raise ValueError(f"need timeout_s > 0, max_retries >= 0; not {timeout_s}, {max_retries}")
+        self._timeout_s = timeout_s
+        self._max_retries = max_retries
+
+    @property
+    def timeout_s(self) -> float:
+        return self._timeout_s
+
+    @property
+    def max_retries(self) -> int:
+        return self._max_retries
+
     def pause(self) -> None:
         """Stop handing keys to workers. Adds still queue up; reconciles in flight finish.
 

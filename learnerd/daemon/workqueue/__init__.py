@@ -25,7 +25,8 @@ processing, and hands them to workers:
   (call it after success, or when giving up); ``num_requeues(key)`` counts the requeues since.
   The default limiter, :func:`default_controller_rate_limiter`, is client-go's
   ``DefaultControllerRateLimiter``: the max of a per-key exponential backoff (5 ms doubling to
-  1000 s) and one token bucket for all keys (10 qps, burst 100).
+  1000 s) and one token bucket for all keys (10 qps, burst 100); its settings can change while
+  it runs (:meth:`ControllerRateLimiter.reconfigure`, a config reload).
 * **Time** comes from an injected :class:`Clock` (:class:`RealClock` by default), so tests run on
   a :class:`FakeClock`. Durations are float seconds everywhere.
 * **Metrics**: client-go's names (``workqueue_depth``, ``workqueue_adds_total``, …) with a ``name``
@@ -79,6 +80,7 @@ from learnerd.daemon.workqueue.metrics import (
 from learnerd.daemon.workqueue.queue import WorkQueue
 from learnerd.daemon.workqueue.rate_limiters import (
     BucketRateLimiter,
+    ControllerRateLimiter,
     ItemExponentialFailureRateLimiter,
     MaxOfRateLimiter,
     RateLimiter,
@@ -90,6 +92,7 @@ __all__ = [
     "LATENCY_BUCKETS",
     "BucketRateLimiter",
     "Clock",
+    "ControllerRateLimiter",
     "DelayingQueue",
     "FakeClock",
     "ItemExponentialFailureRateLimiter",

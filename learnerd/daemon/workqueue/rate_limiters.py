@@ -71,6 +71,26 @@ class ItemExponentialFailureRateLimiter(Generic[K]):
     def num_requeues(self, item: K) -> int:
         return self._failures.get(item, 0)
 
+    @property
+    def base_delay(self) -> float:
+        return self._base_delay
+
+    @property
+    def max_delay(self) -> float:
+        return self._max_delay
+
+    def set_delays(self, base_delay: float, max_delay: float) -> None:
+        """Change the delays (a config reload); the failure counts of keys are kept, so a key's
+        next delay is ``min(base_delay * 2**n, max_delay)`` with its ``n`` so far.
+
+        Raises:
+            ValueError: as for the constructor.
+        """
+        if not 0 <= base_delay <= max_delay:
+            raise ValueError(f"need 0 <= base_delay <= max_delay, not {base_delay} and {max_delay}")
+        self._base_delay = float(base_delay)
+        self._max_delay = float(max_delay)
+
 
 class BucketRateLimiter(Generic[K]):
     """One token bucket shared by every key, with the reservation semantics of ``golang.org/x/time/rate``.
@@ -100,20 +120,45 @@ class BucketRateLimiter(Generic[K]):
         self._last: float | None = None
 
     def when(self, item: K) -> float:
+        self._advance()
+        self._tokens -= 1.0
+        return -self._tokens / self._qps if self._tokens < 0 else 0.0
+
+    def _advance(self) -> None:
+        """Refill the bucket up to now at the current rate."""
         now = self._clock.now()
-        tokens = self._tokens
         if self._last is not None and now > self._last:
-            tokens = min(tokens + (now - self._last) * self._qps, float(self._burst))
-        tokens -= 1.0
-        self._tokens = tokens
+            self._tokens = min(self._tokens + (now - self._last) * self._qps, float(self._burst))
         self._last = now
-        return -tokens / self._qps if tokens < 0 else 0.0
 
     def forget(self, item: K) -> None:
         pass
 
     def num_requeues(self, item: K) -> int:
         return 0
+
+    @property
+    def qps(self) -> float:
+        return self._qps
+
+    @property
+    def burst(self) -> int:
+        return self._burst
+
+    def set_limit(self, qps: float, burst: int) -> None:
+        """Change the rate and size (a config reload), as ``rate.Limiter.SetLimit`` / ``SetBurst`` do:
+        the tokens are first refilled at the old rate up to now, then capped at the new ``burst``;
+        a debt (negative tokens) is kept and paid back at the new rate.
+
+        Raises:
+            ValueError: ``qps <= 0`` or ``burst < 1``.
+        """
+        if qps <= 0 or burst < 1:
+            raise ValueError(f"need qps > 0 and burst >= 1, not qps={qps} burst={burst}")
+        self._advance()
+        self._qps = float(qps)
+        self._burst = burst
+        self._tokens = min(self._tokens, float(burst))
 
 
 class MaxOfRateLimiter(Generic[K]):
@@ -142,9 +187,48 @@ class MaxOfRateLimiter(Generic[K]):
         return max(limiter.num_requeues(item) for limiter in self._limiters)
 
 
+class ControllerRateLimiter(MaxOfRateLimiter[K]):
+    """client-go's ``DefaultControllerRateLimiter`` — the max of a per-key exponential backoff
+    (:attr:`backoff`) and one token bucket shared by all keys (:attr:`bucket`) — whose settings can
+    change while it runs (:meth:`reconfigure`, a config reload).
+
+    Args:
+        cfg: the ``[workqueue]`` config section.
+        clock: the clock of the queue this limiter serves (the bucket refills on it).
+    """
+
+    def __init__(self, cfg: WorkqueueConfig, clock: Clock | None = None) -> None:
+        self.backoff: ItemExponentialFailureRateLimiter[K] = ItemExponentialFailureRateLimiter(
+            cfg.base_delay_s, cfg.max_delay_s
+        )
+        self.bucket: BucketRateLimiter[K] = BucketRateLimiter(cfg.qps, cfg.burst, clock)
+        super().__init__(self.backoff, self.bucket)
+
+    def reconfigure(self, cfg: WorkqueueConfig) -> None:
+        """Apply new settings; the keys' failure counts and the bucket's tokens carry over
+        (see :meth:`ItemExponentialFailureRateLimiter.set_delays`, :meth:`BucketRateLimiter.set_limit`).
+
+        Raises:
+            ValueError: a setting is out of range (nothing is changed then).
+        """
+        if not 0 <= cfg.base_delay_s <= cfg.max_delay_s or cfg.qps <= 0 or cfg.burst < 1:
+            raise ValueError(f"invalid rate-limiter settings: {cfg}")
+        self.backoff.set_delays(cfg.base_delay_s, cfg.max_delay_s)
+        self.bucket.set_limit(cfg.qps, cfg.burst)
+
+    def settings(self) -> WorkqueueConfig:
+        """The settings in effect now."""
+        return WorkqueueConfig(
+            base_delay_s=self.backoff.base_delay,
+            max_delay_s=self.backoff.max_delay,
+            qps=self.bucket.qps,
+            burst=self.bucket.burst,
+        )
+
+
 def default_controller_rate_limiter(
     cfg: WorkqueueConfig | None = None, clock: Clock | None = None
-) -> MaxOfRateLimiter[Hashable]:
+) -> ControllerRateLimiter[Hashable]:
     """client-go's ``DefaultControllerRateLimiter``: the max of a per-key exponential backoff and a
     token bucket shared by all keys.
 
@@ -155,8 +239,4 @@ def default_controller_rate_limiter(
         cfg: the ``[workqueue]`` config section; None gives its defaults.
         clock: the clock of the queue this limiter serves (the bucket refills on it).
     """
-    cfg = cfg if cfg is not None else WorkqueueConfig()
-    return MaxOfRateLimiter(
-        ItemExponentialFailureRateLimiter(cfg.base_delay_s, cfg.max_delay_s),
-        BucketRateLimiter(cfg.qps, cfg.burst, clock),
-    )
+    return ControllerRateLimiter(cfg if cfg is not None else WorkqueueConfig(), clock)

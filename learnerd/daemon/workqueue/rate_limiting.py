@@ -39,6 +39,11 @@ class RateLimitingQueue(DelayingQueue[K]):
             rate_limiter if rate_limiter is not None else default_controller_rate_limiter(clock=self._clock)
         )
 
+    @property
+    def rate_limiter(self) -> RateLimiter[K]:
+        """The limiter of this queue (the daemon reconfigures it on a config reload)."""
+        return self._rate_limiter
+
     def add_rate_limited(self, key: K) -> float:
         """``add_after(key, rate_limiter.when(key))``: records one more requeue of ``key`` and schedules it.
 

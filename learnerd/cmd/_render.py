@@ -1,0 +1,166 @@
+"""Readable rich tables of the admin API's answers (``learnerd ctl``; ``--json`` prints them raw)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from typing import Any
+
+_ANALYZER_ROWS = (
+    ("files_tracked", "log files tracked"),
+    ("lines_read", "lines read"),
+    ("bytes_read", "bytes read"),
+    ("blocks_changed", "blocks changed"),
+    ("traces_joined", "foyle traces joined"),
+    ("pending_traces", "foyle traces pending"),
+    ("malformed_lines", "malformed lines skipped"),
+    ("unknown_events", "unknown events skipped"),
+    ("oversized_lines", "oversized lines skipped"),
+    ("truncations", "truncations"),
+    ("rotations", "rotations"),
+    ("errors", "errors (retried)"),
+)
+
+
+def console():
+    """A console for stdout; wide enough for the tables when stdout is not a terminal."""
+    from rich.console import Console
+
+    out = Console(highlight=False)
+    return out if out.is_terminal else Console(highlight=False, width=140)
+
+
+def print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, ensure_ascii=False, indent=2)
+    print()
+
+
+def duration(seconds: float) -> str:
+    """``93784`` → ``"1d 2h 3m"``; under a minute: ``"42s"``."""
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes = rest // 60
+    parts = [f"{days}d"] if days else []
+    if days or hours:
+        parts.append(f"{hours}h")
+    parts.append(f"{minutes}m")
+    return " ".join(parts)
+
+
+def _when(epoch: float | None) -> str:
+    if epoch is None:
+        return "—"
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _last_error(error: dict[str, Any] | None) -> str:
+    if not error:
+        return ""
+    message = error["message"] if len(error["message"]) <= 60 else error["message"][:59] + "…"
+    return f"{error['key']}: {message} ({_when(error['at'])})"
+
+
+def print_status(status: dict[str, Any]) -> None:
+    """The daemon's status: a summary, the controllers, the analyzer's counters, the last backfill."""
+    from rich.table import Table
+
+    out = console()
+    counts = status["counts"]
+    embedder = status["embedder"]
+    endpoints = status["endpoints"]
+    summary = Table(
+        title=f"learnerd {status['version']} — {status['state']}, pid {status['pid']}, "
+        f"up {duration(status['uptime_s'])}",
+        show_header=False,
+        title_justify="left",
+    )
+    summary.add_column(style="bold")
+    summary.add_column()
+    for name, value in (
+        ("config", status["config_path"] or "(defaults: no config file)"),
+        ("state dir", status["state_dir"]),
+        ("admin socket", endpoints.get("admin_socket") or "—"),
+        ("metrics", endpoints.get("metrics") or "— (--metrics-addr)"),
+        ("search", endpoints.get("search") or "— (--listen-search)"),
+        ("log level", status["log_level"]),
+        ("embedder", f"{embedder['name']} ({'loaded' if embedder['loaded'] else 'loading'})"),
+        (
+            "store",
+            f"{counts['blocks']} blocks · {counts['examples']} examples · {counts['vectors']} vectors "
+            f"({counts['indexed']} indexed) · {counts['adapters']} adapters",
+        ),
+    ):
+        summary.add_row(name, str(value))
+    out.print(summary)
+
+    controllers = Table(title="controllers", title_justify="left")
+    for column in ("controller", "state", "workers", "depth", "delayed", "in flight", "reconciles", "retries"):
+        controllers.add_column(column, justify="left" if column in ("controller", "state") else "right")
+    controllers.add_column("failures / dropped / terminal", justify="right")
+    controllers.add_column("last error")
+    for name, c in status["controllers"].items():
+        controllers.add_row(
+            name,
+            "[yellow]paused[/]" if c["paused"] else "running",
+            str(c["workers"]),
+            str(c["queue_depth"]),
+            str(c["waiting"]),
+            str(len(c["in_flight"])),
+            str(c["reconciles"]),
+            str(c["retries"]),
+            f"{c['failures']} / {c['dropped']} / {c['terminal']}",
+            _last_error(c["last_error"]),
+        )
+    out.print(controllers)
+
+    analyzer = status["analyzer"]
+    table = Table(title="analyzer", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    for key, label in _ANALYZER_ROWS:
+        table.add_row(label, str(analyzer[key]))
+    unjoinable = sum(analyzer.get("unjoinable_traces", {}).values())
+    table.add_row("unjoinable foyle traces", str(unjoinable))
+    out.print(table)
+
+    if status.get("backfill"):
+        out.print(backfill_line(status["backfill"]))
+
+
+def backfill_line(job: dict[str, Any]) -> str:
+    """One line about a backfill job."""
+    changes = ", ".join(
+        f"{controller} {change.replace('_', ' ')} {n}"
+        for controller, counts in sorted(job["changes"].items())
+        for change, n in sorted(counts.items())
+    )
+    return (
+        f"backfill #{job['id']} since {_when(job['since'])}: {job['state']}, {job['done']}/{job['blocks']} blocks"
+        + (f"; changed: {changes}" if changes else "; nothing changed")
+    )
+
+
+def print_paused(answer: dict[str, Any]) -> None:
+    for name, paused in answer["paused"].items():
+        print(f"{name}: {'paused' if paused else 'running'}")
+
+
+def print_reload(answer: dict[str, Any]) -> None:
+    """What a reload changed, applied, and left for a restart."""
+    from rich.table import Table
+
+    out = console()
+    if not answer["changed"]:
+        out.print(f"reloaded {answer['config_path']}: nothing changed (log level {answer['log_level']})")
+        return
+    table = Table(title=f"reloaded {answer['config_path']}", title_justify="left")
+    for column in ("setting", "was", "now", "effect"):
+        table.add_column(column)
+    for key, (old, new) in answer["changed"].items():
+        effect = "[green]applied[/]" if key in answer["applied"] else "[yellow]needs a restart[/]"
+        table.add_row(key, json.dumps(old), json.dumps(new), effect)
+    out.print(table)

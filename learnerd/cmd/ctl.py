@@ -1,0 +1,95 @@
+"""``learnerd ctl …``: steer the running daemon through its admin socket (``<state_dir>/learnerd.sock``).
+
+One subcommand per endpoint of :mod:`learnerd.daemon.admin`; readable tables by default, the raw
+JSON answer with ``--json``. Exit status: 0 done, 1 refused or failed, 2 bad arguments, 3 no daemon
+is running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from learnerd.cmd._common import add_common_options, load_config_from_args, parse_since
+from learnerd.daemon.logging import LEVELS
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ctl", help="status and steering of the running daemon (admin socket)")
+    commands = p.add_subparsers(dest="ctl_command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        c = commands.add_parser(name, help=help)
+        c.add_argument("--json", action="store_true", help="print the daemon's JSON answer")
+        add_common_options(c)
+        return c
+
+    command("status", help="uptime, queues, in-flight keys, retries, last errors, counts")
+    c = command("pause", help="stop reconciling (intake keeps queueing)")
+    c.add_argument("controller", nargs="?", help="one controller (default: all)")
+    c = command("resume", help="undo pause")
+    c.add_argument("controller", nargs="?", help="one controller (default: all)")
+    c = command("requeue", help="queue a key on a controller now, its backoff reset")
+    c.add_argument("controller")
+    c.add_argument("key")
+    c = command("backfill", help="re-reconcile every block with updated_at >= T, in the daemon")
+    c.add_argument("--since", required=True, metavar="T", help="ISO 8601 time, or a duration back from now (6h, 2d)")
+    c.add_argument("--no-wait", action="store_true", help="start it and return; see `ctl status` for progress")
+    c = command("drain", help="finish in-flight work, stop intake, exit")
+    c.add_argument("--wait", action="store_true", help="return once the daemon has exited")
+    command("reload", help="re-read the config file (as SIGHUP does)")
+    c = command("log-level", help="show or change the log level")
+    c.add_argument("level", nargs="?", choices=LEVELS, help="the new level (omit to show it)")
+    command("metrics", help="the Prometheus metrics, as text")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from learnerd.cmd import _render
+    from learnerd.cmd._client import DaemonNotRunning, client_for, follow_backfill
+
+    cfg = load_config_from_args(args)
+    client = client_for(cfg)
+    command = args.ctl_command
+    show = _render.print_json if args.json else None
+
+    if command == "status":
+        (show or _render.print_status)(client.call("GET", "/status"))
+    elif command in ("pause", "resume"):
+        body = {"controller": args.controller} if args.controller else {}
+        (show or _render.print_paused)(client.call("POST", f"/{command}", body))
+    elif command == "requeue":
+        answer = client.call("POST", "/requeue", {"controller": args.controller, "key": args.key})
+        (show or (lambda a: print(f"requeued {a['key']!r} on {a['controller']} (queue depth {a['queue_depth']})")))(
+            answer
+        )
+    elif command == "backfill":
+        since = parse_since(args.since, time.time())
+        if args.no_wait:
+            job = client.call("POST", "/backfill", {"since": since})
+        else:
+            job = follow_backfill(client, since, show_progress=not args.json)
+        (show or (lambda j: print(_render.backfill_line(j))))(job)
+    elif command == "drain":
+        answer = client.call("POST", "/drain")
+        if args.wait:
+            while True:
+                try:
+                    client.call("GET", "/status")
+                except DaemonNotRunning:
+                    break
+                time.sleep(0.2)
+            answer = {**answer, "state": "exited"}
+        (show or (lambda a: print(f"daemon {a['state']} (drain timeout {a['drain_timeout_s']:g} s)")))(answer)
+    elif command == "reload":
+        (show or _render.print_reload)(client.call("POST", "/reload"))
+    elif command == "log-level":
+        if args.level:
+            answer = client.call("POST", "/log-level", {"level": args.level})
+            (show or (lambda a: print(f"log level {a['level']} (was {a['previous']})")))(answer)
+        else:
+            (show or (lambda a: print(a["level"])))(client.call("GET", "/log-level"))
+    elif command == "metrics":
+        text = client.call("GET", "/metrics")
+        print(text, end="")
+    return 0

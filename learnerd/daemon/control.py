@@ -1,0 +1,294 @@
+"""The operations the admin API offers on a running daemon, as plain methods returning JSON-able data.
+
+Every method runs on the daemon's event loop (the queues and the SQLite connection belong to it);
+only the search's embedding and faiss call go to a worker thread. HTTP lives in
+:mod:`learnerd.daemon.admin`; errors here are :class:`ControlError` subclasses that it maps to
+status codes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+import structlog
+
+import learnerd
+from learnerd.config import Config, ConfigError
+from learnerd.daemon.app import Daemon
+from learnerd.daemon.backfill_job import BackfillTracker
+from learnerd.daemon.logging import current_level, parse_level, set_log_level
+from learnerd.daemon.reload import apply_config
+from learnerd.daemon.retrieval import SearchHit, describe_hits, nearest
+from learnerd.daemon.workqueue import ControllerRateLimiter
+from learnerd.store.blocks import count_blocks, list_block_ids
+from learnerd.store.embeddings import count_vectors
+from learnerd.store.examples import count_examples
+
+log = structlog.get_logger(__name__)
+
+
+class ControlError(Exception):
+    """A request the daemon cannot carry out; the message is for the user."""
+
+
+class BadRequest(ControlError):
+    """The request is malformed or a value is out of range."""
+
+
+class NotFound(ControlError):
+    """An unknown controller (or job)."""
+
+
+class Conflict(ControlError):
+    """Not now: the daemon is draining, or a backfill is already running."""
+
+
+class Unavailable(ControlError):
+    """Not yet: the embedder is still loading."""
+
+
+def count_adapters(state_dir: os.PathLike[str] | str) -> int:
+    """Committed adapter versions: the directories in ``<state_dir>/adapters`` not starting with ``.``
+    (0 while there is no such directory)."""
+    try:
+        with os.scandir(os.path.join(state_dir, "adapters")) as entries:
+            return sum(1 for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith("."))
+    except FileNotFoundError:
+        return 0
+
+
+class DaemonControl:
+    """Status and steering of ``daemon`` while :class:`~learnerd.daemon.service.Service` runs it.
+
+    Args:
+        daemon: the running daemon.
+        stop: the event that makes the daemon stop intake, drain and return (``drain`` sets it).
+        reload_config: re-reads the config file (with the command line's overrides); None when the
+            daemon was started without a config file.
+        endpoints: addresses served, for the status (``admin_socket``, ``metrics``, ``search``).
+        max_k: the largest ``k`` a search may ask for.
+    """
+
+    def __init__(
+        self,
+        daemon: Daemon,
+        stop: anyio.Event,
+        *,
+        reload_config: Callable[[], Config] | None = None,
+        endpoints: dict[str, str | None] | None = None,
+        max_k: int = 100,
+    ) -> None:
+        self.daemon = daemon
+        self.stop = stop
+        self.endpoints = endpoints or {}
+        self.max_k = max_k
+        self._reload_config = reload_config
+        self._started = time.monotonic()
+        self._running = False
+        self._pause_all = False
+        self._search_limiter = anyio.CapacityLimiter(4)
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self.backfill_tracker = BackfillTracker(
+            reconciled=lambda: daemon.controllers["examples"].stats().reconciles,
+            changes=lambda: daemon.summary().changes,
+            wait_idle=daemon.wait_idle,
+        )
+
+    # ------------------------------------------------------------------ lifecycle hooks (Service)
+
+    def attach(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Where background jobs (a backfill) run: the service's task group."""
+        self._task_group = task_group
+
+    def mark_running(self) -> None:
+        """Start-up is over (every controller exists): re-apply a ``pause`` of all controllers."""
+        self._running = True
+        if self._pause_all:
+            for controller in self.daemon.controllers.values():
+                controller.pause()
+
+    @property
+    def state(self) -> str:
+        """starting (the embedder is loading), running, or draining."""
+        if self.stop.is_set():
+            return "draining"
+        return "running" if self._running else "starting"
+
+    # ------------------------------------------------------------------ read
+
+    def status(self) -> dict[str, Any]:
+        """Everything ``learnerd ctl status`` shows; see docs/operations.md for the shape."""
+        daemon = self.daemon
+        cfg = daemon.cfg
+        controllers = {}
+        for name, controller in daemon.controllers.items():
+            stats = controller.stats()
+            entry = dataclasses.asdict(stats)
+            entry["in_flight"] = list(stats.in_flight)
+            entry["timeout_s"] = controller.timeout_s
+            entry["max_retries"] = controller.max_retries
+            limiter = daemon.queues[name].rate_limiter if name in daemon.queues else None
+            entry["rate_limiter"] = (
+                dataclasses.asdict(limiter.settings()) if isinstance(limiter, ControllerRateLimiter) else None
+            )
+            controllers[name] = entry
+        embedder = daemon.embedder
+        job = self.backfill_tracker.current()
+        return {
+            "version": learnerd.__version__,
+            "pid": os.getpid(),
+            "state": self.state,
+            "uptime_s": round(time.monotonic() - self._started, 3),
+            "config_path": str(cfg.path) if cfg.path else None,
+            "state_dir": str(cfg.state_dir),
+            "log_level": current_level(),
+            "endpoints": self.endpoints,
+            "embedder": {"name": getattr(embedder, "name", None), "loaded": daemon.embeddings is not None},
+            "counts": {
+                "blocks": count_blocks(daemon.conn),
+                "examples": count_examples(daemon.conn),
+                "vectors": count_vectors(daemon.conn),
+                "indexed": len(daemon.index),
+                "adapters": count_adapters(cfg.state_dir),
+            },
+            "controllers": controllers,
+            "analyzer": dataclasses.asdict(daemon.analyzer.stats),
+            "backfill": job.to_json() if job is not None else None,
+        }
+
+    # ------------------------------------------------------------------ steer
+
+    def _controllers(self, name: str | None) -> dict[str, Any]:
+        if name is None:
+            return dict(self.daemon.controllers)
+        if name not in self.daemon.controllers:
+            known = ", ".join(sorted(self.daemon.controllers))
+            raise NotFound(f"no controller named {name!r}; the controllers are: {known}")
+        return {name: self.daemon.controllers[name]}
+
+    def _paused(self) -> dict[str, bool]:
+        return {name: c.paused for name, c in self.daemon.controllers.items()}
+
+    def pause(self, controller: str | None = None) -> dict[str, Any]:
+        """Stop handing keys to the workers of ``controller`` (None: all); intake keeps queueing.
+
+        Raises:
+            NotFound: no such controller.
+        """
+        for name, c in self._controllers(controller).items():
+            c.pause()
+            log.info("controller paused", controller=name)
+        if controller is None:
+            self._pause_all = True
+        return {"paused": self._paused()}
+
+    def resume(self, controller: str | None = None) -> dict[str, Any]:
+        """Undo :meth:`pause` for ``controller`` (None: all).
+
+        Raises:
+            NotFound: no such controller.
+        """
+        for name, c in self._controllers(controller).items():
+            c.resume()
+            log.info("controller resumed", controller=name)
+        if controller is None:
+            self._pause_all = False
+        return {"paused": self._paused()}
+
+    def requeue(self, controller: str, key: str) -> dict[str, Any]:
+        """Queue ``key`` on ``controller`` now, with its failure backoff reset.
+
+        Raises:
+            NotFound: no such controller. Conflict: the daemon is draining.
+        """
+        self._controllers(controller)
+        queue = self.daemon.queues[controller]
+        if queue.shutting_down or self.stop.is_set():
+            raise Conflict("the daemon is draining; nothing new is queued")
+        queue.forget(key)
+        queue.add(key)
+        log.info("key requeued", controller=controller, key=key)
+        return {"controller": controller, "key": key, "queue_depth": len(queue)}
+
+    def start_backfill(self, since: float) -> dict[str, Any]:
+        """Enqueue every block with ``updated_at >= since`` (epoch seconds) and follow it in the background.
+
+        Raises:
+            Conflict: the daemon is starting or draining, or a backfill is still running.
+        """
+        if self.state != "running" or self._task_group is None:
+            raise Conflict(f"the daemon is {self.state}; retry once it is running")
+        if self.backfill_tracker.running:
+            raise Conflict("a backfill is already running; see GET /backfill")
+        job = self.backfill_tracker.begin(
+            since, lambda: self.daemon.enqueue_blocks(list_block_ids(self.daemon.conn, updated_since=since))
+        )
+        self._task_group.start_soon(self.backfill_tracker.follow, name="backfill")
+        return job.to_json()
+
+    def backfill_status(self) -> dict[str, Any] | None:
+        job = self.backfill_tracker.current()
+        return job.to_json() if job is not None else None
+
+    def drain(self) -> dict[str, Any]:
+        """Stop intake, finish in-flight and queued work (within ``[shutdown] drain_timeout_s``), exit."""
+        if not self.stop.is_set():
+            log.info("drain requested: stopping intake and draining queues")
+            self.stop.set()
+        return {"state": "draining", "drain_timeout_s": self.daemon.cfg.shutdown.drain_timeout_s}
+
+    def reload(self) -> dict[str, Any]:
+        """Re-read the config file and apply what can change live (see :mod:`learnerd.daemon.reload`).
+
+        Raises:
+            Conflict: started without a config file. BadRequest: the file is invalid (nothing applied).
+        """
+        if self._reload_config is None:
+            raise Conflict("the daemon was started without a config file (--config / $LEARNERD_CONFIG)")
+        try:
+            new = self._reload_config()
+        except ConfigError as exc:
+            log.error("config reload failed; keeping the running config", error=str(exc))
+            raise BadRequest(f"config not reloaded: {exc}") from exc
+        return dataclasses.asdict(apply_config(self.daemon, new))
+
+    def log_level(self) -> dict[str, Any]:
+        return {"level": current_level()}
+
+    def set_log_level(self, level: str) -> dict[str, Any]:
+        """Change the log level until the next change or reload.
+
+        Raises:
+            BadRequest: not a level name.
+        """
+        try:
+            parse_level(level)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from exc
+        previous = set_log_level(level)
+        log.info("log level changed", level=current_level(), previous=previous)
+        return {"level": current_level(), "previous": previous}
+
+    async def search(self, text: str, k: int) -> list[SearchHit]:
+        """The ``k`` learned examples nearest to ``text``, best first, from the live index.
+
+        Raises:
+            BadRequest: empty ``text`` or ``k`` outside 1..max_k. Unavailable: the embedder is loading.
+        """
+        if not text.strip():
+            raise BadRequest("text must not be empty")
+        if not 1 <= k <= self.max_k:
+            raise BadRequest(f"k must be in 1..{self.max_k}, not {k}")
+        embedder = self.daemon.embedder
+        if embedder is None or self.daemon.embeddings is None:
+            raise Unavailable("the embedder is still loading; retry in a few seconds")
+        hits = await anyio.to_thread.run_sync(
+            nearest, embedder, self.daemon.index, text, k, limiter=self._search_limiter
+        )
+        return describe_hits(self.daemon.conn, hits)

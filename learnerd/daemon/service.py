@@ -1,0 +1,209 @@
+"""The daemon as a service: the admin socket, the optional TCP endpoints and systemd's notifications
+around :meth:`Daemon.run <learnerd.daemon.app.Daemon.run>`.
+
+Order of events (``learnerd run``; tests run the same in-process)::
+
+    state dir 0700, admin socket bound (stale one replaced)    STATUS=starting: loading the embedder
+    admin API, --metrics-addr, --listen-search serving          (ctl status works while the model loads)
+    embedder loaded, controllers running, resync queued         READY=1  (task_status.started())
+    ... serving: SIGHUP / POST /reload                          RELOADING=1 … READY=1
+    stop set (SIGTERM, first SIGINT, POST /drain)               STOPPING=1; intake stops, queues drain
+    Daemon.run returns                                          endpoints closed, socket file removed
+
+Signals are not handled here (``learnerd run`` does, in one place); the caller owns ``stop``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.abc
+import structlog
+from aiohttp import web
+
+from learnerd.config import Config
+from learnerd.daemon import sd_notify
+from learnerd.daemon.admin import admin_app
+from learnerd.daemon.app import Daemon, RunSummary
+from learnerd.daemon.control import ControlError, DaemonControl
+from learnerd.daemon.logging import adopt_library_loggers
+from learnerd.daemon.tcp_endpoints import metrics_app, search_app
+from learnerd.daemon.unix_socket import (
+    AdminSocket,
+    SocketInUse,
+    UnsafeStateDir,
+    bind_admin_socket,
+    remove_admin_socket,
+    secure_state_dir,
+)
+from learnerd.store.embeddings import count_vectors
+from learnerd.store.examples import count_examples
+
+log = structlog.get_logger(__name__)
+
+#: Seconds the HTTP servers give open requests to finish when the daemon exits.
+HTTP_SHUTDOWN_TIMEOUT_S = 2.0
+
+
+class ServiceError(RuntimeError):
+    """The service could not start: the socket is taken, the state directory is unsafe, a port is busy."""
+
+
+@dataclass
+class ServiceOptions:
+    """What to serve beside the admin socket.
+
+    ``search_token`` is required with ``search_addr`` (check it with
+    :func:`~learnerd.daemon.tcp_endpoints.check_token`); ``reload_config`` re-reads the config file
+    with the command line's overrides (None: started without a config file, reload refused).
+    """
+
+    metrics_addr: tuple[str, int] | None = None
+    search_addr: tuple[str, int] | None = None
+    search_token: str | None = None
+    reload_config: Callable[[], Config] | None = None
+
+
+def _url(addr: tuple[str, int] | None, path: str) -> str | None:
+    if addr is None:
+        return None
+    host = f"[{addr[0]}]" if ":" in addr[0] else addr[0]
+    return f"http://{host}:{addr[1]}{path}"
+
+
+class Service:
+    """Runs ``daemon`` until ``stop`` is set, serving the admin API (see the module docstring).
+
+    Args:
+        daemon: a constructed, not yet running daemon; its state directory's lock must be held.
+        stop: set it to stop intake, drain and return (the admin API's ``drain`` sets it too).
+        options: the TCP endpoints and the config reloader.
+
+    Raises:
+        ValueError: ``search_addr`` without ``search_token``.
+    """
+
+    def __init__(self, daemon: Daemon, stop: anyio.Event, options: ServiceOptions | None = None) -> None:
+        self.daemon = daemon
+        self.stop = stop
+        self.options = options or ServiceOptions()
+        if self.options.search_addr is not None and not self.options.search_token:
+            raise ValueError("search_addr needs search_token")
+        self.control = DaemonControl(
+            daemon,
+            stop,
+            reload_config=self.options.reload_config,
+            endpoints={
+                "admin_socket": str(daemon.cfg.socket_path),
+                "metrics": _url(self.options.metrics_addr, "/metrics"),
+                "search": _url(self.options.search_addr, "/search"),
+            },
+            max_k=daemon.cfg.admin.max_k,
+        )
+
+    def reload(self) -> dict[str, Any] | None:
+        """Reload the config (SIGHUP); errors are logged, never raised. Returns the reload's result."""
+        sd_notify.reloading()
+        try:
+            return self.control.reload()
+        except ControlError as exc:
+            log.error("reload refused", error=str(exc))
+            return None
+        finally:
+            sd_notify.notify("READY=1", f"STATUS={self._status_line()}")
+
+    def _status_line(self) -> str:
+        if self.stop.is_set():
+            return "draining"
+        conn = self.daemon.conn
+        return f"serving: {count_examples(conn)} examples, {count_vectors(conn)} vectors"
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> RunSummary:
+        """Serve, run the daemon until ``stop`` is set and it has drained, clean up; return its summary.
+
+        Reports started (``await task_group.start(service.run)``) at ``READY=1``.
+
+        Raises:
+            ServiceError: the admin socket or a TCP endpoint could not be set up.
+        """
+        cfg = self.daemon.cfg
+        try:
+            secure_state_dir(cfg.state_dir)
+            admin = bind_admin_socket(cfg.socket_path)
+        except (SocketInUse, UnsafeStateDir, OSError) as exc:
+            raise ServiceError(f"cannot serve the admin socket: {exc}") from exc
+        runners: list[web.AppRunner] = []
+        try:
+            await self._start_endpoints(admin, runners)
+            sd_notify.notify("STATUS=starting: loading the embedder")
+            async with anyio.create_task_group() as tg:
+                self.control.attach(tg)
+                tg.start_soon(self._announce_stopping, name="announce-stopping")
+                tg.start_soon(sd_notify.keep_alive, name="sd-watchdog")
+
+                def started() -> None:
+                    adopt_library_loggers()
+                    self.control.mark_running()
+                    status = self._status_line()
+                    sd_notify.notify("READY=1", f"STATUS={status}")
+                    log.info("learnerd ready", status=status, **self.control.endpoints)
+                    task_status.started()
+
+                summary = await self.daemon.run(self.stop, started)
+                tg.cancel_scope.cancel()
+            return summary
+        finally:
+            with anyio.CancelScope(shield=True):
+                for runner in reversed(runners):
+                    await runner.cleanup()
+            remove_admin_socket(admin)
+
+    async def _start_endpoints(self, admin: AdminSocket, runners: list[web.AppRunner]) -> None:
+        """Serve the admin API on ``admin`` and the TCP endpoints asked for; record the addresses bound
+        (a port 0 becomes the port the kernel chose) in the status's ``endpoints``."""
+        cfg = self.daemon.cfg
+        opts = self.options
+        await self._serve(
+            admin_app(self.control, self.daemon.registry, cfg.admin.max_body_bytes),
+            lambda r: web.SockSite(r, admin.sock),
+            str(admin.path),
+            runners,
+        )
+        if opts.metrics_addr is not None:
+            host, port = opts.metrics_addr
+            runner = await self._serve(
+                metrics_app(self.daemon.registry), lambda r: web.TCPSite(r, host, port), f"{host}:{port}", runners
+            )
+            self.control.endpoints["metrics"] = _url(runner.addresses[0][:2], "/metrics")
+        if opts.search_addr is not None:
+            s_host, s_port = opts.search_addr
+            runner = await self._serve(
+                search_app(self.control, opts.search_token or "", cfg.admin.max_body_bytes),
+                lambda r: web.TCPSite(r, s_host, s_port),
+                f"{s_host}:{s_port}",
+                runners,
+            )
+            self.control.endpoints["search"] = _url(runner.addresses[0][:2], "/search")
+
+    @staticmethod
+    async def _serve(
+        app: web.Application,
+        make_site: Callable[[web.AppRunner], web.BaseSite],
+        where: str,
+        runners: list[web.AppRunner],
+    ) -> web.AppRunner:
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S)
+        await runner.setup()
+        runners.append(runner)
+        try:
+            await make_site(runner).start()
+        except OSError as exc:
+            raise ServiceError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+        return runner
+
+    async def _announce_stopping(self) -> None:
+        await self.stop.wait()
+        sd_notify.notify("STOPPING=1", "STATUS=draining")
