@@ -95,13 +95,16 @@ class AdminClient:
 
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         connector = aiohttp.UnixConnector(path=os.fspath(self.socket_path))
-        async with (
-            aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
-            session.request(method, f"http://learnerd{path}", json=body) as response,
-        ):
-            if response.content_type == "application/json":
-                return response.status, await response.json()
-            return response.status, await response.text()
+        try:
+            async with (
+                aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
+                session.request(method, f"http://learnerd{path}", json=body) as response,
+            ):
+                if response.content_type == "application/json":
+                    return response.status, await response.json()
+                return response.status, await response.text()
+        except aiohttp.ClientConnectorError as exc:
+            raise exc.os_error from None  # ConnectionRefusedError, PermissionError, FileNotFoundError
 
 
 def _owner(path: Path) -> str:

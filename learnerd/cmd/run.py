@@ -75,6 +75,7 @@ async def serve(daemon, once: bool, options=None):
                         elif signum == signal.SIGINT:
                             log.warning("second SIGINT: stopping now")
                             hard_stop = True
+                            daemon.stop_now()
                             tg.cancel_scope.cancel()
 
             tg.start_soon(watch_signals)

@@ -116,6 +116,7 @@ class Daemon:
         }
         self._clock = clock
         self._started = time.monotonic()
+        self._serve_scopes: list[anyio.CancelScope] = []  # the running task group's and the drain's
 
     def _controller(self, reconciler: Any) -> Controller:
         c = self.cfg.controller(reconciler.name)
@@ -184,13 +185,16 @@ class Daemon:
                         await self.analyzer.run()
 
                 tg.start_soon(analyze, name="analyzer")
+            self._serve_scopes = [tg.cancel_scope]
             await self._start_embeddings(tg)
             try:
                 await body(tg)
             finally:
                 analyzer_scope.cancel()
-                with anyio.CancelScope(shield=True):
+                with anyio.CancelScope(shield=True) as drain_scope:
+                    self._serve_scopes.append(drain_scope)
                     await self._drain(tg)
+                self._serve_scopes = []
 
     async def _drain(self, tg: anyio.abc.TaskGroup) -> None:
         with anyio.move_on_after(self.cfg.shutdown.drain_timeout_s) as scope:
@@ -201,6 +205,13 @@ class Daemon:
             for queue in self.queues.values():
                 queue.shutdown()
             tg.cancel_scope.cancel()
+
+    def stop_now(self) -> None:
+        """Stop at once (a second SIGINT): cancel the drain in progress and every task; keys in flight
+        are abandoned (reconcilers are idempotent: a restart redoes them). A blocking call already in a
+        worker thread (an embedding batch) finishes first."""
+        for scope in self._serve_scopes:
+            scope.cancel()
 
     async def wait_idle(self) -> None:
         """Wait until every queue is idle at the same moment (nothing queued, in flight or delayed)."""

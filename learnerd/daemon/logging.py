@@ -64,8 +64,12 @@ def configure_logging(level: str = "info", json: bool | None = None, stream: Tex
         shared.append(structlog.processors.format_exc_info)
         renderer = structlog.processors.JSONRenderer(sort_keys=False)
     else:
+        colors = out.isatty()
         renderer = structlog.dev.ConsoleRenderer(
-            colors=out.isatty(), exception_formatter=structlog.dev.RichTracebackFormatter(show_locals=False)
+            colors=colors,
+            exception_formatter=structlog.dev.RichTracebackFormatter(
+                show_locals=False, color_system="truecolor" if colors else None
+            ),
         )
     structlog.configure(
         processors=[structlog.contextvars.merge_contextvars, *shared, renderer],

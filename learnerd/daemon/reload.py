@@ -66,7 +66,8 @@ def diff_configs(old: Config, new: Config) -> dict[str, tuple[Any, Any]]:
     return {key: (a.get(key), b.get(key)) for key in sorted(a.keys() | b.keys()) if a.get(key) != b.get(key)}
 
 
-def _is_live(key: str) -> bool:
+def is_live_setting(key: str) -> bool:
+    """True for a dotted setting (``"workqueue.qps"``) that a reload applies without a restart."""
     if key.startswith(_LIVE_PREFIXES):
         return True
     parts = key.split(".")
@@ -82,8 +83,8 @@ def apply_config(daemon: Any, new: Config) -> ReloadResult:
     cfg: Config = daemon.cfg
     result = ReloadResult(config_path=str(new.path) if new.path else "")
     result.changed = diff_configs(cfg, new)
-    result.needs_restart = [key for key in result.changed if not _is_live(key)]
-    result.applied = [key for key in result.changed if _is_live(key)]
+    result.needs_restart = [key for key in result.changed if not is_live_setting(key)]
+    result.applied = [key for key in result.changed if is_live_setting(key)]
 
     for queue in daemon.queues.values():
         limiter = queue.rate_limiter

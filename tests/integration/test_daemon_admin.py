@@ -113,9 +113,7 @@ async def test_pause_queues_blocks_without_reconciling_and_resume_drains(root: P
         code, answer = await post_json(s, "/resume")
         assert code == 200 and not any(answer["paused"].values())
         await eventually(lambda: depth_is(0), what="the queue drains after resume")
-        await eventually(
-            lambda: _counts_are(s, examples=3, vectors=3), what="everything reconciled after resume"
-        )
+        await eventually(lambda: _counts_are(s, examples=3, vectors=3), what="everything reconciled after resume")
 
 
 async def test_pause_one_controller_and_unknown_names(root: Path, minilm):
@@ -136,9 +134,7 @@ async def test_requeue_reconciles_a_key_again(root: Path, minilm):
     append_blocks(root / "logs" / "a.jsonl", BLOCKS)
     async with running_service(cfg, minilm) as running, running.session() as s:
         await eventually(lambda: _counts_are(s, examples=3, vectors=3), what="learned")
-        await eventually(
-            lambda: _idle(running), what="queues idle"
-        )
+        await eventually(lambda: _idle(running), what="queues idle")
         before = running.daemon.controllers["examples"].stats().reconciles
         code, answer = await post_json(s, "/requeue", {"controller": "examples", "key": "b-ls"})
         assert code == 200 and answer == {"controller": "examples", "key": "b-ls", "queue_depth": 1}

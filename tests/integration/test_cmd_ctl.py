@@ -1,0 +1,171 @@
+"""``learnerd ctl``, ``learnerd search`` and ``learnerd backfill`` against a daemon running in the test,
+and the messages when there is no daemon or the socket is not ours."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import anyio
+import pytest
+
+from learnerd.cmd._client import AdminClient
+from learnerd.cmd._common import CommandError
+from learnerd.cmd.main import main
+from learnerd.daemon.logging import configure_logging, current_level
+from learnerd.daemon.unix_socket import bind_admin_socket, remove_admin_socket, secure_state_dir
+from tests.support.daemon import append_blocks, daemon_config, eventually, running_service, short_tmp_dir
+
+BLOCKS = {
+    "b-ls": ("List the files in a directory", "ls -la"),
+    "b-du": ("Show how much disk space a folder uses", "du -sh ."),
+}
+
+
+@pytest.fixture
+def root():
+    with short_tmp_dir() as path:
+        yield path
+
+
+@pytest.fixture(autouse=True)
+def restore_logging():
+    level = current_level()
+    yield
+    configure_logging(level)
+
+
+async def learnerd(capsys, *argv: str) -> tuple[int, str, str]:
+    """Run the CLI in a worker thread (it runs its own event loop); return (status, stdout, stderr)."""
+    capsys.readouterr()
+    code = await anyio.to_thread.run_sync(main, list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.anyio
+async def test_ctl_commands_on_a_running_daemon(root: Path, minilm, capsys):
+    cfg = daemon_config(root)
+    append_blocks(root / "logs" / "a.jsonl", BLOCKS)
+    at = ("--state-dir", str(cfg.state_dir))
+    async with running_service(cfg, minilm) as running:
+
+        async def learned() -> bool:
+            return len(running.daemon.index) == 2 and all(q.idle for q in running.daemon.queues.values())
+
+        await eventually(learned, what="learned")
+
+        code, out, _ = await learnerd(capsys, "ctl", "status", *at)
+        assert code == 0
+        for words in ("learnerd 0.1.0 — running", "2 blocks · 2 examples · 2 vectors", "controllers", "analyzer"):
+            assert words in out, words
+        for name in ("examples", "embeddings", "probes"):
+            assert name in out
+
+        code, out, _ = await learnerd(capsys, "ctl", "status", "--json", *at)
+        assert code == 0 and json.loads(out)["pid"] == os.getpid()
+
+        code, out, _ = await learnerd(capsys, "ctl", "pause", "examples", *at)
+        assert code == 0 and "examples: paused" in out and "probes: running" in out
+        assert running.daemon.controllers["examples"].paused
+        code, out, err = await learnerd(capsys, "ctl", "pause", "nope", *at)
+        assert code == 1 and "no controller named 'nope'" in err
+        code, out, _ = await learnerd(capsys, "ctl", "resume", "--json", *at)
+        assert code == 0 and json.loads(out) == {"paused": {"examples": False, "probes": False, "embeddings": False}}
+
+        code, out, _ = await learnerd(capsys, "ctl", "requeue", "probes", "some/doc.dlm", *at)
+        assert code == 0 and "requeued 'some/doc.dlm' on probes" in out
+
+        code, out, _ = await learnerd(capsys, "ctl", "log-level", "warning", *at)
+        assert code == 0 and out.startswith("log level warning (was ") and current_level() == "warning"
+        # (--log-level: this in-process CLI call would otherwise reset the shared process's level first)
+        code, out, _ = await learnerd(capsys, "ctl", "log-level", "--log-level", "warning", *at)
+        assert code == 0 and out.strip() == "warning"
+
+        code, out, _ = await learnerd(capsys, "ctl", "metrics", *at)
+        assert code == 0 and 'workqueue_depth{name="examples"}' in out
+
+        code, out, err = await learnerd(capsys, "ctl", "reload", *at)
+        assert code == 1 and "started without a config file" in err
+
+        code, out, _ = await learnerd(capsys, "ctl", "backfill", "--since", "1d", "--json", *at)
+        job = json.loads(out)
+        assert code == 0 and job["state"] == "done" and job["blocks"] == 2 and job["changes"] == {}
+
+        # `learnerd backfill` goes through the socket too: its answer is the daemon's job, not a local run.
+        code, out, _ = await learnerd(capsys, "backfill", "--since", "1d", "--json", *at)
+        assert code == 0 and json.loads(out)["id"] == job["id"] + 1
+
+        calls = minilm.calls
+        code, out, _ = await learnerd(capsys, "search", "how big is my folder", "-k", "1", "--json", *at)
+        assert code == 0 and [h["answer"] for h in json.loads(out)] == ["du -sh ."]
+        assert minilm.calls == calls + 1, "answered by the running daemon's embedder (no model load)"
+
+        code, out, _ = await learnerd(capsys, "ctl", "drain", *at)
+        assert code == 0 and "daemon draining" in out
+        await eventually(lambda: _false(running.socket.exists()), what="the daemon stopped")
+
+    code, out, err = await learnerd(capsys, "ctl", "status", *at)
+    assert code == 3 and "no learnerd daemon is running" in err
+
+
+async def _false(value: bool) -> bool:
+    return not value
+
+
+def test_ctl_without_a_daemon_says_so(root: Path, capsys):
+    state = root / "state"
+    code = main(["ctl", "status", "--state-dir", str(state)])
+    assert code == 3
+    assert f"no learnerd daemon is running on {state} (no socket at {state}/learnerd.sock)" in capsys.readouterr().err
+
+    secure_state_dir(state)
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(str(state / "learnerd.sock"))  # what a kill -9 leaves behind
+    dead.close()
+    code = main(["ctl", "pause", "--state-dir", str(state)])
+    assert code == 3 and "the socket refuses connections" in capsys.readouterr().err
+
+
+NOBODY = 65534
+
+
+def _client_as_nobody(socket_path: Path) -> str:
+    """The admin client's error message when run as uid nobody (a forked child; see test_daemon_admin)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            try:
+                AdminClient(socket_path, timeout_s=10).call("GET", "/status")
+                message = "served"
+            except CommandError as exc:
+                message = str(exc)
+            os.write(write_end, message.encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        message = pipe.read().decode()
+    os.waitpid(pid, 0)
+    return message
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="running the client as another user (nobody) needs root")
+def test_ctl_says_when_the_socket_is_not_ours(root: Path):
+    os.chmod(root, 0o711)
+    state = root / "state"
+    secure_state_dir(state)
+    admin = bind_admin_socket(state / "learnerd.sock")
+    try:
+        message = _client_as_nobody(admin.path)
+        assert message.startswith(f"permission denied reaching {admin.path}: its directory is not yours")
+        os.chmod(state, 0o711)
+        message = _client_as_nobody(admin.path)
+        assert message == f"the socket {admin.path} is not yours: it belongs to uid 0, you are uid {NOBODY}"
+    finally:
+        remove_admin_socket(admin)
