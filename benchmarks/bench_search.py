@@ -206,9 +206,8 @@ def main() -> None:
 
     n = len(daemon_s)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(
-        f"machine: {os.cpu_count()} CPUs, load average {load}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}"
-    )
+    omp = os.environ.get("OMP_NUM_THREADS", "unset")
+    print(f"machine: {os.cpu_count()} CPUs, load average {load}; OMP_NUM_THREADS={omp}")
     print(
         f"index: {args.total} vectors ({args.total - padded} real MiniLM embeddings of tldr examples, {padded} random "
         f"unit vectors added to reach {args.total}); k={args.k}; {n} queries per contender in {args.rounds} "
