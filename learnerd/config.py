@@ -214,15 +214,16 @@ class LoggingConfig:
 
 
 def parse_host_port(text: str, where: str = "address") -> tuple[str, int]:
-    """``"127.0.0.1:9464"`` → ``("127.0.0.1", 9464)``; ``"[::1]:9464"`` → ``("::1", 9464)``.
+    """``"127.0.0.1:9464"`` → ``("127.0.0.1", 9464)``; ``"[::1]:9464"`` → ``("::1", 9464)``. Port 0 lets
+    the kernel choose a free port (``learnerd ctl status`` shows which).
 
     Raises:
-        ConfigError: not ``HOST:PORT`` with a port in 1..65535.
+        ConfigError: not ``HOST:PORT`` with a port in 0..65535.
     """
     host, sep, port = text.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"{where} must be HOST:PORT (e.g. 127.0.0.1:9464), not {text!r}")
     return host, int(port)
 

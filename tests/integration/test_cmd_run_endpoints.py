@@ -1,0 +1,60 @@
+"""``learnerd run``'s endpoint flags refuse to start on bad input, before anything is loaded."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from learnerd.cmd.main import main
+from learnerd.daemon.logging import configure_logging, current_level
+from learnerd.daemon.statelock import StateLock
+from tests.support.daemon import short_tmp_dir
+
+
+@pytest.fixture
+def state():
+    with short_tmp_dir() as root:
+        yield root / "state"
+
+
+@pytest.fixture(autouse=True)
+def restore_logging():
+    level = current_level()
+    yield
+    configure_logging(level)
+
+
+def run(state: Path, *flags: str) -> list[str]:
+    return ["run", "--state-dir", str(state), *flags]
+
+
+@pytest.mark.parametrize("token", [None, "", "short"])
+def test_search_over_tcp_needs_a_long_enough_token(state: Path, token, monkeypatch, capsys):
+    if token is None:
+        monkeypatch.delenv("LEARNERD_SEARCH_TOKEN", raising=False)
+    else:
+        monkeypatch.setenv("LEARNERD_SEARCH_TOKEN", token)
+    assert main(run(state, "--listen-search", "127.0.0.1:0")) == 2
+    err = capsys.readouterr().err
+    assert "LEARNERD_SEARCH_TOKEN" in err
+    assert not state.exists(), "refused before touching the state directory"
+
+
+@pytest.mark.parametrize("addr", ["9464", "localhost:", "host:99999", ":9464"])
+def test_a_malformed_address_is_refused(state: Path, addr: str, capsys):
+    assert main(run(state, "--metrics-addr", addr)) == 2
+    assert "--metrics-addr must be HOST:PORT" in capsys.readouterr().err
+
+
+def test_a_busy_port_stops_the_start_with_a_clear_message_and_leaves_nothing_behind(state: Path, capsys):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(run(state, "--metrics-addr", f"127.0.0.1:{port}")) == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+    assert not (state / "learnerd.sock").exists(), "the admin socket is removed again"
+    with StateLock(state):
+        pass  # and the lock was released
