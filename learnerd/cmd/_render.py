@@ -149,6 +149,25 @@ def print_paused(answer: dict[str, Any]) -> None:
         print(f"{name}: {'paused' if paused else 'running'}")
 
 
+def print_requeued(answer: dict[str, Any]) -> None:
+    print(f"requeued {answer['key']!r} on {answer['controller']} (queue depth {answer['queue_depth']})")
+
+
+def print_backfill(job: dict[str, Any]) -> None:
+    print(backfill_line(job))
+
+
+def print_drain(answer: dict[str, Any]) -> None:
+    if answer["state"] == "exited":
+        print("the daemon drained and exited")
+    else:
+        print(f"the daemon is draining: in-flight work gets {answer['drain_timeout_s']:g} s, then it exits")
+
+
+def print_log_level(answer: dict[str, Any]) -> None:
+    print(f"{answer['level']} (was {answer['previous']})" if "previous" in answer else answer["level"])
+
+
 def print_reload(answer: dict[str, Any]) -> None:
     """What a reload changed, applied, and left for a restart."""
     from rich.table import Table

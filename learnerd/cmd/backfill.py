@@ -75,7 +75,10 @@ def run(args: argparse.Namespace) -> int:
     except DaemonNotRunning:
         pass
     else:
-        print_json(job) if args.json else print(f"{backfill_line(job)} (in the running daemon)")
+        if args.json:
+            print_json(job)
+        else:
+            print(f"{backfill_line(job)} (in the running daemon)")
         return 0
     summary = backfill_offline(cfg, since, show_progress=not args.json)
     if not args.json and not summary.changed_anything():

@@ -51,27 +51,24 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config_from_args(args)
     client = client_for(cfg)
     command = args.ctl_command
-    show = _render.print_json if args.json else None
 
     if command == "status":
-        (show or _render.print_status)(client.call("GET", "/status"))
+        answer, show = client.call("GET", "/status"), _render.print_status
     elif command in ("pause", "resume"):
         body = {"controller": args.controller} if args.controller else {}
-        (show or _render.print_paused)(client.call("POST", f"/{command}", body))
+        answer, show = client.call("POST", f"/{command}", body), _render.print_paused
     elif command == "requeue":
         answer = client.call("POST", "/requeue", {"controller": args.controller, "key": args.key})
-        (show or (lambda a: print(f"requeued {a['key']!r} on {a['controller']} (queue depth {a['queue_depth']})")))(
-            answer
-        )
+        show = _render.print_requeued
     elif command == "backfill":
         since = parse_since(args.since, time.time())
         if args.no_wait:
-            job = client.call("POST", "/backfill", {"since": since})
+            answer = client.call("POST", "/backfill", {"since": since})
         else:
-            job = follow_backfill(client, since, show_progress=not args.json)
-        (show or (lambda j: print(_render.backfill_line(j))))(job)
+            answer = follow_backfill(client, since, show_progress=not args.json)
+        show = _render.print_backfill
     elif command == "drain":
-        answer = client.call("POST", "/drain")
+        answer, show = client.call("POST", "/drain"), _render.print_drain
         if args.wait:
             while True:
                 try:
@@ -80,16 +77,16 @@ def run(args: argparse.Namespace) -> int:
                     break
                 time.sleep(0.2)
             answer = {**answer, "state": "exited"}
-        (show or (lambda a: print(f"daemon {a['state']} (drain timeout {a['drain_timeout_s']:g} s)")))(answer)
     elif command == "reload":
-        (show or _render.print_reload)(client.call("POST", "/reload"))
+        answer, show = client.call("POST", "/reload"), _render.print_reload
     elif command == "log-level":
         if args.level:
             answer = client.call("POST", "/log-level", {"level": args.level})
-            (show or (lambda a: print(f"log level {a['level']} (was {a['previous']})")))(answer)
         else:
-            (show or (lambda a: print(a["level"])))(client.call("GET", "/log-level"))
-    elif command == "metrics":
-        text = client.call("GET", "/metrics")
-        print(text, end="")
+            answer = client.call("GET", "/log-level")
+        show = _render.print_log_level
+    else:  # metrics: Prometheus text, printed as it is (also with --json)
+        print(client.call("GET", "/metrics"), end="")
+        return 0
+    (_render.print_json if args.json else show)(answer)
     return 0
