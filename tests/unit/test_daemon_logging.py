@@ -28,6 +28,7 @@ def _boom(secret: str) -> None:
 
 def test_json_lines_carry_exceptions_and_library_records() -> None:
     out = io.StringIO()
+    logging.captureWarnings(False)  # pytest hooks warnings per test; let configure_logging hook them again
     configure_logging("info", json=True, stream=out)
     log = structlog.get_logger("learnerd.test")
     log.info("hello", key="b1")
