@@ -26,6 +26,7 @@ from learnerd.daemon.logging import current_level, parse_level, set_log_level
 from learnerd.daemon.reload import apply_config
 from learnerd.daemon.retrieval import SearchHit, describe_hits, nearest
 from learnerd.daemon.workqueue import ControllerRateLimiter
+from learnerd.store.adapters import AdapterStore
 from learnerd.store.blocks import count_blocks, list_block_ids
 from learnerd.store.embeddings import count_vectors
 from learnerd.store.examples import count_examples
@@ -53,14 +54,11 @@ class Unavailable(ControlError):
     """Not yet: the embedder is still loading."""
 
 
-def count_adapters(state_dir: os.PathLike[str] | str) -> int:
-    """Committed adapter versions: the directories in ``<state_dir>/adapters`` not starting with ``.``
-    (0 while there is no such directory)."""
-    try:
-        with os.scandir(os.path.join(state_dir, "adapters")) as entries:
-            return sum(1 for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith("."))
-    except FileNotFoundError:
-        return 0
+def count_adapters(adapters_dir: os.PathLike[str] | str) -> int:
+    """Committed adapter versions of every document in the adapter store at ``adapters_dir``
+    (:mod:`learnerd.store.adapters`; 0 while there is none)."""
+    store = AdapterStore(adapters_dir)
+    return sum(len(store.list_versions(key)) for key in store.doc_keys())
 
 
 class DaemonControl:
@@ -155,7 +153,7 @@ class DaemonControl:
                 "examples": count_examples(daemon.conn),
                 "vectors": count_vectors(daemon.conn),
                 "indexed": len(daemon.index),
-                "adapters": count_adapters(cfg.state_dir),
+                "adapters": count_adapters(cfg.adapters_dir),
             },
             "controllers": controllers,
             "analyzer": dataclasses.asdict(daemon.analyzer.stats),
