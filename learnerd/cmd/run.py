@@ -64,10 +64,11 @@ async def serve(daemon, once: bool, options=None):
                 nonlocal hard_stop
                 with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
                     async for signum in signals:
-                        if signum == signal.SIGHUP:
+                        if signum == signal.SIGHUP and service is None:
+                            log.info("SIGHUP ignored: nothing to reload in --once mode")
+                        elif signum == signal.SIGHUP:
                             log.info("signal received: reloading the config", signal="SIGHUP")
-                            if service is not None:
-                                service.reload()
+                            service.reload()
                         elif not stop.is_set():
                             name = signal.Signals(signum).name
                             log.info("signal received: stopping intake and draining", signal=name)
