@@ -255,12 +255,8 @@ def build_clusters(
     return replace(clusters, descriptions=_describe(clusters, texts, closeness))
 
 
-def save_clusters(clusters: VocabularyClusters, directory: str | os.PathLike[str]) -> VocabularyClusters:
-    """Write ``cluster_descriptions.json`` then ``token_clusters.json`` into ``directory`` (created),
-    each atomically; return ``clusters`` with ``map_path`` / ``map_sha256`` set."""
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / DESCRIPTIONS_FILE, json.dumps(clusters.descriptions, indent=2, ensure_ascii=False) + "\n")
+def map_bytes(clusters: VocabularyClusters) -> bytes:
+    """The ``token_clusters.json`` bytes of ``clusters`` (deterministic: equal clusterings, equal bytes)."""
     payload = {
         "schema_version": SCHEMA_VERSION,
         "tokenizer_identity": clusters.tokenizer_identity,
@@ -273,7 +269,16 @@ def save_clusters(clusters: VocabularyClusters, directory: str | os.PathLike[str
         "num_clusters": clusters.num_clusters,
         "token_clusters": clusters.token_clusters.tolist(),
     }
-    data = (json.dumps(payload, separators=(",", ":")) + "\n").encode("utf-8")
+    return (json.dumps(payload, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def save_clusters(clusters: VocabularyClusters, directory: str | os.PathLike[str]) -> VocabularyClusters:
+    """Write ``cluster_descriptions.json`` then ``token_clusters.json`` into ``directory`` (created),
+    each atomically; return ``clusters`` with ``map_path`` / ``map_sha256`` set."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / DESCRIPTIONS_FILE, json.dumps(clusters.descriptions, indent=2, ensure_ascii=False) + "\n")
+    data = map_bytes(clusters)
     atomic_write_bytes(out / MAP_FILE, data)
     return replace(clusters, map_path=out / MAP_FILE, map_sha256=hashlib.sha256(data).hexdigest())
 

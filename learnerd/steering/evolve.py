@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import hashlib
 import json
 import random
 import threading
@@ -56,7 +57,7 @@ import structlog
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from learnerd.ml.generate import Reply, greedy_reply
-from learnerd.steering.clusters import VocabularyClusters, save_clusters
+from learnerd.steering.clusters import VocabularyClusters, map_bytes, save_clusters
 from learnerd.steering.judges import Judge
 from learnerd.steering.plot import render_evolution_png
 from learnerd.steering.pool import PoolItem, pool_sha256
@@ -180,7 +181,7 @@ def run_parameters(
     return {
         "schema_version": SCHEMA_VERSION,
         "tokenizer_identity": clusters.tokenizer_identity,
-        "clusters_sha256": clusters.map_sha256,
+        "clusters_sha256": hashlib.sha256(map_bytes(clusters)).hexdigest(),
         "k": clusters.k,
         "embedder": clusters.embedder,
         "pool_sha256": pool_sha256(pool),
@@ -228,9 +229,9 @@ def run_evolution(
         raise EvolutionError("the pool is empty")
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
-    clusters = save_clusters(clusters, run)
     params = run_parameters(clusters, pool, settings, reflector, judge, extra_parameters or {})
-    _check_run_file(run, params)
+    _check_run_file(run, params)  # before anything in the directory is replaced
+    clusters = save_clusters(clusters, run)
     history = _read_history(run, clusters.cluster_ids)
     best = _read_best(run)
     ids = clusters.cluster_ids
