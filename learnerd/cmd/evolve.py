@@ -253,37 +253,33 @@ def _apply_best(console, steering_path: Path, run_dir: Path, model, pool, judge,
     from rich.console import Console
     from rich.table import Table
 
-    from learnerd.steering.evolve import score
+    from learnerd.steering.evolve import answer_items, score
+    from learnerd.steering.judges import JudgeError
     from learnerd.store.atomic import atomic_write_text
 
     if not steering_path.exists():
         raise CommandError(f"{steering_path} does not exist: run `learnerd evolve` first (or pass --steering PATH)")
     processor = load_steering_processor(steering_path, model.tokenizer)
-    rows, results = [], {}
+    results = {}
     for label, proc in (("steered", processor), ("unsteered", None)):
-        answers = []
-        for item in pool:
-            reply = model.reply(item.question, proc)
-            verdict = judge.judge(item.question, item.answer, reply.text)
-            answers.append(
-                {
-                    "question": item.question,
-                    "reference": item.answer,
-                    "response": reply.text,
-                    "tokens": len(reply.token_ids),
-                    "correct": verdict.correct,
-                    "explanation": verdict.explanation,
-                }
-            )
-        scores = score([a["tokens"] for a in answers], [a["correct"] for a in answers], settings.scale)
-        results[label] = {**dataclasses.asdict(scores), "answers": answers}
-    for steered, plain in zip(results["steered"]["answers"], results["unsteered"]["answers"], strict=True):
-        rows.append((steered["question"], steered["response"], "✓" if steered["correct"] else "✗", plain["response"]))
+        try:
+            records = answer_items(model, proc, pool, judge)
+        except JudgeError as exc:
+            raise CommandError(str(exc)) from None
+        scores = score([r.tokens for r in records], [r.correct for r in records], settings.scale)
+        results[label] = {**dataclasses.asdict(scores), "answers": [dataclasses.asdict(r) for r in records]}
     table = Table(title=f"{len(pool)} pool question(s) with {steering_path}", show_lines=True)
-    for column in ("question", "steered answer", "ok", "unsteered answer"):
+    for column in ("question", "steered answer", "ok", "unsteered answer", "ok"):
         table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(*row)
+    mark = {True: "✓", False: "✗"}
+    for steered, plain in zip(results["steered"]["answers"], results["unsteered"]["answers"], strict=True):
+        table.add_row(
+            steered["question"],
+            steered["response"],
+            mark[steered["correct"]],
+            plain["response"],
+            mark[plain["correct"]],
+        )
     out = Console(highlight=False)
     out.print(table)
     for label in ("steered", "unsteered"):

@@ -246,7 +246,7 @@ def run_evolution(
         processor = processor_for(clusters, deltas)
         sample = minibatch(len(pool), settings.minibatch_size, settings.seed, i)
         progress = functools.partial(on_answer, i) if on_answer is not None else None
-        records = _answer(model, processor, [pool[j] for j in sample], judge, stop, progress)
+        records = answer_items(model, processor, [pool[j] for j in sample], judge, stop, progress)
         if records is None:
             break
         scores = score([r.tokens for r in records], [r.correct for r in records], settings.scale)
@@ -308,15 +308,26 @@ def run_evolution(
     return EvolutionOutcome(status=status, history=history, best=best)
 
 
-def _answer(
+def answer_items(
     model: SteeredModel,
-    processor: ClusterBiasProcessor,
+    processor: ClusterBiasProcessor | None,
     items: Sequence[PoolItem],
     judge: Judge,
-    stop: threading.Event,
-    on_answer: Callable[[int, int], Any] | None,
+    stop: threading.Event | None = None,
+    on_answer: Callable[[int, int], Any] | None = None,
 ) -> list[ResponseRecord] | None:
-    """Answer and judge ``items``; None when ``stop`` was set before all were answered."""
+    """Answer ``items`` greedily through ``processor`` (None: unsteered) and judge each answer.
+
+    Args:
+        on_answer: called with ``(answers done, len(items))`` after each answer.
+
+    Returns:
+        one record per item, or None when ``stop`` was set before all were answered.
+
+    Raises:
+        JudgeError: the judge could not decide.
+    """
+    stop = stop or threading.Event()
     records = []
     for n, item in enumerate(items, start=1):
         if stop.is_set():
