@@ -199,7 +199,7 @@ def _evolve(console, args, run_dir: Path, model, clusters, pool, judge, settings
         previous[signum] = signal.signal(signum, on_signal)
     try:
         with Progress(*columns, console=console, redirect_stderr=True) as progress:
-            configure_logging(args.log_level)  # log lines through the progress display
+            configure_logging(args.log_level or "info")  # log lines through the progress display
             answers = progress.add_task("iteration", total=settings.minibatch_size)
 
             def on_answer(iteration: int, done: int, total: int) -> None:
@@ -232,7 +232,7 @@ def _evolve(console, args, run_dir: Path, model, clusters, pool, judge, settings
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        configure_logging(args.log_level)
+        configure_logging(args.log_level or "info")
     best = outcome.best
     verb = "finished" if outcome.status == "finished" else "stopped after"
     console.print(f"{verb} {len(outcome.history)} of {settings.iterations} iterations in {run_dir}")
