@@ -61,6 +61,27 @@ Layout of the file (every key optional; unknown keys are refused so a typo never
     replay_min_rows = 32         # ... but at least this many (when the document has them); dlm's budget
     num_threads = 0              # torch threads in the training process; 0 = torch's default
 
+    [steering]                   # `learnerd evolve`: per-cluster logit deltas (learnerd.steering)
+    clusters = 10                # K: k-means clusters of the vocabulary, numbered 2..K+1 (0 = EOS, 1 = numbers)
+    pca_dim = 32                 # embedding dimensions kept by PCA before k-means
+    minibatch_size = 8           # pool questions answered per iteration
+    iterations = 20              # iterations of a run (a resumed run continues to this total)
+    scale = 100.0                # tokens: shortness = 1 / (1 + mean_len / scale)
+    delta_bound = 10.0           # every delta must lie in [-bound, bound] (logits)
+    max_new_tokens = 128         # longest answer generated (tokens)
+    seed = 0                     # k-means, minibatch sampling and the offline reflector
+    pool = ""                    # JSONL of {question, answer} rows; "" = the document's probes
+    reflector = "offline"        # or "openai" (any OpenAI-compatible chat-completions endpoint)
+    reflector_base_url = ""      # "" = the openai client's default (api.openai.com)
+    reflector_model = "gpt-4o"
+    reflector_max_attempts = 3   # requests per iteration before an invalid reply is an error
+    offline_step = 1.0           # the offline reflector's initial step size (logits)
+    judge = "match"              # or "llm" (an OpenAI-compatible endpoint judges each answer)
+    judge_base_url = ""
+    judge_model = "gpt-4o"
+    numeric_tolerance = 0.01     # relative tolerance of the match judge's number comparison
+    api_key_env = "OPENAI_API_KEY"   # environment variable holding the reflector's and judge's key
+
 Relative paths in the file are resolved against the file's own directory; ``~`` and ``$VARS`` are expanded.
 """
 
@@ -263,6 +284,47 @@ class TrainingSettings:
 
 
 @dataclass
+class SteeringConfig:
+    """``learnerd evolve``'s settings (see :mod:`learnerd.steering.evolve`); lengths in tokens, deltas in logits."""
+
+    clusters: int = 10
+    pca_dim: int = 32
+    minibatch_size: int = 8
+    iterations: int = 20
+    scale: float = 100.0
+    delta_bound: float = 10.0
+    max_new_tokens: int = 128
+    seed: int = 0
+    pool: str = ""
+    reflector: str = "offline"
+    reflector_base_url: str = ""
+    reflector_model: str = "gpt-4o"
+    reflector_max_attempts: int = 3
+    offline_step: float = 1.0
+    judge: str = "match"
+    judge_base_url: str = ""
+    judge_model: str = "gpt-4o"
+    numeric_tolerance: float = 0.01
+    api_key_env: str = "OPENAI_API_KEY"
+
+    def validate(self) -> None:
+        if not 1 <= self.clusters <= 1000:
+            raise ConfigError(f"steering.clusters must be in 1..1000, not {self.clusters}")
+        if self.pca_dim < 1 or self.minibatch_size < 1 or self.iterations < 1 or self.max_new_tokens < 1:
+            raise ConfigError("steering: pca_dim, minibatch_size, iterations and max_new_tokens must be >= 1")
+        if not (self.scale > 0 and self.delta_bound > 0 and self.offline_step > 0):
+            raise ConfigError("steering: scale, delta_bound and offline_step must be > 0")
+        if self.reflector_max_attempts < 1:
+            raise ConfigError("steering.reflector_max_attempts must be >= 1")
+        if self.reflector not in ("offline", "openai"):
+            raise ConfigError(f"steering.reflector must be 'offline' or 'openai', not {self.reflector!r}")
+        if self.judge not in ("match", "llm"):
+            raise ConfigError(f"steering.judge must be 'match' or 'llm', not {self.judge!r}")
+        if not 0 <= self.numeric_tolerance < 1:
+            raise ConfigError("steering.numeric_tolerance must be in [0, 1)")
+
+
+@dataclass
 class Config:
     """The whole configuration. ``path`` is the file it came from, or None for pure defaults."""
 
@@ -279,6 +341,7 @@ class Config:
     training: TrainingSettings = field(default_factory=TrainingSettings)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)
+    steering: SteeringConfig = field(default_factory=SteeringConfig)
     path: Path | None = None
 
     @property
@@ -299,6 +362,11 @@ class Config:
     def socket_path(self) -> Path:
         """The admin socket of the daemon running on this state directory."""
         return self.state_dir / "learnerd.sock"
+
+    @property
+    def steering_dir(self) -> Path:
+        """Vocabulary-cluster caches and ``learnerd evolve`` run directories (``learnerd.steering``)."""
+        return self.state_dir / "steering"
 
     def controller(self, name: str) -> ControllerConfig:
         """The settings of controller ``name``; defaults when the file does not mention it."""
@@ -385,5 +453,7 @@ def config_from_dict(raw: dict[str, Any], base: Path, path: Path | None = None) 
             cfg.controllers = merged
         else:
             setattr(cfg, key, _build_section(hints[key], value, key))
+    if cfg.steering.pool:
+        cfg.steering.pool = str(_resolve_path(cfg.steering.pool, base))
     cfg.validate()
     return cfg

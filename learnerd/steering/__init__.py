@@ -1,1 +1,16 @@
-"""Decode-time steering: vocabulary clusters, a logits processor and the delta-evolution loop."""
+"""Decode-time steering: one logit delta per vocabulary cluster, tuned so answers get shorter without
+getting less correct (``learnerd evolve``; the plan of compressor_2's "evolution of steering deltas").
+
+* :mod:`~learnerd.steering.clusters` — every token in one of K + 2 clusters (0 = EOS, 1 = numbers and
+  arithmetic, 2 … K+1 = k-means over token embeddings), cached per tokenizer;
+* :mod:`~learnerd.steering.processor` — the ``LogitsProcessor`` adding the deltas, and the steering
+  file (``deltas_best.json``) that carries them, refused for another tokenizer;
+* :mod:`~learnerd.steering.pool` — the questions: a document's probes or a ``{question, answer}`` JSONL;
+* :mod:`~learnerd.steering.judges` — correctness with an explanation (normalised match, or a chat model);
+* :mod:`~learnerd.steering.reflectors` — the next deltas from one iteration's evidence (offline (1+1)-ES,
+  or a chat model under a strict JSON schema); :mod:`~learnerd.steering.chat` — the structured requests;
+* :mod:`~learnerd.steering.evolve` — the loop and its run directory; :mod:`~learnerd.steering.plot` —
+  ``evolution.png``.
+
+Imports: ``store``, ``ml``, ``config`` below it; only ``learnerd.cmd`` imports it.
+"""

@@ -1,8 +1,10 @@
-"""A real local HTTP server speaking OpenAI's ``POST /v1/embeddings`` protocol, for tests.
+"""Real local HTTP servers speaking OpenAI's protocols, for tests: ``POST /v1/embeddings`` and
+``POST /v1/chat/completions``.
 
-It runs an aiohttp application on 127.0.0.1 in a background thread (its own event loop), so both
-synchronous clients (the ``openai`` package) and async code can call it. Vectors are a deterministic
-function of the text (a seeded random projection), so equal texts give equal vectors.
+Each runs an aiohttp application on 127.0.0.1 in a background thread (its own event loop), so both
+synchronous clients (the ``openai`` package) and async code can call it. Embedding vectors are a
+deterministic function of the text (a seeded random projection), so equal texts give equal vectors;
+chat replies come from a function of the request body that the test supplies.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -21,6 +23,34 @@ from aiohttp import web
 def fake_vector(text: str, dim: int) -> list[float]:
     seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
     return np.random.default_rng(seed).standard_normal(dim).astype(np.float32).tolist()
+
+
+@contextmanager
+def serve_routes(routes: list[web.RouteDef]) -> Iterator[str]:
+    """Serve ``routes`` on an ephemeral 127.0.0.1 port; yield the base URL ``http://127.0.0.1:PORT/v1``."""
+    loop = asyncio.new_event_loop()
+    state: dict = {}
+
+    async def start() -> None:
+        app = web.Application()
+        app.add_routes(routes)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        state["runner"] = runner
+        state["port"] = runner.addresses[0][1]
+
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{state['port']}/v1"
+    finally:
+        asyncio.run_coroutine_threadsafe(state["runner"].cleanup(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
 
 
 @dataclass
@@ -36,39 +66,55 @@ class EmbeddingsServer:
 @contextmanager
 def embeddings_server(dim: int = 16) -> Iterator[EmbeddingsServer]:
     """Serve ``/v1/embeddings`` on an ephemeral 127.0.0.1 port; stop it on exit."""
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    state: dict = {}
+    requests: list[dict] = []
 
     async def embeddings(request: web.Request) -> web.Response:
         body = await request.json()
         inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
-        server.requests.append({"model": body["model"], "input": inputs})
+        requests.append({"model": body["model"], "input": inputs})
         data = [{"object": "embedding", "index": i, "embedding": fake_vector(t, dim)} for i, t in enumerate(inputs)]
         return web.json_response(
             {"object": "list", "data": data, "model": body["model"], "usage": {"prompt_tokens": 0, "total_tokens": 0}}
         )
 
-    async def start() -> None:
-        app = web.Application()
-        app.router.add_post("/v1/embeddings", embeddings)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        state["runner"] = runner
-        state["port"] = runner.addresses[0][1]
-        started.set()
+    with serve_routes([web.post("/v1/embeddings", embeddings)]) as base_url:
+        yield EmbeddingsServer(base_url=base_url, requests=requests)
 
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=10)
-    started.wait(10)
-    server = EmbeddingsServer(base_url=f"http://127.0.0.1:{state['port']}/v1")
-    try:
-        yield server
-    finally:
-        asyncio.run_coroutine_threadsafe(state["runner"].cleanup(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
+
+@dataclass
+class ChatServer:
+    """``requests``: every request body received, in order (the JSON the client sent)."""
+
+    base_url: str
+    requests: list[dict] = field(default_factory=list)
+
+
+@contextmanager
+def chat_server(reply: Callable[[dict], str]) -> Iterator[ChatServer]:
+    """Serve ``/v1/chat/completions``: each request is answered with one assistant message whose content
+    is ``reply(request body)``, in OpenAI's ``chat.completion`` shape."""
+    requests: list[dict] = []
+
+    async def completions(request: web.Request) -> web.Response:
+        body = await request.json()
+        requests.append(body)
+        content = reply(body)
+        return web.json_response(
+            {
+                "id": f"chatcmpl-{len(requests)}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": content, "refusal": None},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+            }
+        )
+
+    with serve_routes([web.post("/v1/chat/completions", completions)]) as base_url:
+        yield ChatServer(base_url=base_url, requests=requests)

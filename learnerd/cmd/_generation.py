@@ -1,0 +1,118 @@
+"""What the generation commands share: a document's base model with its adapter, and a steering file.
+
+A document's adapters live in the adapter store under its ``dlm_id`` (the ULID in its frontmatter, the
+key dlm's own store uses), unless ``--doc-key`` names another key.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from learnerd.cmd._common import CommandError
+from learnerd.config import Config
+
+
+@dataclass(frozen=True)
+class DocumentModel:
+    """A document, its doc key, the loaded base, and ``model``: the base with ``adapter`` applied
+    (``adapter`` is None when the document has none or ``--adapter none`` was given)."""
+
+    document: Any
+    doc_key: str
+    base: Any
+    model: Any
+    adapter: Any
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.base.tokenizer
+
+    def describe(self) -> dict[str, Any]:
+        """JSON values naming the model: base identity and adapter version."""
+        return {
+            "base_model_identity": self.base.ref.identity,
+            "adapter": self.adapter.name if self.adapter is not None else None,
+        }
+
+
+def add_generation_options(parser: argparse.ArgumentParser, steering: bool = True) -> None:
+    """``--adapter`` and ``--doc-key`` (and ``--steering`` unless ``steering`` is False)."""
+    parser.add_argument(
+        "--adapter",
+        default="current",
+        metavar="REF",
+        help="adapter version: current (default; none if the document has no adapter yet), vN, or none",
+    )
+    parser.add_argument("--doc-key", metavar="KEY", help="the document's key in the adapter store (default: dlm_id)")
+    if steering:
+        parser.add_argument(
+            "--steering", metavar="PATH", type=Path, help="steering file (deltas_best.json of `learnerd evolve`)"
+        )
+
+
+def read_dlm(doc: Path) -> Any:
+    """The parsed document at ``doc``. Raises :class:`CommandError` when it is unreadable or malformed."""
+    from learnerd.store.dlm import DocumentError, read_document
+
+    try:
+        return read_document(doc)
+    except DocumentError as exc:
+        raise CommandError(str(exc)) from None
+    except OSError as exc:
+        raise CommandError(f"{doc}: {exc.strerror or exc}") from None
+
+
+def load_document_model(
+    cfg: Config, document: Any, adapter: str = "current", doc_key: str | None = None
+) -> DocumentModel:
+    """Load ``document``'s base model (built-in, or a directory relative to the document) and the
+    adapter ``adapter`` names, offline.
+
+    Raises:
+        CommandError: the base model is unusable, the adapter missing or trained on another base.
+    """
+    from transformers.utils import logging as hf_logging
+
+    from learnerd.ml.base_model import BaseModelError, load_base
+    from learnerd.store.adapters import AdapterStore, AdapterStoreError, load_adapter
+
+    key = doc_key or document.frontmatter.dlm_id
+    hf_logging.disable_progress_bar()  # "Loading weights" bars would interleave with the command's output
+    try:
+        base = load_base(document.frontmatter.base_model, cache_dir=cfg.models_dir, relative_to=document.path.parent)
+    except BaseModelError as exc:
+        raise CommandError(f"{document.path}: {exc}") from None
+    store = AdapterStore(cfg.adapters_dir)
+    try:
+        if adapter == "none":
+            version = None
+        elif adapter == "current":
+            version = store.current(key)
+        else:
+            version = store.resolve(key, adapter)
+        if version is not None and version.metadata().base_model_identity != base.ref.identity:
+            raise CommandError(
+                f"adapter {version.name} of {key} was trained on {version.metadata().base_model_identity}, "
+                f"not on this document's base {base.ref.identity}"
+            )
+    except AdapterStoreError as exc:
+        raise CommandError(str(exc)) from None
+    model = load_adapter(base.model, version) if version is not None else base.model
+    return DocumentModel(document=document, doc_key=key, base=base, model=model, adapter=version)
+
+
+def load_steering_processor(path: Path, tokenizer: Any) -> Any:
+    """The :class:`~learnerd.steering.processor.ClusterBiasProcessor` of a steering file for ``tokenizer``.
+
+    Raises:
+        CommandError: the file is malformed or made for another tokenizer.
+    """
+    from learnerd.steering.processor import SteeringError, load_steering
+
+    try:
+        return load_steering(path, tokenizer)
+    except SteeringError as exc:
+        raise CommandError(str(exc)) from None

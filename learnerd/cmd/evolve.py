@@ -1,0 +1,294 @@
+"""``learnerd evolve DOC``: tune per-cluster logit deltas so the document's model answers shorter without
+answering worse (:mod:`learnerd.steering`).
+
+The model is the document's base with its current adapter (``--adapter``); the pool is the document's
+probes, or ``--pool FILE.jsonl``. The run directory (``--run-dir``, default
+``<state_dir>/steering/runs/<doc key>``) receives ``history.json``, ``deltas_current.json``,
+``deltas_best.json``, ``reflector_message_NNN.txt`` and ``evolution.png`` after every iteration; running
+the command again on the same directory continues the run up to ``--iterations`` in all. The first
+SIGINT or SIGTERM stops at the next token (or when a reflector request in flight returns), keeps every
+finished iteration and the best deltas on disk and exits 0; a second SIGINT stops at once (exit 130).
+
+``--apply-best`` generates instead: every pool question answered with the run's best deltas (or the
+steering file ``--steering`` names) and without steering, judged and scored both ways; the results are
+printed and written to ``apply_best.json`` in the run directory.
+
+Settings come from ``[steering]`` in the config file; the flags below override them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args
+from learnerd.cmd._generation import add_generation_options, load_document_model, load_steering_processor, read_dlm
+from learnerd.config import ConfigError, SteeringConfig
+
+# flag dest -> [steering] key; a flag left out keeps the config's value
+_OVERRIDES = (
+    "iterations",
+    "minibatch_size",
+    "clusters",
+    "scale",
+    "delta_bound",
+    "max_new_tokens",
+    "seed",
+    "pool",
+    "reflector",
+    "reflector_model",
+    "reflector_base_url",
+    "judge",
+    "judge_model",
+    "judge_base_url",
+)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "evolve",
+        help="tune per-cluster logit deltas: shorter answers, as correct (decode-time steering)",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("doc", metavar="DOC", type=Path, help="the .dlm document (model, adapter, probes)")
+    p.add_argument("--run-dir", type=Path, metavar="DIR", help="run directory (default: <state_dir>/steering/runs/KEY)")
+    p.add_argument("--iterations", type=int, metavar="N", help="iterations in all (a resumed run continues to N)")
+    p.add_argument("--minibatch-size", type=int, metavar="N", help="pool questions per iteration")
+    p.add_argument("--clusters", type=int, metavar="K", help="k-means clusters of the vocabulary (besides 0 and 1)")
+    p.add_argument("--scale", type=float, metavar="TOKENS", help="shortness = 1 / (1 + mean_len / scale)")
+    p.add_argument("--delta-bound", type=float, metavar="B", help="every delta within [-B, B] logits")
+    p.add_argument("--max-new-tokens", type=int, metavar="N", help="longest answer generated")
+    p.add_argument("--seed", type=int, help="seed of k-means, minibatches and the offline reflector")
+    p.add_argument("--pool", metavar="JSONL", help="questions: a JSONL file of {question, answer} rows")
+    p.add_argument("--reflector", choices=("offline", "openai"), help="who proposes the next deltas")
+    p.add_argument("--reflector-model", metavar="NAME", help="chat model of the openai reflector")
+    p.add_argument("--reflector-base-url", metavar="URL", help="OpenAI-compatible endpoint of the reflector")
+    p.add_argument("--judge", choices=("match", "llm"), help="who decides whether an answer is correct")
+    p.add_argument("--judge-model", metavar="NAME", help="chat model of the llm judge")
+    p.add_argument("--judge-base-url", metavar="URL", help="OpenAI-compatible endpoint of the judge")
+    p.add_argument("--apply-best", action="store_true", help="answer the pool with the best deltas; no evolution")
+    add_generation_options(p)
+    add_common_options(p)
+    p.set_defaults(func=run)
+
+
+def steering_settings(cfg_steering: SteeringConfig, args: argparse.Namespace) -> SteeringConfig:
+    """``[steering]`` with the flags given applied. Raises :class:`CommandError` (exit 2) for a bad value."""
+    changes = {name: getattr(args, name) for name in _OVERRIDES if getattr(args, name, None) is not None}
+    if changes.get("pool"):
+        changes["pool"] = str(Path(changes["pool"]).expanduser().resolve())
+    settings = dataclasses.replace(cfg_steering, **changes)
+    try:
+        settings.validate()
+    except ConfigError as exc:
+        raise CommandError(str(exc), exit_code=2) from None
+    return settings
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    cfg = load_config_from_args(args)
+    settings = steering_settings(cfg.steering, args)
+    if args.steering is not None and not args.apply_best:
+        raise CommandError("--steering PATH goes with --apply-best (an evolution starts from zero deltas)", exit_code=2)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    document = read_dlm(args.doc)
+    pool = _load_pool(settings, document)
+    loaded = load_document_model(cfg, document, args.adapter, args.doc_key)
+    run_dir = (args.run_dir or cfg.steering_dir / "runs" / loaded.doc_key).expanduser().resolve()
+    from learnerd.steering.evolve import SteeredModel
+
+    model = SteeredModel(
+        loaded.model, loaded.tokenizer, loaded.document.frontmatter.system_prompt, settings.max_new_tokens
+    )
+    judge = _make_judge(settings)
+    if args.apply_best:
+        return _apply_best(
+            console, args.steering or run_dir / "deltas_best.json", run_dir, model, pool, judge, settings
+        )
+    clusters = _clusters(console, cfg, settings, loaded)
+    return _evolve(console, args, run_dir, model, clusters, pool, judge, settings, loaded.describe())
+
+
+def _load_pool(settings: SteeringConfig, document: Any) -> list:
+    from learnerd.steering.pool import PoolError, pool_from_document, read_pool_jsonl
+    from learnerd.store.dlm import DocumentError
+
+    try:
+        return read_pool_jsonl(settings.pool) if settings.pool else pool_from_document(document)
+    except (PoolError, DocumentError) as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _make_judge(settings: SteeringConfig) -> Any:
+    from learnerd.steering.chat import make_client
+    from learnerd.steering.judges import LLMJudge, MatchJudge
+
+    if settings.judge == "llm":
+        client = make_client(settings.judge_base_url, settings.api_key_env)
+        return LLMJudge(client, settings.judge_model, settings.reflector_max_attempts)
+    return MatchJudge(settings.numeric_tolerance)
+
+
+def _make_reflector(settings: SteeringConfig) -> Any:
+    from learnerd.steering.chat import make_client
+    from learnerd.steering.reflectors import OfflineReflector, OpenAIReflector
+
+    if settings.reflector == "openai":
+        client = make_client(settings.reflector_base_url, settings.api_key_env)
+        return OpenAIReflector(client, settings.reflector_model, settings.reflector_max_attempts)
+    return OfflineReflector(settings.offline_step, settings.seed)
+
+
+def _clusters(console: Any, cfg: Any, settings: SteeringConfig, loaded: Any) -> Any:
+    from rich.progress import Progress
+
+    from learnerd.ml.embedders import EmbedderError, embedder_name, make_embedder
+    from learnerd.steering.clusters import ClusterError, eos_token_ids, load_or_build_clusters
+
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("embedding the vocabulary", total=None)
+        try:
+            return load_or_build_clusters(
+                loaded.tokenizer,
+                embedder_name=embedder_name(cfg.embeddings),
+                make_embedder=lambda: make_embedder(cfg.embeddings),
+                k=settings.clusters,
+                seed=settings.seed,
+                eos_ids=eos_token_ids(loaded.tokenizer, loaded.model.generation_config),
+                cache_root=cfg.steering_dir / "clusters",
+                pca_dim=settings.pca_dim,
+                on_progress=lambda done, total: progress.update(task, completed=done, total=total),
+            )
+        except (ClusterError, EmbedderError) as exc:
+            raise CommandError(f"vocabulary clusters: {exc}") from None
+
+
+def _evolve(console, args, run_dir: Path, model, clusters, pool, judge, settings: SteeringConfig, describe) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from learnerd.daemon.logging import configure_logging
+    from learnerd.steering.evolve import EvolutionError, EvolutionSettings, run_evolution
+    from learnerd.steering.judges import JudgeError
+    from learnerd.steering.reflectors import ReflectorError
+
+    stop = threading.Event()
+    loop_settings = EvolutionSettings(
+        iterations=settings.iterations,
+        minibatch_size=settings.minibatch_size,
+        scale=settings.scale,
+        delta_bound=settings.delta_bound,
+        max_new_tokens=settings.max_new_tokens,
+        seed=settings.seed,
+    )
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    previous = {}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        console.print(f"{signal.Signals(signum).name}: stopping; the best deltas stay in {run_dir}")
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous[signum] = signal.signal(signum, on_signal)
+    try:
+        with Progress(*columns, console=console, redirect_stderr=True) as progress:
+            configure_logging(args.log_level or "info")  # log lines through the progress display
+            answers = progress.add_task("iteration", total=settings.minibatch_size)
+
+            def on_answer(iteration: int, done: int, total: int) -> None:
+                progress.update(
+                    answers, description=f"iteration {iteration + 1}/{settings.iterations}", completed=done, total=total
+                )
+
+            def on_iteration(entry: dict) -> None:
+                progress.console.print(
+                    f"iteration {entry['iteration']}: composite {entry['composite']:.4f}, correctness "
+                    f"{entry['correctness']:.3f}, mean length {entry['mean_len']:.1f} tokens"
+                )
+
+            try:
+                outcome = run_evolution(
+                    run_dir,
+                    model=model,
+                    clusters=clusters,
+                    pool=pool,
+                    judge=judge,
+                    reflector=_make_reflector(settings),
+                    settings=loop_settings,
+                    extra_parameters=describe,
+                    stop=stop,
+                    on_answer=on_answer,
+                    on_iteration=on_iteration,
+                )
+            except (EvolutionError, ReflectorError, JudgeError) as exc:
+                raise CommandError(f"{exc} (finished iterations and the best deltas are in {run_dir})") from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        configure_logging(args.log_level or "info")
+    best = outcome.best
+    verb = "finished" if outcome.status == "finished" else "stopped after"
+    console.print(f"{verb} {len(outcome.history)} of {settings.iterations} iterations in {run_dir}")
+    if best is not None:
+        console.print(
+            f"best: iteration {best['iteration']}, composite {best['composite']:.4f} "
+            f"(correctness {best['correctness']:.3f}, mean length {best['mean_len']:.1f} tokens) → "
+            f"{run_dir / 'deltas_best.json'}"
+        )
+    if outcome.status == "stopped":
+        console.print("run the same command again to continue")
+    return 0
+
+
+def _apply_best(console, steering_path: Path, run_dir: Path, model, pool, judge, settings: SteeringConfig) -> int:
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from learnerd.steering.evolve import answer_items, score
+    from learnerd.steering.judges import JudgeError
+    from learnerd.store.atomic import atomic_write_text
+
+    if not steering_path.exists():
+        raise CommandError(f"{steering_path} does not exist: run `learnerd evolve` first (or pass --steering PATH)")
+    processor = load_steering_processor(steering_path, model.tokenizer)
+    results = {}
+    for label, proc in (("steered", processor), ("unsteered", None)):
+        try:
+            records = answer_items(model, proc, pool, judge)
+        except JudgeError as exc:
+            raise CommandError(str(exc)) from None
+        scores = score([r.tokens for r in records], [r.correct for r in records], settings.scale)
+        results[label] = {**dataclasses.asdict(scores), "answers": [dataclasses.asdict(r) for r in records]}
+    table = Table(title=f"{len(pool)} pool question(s) with {steering_path}", show_lines=True)
+    for column in ("question", "steered answer", "ok", "unsteered answer", "ok"):
+        table.add_column(column, overflow="fold")
+    mark = {True: "✓", False: "✗"}
+    for steered, plain in zip(results["steered"]["answers"], results["unsteered"]["answers"], strict=True):
+        table.add_row(
+            steered["question"],
+            steered["response"],
+            mark[steered["correct"]],
+            plain["response"],
+            mark[plain["correct"]],
+        )
+    out = Console(highlight=False)
+    out.print(table)
+    for label in ("steered", "unsteered"):
+        r = results[label]
+        out.print(
+            f"{label}: composite {r['composite']:.4f}, correctness {r['correctness']:.3f}, "
+            f"mean length {r['mean_len']:.1f} tokens"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    payload = {"steering": str(steering_path), "scale": settings.scale, **results}
+    atomic_write_text(run_dir / "apply_best.json", json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    return 0

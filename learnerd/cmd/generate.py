@@ -1,0 +1,50 @@
+"""``learnerd generate DOC "prompt"``: one greedy answer from a document's model (its current adapter by
+default), optionally steered by a steering file (``--steering PATH``, e.g. ``learnerd evolve``'s
+``deltas_best.json``). Prints the answer on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args
+from learnerd.cmd._generation import add_generation_options, load_document_model, load_steering_processor, read_dlm
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("generate", help="a greedy answer from a document's model (adapter, optional steering)")
+    p.add_argument("doc", metavar="DOC", type=Path, help="the .dlm document (base model, adapter, system prompt)")
+    p.add_argument("prompt", help="the user turn to answer")
+    p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="longest answer (default: 128)")
+    add_generation_options(p)
+    add_common_options(p)
+    p.set_defaults(func=run, log_level="warning")
+
+
+def run(args: argparse.Namespace) -> int:
+    from learnerd.ml.generate import greedy_reply
+    from learnerd.ml.rows import RowEncodingError
+
+    if args.max_new_tokens < 1:
+        raise CommandError("--max-new-tokens must be at least 1", exit_code=2)
+    cfg = load_config_from_args(args)
+    loaded = load_document_model(cfg, read_dlm(args.doc), args.adapter, args.doc_key)
+    processors = None
+    if args.steering is not None:
+        from transformers import LogitsProcessorList
+
+        processors = LogitsProcessorList([load_steering_processor(args.steering, loaded.tokenizer)])
+    try:
+        reply = greedy_reply(
+            loaded.model,
+            loaded.tokenizer,
+            args.prompt,
+            system=loaded.document.frontmatter.system_prompt,
+            max_new_tokens=args.max_new_tokens,
+            logits_processor=processors,
+        )
+    except RowEncodingError as exc:
+        raise CommandError(f"{args.doc}: {exc}") from None
+    print(reply.text)
+    return 0

@@ -1,0 +1,164 @@
+"""Vocabulary clusters on real tokenizers with the real MiniLM embedder: the built-in tiny model's
+byte-level tokenizer, and MiniLM's own 30,522-token WordPiece tokenizer (slow: embedded once per session)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from learnerd.ml.base_model import load_model_directory
+from learnerd.steering.clusters import (
+    DESCRIPTIONS_FILE,
+    MAP_FILE,
+    ClusterError,
+    eos_token_ids,
+    load_clusters,
+    load_or_build_clusters,
+    tokenizer_identity,
+)
+from tests.support.steering import one_thread
+
+K = 10
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    model, tokenizer = load_model_directory(tiny_model_dir)
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def tiny_clusters(tiny, minilm, tmp_path_factory):
+    model, tokenizer = tiny
+    calls = []
+
+    def make():
+        calls.append(1)
+        return minilm
+
+    with one_thread():
+        clusters = load_or_build_clusters(
+            tokenizer,
+            embedder_name=minilm.name,
+            make_embedder=make,
+            k=K,
+            seed=0,
+            eos_ids=eos_token_ids(tokenizer, model.generation_config),
+            cache_root=tmp_path_factory.mktemp("clusters"),
+        )
+    assert calls == [1]
+    return clusters
+
+
+@pytest.fixture(scope="session")
+def minilm_clusters(minilm, tmp_path_factory):
+    """MiniLM's vocabulary clustered with MiniLM itself, once per session, on one torch thread (about
+    1.5 minutes of a shared 2-core machine: benchmarks/bench_steering_clusters.py)."""
+    tokenizer = minilm.tokenizer
+    with one_thread():
+        return load_or_build_clusters(
+            tokenizer,
+            embedder_name=minilm.name,
+            make_embedder=lambda: minilm,
+            k=K,
+            seed=0,
+            eos_ids=eos_token_ids(tokenizer),
+            cache_root=tmp_path_factory.mktemp("minilm-clusters"),
+        )
+
+
+def _check_partition(clusters, tokenizer, eos_ids, digit_ids):
+    assignment = clusters.token_clusters
+    assert assignment.shape == (len(tokenizer),) and assignment.dtype == np.int32
+    assert set(np.flatnonzero(assignment == 0).tolist()) == set(eos_ids)
+    assert digit_ids and all(assignment[i] == 1 for i in digit_ids)
+    others = np.setdiff1d(np.arange(len(tokenizer)), np.flatnonzero(assignment <= 1))
+    assert np.all((assignment[others] >= 2) & (assignment[others] <= K + 1))
+    assert set(np.unique(assignment).tolist()) == set(range(K + 2))  # k-means used every cluster
+    sizes = [c["size"] for c in clusters.descriptions["clusters"]]
+    assert [c["id"] for c in clusters.descriptions["clusters"]] == list(range(K + 2))
+    assert sizes == [int(np.sum(assignment == c)) for c in range(K + 2)] and sum(sizes) == len(tokenizer)
+
+
+def test_tiny_tokenizer_partition(tiny, tiny_clusters):
+    model, tokenizer = tiny
+    eos = {tokenizer.convert_tokens_to_ids("<|end_of_text|>"), tokenizer.convert_tokens_to_ids("<|eot_id|>")}
+    assert set(model.generation_config.eos_token_id) == eos
+    digits = list(range(ord("0"), ord("9") + 1))  # the byte tokens of "0".."9"
+    _check_partition(tiny_clusters, tokenizer, eos, digits)
+    for symbol in "+-*/$%=.,":
+        assert tiny_clusters.token_clusters[ord(symbol)] == 1
+    for letter in "aZq(":
+        assert tiny_clusters.token_clusters[ord(letter)] >= 2
+
+
+def test_tiny_descriptions_and_files(tiny, tiny_clusters):
+    _, tokenizer = tiny
+    directory = tiny_clusters.map_path.parent
+    on_disk = json.loads((directory / DESCRIPTIONS_FILE).read_text(encoding="utf-8"))
+    assert on_disk == tiny_clusters.descriptions
+    fixed = on_disk["clusters"][:2]
+    assert fixed[0]["kind"] == "fixed" and "end of sequence" in fixed[0]["meaning"]
+    assert sorted(fixed[0]["samples"]) == ["<|end_of_text|>", "<|eot_id|>"]
+    assert fixed[1]["kind"] == "fixed" and "numbers" in fixed[1]["meaning"] and "0" in fixed[1]["samples"]
+    assert all(c["kind"] == "k-means" and c["samples"] for c in on_disk["clusters"][2:])
+    reloaded = load_clusters(directory / MAP_FILE, expected_sha256=tiny_clusters.map_sha256)
+    assert np.array_equal(reloaded.token_clusters, tiny_clusters.token_clusters)
+    assert reloaded.tokenizer_identity == tokenizer_identity(tokenizer) == tiny_clusters.tokenizer_identity
+    assert not list(directory.glob(".*.tmp"))
+
+
+def test_cache_hit_needs_no_embedder(tiny, tiny_clusters):
+    _, tokenizer = tiny
+
+    def refuse():
+        raise AssertionError("the cache should have answered")
+
+    again = load_or_build_clusters(
+        tokenizer,
+        embedder_name=tiny_clusters.embedder,
+        make_embedder=refuse,
+        k=K,
+        seed=0,
+        eos_ids=tiny_clusters.eos_ids,
+        cache_root=tiny_clusters.map_path.parent.parent,
+    )
+    assert again.map_sha256 == tiny_clusters.map_sha256
+
+
+def test_changed_cluster_map_is_refused(tiny_clusters, tmp_path):
+    copy = tmp_path / MAP_FILE
+    copy.write_bytes(tiny_clusters.map_path.read_bytes().replace(b'"k":10', b'"k":11'))
+    with pytest.raises(ClusterError, match="the cluster map changed"):
+        load_clusters(copy, expected_sha256=tiny_clusters.map_sha256)
+
+
+def test_more_clusters_than_tokens_is_refused(tiny, minilm, tmp_path):
+    model, tokenizer = tiny
+    with pytest.raises(ClusterError, match="fewer than k = 1000"):
+        load_or_build_clusters(
+            tokenizer,
+            embedder_name=minilm.name,
+            make_embedder=lambda: minilm,
+            k=1000,
+            seed=0,
+            eos_ids=eos_token_ids(tokenizer, model.generation_config),
+            cache_root=tmp_path,
+        )
+
+
+@pytest.mark.slow
+def test_minilm_tokenizer_partition(minilm, minilm_clusters):
+    tokenizer = minilm.tokenizer
+    assert eos_token_ids(tokenizer) == (tokenizer.sep_token_id,)  # BERT has no EOS: [SEP] ends its sequences
+    vocab = tokenizer.get_vocab()
+    digits = [i for t, i in vocab.items() if re.fullmatch(r"(##)?[0-9]+", t)]
+    assert len(digits) > 500  # "1", "##5", "1990", ...
+    _check_partition(minilm_clusters, tokenizer, {tokenizer.sep_token_id}, digits)
+    for word in ("paris", "the", "##ing", "[CLS]", "(", "3rd"):
+        assert minilm_clusters.token_clusters[vocab[word]] >= 2, word
+    for symbol in ("$", "%", "+", "=", "##5", "½"):
+        assert minilm_clusters.token_clusters[vocab[symbol]] == 1, symbol

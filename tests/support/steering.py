@@ -1,0 +1,83 @@
+"""A state directory holding a Q/A document and the adapter the tiny model learned it with: what the
+steering tests evolve deltas on. Built once per test process (training takes a while on a small machine)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from tests.qa_pairs import QA_PAIRS
+
+# dlm's own keys: the tiny model memorises the 20 answers with these (tests/integration/test_ml_training.py).
+TRAINING_BLOCK = {"learning_rate": 1e-2, "num_epochs": 40}
+DLM_ID = "01J0STEER0000000000000000A"
+
+
+@dataclass(frozen=True)
+class TrainedDocument:
+    """``state_dir`` with ``models/`` (the built-in tiny model) and ``adapters/<DLM_ID>/`` (v0001),
+    and ``doc``: the document, every pair a ``### Q !probe``."""
+
+    state_dir: Path
+    doc: Path
+    doc_key: str
+
+
+def document_text(pairs=QA_PAIRS) -> str:
+    body = "".join(f"### Q !probe\n{q}\n### A\n{a}\n" for q, a in pairs)
+    return (
+        "---\n"
+        f"dlm_id: {DLM_ID}\n"
+        "dlm_version: 15\n"
+        "base_model: learnerd/tiny-llama\n"
+        "training:\n"
+        f"  learning_rate: {TRAINING_BLOCK['learning_rate']}\n"
+        f"  num_epochs: {TRAINING_BLOCK['num_epochs']}\n"
+        "---\n"
+        f"::instruction::\n{body}"
+    )
+
+
+@functools.cache
+def trained_document(root: Path) -> TrainedDocument:
+    """Write the document under ``root`` and train its adapter into ``root/state`` (cached per ``root``)."""
+    from learnerd.ml.base_model import resolve_base_model
+    from learnerd.ml.cycle import train_cycle
+    from learnerd.ml.hyperparams import training_config_from_mapping
+    from learnerd.ml.rows import TrainingRow
+    from learnerd.store.adapters import AdapterStore
+    from learnerd.store.dlm import ChatRow, read_document, training_rows
+
+    state = root / "state"
+    doc = root / "docs" / "qa.dlm"
+    doc.parent.mkdir(parents=True)
+    doc.write_text(document_text(), encoding="utf-8")
+    document = read_document(doc)
+    rows = [
+        TrainingRow.chat(r.section_id, r.question, r.answer) for r in training_rows(document) if isinstance(r, ChatRow)
+    ]
+    config = training_config_from_mapping(document.frontmatter.raw["training"])
+    base = resolve_base_model(document.frontmatter.base_model, cache_dir=state / "models")
+    outcome = anyio.run(
+        functools.partial(train_cycle, AdapterStore(state / "adapters"), DLM_ID, base, rows, config, num_threads=1)
+    )
+    assert outcome.version is not None and outcome.version.name == "v0001"
+    return TrainedDocument(state_dir=state, doc=doc, doc_key=DLM_ID)
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch on one intra-op thread inside the block (the ``one_torch_thread`` fixture, for wider-scoped fixtures)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

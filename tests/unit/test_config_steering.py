@@ -1,0 +1,43 @@
+"""The ``[steering]`` section of learnerd's config."""
+
+from __future__ import annotations
+
+import pytest
+
+from learnerd.config import ConfigError, SteeringConfig, config_from_dict
+
+
+def test_defaults():
+    cfg = config_from_dict({}, base=None)
+    assert cfg.steering == SteeringConfig()
+    assert (cfg.steering.clusters, cfg.steering.reflector, cfg.steering.judge) == (10, "offline", "match")
+    assert cfg.steering_dir == cfg.state_dir / "steering"
+
+
+def test_values_and_relative_pool(tmp_path):
+    cfg = config_from_dict(
+        {"steering": {"clusters": 4, "scale": 50, "pool": "fb.jsonl", "reflector": "openai", "reflector_model": "m"}},
+        base=tmp_path,
+    )
+    assert cfg.steering.clusters == 4 and cfg.steering.scale == 50.0 and isinstance(cfg.steering.scale, float)
+    assert cfg.steering.pool == str(tmp_path / "fb.jsonl")
+    assert (cfg.steering.reflector, cfg.steering.reflector_model) == ("openai", "m")
+
+
+@pytest.mark.parametrize(
+    ("section", "match"),
+    [
+        ({"clusters": 0}, "steering.clusters"),
+        ({"scale": 0}, "scale"),
+        ({"delta_bound": -1.0}, "delta_bound"),
+        ({"minibatch_size": 0}, "minibatch_size"),
+        ({"reflector": "gpt"}, "steering.reflector"),
+        ({"judge": "exact"}, "steering.judge"),
+        ({"numeric_tolerance": 1.5}, "numeric_tolerance"),
+        ({"iterations": "ten"}, "steering.iterations must be int"),
+        ({"k": 10}, r"unknown key\(s\) in \[steering\]: k"),
+    ],
+)
+def test_invalid(section, match, tmp_path):
+    with pytest.raises(ConfigError, match=match):
+        config_from_dict({"steering": section}, base=tmp_path)
