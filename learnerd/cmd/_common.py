@@ -64,8 +64,13 @@ def load_config_from_args(args: argparse.Namespace) -> Config:
     except ConfigError as exc:
         configure_logging(args.log_level or "info")
         raise CommandError(str(exc)) from exc
-    configure_logging(args.log_level or cfg.logging.level or "info", json_choice(cfg.logging.format))
+    apply_logging(args, cfg)
     return cfg
+
+
+def apply_logging(args: argparse.Namespace, cfg: Config) -> None:
+    """(Re)configure logging: ``--log-level``, else ``[logging] level``, else info; ``[logging] format``."""
+    configure_logging(args.log_level or cfg.logging.level or "info", json_choice(cfg.logging.format))
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}

@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args
+from learnerd.cmd._common import CommandError, add_common_options, apply_logging, load_config_from_args
 from learnerd.cmd._generation import add_generation_options, load_document_model, load_steering_processor, read_dlm
 from learnerd.config import ConfigError, SteeringConfig
 
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             console, args.steering or run_dir / "deltas_best.json", run_dir, model, pool, judge, settings
         )
     clusters = _clusters(console, cfg, settings, loaded)
-    return _evolve(console, args, run_dir, model, clusters, pool, judge, settings, loaded.describe())
+    return _evolve(console, args, cfg, run_dir, model, clusters, pool, judge, settings, loaded.describe())
 
 
 def _load_pool(settings: SteeringConfig, document: Any) -> list:
@@ -169,10 +169,9 @@ def _clusters(console: Any, cfg: Any, settings: SteeringConfig, loaded: Any) -> 
             raise CommandError(f"vocabulary clusters: {exc}") from None
 
 
-def _evolve(console, args, run_dir: Path, model, clusters, pool, judge, settings: SteeringConfig, describe) -> int:
+def _evolve(console, args, cfg, run_dir: Path, model, clusters, pool, judge, settings: SteeringConfig, describe) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from learnerd.daemon.logging import configure_logging
     from learnerd.steering.evolve import EvolutionError, EvolutionSettings, run_evolution
     from learnerd.steering.judges import JudgeError
     from learnerd.steering.reflectors import ReflectorError
@@ -199,7 +198,7 @@ def _evolve(console, args, run_dir: Path, model, clusters, pool, judge, settings
         previous[signum] = signal.signal(signum, on_signal)
     try:
         with Progress(*columns, console=console, redirect_stderr=True) as progress:
-            configure_logging(args.log_level or "info")  # log lines through the progress display
+            apply_logging(args, cfg)  # log lines through the progress display
             answers = progress.add_task("iteration", total=settings.minibatch_size)
 
             def on_answer(iteration: int, done: int, total: int) -> None:
@@ -232,7 +231,7 @@ def _evolve(console, args, run_dir: Path, model, clusters, pool, judge, settings
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        configure_logging(args.log_level or "info")
+        apply_logging(args, cfg)
     best = outcome.best
     verb = "finished" if outcome.status == "finished" else "stopped after"
     console.print(f"{verb} {len(outcome.history)} of {settings.iterations} iterations in {run_dir}")
