@@ -3,9 +3,10 @@
 Text is encoded the way training encodes it (:mod:`learnerd.ml.rows`), so the evaluation measures what
 the adapter was trained on:
 
-* a question is a prompt rendered through the tokenizer's chat template with the assistant header
-  appended (``add_generation_prompt``); a base without a chat template gets the question's text and a
-  line break instead;
+* a question is a prompt rendered through the tokenizer's chat template — after the document's
+  ``system_prompt`` as the system message when it has one, as the trainer renders chat rows — with the
+  assistant header appended (``add_generation_prompt``); a base without a chat template gets the
+  question's text and a line break instead;
 * a question/answer pair is scored on the answer's tokens only — for a chat template exactly the
   assistant span the trainer puts loss on (answer and end-of-turn token);
 * prose is scored on every token but the first (nothing predicts it), with the EOS token appended.
@@ -37,10 +38,12 @@ class Scored:
 
 @dataclass(frozen=True)
 class Encoder:
-    """Turns text into token ids for one tokenizer; sequences are cut to ``max_length`` tokens."""
+    """Turns text into token ids for one tokenizer; sequences are cut to ``max_length`` tokens; ``system``
+    is the system message every conversation starts with (None: none)."""
 
     tokenizer: Any
     max_length: int = 2048
+    system: str | None = None
 
     @property
     def chat(self) -> bool:
@@ -50,12 +53,14 @@ class Encoder:
     def prompt(self, question: str) -> tuple[int, ...]:
         """The ids a model answers ``question`` from."""
         if self.chat:
-            return tuple(render_chat(self.tokenizer, [ChatMessage("user", question)], add_generation_prompt=True))
+            return self.dialogue([ChatMessage("user", question)])
         return tuple(self.tokenizer(question + "\n")["input_ids"])
 
     def dialogue(self, messages: Sequence[ChatMessage]) -> tuple[int, ...]:
-        """The ids of a conversation ending in the assistant header (needs a chat template)."""
-        return tuple(render_chat(self.tokenizer, messages, add_generation_prompt=True))
+        """The ids of a conversation (after the system message) ending in the assistant header (needs a
+        chat template)."""
+        system = [ChatMessage("system", self.system)] if self.system else []
+        return tuple(render_chat(self.tokenizer, [*system, *messages], add_generation_prompt=True))
 
     def text_prompt(self, text: str) -> tuple[int, ...]:
         """The ids of plain ``text`` to continue (BOS where the tokenizer adds one)."""
@@ -64,7 +69,9 @@ class Encoder:
     def pair(self, question: str, answer: str) -> Scored:
         """``answer`` scored after ``question`` (the trainer's assistant span with a chat template)."""
         if self.chat:
-            row = encode_row(self.tokenizer, TrainingRow.chat("eval", question, answer), self.max_length)
+            row = encode_row(
+                self.tokenizer, TrainingRow.chat("eval", question, answer, system=self.system), self.max_length
+            )
             span = [i for i, label in enumerate(row.labels) if label != IGNORE_INDEX] or [len(row.labels)]
             return _scored(row.input_ids[: span[0]], row.input_ids[span[0] : span[-1] + 1])
         answer_ids = [*self.tokenizer(answer, add_special_tokens=False)["input_ids"], self.tokenizer.eos_token_id]
@@ -159,7 +166,8 @@ def document_inputs(
     Raises:
         DocumentError: an instruction section breaks the Q/A grammar.
     """
-    encoder = Encoder(tokenizer, document.frontmatter.training.sequence_len)
+    fm = document.frontmatter
+    encoder = Encoder(tokenizer, fm.training.sequence_len, fm.system_prompt)
     probes: dict[tuple[str, str], ProbePair] = {}
     questions: dict[str, PromptSource] = {}
     openings: list[str] = []

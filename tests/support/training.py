@@ -1,5 +1,6 @@
-"""Train a .dlm document's adapter one cycle, as the training reconciler will (it is not on main yet):
-the document's rows, its ``training`` block, its base model, into the adapter store under its dlm_id."""
+"""Train a .dlm document's adapter one cycle, as the training reconciler does (it is not on main yet;
+once it is, ``learnerd.ml.rows.document_rows`` replaces :func:`document_rows` here): the document's rows,
+its ``training`` block, its base model, into the adapter store under its ``dlm_id``."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from learnerd.store.dlm import ChatRow, Document, read_document, training_rows
 
 
 def document_rows(document: Document) -> list[TrainingRow]:
-    """Every training row of ``document``: Q/A pairs as chat rows (``!probe`` stripped), prose as text rows."""
+    """Every training row of ``document``: Q/A pairs as chat rows (``!probe`` stripped, the frontmatter's
+    ``system_prompt`` as their system message), prose as text rows."""
+    system = document.frontmatter.system_prompt
     return [
-        TrainingRow.chat(r.section_id, r.question, r.answer)
+        TrainingRow.chat(r.section_id, r.question, r.answer, system=system)
         if isinstance(r, ChatRow)
         else TrainingRow.plain(r.section_id, r.text)
         for r in training_rows(document)

@@ -65,3 +65,13 @@ def test_without_a_chat_template_a_question_is_plain_text():
     assert tokenizer.decode(list(encoder.prompt("Why?"))) == "<|begin_of_text|>Why?\n"
     scored = encoder.pair("Why?", "Because")
     assert tokenizer.decode(list(scored.target)) == "Because<|end_of_text|>"
+
+
+def test_the_system_prompt_comes_first_as_in_training(chat_tokenizer):
+    document = parse_text(FM.replace("---\n", "---\nsystem_prompt: Answer tersely.\n", 1) + "Prose.\n")
+    encoder = document_inputs(document, chat_tokenizer).encoder
+    assert encoder.system == "Answer tersely."
+    row = encode_row(chat_tokenizer, TrainingRow.chat("s", "Q?", "A.", system="Answer tersely."), 2048)
+    scored = encoder.pair("Q?", "A.")
+    assert list(scored.context) + list(scored.target) == list(row.input_ids)
+    assert chat_tokenizer.decode(list(encoder.prompt("Q?"))).count("Answer tersely.") == 1
