@@ -56,8 +56,10 @@ def run(args: argparse.Namespace) -> int:
         if args.history:
             return _history(console, store, key, args)
         version = store.resolve(key, args.adapter)
-    except (DocumentError, AdapterStoreError) as exc:
+    except DocumentError as exc:
         raise CommandError(str(exc)) from None
+    except AdapterStoreError as exc:
+        raise CommandError(f"{args.doc}: {exc}") from None
     except OSError as exc:
         raise CommandError(f"{args.doc}: {exc.strerror or exc}") from None
 

@@ -7,6 +7,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersion
 from tests.conftest import cli_env, learnerd_command
 
 DLM_ID = "01KPPJZWBDDDYRESSA0HESRDHS"
@@ -38,3 +39,11 @@ def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     if check and proc.returncode != 0:
         raise AssertionError(f"learnerd {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
     return proc
+
+
+def commit_version(store: AdapterStore, doc_key: str = DLM_ID) -> AdapterVersion:
+    """Commit a placeholder adapter version (no weights: for tests that never load it)."""
+    with store.stage(doc_key) as staging:
+        (staging.path / "adapter_config.json").write_text("{}")
+        meta = AdapterMetadata("learnerd/tiny-llama", "id", (), (), (), None, 0, 0.0, 0.0, 0, 42, {}, {}, "2026-01-01")
+        return store.commit(staging, meta)

@@ -13,21 +13,14 @@ from learnerd.config import Config
 from learnerd.eval.history import REPORT_FILE
 from learnerd.eval.report import ProbeResult, Report, Score, Verdict, write_report
 from learnerd.reconcilers.evaluation import EvaluationReconciler, stuck_probes
-from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersion
+from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
+from tests.support.evaluation import DLM_ID, commit_version
 
-DLM_ID = "01KPPJZWBDDDYRESSA0HESRDHS"
 DOC = (
     f"---\ndlm_id: {DLM_ID}\nbase_model: learnerd/tiny-llama\n---\n"
     "::instruction::\n### Q !probe\nQ1?\n### A\nA1.\n### Q !probe\nQ2?\n### A\nA2.\n"
 )
-
-
-def commit_version(store: AdapterStore, doc_key: str = DLM_ID) -> AdapterVersion:
-    with store.stage(doc_key) as staging:
-        (staging.path / "adapter_config.json").write_text("{}")
-        meta = AdapterMetadata("learnerd/tiny-llama", "id", (), (), (), None, 0, 0.0, 0.0, 0, 42, {}, {}, "2026-01-01")
-        return store.commit(staging, meta)
 
 
 def recall(name: str, verdict: str, *, harvested: bool, prompt: str = "Q?", reference: str = "A.") -> ProbeResult:
