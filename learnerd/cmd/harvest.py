@@ -96,11 +96,15 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"{args.doc}: {exc.strerror or exc}") from None
 
     _render(out, result.plan, doc=args.doc)
-    if not result.plan.additions:
+    for s in result.removed:
+        verb = "removed" if result.written else "would remove"
+        out.print(f"{verb} orphaned reinforcement copy {s.section_id} (source={s.harvest_source}): its probe is gone")
+    if not result.plan.additions and not result.removed:
         out.print("no candidates to harvest: no failing probe with a reference, or all are already in the document")
         return 2
     if result.written:
-        out.print(f"wrote {len(result.plan.additions)} section(s) to {args.doc}")
+        removed = f", removed {len(result.removed)}" if result.removed else ""
+        out.print(f"wrote {len(result.plan.additions)} section(s) to {args.doc}{removed}")
         return 0
     out.print("the sections, as they would be appended:")
     for addition in result.plan.additions:

@@ -26,7 +26,9 @@ cannot be added again as a probe (same section id); instead it is written once a
 the same pair under a plain ``### Q`` header (trained again, a new section id, not a second probe), marker
 source ``"<tag>/<probe name>"``. A candidate whose pair a section with that exact marker source already
 holds is already harvested and is skipped, so harvesting the same report twice writes nothing the second
-time.
+time. :func:`auto_harvest` in ``reinforce`` mode also removes the *orphaned* copies of ``tag``: those whose
+pair is no longer a ``!probe`` of the document (a person edited or deleted the probe), so an outdated
+answer is not trained forever.
 """
 
 from __future__ import annotations
@@ -128,10 +130,12 @@ class HarvestPlan:
 
 @dataclass(frozen=True)
 class HarvestResult:
-    """The plan that was (or, on a dry run, would have been) applied, and whether the file was written."""
+    """The plan that was (or, on a dry run, would have been) applied, the orphaned reinforcement copies
+    removed (or that would be), and whether the file was written."""
 
     plan: HarvestPlan
     written: bool
+    removed: tuple[Section, ...] = ()
 
 
 def plan_harvest(
@@ -246,23 +250,42 @@ def auto_harvest(
         DocumentError: the document is malformed.
         OSError: the document cannot be read or written.
     """
-    if not apply:
-        return HarvestResult(
-            plan_harvest(
-                read_document(path), report, tag=tag, min_confidence=min_confidence, strict=strict, reinforce=reinforce
-            ),
-            False,
-        )
-    plans: list[HarvestPlan] = []
+    results: list[HarvestResult] = []
 
     def edit(document: Document) -> Document:
-        plans.append(
-            plan_harvest(document, report, tag=tag, min_confidence=min_confidence, strict=strict, reinforce=reinforce)
+        removed = orphaned_copies(document, tag) if reinforce else ()
+        if removed:
+            document = document.remove_sections(lambda s: s in removed)
+        plan = plan_harvest(
+            document, report, tag=tag, min_confidence=min_confidence, strict=strict, reinforce=reinforce
         )
-        return apply_plan(document, plans[-1])
+        results.append(HarvestResult(plan, False, removed))
+        return apply_plan(document, plan)
 
+    if not apply:
+        edit(read_document(path))
+        return results[-1]
     outcome: WriteOutcome = update_document(path, edit)
-    return HarvestResult(plans[-1], outcome.written)
+    return replace(results[-1], written=outcome.written)
+
+
+def orphaned_copies(document: Document, tag: str = DEFAULT_TAG) -> tuple[Section, ...]:
+    """The reinforcement copies of ``tag`` (sections under a ``"<tag>/..."`` marker holding only plain
+    ``### Q`` pairs) with a pair that is no longer a ``!probe`` anywhere in ``document``."""
+    probes = {
+        held[:2] for source_pairs in _pairs_by_source(document).values() for held in source_pairs if len(held) == 3
+    }
+    out = []
+    for section in document.sections:
+        if section.type != "instruction" or not (section.harvest_source or "").startswith(f"{tag}/"):
+            continue
+        try:
+            found = section.qa_pairs()
+        except DocumentError:
+            continue
+        if not any(p.probe for p in found) and any((p.question, p.answer) not in probes for p in found):
+            out.append(section)
+    return tuple(out)
 
 
 def revert_harvest(path: str | Path, *, apply: bool = True) -> tuple[Section, ...]:

@@ -9,7 +9,8 @@ the adapter store (key: the document's ``dlm_id``, :func:`~learnerd.eval.history
    *stuck* probes to the report's findings and writes the report atomically;
 2. with ``[evaluation] auto_harvest = true``, applies the report's failing probes to the document through
    :func:`~learnerd.eval.harvest.auto_harvest` — the code ``learnerd harvest`` runs — in ``reinforce`` mode:
-   a failing ``!probe`` of the document gets one plain ``### Q`` copy of itself. The write changes the
+   a failing ``!probe`` of the document gets one plain ``### Q`` copy of itself, and copies whose probe a
+   person since edited or deleted are removed. The write changes the
    document, the file watch enqueues it for training, the next adapter version is committed and comes
    back here: train → evaluate → harvest → retrain. Harvesting a report twice writes nothing the second
    time, so a crash between the report and the harvest is repaired by the next reconcile.
@@ -113,22 +114,20 @@ class EvaluationReconciler:
         version = self.store.current(doc_key)
         if version is None:
             return None
-        report = self._report(document, version)
+        report = self._report(path, document, version)
         if self.settings.auto_harvest:
             self._harvest(path, report)
         return report
 
-    def _report(self, document: Document, version: AdapterVersion) -> Report:
+    def _report(self, path: Path, document: Document, version: AdapterVersion) -> Report:
         target = report_path(version)
         if target.exists():
             try:
                 return load_report(target)
             except ReportError as exc:
                 log.warning("evaluation.report_unreadable", path=str(target), error=str(exc))
-        base = resolve_base_model(
-            document.frontmatter.base_model, cache_dir=self._models_dir, relative_to=Path(str(document.path)).parent
-        )
-        log.info("evaluation.started", path=str(document.path), version=version.name)
+        base = resolve_base_model(document.frontmatter.base_model, cache_dir=self._models_dir, relative_to=path.parent)
+        log.info("evaluation.started", path=str(path), version=version.name)
         report = evaluate_version(document, version, base, options=self.options)
         stuck = stuck_probes(self.store, version.doc_key, report, self.settings.max_failing_cycles)
         if stuck:
@@ -146,7 +145,7 @@ class EvaluationReconciler:
         failed = sum(p.verdict == Verdict.FAIL for p in report.probes)
         log.info(
             "evaluation.finished",
-            path=str(document.path),
+            path=str(path),
             version=version.name,
             score=round(report.score.overall, 4),
             band=report.score.band,
@@ -168,11 +167,13 @@ class EvaluationReconciler:
             reinforce=True,
         )
         if result.written:
-            self.changes.update(sections_harvested=len(result.plan.additions), documents_written=1)
+            counts = {"sections_harvested": len(result.plan.additions), "copies_removed": len(result.removed)}
+            self.changes.update({k: v for k, v in counts.items() if v}, documents_written=1)
         log.info(
             "evaluation.harvested",
             path=str(path),
             added=len(result.plan.additions),
+            orphaned_copies_removed=len(result.removed),
             reinforcements=sum(a.reinforcement for a in result.plan.additions),
             skipped=len(result.plan.skipped),
             stuck=len(stuck),

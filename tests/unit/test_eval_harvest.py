@@ -123,3 +123,18 @@ def test_reinforce_adds_an_unknown_pair_as_a_probe_once(tmp_path: Path) -> None:
     assert [a.reinforcement for a in first.plan.additions] == [False]
     assert read_document(path).sections[-1].qa_pairs()[0].probe
     assert not auto_harvest(path, report, reinforce=True).written
+
+
+def test_reinforce_removes_copies_whose_probe_was_edited_away(tmp_path: Path) -> None:
+    path = tmp_path / "doc.dlm"
+    path.write_text(PROBE_DOC)
+    auto_harvest(path, report_of(failing("recall_1", "probe_recall", prompt="Q1?", reference="A1.")), reinforce=True)
+    auto_harvest(path, report_of(failing("ext", "probe_recall", prompt="New?", reference="Yes.")), reinforce=True)
+    path.write_text(
+        path.read_text().replace("### A\nA1.\n", "### A\nA1, revised.\n", 1)
+    )  # the person edits Q1's answer
+    result = auto_harvest(path, report_of(), reinforce=True)
+    assert result.written and [s.harvest_source for s in result.removed] == ["auto-harvest/recall_1"]
+    left = [s.harvest_source for s in read_document(path).sections if s.harvest_source]
+    assert left == ["auto-harvest/ext"]  # a harvested probe is not a copy: it stays
+    assert not auto_harvest(path, report_of(), reinforce=True).written
