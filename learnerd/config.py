@@ -82,6 +82,17 @@ Layout of the file (every key optional; unknown keys are refused so a typo never
     numeric_tolerance = 0.01     # relative tolerance of the match judge's number comparison
     api_key_env = "OPENAI_API_KEY"   # environment variable holding the reflector's and judge's key
 
+    [evaluation]                 # sway-style evaluation of every committed adapter version
+    auto_harvest = false         # write failing probes back into the document (which retrains it)
+    harvest_tag = "auto-harvest" # marker source prefix of harvested sections: "<tag>/<probe>"
+    min_confidence = 0.0         # harvest only failures at least this far from the reference (1 - similarity)
+    max_failing_cycles = 3       # a probe still failing after this many cycles with its harvested copy is
+                                 # reported as stuck and never harvested again (until it passes once)
+    null_runs = 3                # noise adapters the z-scores are calibrated on (0: fixed thresholds)
+    max_prompts = 8              # prompts per divergence probe
+    max_turns = 4                # dialogue length of the multi-turn probe (2..8)
+    half_life_target = 2.0       # the multi-turn probe passes at a half-life of at least this many turns
+
 Relative paths in the file are resolved against the file's own directory; ``~`` and ``$VARS`` are expanded.
 """
 
@@ -207,6 +218,7 @@ def _default_controllers() -> dict[str, ControllerConfig]:
     return {
         "examples": ControllerConfig(workers=2),
         "embeddings": ControllerConfig(workers=1, timeout_s=300.0),
+        "evaluation": ControllerConfig(workers=1, timeout_s=3600.0),
     }
 
 
@@ -325,6 +337,30 @@ class SteeringConfig:
 
 
 @dataclass
+class EvaluationSettings:
+    """The evaluation reconciler's settings (``learnerd.reconcilers.evaluation``, ``learnerd.eval``)."""
+
+    auto_harvest: bool = False
+    harvest_tag: str = "auto-harvest"
+    min_confidence: float = 0.0
+    max_failing_cycles: int = 3
+    null_runs: int = 3
+    max_prompts: int = 8
+    max_turns: int = 4
+    half_life_target: float = 2.0
+
+    def validate(self) -> None:
+        if not self.harvest_tag or '"' in self.harvest_tag or "/" in self.harvest_tag:
+            raise ConfigError('evaluation.harvest_tag must be non-empty, without "/" or a double quote')
+        if not 0.0 <= self.min_confidence <= 1.0:
+            raise ConfigError("evaluation.min_confidence must be in [0, 1]")
+        if self.max_failing_cycles < 1 or not 0 <= self.null_runs <= 20 or self.max_prompts < 1:
+            raise ConfigError("evaluation: need max_failing_cycles >= 1, null_runs in 0..20, max_prompts >= 1")
+        if not 2 <= self.max_turns <= 8 or self.half_life_target <= 0:
+            raise ConfigError("evaluation: need max_turns in 2..8 and half_life_target > 0")
+
+
+@dataclass
 class Config:
     """The whole configuration. ``path`` is the file it came from, or None for pure defaults."""
 
@@ -342,6 +378,7 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     admin: AdminConfig = field(default_factory=AdminConfig)
     steering: SteeringConfig = field(default_factory=SteeringConfig)
+    evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
     path: Path | None = None
 
     @property

@@ -35,6 +35,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--min-confidence", type=_unit_interval, default=0.0, metavar="F", help="skip candidates below F in [0, 1]"
     )
+    p.add_argument(
+        "--reinforce",
+        action="store_true",
+        help="a failing probe the document already has gets one plain ### Q copy (trained again) instead of a skip",
+    )
     strictness = p.add_mutually_exclusive_group()
     strictness.add_argument(
         "--strict", dest="strict", action="store_true", help="refuse failing probes without a reference"
@@ -82,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
             tag=args.tag,
             min_confidence=args.min_confidence,
             strict=args.strict,
+            reinforce=args.reinforce,
             apply=args.apply,
         )
     except (ReportError, DocumentError, HarvestError) as exc:
@@ -90,11 +96,15 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"{args.doc}: {exc.strerror or exc}") from None
 
     _render(out, result.plan, doc=args.doc)
-    if not result.plan.additions:
+    for s in result.removed:
+        verb = "removed" if result.written else "would remove"
+        out.print(f"{verb} orphaned reinforcement copy {s.section_id} (source={s.harvest_source}): its probe is gone")
+    if not result.plan.additions and not result.removed:
         out.print("no candidates to harvest: no failing probe with a reference, or all are already in the document")
         return 2
     if result.written:
-        out.print(f"wrote {len(result.plan.additions)} section(s) to {args.doc}")
+        removed = f", removed {len(result.removed)}" if result.removed else ""
+        out.print(f"wrote {len(result.plan.additions)} section(s) to {args.doc}{removed}")
         return 0
     out.print("the sections, as they would be appended:")
     for addition in result.plan.additions:
@@ -114,7 +124,11 @@ def _render(out, plan, *, doc: Path) -> None:
         for a in plan.additions:
             c = a.candidate
             t.add_row(
-                f"{c.probe_name} ({c.probe_kind})", c.origin, a.section.section_id, _clip(c.prompt), _clip(c.reference)
+                f"{c.probe_name} ({c.probe_kind})",
+                c.origin + (" (reinforcement copy)" if a.reinforcement else ""),
+                a.section.section_id,
+                _clip(c.prompt),
+                _clip(c.reference),
             )
         out.print(t)
     if plan.skipped:

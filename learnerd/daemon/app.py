@@ -5,12 +5,14 @@ Data flow (DESIGN.md)::
     log files ─► Analyzer ─notify(block id)─► "examples" ─► ExamplesReconciler
                                                               ├─► "embeddings" (example id) ─► EmbeddingsReconciler
                                                               └─► "probes" (document path) ─► ProbesReconciler
+    committed adapter version ─► "evaluation" (document path) ─► EvaluationReconciler ─(auto_harvest)─► the document
 
 One SQLite connection and one event loop serve the analyzer and the reconcilers (no transaction is
 held across an ``await``); the embedder and the probes reconciler's file work run in worker threads.
 
 Start-up is level-triggered, like an informer's initial list: every block id goes on the "examples"
-queue, every example (and every orphan vector) on "embeddings", every routable document on "probes".
+queue, every example (and every orphan vector) on "embeddings", every routable document on "probes",
+every document with an adapter on "evaluation" (it evaluates the current version if it has no report).
 Reconcilers skip whatever is already current, so a restart after a crash (``kill -9`` between a
 block's commit and its example's) converges, and a restart with nothing new changes nothing.
 
@@ -22,6 +24,7 @@ flushing: each batch's watermark commits with the batch's blocks.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -39,9 +42,11 @@ from learnerd.daemon.controller_metrics import ControllerMetrics
 from learnerd.daemon.workqueue import PrometheusMetricsProvider, RateLimitingQueue, default_controller_rate_limiter
 from learnerd.ml.embedders import Embedder, embedder_dim, embedder_name, make_embedder
 from learnerd.reconcilers.embeddings import EmbeddingsReconciler
+from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.reconcilers.examples import ExamplesReconciler
 from learnerd.reconcilers.probes import ProbesReconciler
 from learnerd.store import db
+from learnerd.store.adapters import AdapterVersion
 from learnerd.store.blocks import count_blocks, list_block_ids
 from learnerd.store.embeddings import count_vectors, list_embedding_ids, load_index
 from learnerd.store.examples import Example, count_examples, get_examples, list_example_ids
@@ -49,7 +54,7 @@ from learnerd.store.examples import Example, count_examples, get_examples, list_
 log = structlog.get_logger(__name__)
 
 #: Queue names in pipeline order (the order they drain in).
-PIPELINE: tuple[str, ...] = ("examples", "embeddings", "probes")
+PIPELINE: tuple[str, ...] = ("examples", "embeddings", "probes", "evaluation")
 
 
 @dataclass
@@ -105,6 +110,7 @@ class Daemon:
             for name in PIPELINE
         }
         self.probes = ProbesReconciler(cfg)
+        self.evaluation = EvaluationReconciler(cfg)
         self.examples = ExamplesReconciler(self.conn, cfg.examples, self._example_changed, clock=clock)
         self.embeddings: EmbeddingsReconciler | None = None
         self.analyzer = Analyzer(
@@ -113,6 +119,7 @@ class Daemon:
         self.controllers: dict[str, Controller] = {
             "examples": self._controller(self.examples),
             "probes": self._controller(self.probes),
+            "evaluation": self._controller(self.evaluation),
         }
         self._clock = clock
         self._started = time.monotonic()
@@ -137,6 +144,10 @@ class Daemon:
             if example is not None:
                 self.queues["probes"].add(str(self.probes.route(example)))
 
+    def adapter_committed(self, doc_path: str | os.PathLike[str], version: AdapterVersion) -> None:
+        """The training reconciler's ``on_committed`` hook: evaluate the document's new version."""
+        self.queues["evaluation"].add(str(doc_path))
+
     def enqueue_blocks(self, block_ids: Iterable[str]) -> int:
         """Put blocks and everything derived from them on their queues; return how many blocks.
 
@@ -158,6 +169,8 @@ class Daemon:
             self.queues["embeddings"].add(key)
         for key in self.probes.resync_keys():
             self.queues["probes"].add(key)
+        for key in self.evaluation.resync_keys():
+            self.queues["evaluation"].add(key)
         log.info("resync", blocks=blocks, embeddings=len(self.queues["embeddings"]), probes=len(self.queues["probes"]))
 
     # ------------------------------------------------------------------ lifecycle
@@ -287,7 +300,12 @@ class Daemon:
             await anyio.sleep(0.1)
 
     def summary(self) -> RunSummary:
-        reconcilers = {"examples": self.examples, "embeddings": self.embeddings, "probes": self.probes}
+        reconcilers = {
+            "examples": self.examples,
+            "embeddings": self.embeddings,
+            "probes": self.probes,
+            "evaluation": self.evaluation,
+        }
         return RunSummary(
             blocks=count_blocks(self.conn),
             examples=count_examples(self.conn),

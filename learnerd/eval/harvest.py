@@ -19,12 +19,22 @@ A failing probe that yields none of these has no reference: ``strict`` refuses t
 the end of the document unless a section with the same id is already there (the id of dlm's own layout,
 without the final blank line, counts too). :func:`auto_harvest` is the library entry point the
 evaluation reconciler calls; ``learnerd harvest`` is a thin CLI over it.
+
+``reinforce`` (a learnerd extension, used by the evaluation reconciler): a candidate whose pair the
+document already holds as a ``### Q !probe`` pair — the adapter failed one of the document's own probes —
+cannot be added again as a probe (same section id); instead it is written once as a *reinforcement copy*:
+the same pair under a plain ``### Q`` header (trained again, a new section id, not a second probe), marker
+source ``"<tag>/<probe name>"``. A candidate whose pair a section with that exact marker source already
+holds is already harvested and is skipped, so harvesting the same report twice writes nothing the second
+time. :func:`auto_harvest` in ``reinforce`` mode also removes the *orphaned* copies of ``tag``: those whose
+pair is no longer a ``!probe`` of the document (a person edited or deleted the probe), so an outdated
+answer is not trained forever.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -32,6 +42,7 @@ from typing import Any
 from learnerd.eval.report import Report, Verdict
 from learnerd.store.dlm import (
     Document,
+    DocumentError,
     Section,
     UnrepresentableError,
     WriteOutcome,
@@ -39,6 +50,7 @@ from learnerd.store.dlm import (
     read_document,
     update_document,
 )
+from learnerd.store.dlm_qa import Q_HEADER
 
 DEFAULT_TAG = "auto-harvest"
 
@@ -71,10 +83,12 @@ class SkipReason(StrEnum):
 
 @dataclass(frozen=True)
 class Addition:
-    """A candidate that will be written, as the section that carries it."""
+    """A candidate that will be written, as the section that carries it; ``reinforcement`` when the section
+    is a plain ``### Q`` copy of a probe the document already has (see ``reinforce``)."""
 
     candidate: Candidate
     section: Section
+    reinforcement: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,10 +130,12 @@ class HarvestPlan:
 
 @dataclass(frozen=True)
 class HarvestResult:
-    """The plan that was (or, on a dry run, would have been) applied, and whether the file was written."""
+    """The plan that was (or, on a dry run, would have been) applied, the orphaned reinforcement copies
+    removed (or that would be), and whether the file was written."""
 
     plan: HarvestPlan
     written: bool
+    removed: tuple[Section, ...] = ()
 
 
 def plan_harvest(
@@ -129,8 +145,10 @@ def plan_harvest(
     tag: str = DEFAULT_TAG,
     min_confidence: float = 0.0,
     strict: bool = False,
+    reinforce: bool = False,
 ) -> HarvestPlan:
-    """Read ``report``'s candidates and findings and plan the sections to add to ``document``.
+    """Read ``report``'s candidates and findings and plan the sections to add to ``document``
+    (``reinforce``: see the module docstring).
 
     Raises:
         NoReferenceError: ``strict`` and a failing probe has nothing to harvest.
@@ -157,6 +175,7 @@ def plan_harvest(
         raise NoReferenceError(f"failing probe(s) without a reference: {names}; --lax skips them")
 
     existing = set(by_id)
+    pairs = _pairs_by_source(document) if reinforce else {}
     additions: list[Addition] = []
     skipped: list[Skipped] = []
     for c in candidates:
@@ -165,18 +184,42 @@ def plan_harvest(
                 Skipped(c, SkipReason.BELOW_CONFIDENCE, f"confidence {c.confidence:.2f} < {min_confidence:.2f}")
             )
             continue
+        source = f"{tag}/{c.probe_name}" if tag else c.probe_name
         try:
-            section = probe_section(c.prompt, c.reference, source=f"{tag}/{c.probe_name}" if tag else c.probe_name)
+            section = probe_section(c.prompt, c.reference, source=source)
         except UnrepresentableError as exc:
             skipped.append(Skipped(c, SkipReason.UNREPRESENTABLE, str(exc)))
             continue
+        pair = section.qa_pairs()[0]
+        if reinforce and (pair.question, pair.answer) in pairs.get(source, set()):
+            skipped.append(Skipped(c, SkipReason.ALREADY_PRESENT, f"a section with source {source!r} holds the pair"))
+            continue
+        reinforcement = reinforce and any((pair.question, pair.answer, True) in held for held in pairs.values())
+        if reinforcement:
+            section = replace(section, body=(Q_HEADER, *section.body[1:]))
         ids = {section.section_id, Section(section.type, section.body[:-1]).section_id}
         if ids & existing:
             skipped.append(Skipped(c, SkipReason.ALREADY_PRESENT, f"section {min(ids & existing)} is in the document"))
             continue
         existing |= ids
-        additions.append(Addition(c, section))
+        additions.append(Addition(c, section, reinforcement))
     return HarvestPlan(tuple(additions), tuple(skipped), tuple(undertrained), tuple(unharvestable))
+
+
+def _pairs_by_source(document: Document) -> dict[str | None, set[tuple[Any, ...]]]:
+    """Marker source (None: no marker) -> the Q/A pairs its sections hold, each as ``(q, a)`` and, for a
+    probe, also ``(q, a, True)``. A section that breaks the Q/A grammar holds none."""
+    out: dict[str | None, set[tuple[Any, ...]]] = {}
+    for section in document.sections:
+        if section.type != "instruction":
+            continue
+        try:
+            found = section.qa_pairs()
+        except DocumentError:
+            continue
+        held = out.setdefault(section.harvest_source, set())
+        held |= {(p.question, p.answer) for p in found} | {(p.question, p.answer, True) for p in found if p.probe}
+    return out
 
 
 def apply_plan(document: Document, plan: HarvestPlan) -> Document:
@@ -193,9 +236,11 @@ def auto_harvest(
     tag: str = DEFAULT_TAG,
     min_confidence: float = 0.0,
     strict: bool = False,
+    reinforce: bool = False,
     apply: bool = True,
 ) -> HarvestResult:
-    """Harvest ``report`` into the document at ``path``; with ``apply=False`` only plan it.
+    """Harvest ``report`` into the document at ``path``; with ``apply=False`` only plan it
+    (``reinforce``: see the module docstring).
 
     The plan is made against the document as read inside the compare-and-swap write, so a concurrent
     edit is merged, not lost (:func:`~learnerd.store.dlm_edit.update_document`).
@@ -205,18 +250,42 @@ def auto_harvest(
         DocumentError: the document is malformed.
         OSError: the document cannot be read or written.
     """
-    if not apply:
-        return HarvestResult(
-            plan_harvest(read_document(path), report, tag=tag, min_confidence=min_confidence, strict=strict), False
-        )
-    plans: list[HarvestPlan] = []
+    results: list[HarvestResult] = []
 
     def edit(document: Document) -> Document:
-        plans.append(plan_harvest(document, report, tag=tag, min_confidence=min_confidence, strict=strict))
-        return apply_plan(document, plans[-1])
+        removed = orphaned_copies(document, tag) if reinforce else ()
+        if removed:
+            document = document.remove_sections(lambda s: s in removed)
+        plan = plan_harvest(
+            document, report, tag=tag, min_confidence=min_confidence, strict=strict, reinforce=reinforce
+        )
+        results.append(HarvestResult(plan, False, removed))
+        return apply_plan(document, plan)
 
+    if not apply:
+        edit(read_document(path))
+        return results[-1]
     outcome: WriteOutcome = update_document(path, edit)
-    return HarvestResult(plans[-1], outcome.written)
+    return replace(results[-1], written=outcome.written)
+
+
+def orphaned_copies(document: Document, tag: str = DEFAULT_TAG) -> tuple[Section, ...]:
+    """The reinforcement copies of ``tag`` (sections under a ``"<tag>/..."`` marker holding only plain
+    ``### Q`` pairs) with a pair that is no longer a ``!probe`` anywhere in ``document``."""
+    probes = {
+        held[:2] for source_pairs in _pairs_by_source(document).values() for held in source_pairs if len(held) == 3
+    }
+    out = []
+    for section in document.sections:
+        if section.type != "instruction" or not (section.harvest_source or "").startswith(f"{tag}/"):
+            continue
+        try:
+            found = section.qa_pairs()
+        except DocumentError:
+            continue
+        if not any(p.probe for p in found) and any((p.question, p.answer) not in probes for p in found):
+            out.append(section)
+    return tuple(out)
 
 
 def revert_harvest(path: str | Path, *, apply: bool = True) -> tuple[Section, ...]:

@@ -95,3 +95,46 @@ def test_auto_harvest_then_revert_restores_the_document(peer_copy) -> None:
     assert not auto_harvest(path, report).written  # the same report again adds nothing
     assert [s.harvest_source for s in revert_harvest(path, apply=False)] == ["auto-harvest/a"]
     assert len(revert_harvest(path)) == 1 and path.read_bytes() == original
+
+
+PROBE_DOC = FM + "\n::instruction::\n### Q !probe\nQ1?\n### A\nA1.\n### Q !probe\nQ2?\n### A\nA2.\n"
+
+
+def test_reinforce_writes_one_plain_copy_of_a_probe_the_document_already_has(tmp_path: Path) -> None:
+    path = tmp_path / "doc.dlm"
+    path.write_text(PROBE_DOC)
+    report = report_of(failing("recall_1", "probe_recall", prompt="Q1?", reference="A1.", confidence=0.8))
+    plain = plan_harvest(read_document(path), report)  # dlm's rule: a second, identical !probe section
+    assert [(a.reinforcement, a.section.qa_pairs()[0].probe) for a in plain.additions] == [(False, True)]
+    result = auto_harvest(path, report, reinforce=True)
+    assert result.written and [a.reinforcement for a in result.plan.additions] == [True]
+    added = read_document(path).sections[-1]
+    assert added.harvest_source == "auto-harvest/recall_1"
+    assert [(p.question, p.answer, p.probe) for p in added.qa_pairs()] == [("Q1?", "A1.", False)]
+    again = auto_harvest(path, report, reinforce=True)  # level-triggered: the same report again writes nothing
+    assert not again.written and again.plan.skipped[0].reason == SkipReason.ALREADY_PRESENT
+
+
+def test_reinforce_adds_an_unknown_pair_as_a_probe_once(tmp_path: Path) -> None:
+    path = tmp_path / "doc.dlm"
+    path.write_text(PROBE_DOC)
+    report = report_of(failing("ext", "probe_recall", prompt="New?", reference="Yes."))
+    first = auto_harvest(path, report, reinforce=True)
+    assert [a.reinforcement for a in first.plan.additions] == [False]
+    assert read_document(path).sections[-1].qa_pairs()[0].probe
+    assert not auto_harvest(path, report, reinforce=True).written
+
+
+def test_reinforce_removes_copies_whose_probe_was_edited_away(tmp_path: Path) -> None:
+    path = tmp_path / "doc.dlm"
+    path.write_text(PROBE_DOC)
+    auto_harvest(path, report_of(failing("recall_1", "probe_recall", prompt="Q1?", reference="A1.")), reinforce=True)
+    auto_harvest(path, report_of(failing("ext", "probe_recall", prompt="New?", reference="Yes.")), reinforce=True)
+    path.write_text(
+        path.read_text().replace("### A\nA1.\n", "### A\nA1, revised.\n", 1)
+    )  # the person edits Q1's answer
+    result = auto_harvest(path, report_of(), reinforce=True)
+    assert result.written and [s.harvest_source for s in result.removed] == ["auto-harvest/recall_1"]
+    left = [s.harvest_source for s in read_document(path).sections if s.harvest_source]
+    assert left == ["auto-harvest/ext"]  # a harvested probe is not a copy: it stays
+    assert not auto_harvest(path, report_of(), reinforce=True).written

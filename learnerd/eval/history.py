@@ -1,0 +1,136 @@
+"""Where a version's report lives, and the history of reports over a document's adapter versions.
+
+A report is written beside the adapter version it evaluated: ``<adapters>/<doc_key>/versions/vNNNN/
+eval.json`` (:func:`report_path`), atomically. A document's key in the adapter store is its frontmatter
+``dlm_id`` (:func:`adapter_key`: dlm keys its own store the same way), so renaming or moving the file
+keeps its adapters. :func:`history` reads every version's report back; :func:`plot_history` draws the
+probe pass rate and overall score per version into a PNG (matplotlib, Agg backend).
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from learnerd.eval.report import Report, ReportError, load_report
+from learnerd.eval.score import recall_counts
+from learnerd.store.adapters import AdapterStore, AdapterVersion
+from learnerd.store.atomic import atomic_write_bytes
+from learnerd.store.dlm import Document
+
+log = structlog.get_logger(__name__)
+
+REPORT_FILE = "eval.json"
+
+
+def adapter_key(document: Document) -> str:
+    """The document's key in the adapter store: its ``dlm_id``."""
+    return document.frontmatter.dlm_id
+
+
+def report_path(version: AdapterVersion) -> Path:
+    """``<version dir>/eval.json``."""
+    return version.path / REPORT_FILE
+
+
+def version_reports(
+    store: AdapterStore, doc_key: str, *, newest_first: bool = False
+) -> Iterator[tuple[AdapterVersion, Report]]:
+    """Every version of ``doc_key`` that has a readable report, with it (oldest first unless
+    ``newest_first``). An unreadable report is logged and skipped."""
+    versions = store.list_versions(doc_key)
+    for version in reversed(versions) if newest_first else versions:
+        path = report_path(version)
+        if not path.exists():
+            continue
+        try:
+            yield version, load_report(path)
+        except ReportError as exc:
+            log.warning("unreadable evaluation report skipped", path=str(path), error=str(exc))
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One evaluated version: recall ``passed`` of ``judged`` probes (``pass_rate`` None when none was
+    judged), the overall ``score`` and its ``band``, verdict counts, and when the evaluation finished."""
+
+    version: int
+    name: str
+    passed: int
+    judged: int
+    score: float
+    band: str
+    verdicts: dict[str, int]
+    finished_at: str
+
+    @property
+    def pass_rate(self) -> float | None:
+        return self.passed / self.judged if self.judged else None
+
+
+def history(store: AdapterStore, doc_key: str) -> list[HistoryPoint]:
+    """The history of ``doc_key``'s evaluated versions, oldest first."""
+    points = []
+    for version, report in version_reports(store, doc_key):
+        passed, judged = recall_counts(report.probes)
+        points.append(
+            HistoryPoint(
+                version=version.number,
+                name=version.name,
+                passed=passed,
+                judged=judged,
+                score=report.score.overall,
+                band=report.score.band,
+                verdicts=dict(Counter(p.verdict.value for p in report.probes)),
+                finished_at=report.finished_at.isoformat(timespec="seconds"),
+            )
+        )
+    return points
+
+
+def plot_history(points: Sequence[HistoryPoint], path: str | Path, *, title: str) -> None:
+    """Plot probe pass rate and overall score (both in [0, 1]) per adapter version into a PNG at ``path``,
+    written atomically.
+
+    Raises:
+        ValueError: no points.
+        OSError: ``path`` cannot be written.
+    """
+    if not points:
+        raise ValueError("no evaluated version to plot")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4), dpi=100)
+    FigureCanvasAgg(fig)  # the Agg backend, without touching pyplot's global state
+    ax = fig.add_subplot()
+    x = [p.version for p in points]
+    rates = [p.pass_rate for p in points]
+    ax.plot(x, [r if r is not None else float("nan") for r in rates], marker="o", label="probe pass rate")
+    ax.plot(x, [p.score for p in points], marker="s", linestyle="--", label="overall score")
+    for p, r in zip(points, rates, strict=True):
+        if r is not None:
+            ax.annotate(
+                f"{p.passed}/{p.judged}",
+                (p.version, r),
+                textcoords="offset points",
+                xytext=(0, 7),
+                ha="center",
+                fontsize=8,
+            )
+    ax.set_xticks(x, [p.name for p in points], rotation=45 if len(x) > 8 else 0)
+    ax.set_ylim(-0.05, 1.1)
+    ax.set_xlabel("adapter version")
+    ax.set_ylabel("fraction")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    atomic_write_bytes(path, buf.getvalue())

@@ -1,0 +1,116 @@
+"""Run every probe against one adapter version and build its sway schema-1 report.
+
+Order: a preflight finite check of both views (a failure gives a report with one ``preflight`` error
+probe and nothing else), the ``null_adapter`` calibration (its statistics feed the z-scores), then
+``probe_recall`` (one result per probe pair), ``delta_kl``, ``multi_turn_coherence_decay`` and
+``section_internalization``. A probe that raises becomes an ``error`` result; the others still run.
+
+Report fields: ``sway_version`` is the sway release whose report schema and probe semantics learnerd
+follows (``0.1.0``, as in real reports); ``generator`` (an extra top-level key, kept by readers) says
+learnerd wrote it; ``base_model_id`` is the document's ``base_model``, ``adapter_id`` the version's
+directory, ``spec_path`` the document; ``learnerd`` holds the document's ``dlm_id``, the adapter version
+and the base's identity.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from learnerd import __version__
+from learnerd.eval import coherence, delta_kl, internalization, null_adapter, recall
+from learnerd.eval.backend import DifferentialBackend, NonFiniteLogitsError
+from learnerd.eval.inputs import document_inputs
+from learnerd.eval.probe import EvalOptions, ProbeContext, errored
+from learnerd.eval.report import ProbeResult, Report
+from learnerd.eval.score import compute_score
+from learnerd.ml.base_model import BaseModelRef
+from learnerd.store.adapters import AdapterVersion
+from learnerd.store.dlm import Document
+
+SWAY_VERSION = "0.1.0"
+
+
+def evaluate(
+    backend: DifferentialBackend,
+    document: Document,
+    *,
+    base_model_id: str,
+    adapter_id: str,
+    options: EvalOptions | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> Report:
+    """Evaluate ``backend``'s adapter on ``document``'s probes, prompts and sections.
+
+    Raises:
+        DocumentError: an instruction section of ``document`` breaks the Q/A grammar.
+    """
+    options = options or EvalOptions()
+    started_at, t0 = dt.datetime.now(dt.UTC), time.perf_counter()
+    probes: list[ProbeResult]
+    null_stats: dict[str, dict[str, float]] = {}
+    try:
+        backend.check_finite()
+    except NonFiniteLogitsError as exc:
+        probes = [errored("preflight", "preflight", exc, t0)]
+    else:
+        inputs = document_inputs(
+            document, backend.tokenizer, max_prompts=options.max_prompts, harvest_tag=options.harvest_tag
+        )
+        ctx = ProbeContext(backend, inputs, options)
+        probes = [
+            null_adapter.run(ctx),
+            *recall.run(ctx),
+            delta_kl.run(ctx),
+            coherence.run(ctx),
+            internalization.run(ctx),
+        ]
+        null_stats = ctx.null_stats
+    return Report(
+        sway_version=SWAY_VERSION,
+        base_model_id=base_model_id,
+        adapter_id=adapter_id,
+        started_at=started_at,
+        finished_at=dt.datetime.now(dt.UTC),
+        wall_seconds=time.perf_counter() - t0,
+        score=compute_score(probes),
+        probes=tuple(probes),
+        spec_path=str(document.path or ""),
+        determinism={
+            "class": "best_effort",
+            "seed": options.null_seed_base,
+            "notes": ["greedy decoding; seeded noise adapters"],
+        },
+        backend_stats={"forward_passes": backend.forward_passes},
+        null_stats=null_stats,
+        extra={"generator": f"learnerd {__version__}", **(extra or {})},
+    )
+
+
+def evaluate_version(
+    document: Document, version: AdapterVersion, base: BaseModelRef, *, options: EvalOptions | None = None
+) -> Report:
+    """Load ``base`` with ``version``'s adapter and :func:`evaluate` it on ``document``.
+
+    Raises:
+        BaseModelError: the base cannot be loaded.
+        DocumentError: as :func:`evaluate`.
+    """
+    backend = DifferentialBackend.load(base, version)
+    extra = {
+        "learnerd": {
+            "dlm_id": document.frontmatter.dlm_id,
+            "adapter_version": version.number,
+            "base_model_identity": base.identity,
+        }
+    }
+    return evaluate(
+        backend,
+        document,
+        base_model_id=document.frontmatter.base_model,
+        adapter_id=str(version.path),
+        options=options,
+        extra=extra,
+    )

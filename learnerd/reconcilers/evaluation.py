@@ -1,0 +1,209 @@
+"""The evaluation reconciler: every document's current adapter version has a report, and — when
+configured — its failures flow back into the document. Key: a document path.
+
+``reconcile(doc_path)`` is level-triggered. It reads the document, finds its current adapter version in
+the adapter store (key: the document's ``dlm_id``, :func:`~learnerd.eval.history.adapter_key`) and:
+
+1. if that version has no report (``versions/vNNNN/eval.json``), evaluates it against the document as
+   it is now (:func:`~learnerd.eval.suite.evaluate_version`, in a worker thread, one at a time), adds the
+   *stuck* probes to the report's findings and writes the report atomically;
+2. with ``[evaluation] auto_harvest = true``, applies the report's failing probes to the document through
+   :func:`~learnerd.eval.harvest.auto_harvest` — the code ``learnerd harvest`` runs — in ``reinforce`` mode:
+   a failing ``!probe`` of the document gets one plain ``### Q`` copy of itself, and copies whose probe a
+   person since edited or deleted are removed. The write changes the
+   document, the file watch enqueues it for training, the next adapter version is committed and comes
+   back here: train → evaluate → harvest → retrain. Harvesting a report twice writes nothing the second
+   time, so a crash between the report and the harvest is repaired by the next reconcile.
+
+Loops that never settle are guarded twice. A probe's harvested copy is written once (the same copy is
+never added again). And a probe is *stuck* when it has failed in ``max_failing_cycles`` evaluated versions
+that were trained with its harvested copy, with no pass since: it is listed in the report's findings and
+``extra["stuck_probes"]`` and logged, and never harvested again until it passes — so a person who deletes
+the copy of a probe the adapter cannot learn is not overruled forever.
+
+Nothing to do (``Result()``): the document is gone, or has no adapter yet. A document that does not parse
+is checked again after ``[probes] broken_document_retry_s``; an unusable base model is a terminal error.
+
+Feeding: :meth:`EvaluationReconciler.resync_keys` lists every ``.dlm`` document under the docs directories
+that has an adapter (the daemon's start-up resync); the training reconciler's ``on_committed(doc_path,
+version)`` hook enqueues the document after each committed version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import structlog
+
+from learnerd.config import Config
+from learnerd.eval.harvest import HarvestResult, auto_harvest
+from learnerd.eval.history import adapter_key, report_path, version_reports
+from learnerd.eval.probe import EvalOptions
+from learnerd.eval.recall import KIND as RECALL
+from learnerd.eval.report import Report, ReportError, Verdict, load_report, write_report
+from learnerd.eval.suite import evaluate_version
+from learnerd.ml.base_model import BaseModelError, resolve_base_model
+from learnerd.reconcile import Result, TerminalError
+from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
+from learnerd.store.dlm import Document, DocumentError, read_document
+
+log = structlog.get_logger(__name__)
+
+
+class EvaluationReconciler:
+    """Evaluates each document's current adapter version and, when configured, harvests its failures.
+
+    Args:
+        config: ``adapters_dir``, ``models_dir``, ``docs_dirs``, ``state_dir``, ``[evaluation]`` and
+            ``[probes] broken_document_retry_s`` are read.
+    """
+
+    name = "evaluation"
+
+    def __init__(self, config: Config) -> None:
+        self.settings = config.evaluation
+        self.options = EvalOptions.from_settings(config.evaluation)
+        self.store = AdapterStore(config.adapters_dir)
+        self._models_dir = config.models_dir
+        self._docs_dirs = list(config.docs_dirs) or [config.state_dir / "docs"]
+        self._retry_s = config.probes.broken_document_retry_s
+        self._limiter = anyio.CapacityLimiter(1)
+        self.changes: Counter[str] = Counter()  # versions evaluated, sections harvested, documents written
+        self.stuck: dict[str, tuple[str, ...]] = {}  # document key -> stuck probe names, as of its last reconcile
+
+    def resync_keys(self) -> list[str]:
+        """Every ``.dlm`` document under the docs directories that has a current adapter version."""
+        keys = []
+        for directory in self._docs_dirs:
+            for path in sorted(Path(directory).rglob("*.dlm")) if Path(directory).is_dir() else []:
+                try:
+                    if self.store.current(adapter_key(read_document(path))) is not None:
+                        keys.append(str(path))
+                except (DocumentError, AdapterStoreError, OSError) as exc:
+                    log.info("evaluation.resync_skipped", path=str(path), error=str(exc))
+        return keys
+
+    async def reconcile(self, key: str) -> Result:
+        try:
+            await anyio.to_thread.run_sync(self.reconcile_sync, key, limiter=self._limiter)
+        except DocumentError as exc:
+            log.warning("evaluation.document_invalid", path=key, error=str(exc), retry_s=self._retry_s)
+            return Result(requeue_after=self._retry_s)
+        except BaseModelError as exc:
+            raise TerminalError(f"{key}: {exc}") from exc
+        return Result()
+
+    def reconcile_sync(self, key: str) -> Report | None:
+        """The blocking reconcile (see the module docstring); the current version's report, or None when
+        there is nothing to evaluate.
+
+        Raises:
+            DocumentError: the document does not parse.
+            BaseModelError: its base model cannot be resolved or loaded.
+            AdapterStoreError, OSError: the store or the file system failed.
+        """
+        path = Path(key)
+        if not path.exists():
+            return None
+        document = read_document(path)
+        doc_key = adapter_key(document)
+        version = self.store.current(doc_key)
+        if version is None:
+            return None
+        report = self._report(path, document, version)
+        if self.settings.auto_harvest:
+            self._harvest(path, report)
+        return report
+
+    def _report(self, path: Path, document: Document, version: AdapterVersion) -> Report:
+        target = report_path(version)
+        if target.exists():
+            try:
+                return load_report(target)
+            except ReportError as exc:
+                log.warning("evaluation.report_unreadable", path=str(target), error=str(exc))
+        base = resolve_base_model(document.frontmatter.base_model, cache_dir=self._models_dir, relative_to=path.parent)
+        log.info("evaluation.started", path=str(path), version=version.name)
+        report = evaluate_version(document, version, base, options=self.options)
+        stuck = stuck_probes(self.store, version.doc_key, report, self.settings.max_failing_cycles)
+        if stuck:
+            note = (
+                f"{len(stuck)} probe(s) still fail after {self.settings.max_failing_cycles} cycles with their "
+                "harvested copy; not harvested again"
+            )
+            report = dataclasses.replace(
+                report,
+                score=dataclasses.replace(report.score, findings=(note, *report.score.findings)),
+                extra={**report.extra, "stuck_probes": list(stuck)},
+            )
+        write_report(target, report)
+        self.changes["versions_evaluated"] += 1
+        failed = sum(p.verdict == Verdict.FAIL for p in report.probes)
+        log.info(
+            "evaluation.finished",
+            path=str(path),
+            version=version.name,
+            score=round(report.score.overall, 4),
+            band=report.score.band,
+            failed=failed,
+            stuck=len(stuck),
+            wall_s=round(report.wall_seconds, 2),
+        )
+        return report
+
+    def _harvest(self, path: Path, report: Report) -> HarvestResult:
+        stuck = set(report.extra.get("stuck_probes") or ())
+        self.stuck[str(path)] = tuple(sorted(stuck))
+        harvestable = dataclasses.replace(report, probes=tuple(p for p in report.probes if p.name not in stuck))
+        result = auto_harvest(
+            path,
+            harvestable,
+            tag=self.settings.harvest_tag,
+            min_confidence=self.settings.min_confidence,
+            reinforce=True,
+        )
+        if result.written:
+            counts = {"sections_harvested": len(result.plan.additions), "copies_removed": len(result.removed)}
+            self.changes.update({k: v for k, v in counts.items() if v}, documents_written=1)
+        log.info(
+            "evaluation.harvested",
+            path=str(path),
+            added=len(result.plan.additions),
+            orphaned_copies_removed=len(result.removed),
+            reinforcements=sum(a.reinforcement for a in result.plan.additions),
+            skipped=len(result.plan.skipped),
+            stuck=len(stuck),
+            written=result.written,
+        )
+        return result
+
+
+def stuck_probes(store: AdapterStore, doc_key: str, report: Report, max_failing_cycles: int) -> tuple[str, ...]:
+    """Names of ``report``'s failing recall probes that failed in at least ``max_failing_cycles``
+    evaluated versions trained with their harvested copy (``evidence.harvested``) since they last passed:
+    ``report`` counts first, then the stored reports of older versions, newest first. The walk for a
+    probe stops at a report where it passed or which does not have it."""
+    counts = {
+        p.name: int(bool(p.evidence.get("harvested")))
+        for p in report.probes
+        if p.kind == RECALL and p.verdict == Verdict.FAIL
+    }
+    open_ = set(counts)
+    current = (report.extra.get("learnerd") or {}).get("adapter_version")
+    for version, older in version_reports(store, doc_key, newest_first=True):
+        if not open_:
+            break
+        if isinstance(current, int) and version.number >= current:
+            continue
+        by_name = {p.name: p for p in older.probes}
+        for name in list(open_):
+            p = by_name.get(name)
+            if p is None or p.verdict == Verdict.PASS:
+                open_.discard(name)
+            elif p.verdict == Verdict.FAIL and p.evidence.get("harvested"):
+                counts[name] += 1
+    return tuple(sorted(n for n, c in counts.items() if c >= max_failing_cycles))

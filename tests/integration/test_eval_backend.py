@@ -1,0 +1,109 @@
+"""The differential backend on the built-in tiny model with a (random, untrained) LoRA adapter."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from learnerd.eval.backend import DifferentialBackend, NonFiniteLogitsError
+from learnerd.eval.inputs import Encoder
+from learnerd.eval.suite import evaluate
+from learnerd.ml.base_model import load_model_directory
+from learnerd.ml.divergence import divergence
+from learnerd.ml.generate import greedy_answer
+from learnerd.ml.hyperparams import TrainingConfig
+from learnerd.ml.lora import attach_lora
+from learnerd.store.dlm import parse_text
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+QUESTION = "What is the capital of France?"
+
+
+@pytest.fixture
+def backend(tiny_model_dir):
+    """The tiny model with a fresh LoRA adapter whose B matrices are seeded noise (a fresh adapter's are
+    zero, which would make both views equal)."""
+    model, tokenizer = load_model_directory(tiny_model_dir)
+    peft_model = attach_lora(model, TrainingConfig())
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
+    return DifferentialBackend(peft_model.eval(), tokenizer)
+
+
+def test_the_views_toggle_the_adapter(backend, tiny_model_dir):
+    ids = Encoder(backend.tokenizer).prompt(QUESTION)
+    plain, _ = load_model_directory(tiny_model_dir)
+    with torch.no_grad():
+        reference = torch.log_softmax(plain(input_ids=torch.tensor([list(ids)])).logits[0, -1].double(), -1)
+    with backend.as_base() as base:
+        base_dist = base.next_token_dist(ids, top_k=backend.vocab_size)
+    with backend.as_finetuned() as ft:
+        ft_dist = ft.next_token_dist(ids, top_k=backend.vocab_size)
+    np.testing.assert_allclose(base_dist.logprobs, reference[base_dist.token_ids].numpy(), atol=1e-6)
+    assert divergence(base_dist, ft_dist, "js") > 0.01  # the adapter is on in the fine-tuned view only
+    with pytest.raises(RuntimeError, match="inside the base view"), backend.as_base(), backend.as_finetuned():
+        pass
+
+
+def test_a_null_adapter_is_noise_of_the_same_shape_and_is_put_back(backend):
+    ids = Encoder(backend.tokenizer).prompt(QUESTION)
+    weights = {n: p.detach().clone() for n, p in backend.model.named_parameters() if "lora_" in n}
+    with backend.as_finetuned() as ft:
+        before = ft.next_token_dist(ids, top_k=16)
+    with backend.as_null_adapter(1000) as null:
+        noisy = {n: p.detach().clone() for n, p in backend.model.named_parameters() if "lora_" in n}
+        null_dist = null.next_token_dist(ids, top_k=16)
+    with backend.as_null_adapter(1000) as null:
+        assert null.next_token_dist(ids, top_k=16).logprobs.tolist() == null_dist.logprobs.tolist()  # seeded
+    assert all(noisy[n].shape == w.shape and not torch.equal(noisy[n], w) for n, w in weights.items())
+    assert all(abs(float(noisy[n].std()) - 0.02) < 0.01 for n in noisy)
+    assert all(torch.equal(p, weights[n]) for n, p in backend.model.named_parameters() if "lora_" in n)
+    with backend.as_finetuned() as ft:
+        assert ft.next_token_dist(ids, top_k=16).logprobs.tolist() == before.logprobs.tolist()
+
+
+def test_top_k_keeps_the_tail_and_logprob_is_the_sum_of_next_token_logprobs(backend):
+    encoder = Encoder(backend.tokenizer)
+    scored = encoder.pair(QUESTION, "Paris")
+    with backend.as_finetuned() as ft:
+        top8 = ft.next_token_dist(scored.context, top_k=8)
+        full = ft.next_token_dist(scored.context, top_k=10_000)
+        by_step = 0.0
+        for i, token in enumerate(scored.target):
+            dist = ft.next_token_dist(scored.context + scored.target[:i], top_k=backend.vocab_size)
+            by_step += float(dist.logprobs[list(dist.token_ids).index(token)])
+        total = ft.logprob(scored.context, scored.target)
+    assert top8.token_ids.size == 8 and 0.0 < top8.tail_mass < 1.0
+    assert top8.tail_mass == pytest.approx(1.0 - math.fsum(np.exp(top8.logprobs)))
+    assert full.token_ids.size == backend.vocab_size and full.tail_mass == pytest.approx(0.0, abs=1e-9)
+    assert total == pytest.approx(by_step, rel=1e-9) and total < 0
+
+
+def test_generation_is_the_trainers_greedy_answer(backend):
+    encoder = Encoder(backend.tokenizer)
+    with backend.as_finetuned() as ft:
+        mine = encoder.decode(ft.generate(encoder.prompt(QUESTION), 12))
+    assert mine == greedy_answer(backend.model, backend.tokenizer, QUESTION, max_new_tokens=12)
+    with backend.as_base() as base:
+        base_answer = encoder.decode(base.generate(encoder.prompt(QUESTION), 12))
+    with backend.model.disable_adapter():
+        assert base_answer == greedy_answer(backend.model, backend.tokenizer, QUESTION, max_new_tokens=12)
+
+
+def test_non_finite_logits_are_refused(backend):
+    with torch.no_grad():
+        for name, param in backend.model.named_parameters():
+            if "lora_B" in name and "mlp.down_proj" in name:  # straight into the residual stream
+                param.fill_(math.nan)
+    with pytest.raises(NonFiniteLogitsError, match="the ft view produced"):
+        backend.check_finite()
+    document = parse_text("---\ndlm_id: 01KPPJZWBDDDYRESSA0HESRDHS\nbase_model: learnerd/tiny-llama\n---\nText.\n")
+    report = evaluate(backend, document, base_model_id="b", adapter_id="a")
+    assert [(p.kind, p.verdict.value) for p in report.probes] == [("preflight", "error")]
+    assert "non-finite" in report.probes[0].message and report.score.overall == 0.0

@@ -1,0 +1,49 @@
+"""Helpers of the evaluation end-to-end tests: Q/A documents, a state directory, the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersion
+from tests.conftest import cli_env, learnerd_command
+
+DLM_ID = "01KPPJZWBDDDYRESSA0HESRDHS"
+
+
+def qa_document(pairs: Sequence[tuple[str, str]], *, epochs: int, per_section: int = 5) -> str:
+    """A document of ``!probe`` pairs, ``per_section`` to an instruction section (as a person writes them),
+    trained with dlm's keys at a rate the tiny model learns from (``learning_rate`` 1e-2)."""
+    sections = [
+        "::instruction::\n" + "".join(f"### Q !probe\n{q}\n\n### A\n{a}\n\n" for q, a in pairs[i : i + per_section])
+        for i in range(0, len(pairs), per_section)
+    ]
+    training = f"training:\n  learning_rate: 0.01\n  num_epochs: {epochs}\n"
+    return f"---\ndlm_id: {DLM_ID}\nbase_model: learnerd/tiny-llama\n{training}---\n" + "".join(sections)
+
+
+def state_with_models(parent: Path, models_dir: Path) -> Path:
+    """``parent/state``, whose model cache is the session's (the built tiny models are found there)."""
+    state = parent / "state"
+    state.mkdir()
+    os.symlink(models_dir, state / "models")
+    return state
+
+
+def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``learnerd ARGS`` in a subprocess: one torch thread, a terminal wide enough for the tables."""
+    env = cli_env(COLUMNS="200", OMP_NUM_THREADS="1")
+    proc = subprocess.run(learnerd_command(*args), env=env, capture_output=True, text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"learnerd {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def commit_version(store: AdapterStore, doc_key: str = DLM_ID) -> AdapterVersion:
+    """Commit a placeholder adapter version (no weights: for tests that never load it)."""
+    with store.stage(doc_key) as staging:
+        (staging.path / "adapter_config.json").write_text("{}")
+        meta = AdapterMetadata("learnerd/tiny-llama", "id", (), (), (), None, 0, 0.0, 0.0, 0, 42, {}, {}, "2026-01-01")
+        return store.commit(staging, meta)

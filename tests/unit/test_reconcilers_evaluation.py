@@ -1,0 +1,112 @@
+"""The evaluation reconciler's bookkeeping on real files, without a model: which documents it lists,
+what it does without an adapter, harvesting a stored report, and the stuck-probe guard."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from learnerd.config import Config
+from learnerd.eval.history import REPORT_FILE
+from learnerd.eval.report import ProbeResult, Report, Score, Verdict, write_report
+from learnerd.reconcilers.evaluation import EvaluationReconciler, stuck_probes
+from learnerd.store.adapters import AdapterStore
+from learnerd.store.dlm import read_document
+from tests.support.evaluation import DLM_ID, commit_version
+
+DOC = (
+    f"---\ndlm_id: {DLM_ID}\nbase_model: learnerd/tiny-llama\n---\n"
+    "::instruction::\n### Q !probe\nQ1?\n### A\nA1.\n### Q !probe\nQ2?\n### A\nA2.\n"
+)
+
+
+def recall(name: str, verdict: str, *, harvested: bool, prompt: str = "Q?", reference: str = "A.") -> ProbeResult:
+    evidence = {"prompt": prompt, "reference": reference, "harvested": harvested, "confidence": 0.9}
+    return ProbeResult(name, "probe_recall", Verdict(verdict), 0.0, 0.0, evidence, "")
+
+
+def report_of(version: int, *probes: ProbeResult) -> Report:
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    return Report("0.1.0", "b", "a", t, t, 0.0, Score(0.5), probes, extra={"learnerd": {"adapter_version": version}})
+
+
+@pytest.fixture
+def setup(tmp_path: Path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    doc = docs / "qa.dlm"
+    doc.write_text(DOC)
+    cfg = Config(state_dir=tmp_path / "state", docs_dirs=[docs])
+    return cfg, doc, EvaluationReconciler(cfg)
+
+
+def test_resync_lists_documents_with_an_adapter(setup):
+    _, doc, reconciler = setup
+    (doc.parent / "other.dlm").write_text(DOC.replace(DLM_ID, "01KPPJZWBDDDYRESSA0HESRDHT"))
+    (doc.parent / "broken.dlm").write_text("not a document")
+    assert reconciler.resync_keys() == []
+    commit_version(reconciler.store)
+    assert reconciler.resync_keys() == [str(doc)]
+
+
+def test_nothing_to_do_without_a_document_or_an_adapter(setup):
+    _, doc, reconciler = setup
+    assert reconciler.reconcile_sync(str(doc.parent / "gone.dlm")) is None
+    assert reconciler.reconcile_sync(str(doc)) is None
+    assert reconciler.changes == {}
+
+
+@pytest.mark.anyio
+async def test_a_broken_document_is_checked_again_later(setup):
+    cfg, doc, reconciler = setup
+    commit_version(reconciler.store)
+    doc.write_text("---\nnot: [valid\n---\n")
+    result = await reconciler.reconcile(str(doc))
+    assert result.requeue_after == cfg.probes.broken_document_retry_s
+
+
+def test_a_stored_report_is_harvested_without_its_stuck_probes(setup):
+    cfg, doc, reconciler = setup
+    cfg.evaluation.auto_harvest = True
+    reconciler = EvaluationReconciler(cfg)
+    version = commit_version(reconciler.store)
+    report = report_of(
+        1,
+        recall("recall_q1", "fail", harvested=False, prompt="Q1?", reference="A1."),
+        recall("recall_q2", "fail", harvested=True, prompt="Q2?", reference="A2."),
+    )
+    write_report(
+        version.path / REPORT_FILE, dataclasses.replace(report, extra={**report.extra, "stuck_probes": ["recall_q2"]})
+    )
+    assert reconciler.reconcile_sync(str(doc)) is not None
+    added = read_document(doc).sections[1:]
+    assert [(s.harvest_source, [(p.question, p.probe) for p in s.qa_pairs()]) for s in added] == [
+        ("auto-harvest/recall_q1", [("Q1?", False)])  # a reinforcement copy; the stuck probe is left alone
+    ]
+    assert reconciler.stuck == {str(doc): ("recall_q2",)}
+    assert reconciler.changes == {"sections_harvested": 1, "documents_written": 1}
+    before = doc.read_bytes()
+    reconciler.reconcile_sync(str(doc))  # level-triggered: nothing new to write
+    assert doc.read_bytes() == before
+
+
+def test_stuck_counts_failures_with_the_harvested_copy_since_the_last_pass(tmp_path: Path):
+    store = AdapterStore(tmp_path)
+    history = [
+        recall("p", "pass", harvested=False),  # v1: passed — the walk stops here
+        recall("p", "fail", harvested=False),  # v2: failed before its copy existed: not counted
+        recall("p", "fail", harvested=True),  # v3
+        recall("p", "error", harvested=True),  # v4: errors neither count nor end the streak
+        recall("p", "fail", harvested=True),  # v5
+    ]
+    for number, probe in enumerate(history, start=1):
+        version = commit_version(store)
+        write_report(version.path / REPORT_FILE, report_of(number, probe))
+    commit_version(store)  # v6, being evaluated
+    current = report_of(6, recall("p", "fail", harvested=True), recall("q", "fail", harvested=True))
+    assert stuck_probes(store, DLM_ID, current, 3) == ("p",)  # v6, v5, v3
+    assert stuck_probes(store, DLM_ID, current, 4) == ()
+    assert stuck_probes(store, DLM_ID, report_of(6, recall("p", "pass", harvested=True)), 1) == ()
