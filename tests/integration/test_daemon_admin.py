@@ -13,6 +13,7 @@ import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
 from learnerd.config import load_config
+from learnerd.daemon.app import PIPELINE
 from learnerd.daemon.logging import configure_logging, current_level
 from learnerd.daemon.service import ServiceOptions
 from learnerd.store.examples import count_examples
@@ -80,7 +81,7 @@ async def test_status_shows_the_daemon_its_controllers_and_counts(root: Path, mi
     assert status["endpoints"] == {"admin_socket": str(cfg.socket_path), "metrics": None, "search": None}
     assert status["counts"] == {"blocks": 3, "examples": 3, "vectors": 3, "indexed": 3, "adapters": 2}
     assert status["embedder"] == {"name": "all-MiniLM-L6-v2", "loaded": True}
-    assert set(status["controllers"]) == {"examples", "embeddings", "probes"}
+    assert set(status["controllers"]) == set(PIPELINE)
     examples = status["controllers"]["examples"]
     for key in ("queue_depth", "waiting", "in_flight", "retries", "failures", "dropped", "last_error", "paused"):
         assert key in examples
@@ -96,7 +97,7 @@ async def test_pause_queues_blocks_without_reconciling_and_resume_drains(root: P
     log_file = root / "logs" / "a.jsonl"
     async with running_service(cfg, minilm) as running, running.session() as s:
         code, answer = await post_json(s, "/pause", {})
-        assert code == 200 and answer["paused"] == {"examples": True, "embeddings": True, "probes": True}
+        assert code == 200 and answer["paused"] == dict.fromkeys(PIPELINE, True)
         before = (await get_json(s, "/status"))["controllers"]["examples"]["reconciles"]
 
         append_blocks(log_file, dict(list(BLOCKS.items())[:2]))
@@ -121,10 +122,10 @@ async def test_pause_queues_blocks_without_reconciling_and_resume_drains(root: P
 async def test_pause_one_controller_and_unknown_names(root: Path, minilm):
     async with running_service(daemon_config(root), minilm) as running, running.session() as s:
         code, answer = await post_json(s, "/pause", {"controller": "probes"})
-        assert code == 200 and answer["paused"] == {"examples": False, "embeddings": False, "probes": True}
+        assert code == 200 and answer["paused"] == {name: name == "probes" for name in PIPELINE}
         assert running.daemon.controllers["probes"].paused
         code, answer = await post_json(s, "/pause", {"controller": "nope"})
-        assert code == 404 and "embeddings, examples, probes" in answer["error"]
+        assert code == 404 and ", ".join(sorted(PIPELINE)) in answer["error"]
         code, answer = await post_json(s, "/resume", {"controller": 7})
         assert code == 400 and "must be str" in answer["error"]
         code, answer = await post_json(s, "/resume", {"controller": "probes"})
@@ -263,7 +264,7 @@ def check_client_go_metrics(text: str) -> None:
             labels.pop("le", None)
             assert set(labels) == {"name"}, f"{sample.name} has labels {labels}"
             queues.add(labels["name"])
-        assert queues == {"examples", "embeddings", "probes"}, name
+        assert queues == set(PIPELINE), name
     assert "workqueue_adds_total" in {s.name for s in families["workqueue_adds"].samples}
     assert "learnerd_reconcile" in families and "learnerd_analyzer_lines_read" in families
 
