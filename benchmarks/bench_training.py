@@ -31,10 +31,10 @@ import anyio
 
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
 from learnerd.ml.cycle import train_cycle
-from learnerd.ml.hyperparams import TrainingConfig
 from learnerd.ml.rows import TrainingRow
 from learnerd.ml.train_runner import WarmSpare
 from learnerd.store.adapters import AdapterStore
+from learnerd.store.dlm import TrainingConfig
 
 
 def make_rows(n: int) -> list[TrainingRow]:
