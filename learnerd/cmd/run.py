@@ -1,8 +1,14 @@
 """``learnerd run``: the daemon — tail the logs, learn continuously, until SIGINT/SIGTERM.
 
-``--once`` ingests what the logs hold now, drains every queue, prints a summary and exits.
+``--once`` ingests what the logs hold now, drains every queue, prints a summary and exits; it also
+trains, once, every document whose training rows changed (after the pipeline's own document writes),
+unless ``--no-train`` (or ``[training] enabled = false``) turns training off.
 The first SIGINT or SIGTERM stops intake and drains in-flight work within
-``[shutdown] drain_timeout_s``, then exits 0; a second SIGINT stops at once (exit 130).
+``[shutdown] drain_timeout_s``, then exits 0 (a training cycle in flight is cancelled: the next start
+retrains); a second SIGINT stops at once (exit 130).
+
+``--listen-rpc HOST:PORT`` serves dlm's ``inject_probe`` on ``POST /rpc`` (``learnerd.daemon.rpc``);
+the bearer token comes from ``$LEARNERD_PROBE_TOKEN``, and without it the daemon refuses to start.
 """
 
 from __future__ import annotations
@@ -11,12 +17,14 @@ import argparse
 import signal
 
 from learnerd.cmd._common import CommandError, add_common_options, add_dir_options, load_config_from_args
+from learnerd.cmd._training_options import add_training_options, apply_training_options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run the daemon (or --once: ingest, reconcile, drain, exit)")
     p.add_argument("--once", action="store_true", help="ingest what is there, drain all queues, print a summary, exit")
     add_dir_options(p)
+    add_training_options(p)
     p.add_argument("--json", action="store_true", help="print the --once summary as JSON")
     add_common_options(p)
     p.set_defaults(func=run)
@@ -68,17 +76,22 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.daemon.statelock import StateDirBusy, StateLock
 
     cfg = load_config_from_args(args)
+    rpc_token = apply_training_options(args, cfg)
     try:
         lock = StateLock(cfg.state_dir)
         lock.acquire()
     except StateDirBusy as exc:
         raise CommandError(str(exc)) from exc
     try:
-        daemon = Daemon(cfg)
+        daemon = Daemon(cfg, rpc_token=rpc_token)
         try:
             summary = anyio.run(serve, daemon, args.once)
         except HardStop:
             return 130
+        except OSError as exc:
+            if not cfg.rpc.listen:
+                raise
+            raise CommandError(f"cannot serve RPC on {cfg.rpc.listen}: {exc}") from exc
         finally:
             daemon.close()
     finally:
