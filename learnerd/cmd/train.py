@@ -89,26 +89,28 @@ def train(args: argparse.Namespace) -> int:
 
 
 async def _cycle(reconciler: Any, path: Path, fresh: bool) -> Any:
+    """Run the cycle; the progress bar (stderr) appears with the first optimizer step."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    columns = (
+    progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("steps  loss {task.fields[loss]}"),
         TimeElapsedColumn(),
+        console=Console(stderr=True),
     )
-    with Progress(*columns, console=Console(stderr=True), transient=False) as progress:
-        task = progress.add_task(f"training {path.name}", total=None, loss="-")
+    task = progress.add_task(f"training {path.name}", total=None, loss="-")
 
-        def on_progress(event: Any) -> None:
-            progress.update(task, completed=event.step, total=event.total_steps, loss=f"{event.loss:.4f}")
+    def on_progress(event: Any) -> None:
+        progress.start()  # idempotent
+        progress.update(task, completed=event.step, total=event.total_steps, loss=f"{event.loss:.4f}")
 
-        report = await reconciler.run_cycle(path, fresh=fresh, on_progress=on_progress)
-        if report.outcome.version is None:
-            progress.update(task, total=0, description=f"{path.name}: nothing to train")
-    return report
+    try:
+        return await reconciler.run_cycle(path, fresh=fresh, on_progress=on_progress)
+    finally:
+        progress.stop()
 
 
 def _outcome(report: Any) -> dict[str, Any]:

@@ -264,13 +264,15 @@ class Daemon:
                         await self.analyzer.run()
 
                 tg.start_soon(analyze, name="analyzer")
-                if self.training_intake is not None:
-                    await tg.start(self._run_training_intake, analyzer_scope, name="training-intake")
+            training_scope = anyio.CancelScope()
+            if intake and self.training_intake is not None:
+                await tg.start(self._run_training_intake, training_scope, name="training-intake")
             await self._start_embeddings(tg)
             try:
                 await body(tg)
             finally:
                 analyzer_scope.cancel()
+                training_scope.cancel()
                 with anyio.CancelScope(shield=True):
                     self._stop_training()
                     await self._drain(tg)
