@@ -6,7 +6,7 @@ Data flow (DESIGN.md)::
                                                               ├─► "embeddings" (example id) ─► EmbeddingsReconciler
                                                               └─► "probes" (document path) ─► ProbesReconciler
     .dlm saved / POST /rpc ─► TrainingIntake (watch, debounce, journal) ─► "training" ─► TrainingReconciler
-                                                                                          └─► on_adapter_committed
+                                                                          adapter_committed(doc, version) ◄─┘
 
 One SQLite connection and one event loop serve the analyzer and the reconcilers (no transaction is
 held across an ``await``); the embedder and the probes reconciler's file work run in worker threads.
@@ -94,8 +94,6 @@ class Daemon:
             loaded in a worker thread at start, while ingestion already runs.
         registry: the prometheus registry every metric goes on (a fresh one by default).
         clock: wall clock, epoch seconds, stamped on rows as ``updated_at``.
-        on_adapter_committed: called with ``(doc_path, version)`` after each committed adapter version
-            (in the event loop; must not block) — the evaluation controller's feed.
         rpc_token: the bearer token of the RPC server (needed when ``[rpc] listen`` is set).
 
     Raises:
@@ -112,7 +110,6 @@ class Daemon:
         embedder: Embedder | None = None,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
-        on_adapter_committed: Callable[[str, AdapterVersion], None] | None = None,
         rpc_token: str | None = None,
     ) -> None:
         self.cfg = cfg
@@ -141,7 +138,6 @@ class Daemon:
         }
         self._clock = clock
         self._started = time.monotonic()
-        self._on_adapter_committed = on_adapter_committed
         self.training: TrainingReconciler | None = None
         self.training_intake: TrainingIntake | None = None
         if cfg.training.enabled:
@@ -161,7 +157,7 @@ class Daemon:
             models_dir=cfg.models_dir,
             journal=ProbeJournal(cfg.state_dir / "journals" / "injected-probes.jsonl"),
             new_document_base_model=cfg.probes.base_model,
-            on_committed=self._adapter_committed,
+            on_committed=self.adapter_committed,
         )
         self.queues[TRAINING] = RateLimitingQueue(
             TRAINING,
@@ -187,10 +183,11 @@ class Daemon:
         """The document injected probes go to: ``[rpc] document``, else the ``[probes]`` document."""
         return self.probes.router.resolve(self.cfg.rpc.document or self.cfg.probes.document)
 
-    def _adapter_committed(self, doc_path: str, version: AdapterVersion) -> None:
-        """A new adapter version of ``doc_path`` is current: feed whoever follows adapters."""
-        if self._on_adapter_committed is not None:
-            self._on_adapter_committed(doc_path, version)
+    def adapter_committed(self, doc_path: str, version: AdapterVersion) -> None:
+        """The training reconciler's ``on_committed`` hook (called in the event loop after each committed
+        adapter version): the place to feed whatever follows adapters — the evaluation controller
+        (issue 5) enqueues ``doc_path`` here. Until it is wired, nothing follows them."""
+        log.debug("adapter committed", path=doc_path, version=version.name)
 
     def _controller(self, reconciler: Any) -> Controller:
         c = self.cfg.controller(reconciler.name)

@@ -53,6 +53,8 @@ log = structlog.get_logger(__name__)
 RPC_PATH = "/rpc"
 METHOD_INJECT_PROBE = "inject_probe"
 MAX_BODY_BYTES = 64 * 1024
+SHUTDOWN_TIMEOUT_S = 5.0
+"""At shutdown, requests in flight get this long to finish (seconds)."""
 
 
 class RpcServer:
@@ -96,7 +98,7 @@ class RpcServer:
         Raises:
             OSError: the address cannot be bound.
         """
-        runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
         await runner.setup()
         try:
             site = web.TCPSite(runner, self.host, self.port)

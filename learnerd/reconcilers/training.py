@@ -103,7 +103,8 @@ class TrainingReconciler:
         models_dir: where built-in base models are built and cached.
         journal: the probe journal drained at each cycle boundary (None: no RPC injection).
         new_document_base_model: ``base_model`` of a document created to receive injected probes.
-        on_committed: called with ``(doc_path, version)`` after each commit (must not block).
+        on_committed: called with ``(doc_path, version)`` after each commit (must not block; the public
+            attribute of the same name may be replaced).
         clock: monotonic seconds, for durations.
 
     ``spare`` (a running :class:`~learnerd.ml.train_runner.WarmSpare`, or None) may be set while the
@@ -129,7 +130,7 @@ class TrainingReconciler:
         self.journal = journal
         self.spare: WarmSpare | None = None
         self._base_model = new_document_base_model
-        self._on_committed = on_committed
+        self.on_committed = on_committed
         self._clock = clock
         self._replay = ReplayPolicy(settings.replay_ratio, settings.replay_min_rows)
         self._owners: dict[str, str] = {}  # dlm_id -> path of the document trained under it
@@ -213,8 +214,8 @@ class TrainingReconciler:
         if report.outcome.version is not None:
             self.recent_cycles_s.append(report.duration_s)
             self.changes["adapters_committed"] += 1
-            if self._on_committed is not None:
-                self._on_committed(key, report.outcome.version)
+            if self.on_committed is not None:
+                self.on_committed(key, report.outcome.version)
         return report
 
     async def _cycle(

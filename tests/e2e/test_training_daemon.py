@@ -36,8 +36,15 @@ async def wait_for(predicate, timeout: float = 180.0, what: str = "condition") -
 
 async def test_an_edit_under_the_running_daemon_trains_a_new_version(tmp_path: Path, minilm, models_dir: Path):
     cfg = daemon_config(tmp_path, models_dir)
+    daemon = Daemon(cfg, embedder=minilm)
     committed: list[tuple[str, str]] = []
-    daemon = Daemon(cfg, embedder=minilm, on_adapter_committed=lambda doc, v: committed.append((doc, v.name)))
+    hook = daemon.training.on_committed  # the daemon's adapter_committed: observe its calls
+
+    def observe(doc: str, version) -> None:
+        committed.append((doc, version.name))
+        hook(doc, version)
+
+    daemon.training.on_committed = observe
     store = AdapterStore(cfg.adapters_dir)
     doc = tmp_path / "docs" / "notes.dlm"
     stop = anyio.Event()
