@@ -47,7 +47,7 @@ from learnerd.ml.base_model import BaseModelError, resolve_base_model
 from learnerd.ml.cycle import CycleOutcome, ReplayPolicy, train_cycle
 from learnerd.ml.hyperparams import check_trainable
 from learnerd.ml.lora import ProgressEvent
-from learnerd.ml.rows import document_rows
+from learnerd.ml.rows import TrainingRow, document_rows
 from learnerd.ml.train_runner import TrainingFailed, WarmSpare
 from learnerd.reconcile import Result, TerminalError
 from learnerd.store.adapters import AdapterStore, AdapterVersion
@@ -222,10 +222,9 @@ class TrainingReconciler:
         self, path: Path, fresh: bool, on_progress: Callable[[ProgressEvent], None] | None, started: float
     ) -> CycleReport:
         probes_written = await anyio.to_thread.run_sync(self._write_probes, path)
-        document = await anyio.to_thread.run_sync(read_document, path)
+        document, rows = await anyio.to_thread.run_sync(_read_rows, path)
         fm = document.frontmatter
         config = check_trainable(fm.training)
-        rows = document_rows(document)
         base = await anyio.to_thread.run_sync(
             lambda: resolve_base_model(fm.base_model, cache_dir=self.models_dir, relative_to=path.parent)
         )
@@ -323,3 +322,9 @@ class TrainingReconciler:
         else:
             fields["outcome"] = "nothing to train"
         log.info("training.cycle", **fields)
+
+
+def _read_rows(path: Path) -> tuple[Document, list[TrainingRow]]:
+    """The document and its training rows (blocking: parsing a large document takes a while)."""
+    document = read_document(path)
+    return document, document_rows(document)
