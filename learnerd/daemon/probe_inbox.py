@@ -87,7 +87,10 @@ class ProbeInbox:
         submission = _Submission(probe)
         self._reserved += 1
         try:
-            self._send.send_nowait(submission)
+            try:
+                self._send.send_nowait(submission)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                raise InboxClosed("the probe inbox stopped") from None
             await submission.done.wait()
         finally:
             self._reserved -= 1
