@@ -36,6 +36,7 @@ def through_daemon(logs: Path, embedder: MiniLMEmbedder) -> tuple[float, list[st
     """Examples embedded per second by a fresh daemon over ``logs``, and the texts it embedded."""
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Config(state_dir=Path(tmp) / "state", log_dirs=[logs], docs_dirs=[Path(tmp) / "docs"])
+        cfg.training.enabled = False  # embeddings only: training has its own benchmarks
         daemon = Daemon(cfg, embedder=embedder)
         try:
             start = time.perf_counter()

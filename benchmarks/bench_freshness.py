@@ -82,6 +82,7 @@ def main() -> None:
         logs = Path(tmp) / "logs"
         logs.mkdir()
         cfg = Config(state_dir=Path(tmp) / "state", log_dirs=[logs], docs_dirs=[Path(tmp) / "docs"])
+        cfg.training.enabled = False  # embeddings only: training has its own benchmarks
         daemon = Daemon(cfg, embedder=embedder)
         try:
             fresh = anyio.run(through_daemon, daemon, logs / "live.jsonl", blocks, rng)

@@ -2,14 +2,21 @@
 store) against a bare peft training loop in this process — same tiny model, rows, batch size, step
 count and torch threads, measured in the same run, alternating, the median of ``--repeats`` runs each.
 
+The rows come from a .dlm document (one ``::instruction::`` section per Q/A pair, the hyperparameters in
+its ``training`` block) through ``learnerd.ml.rows.document_rows``, and learnerd's path is measured twice:
+``train_cycle`` called directly, and the daemon's whole path — the training reconciler's ``run_cycle``,
+which reads and parses the document, checks its base model and ``training`` block, then calls the same
+``train_cycle`` (what ``learnerd train`` and the daemon's "training" controller run).
+
 Two ratios are printed (learnerd ÷ bare, in tokens per second; 1.0 = parity):
 
 * **loop** — the training steps alone (``TrainingResult.train_s`` in the child vs the bare loop's steps);
-* **end to end** — the whole ``await train_cycle(...)``: loading the base model, measuring the start
-  and final losses, saving and committing the adapter, and — for a *cold start* — starting Python and
-  importing torch, transformers and peft; with a *warm spare* (``WarmSpare``, as the daemon runs it)
-  that start-up happened before the job. The bare side is charged only its steps, so this ratio is
-  the overhead of a cycle as the daemon experiences it; it approaches the loop ratio as ``--steps`` grows.
+* **end to end** — the whole ``await train_cycle(...)`` (or ``run_cycle(document)``): loading the base
+  model, measuring the start and final losses, saving and committing the adapter, and — for a *cold
+  start* — starting Python and importing torch, transformers and peft; with a *warm spare* (``WarmSpare``,
+  as the daemon runs it) that start-up happened before the job. The bare side is charged only its steps,
+  so this ratio is the overhead of a cycle as the daemon experiences it; it approaches the loop ratio as
+  ``--steps`` grows.
 
 Tokens are input tokens without padding. Usage::
 
@@ -29,24 +36,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import anyio
 
+from learnerd.config import TrainingSettings
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
 from learnerd.ml.cycle import train_cycle
-from learnerd.ml.hyperparams import TrainingConfig
-from learnerd.ml.rows import TrainingRow
+from learnerd.ml.rows import TrainingRow, document_rows
 from learnerd.ml.train_runner import WarmSpare
+from learnerd.reconcilers.training import TrainingReconciler
 from learnerd.store.adapters import AdapterStore
+from learnerd.store.dlm import TrainingConfig, new_document, read_document
 
 
-def make_rows(n: int) -> list[TrainingRow]:
-    """``n`` chat rows of varied length: question ``i`` about a made-up item, a short factual answer."""
-    return [
-        TrainingRow.chat(
-            f"r{i:04d}",
-            f"What is item number {i} called in catalogue {i % 7}?",
-            f"Item {i} is the {'x' * (i % 23)}widget",
-        )
+def make_document(path: Path, n: int, training: dict) -> Path:
+    """A .dlm document of ``n`` Q/A pairs of varied length (question ``i`` about a made-up item, a short
+    factual answer), one ``::instruction::`` section each, with ``training`` as its training block."""
+    head = new_document(DEFAULT_BASE_MODEL, training=training, path=path).to_bytes()
+    body = "".join(
+        f"::instruction::\n### Q\nWhat is item number {i} called in catalogue {i % 7}?\n\n"
+        f"### A\nItem {i} is the {'x' * (i % 23)}widget\n\n"
         for i in range(n)
-    ]
+    )
+    path.write_bytes(head + body.encode())
+    return path
 
 
 def bare_peft_loop(base_path: Path, rows: list[TrainingRow], config: TrainingConfig, threads: int) -> tuple[int, float]:
@@ -113,6 +123,31 @@ def learnerd_cycle(base, rows, config, threads: int, root: Path, warm: bool) -> 
     return anyio.run(cycle)
 
 
+def reconciler_cycle(document: Path, threads: int, models_dir: Path, root: Path) -> tuple[int, float, float]:
+    """The daemon's path: ``TrainingReconciler.run_cycle(document)`` into a new store, with a ready warm spare.
+
+    Returns:
+        ``(tokens, loop seconds, end-to-end seconds)``; the clock starts when the spare is ready.
+    """
+
+    async def cycle() -> tuple[int, float, float]:
+        settings = TrainingSettings(num_threads=threads, niceness=0)
+        reconciler = TrainingReconciler(
+            AdapterStore(root), settings, models_dir=models_dir, new_document_base_model=DEFAULT_BASE_MODEL
+        )
+        async with WarmSpare() as spare:
+            await spare.refill(wait_ready=True)
+            reconciler.spare = spare
+            started = time.perf_counter()
+            report = await reconciler.run_cycle(document)
+            wall = time.perf_counter() - started
+        result = report.outcome.result
+        assert result is not None
+        return result.tokens_trained, result.train_s, wall
+
+    return anyio.run(cycle)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=300)
@@ -126,10 +161,14 @@ def main() -> None:
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))  # warnings and up only
     with tempfile.TemporaryDirectory(prefix="bench-training-") as tmp:
-        base = resolve_base_model(DEFAULT_BASE_MODEL, cache_dir=Path(tmp) / "models")
-        rows = make_rows(args.rows)
-        config = TrainingConfig(learning_rate=1e-3, micro_batch_size=args.batch_size, max_steps=args.steps)
-        bare, loop, cold, warm = [], [], [], []
+        models_dir = Path(tmp) / "models"
+        base = resolve_base_model(DEFAULT_BASE_MODEL, cache_dir=models_dir)
+        training = {"learning_rate": 1e-3, "micro_batch_size": args.batch_size, "max_steps": args.steps}
+        document = make_document(Path(tmp) / "bench.dlm", args.rows, training)
+        rows = document_rows(read_document(document))
+        config = read_document(document).frontmatter.training
+        assert config == TrainingConfig(**training) and len(rows) == args.rows
+        bare, loop, cold, warm, daemon = [], [], [], [], []
         for i in range(args.repeats):
             tokens, seconds = bare_peft_loop(base.path, rows, config, args.threads)
             bare.append(tokens / seconds)
@@ -139,20 +178,25 @@ def main() -> None:
             tokens, loop_s, wall_s = learnerd_cycle(base, rows, config, args.threads, Path(tmp) / f"warm{i}", True)
             loop.append(tokens / loop_s)
             warm.append(tokens / wall_s)
-            print(f"run {i + 1}: bare {bare[-1]:6.0f}   learnerd loop {loop[-2]:6.0f} {loop[-1]:6.0f}   "
-                  f"cold end-to-end {cold[-1]:6.0f}   warm end-to-end {warm[-1]:6.0f}   tokens/s",
-                  flush=True)  # fmt: skip
+            tokens, loop_s, wall_s = reconciler_cycle(document, args.threads, models_dir, Path(tmp) / f"rec{i}")
+            loop.append(tokens / loop_s)
+            daemon.append(tokens / wall_s)
+            loops = " ".join(f"{v:6.0f}" for v in loop[-3:])
+            print(f"run {i + 1}: bare {bare[-1]:6.0f}   learnerd loop {loops}   "
+                  f"cold end-to-end {cold[-1]:6.0f}   warm end-to-end {warm[-1]:6.0f}   "
+                  f"reconciler end-to-end {daemon[-1]:6.0f}   tokens/s", flush=True)  # fmt: skip
     b = statistics.median(bare)
     print(f"\n{args.rows} rows, batch {args.batch_size}, {args.steps} steps, {args.threads} torch thread(s), "
           f"median of {args.repeats} runs")  # fmt: skip
-    print(f"bare peft loop (in process)                    {b:7.0f} tokens/s")
+    print(f"{'bare peft loop (in process)':<48} {b:7.0f} tokens/s")
     for label, values in (
         ("learnerd training steps (child process)", loop),
         ("learnerd train_cycle end to end, warm spare", warm),
         ("learnerd train_cycle end to end, cold start", cold),
+        ("training reconciler (document) end to end, warm", daemon),
     ):
         median = statistics.median(values)
-        print(f"{label:<46} {median:7.0f} tokens/s   ratio {median / b:.2f}")
+        print(f"{label:<48} {median:7.0f} tokens/s   ratio {median / b:.2f}")
 
 
 if __name__ == "__main__":

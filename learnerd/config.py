@@ -29,7 +29,7 @@ Layout of the file (every key optional; unknown keys are refused so a typo never
     [probes]                     # where learned examples become ### Q !probe sections
     document = "learned.dlm"     # relative to the first docs_dirs entry (else <state_dir>/docs), or absolute
     by_language = {}             # example language -> document, e.g. { python = "python.dlm" }
-    base_model = "smollm2-135m"  # base_model of a document learnerd creates (a dlm registry key or hf:org/name)
+    base_model = "learnerd/tiny-llama"  # base_model of a document learnerd creates: built-in or a local HF model dir
     broken_document_retry_s = 60.0   # re-check a document that does not parse this often
 
     [workqueue]                  # client-go's DefaultControllerRateLimiter
@@ -57,9 +57,25 @@ Layout of the file (every key optional; unknown keys are refused so a typo never
     max_k = 100                  # the largest k a search may ask for
 
     [training]                   # LoRA training cycles (hyperparameters come from each document)
+    enabled = true               # false: the daemon never trains (run and run --once: the pipeline only)
     replay_ratio = 2.0           # an incremental cycle replays ceil(ratio × new rows) unchanged rows ...
     replay_min_rows = 32         # ... but at least this many (when the document has them); dlm's budget
     num_threads = 0              # torch threads in the training process; 0 = torch's default
+    niceness = 10                # added to the training process's nice value: the event loop keeps its CPU
+    warm_spare = true            # keep one training process started ahead of need (learnerd run)
+    debounce_s = 2.0             # a changed .dlm document is trained after this long without a change ...
+    debounce_max_s = 60.0        # ... or at the latest this long after its first unanswered change
+    rescan_interval_s = 10.0     # full rescan of the documents: the safety net beside file-system events
+    broken_document_retry_s = 30.0   # a document that does not parse (mid-edit) is checked again this often
+
+    [controllers.training]       # one cycle at a time by default; a cycle may run for hours
+    workers = 1
+    timeout_s = 21600.0
+
+    [rpc]                        # live probe injection (dlm's inject_probe); --listen-rpc HOST:PORT
+    listen = ""                  # HOST:PORT; empty: no RPC server. The token is $LEARNERD_PROBE_TOKEN
+    document = ""                # the document injected probes go to; empty: the [probes] document
+    capacity = 1000              # probes accepted but not yet written into the document; beyond: HTTP 429
 
     [steering]                   # `learnerd evolve`: per-cluster logit deltas (learnerd.steering)
     clusters = 10                # K: k-means clusters of the vocabulary, numbered 2..K+1 (0 = EOS, 1 = numbers)
@@ -171,7 +187,7 @@ class EmbeddingsConfig:
 class ProbesConfig:
     document: str = "learned.dlm"
     by_language: dict[str, str] = field(default_factory=dict)
-    base_model: str = "smollm2-135m"
+    base_model: str = "learnerd/tiny-llama"
     broken_document_retry_s: float = 60.0
 
     def validate(self) -> None:
@@ -219,6 +235,7 @@ def _default_controllers() -> dict[str, ControllerConfig]:
         "examples": ControllerConfig(workers=2),
         "embeddings": ControllerConfig(workers=1, timeout_s=300.0),
         "evaluation": ControllerConfig(workers=1, timeout_s=3600.0),
+        "training": ControllerConfig(workers=1, timeout_s=6 * 3600.0),
     }
 
 
@@ -282,17 +299,54 @@ class AdminConfig:
 
 @dataclass
 class TrainingSettings:
-    """Daemon-wide settings of training cycles; per-document hyperparameters live in the ``.dlm`` file."""
+    """Daemon-wide settings of training cycles; per-document hyperparameters live in the ``.dlm`` file.
+    Times in seconds."""
 
+    enabled: bool = True
     replay_ratio: float = 2.0
     replay_min_rows: int = 32
     num_threads: int = 0
+    niceness: int = 10
+    warm_spare: bool = True
+    debounce_s: float = 2.0
+    debounce_max_s: float = 60.0
+    rescan_interval_s: float = 10.0
+    broken_document_retry_s: float = 30.0
 
     def validate(self) -> None:
         if not 0 <= self.replay_ratio <= 100 or self.replay_min_rows < 0:
             raise ConfigError("training: need 0 <= replay_ratio <= 100 and replay_min_rows >= 0")
         if self.num_threads < 0:
             raise ConfigError("training.num_threads must be >= 0 (0: torch's default)")
+        if not 0 <= self.niceness <= 19:
+            raise ConfigError("training.niceness must be in 0..19")
+        if not 0 < self.debounce_s <= self.debounce_max_s:
+            raise ConfigError("training: need 0 < debounce_s <= debounce_max_s")
+        if self.rescan_interval_s <= 0 or self.broken_document_retry_s <= 0:
+            raise ConfigError("training: rescan_interval_s and broken_document_retry_s must be > 0")
+
+
+RPC_TOKEN_ENV = "LEARNERD_PROBE_TOKEN"
+"""The environment variable holding the RPC server's bearer token (dlm's is ``DLM_PROBE_TOKEN``)."""
+
+
+@dataclass
+class RpcConfig:
+    """The probe-injection RPC server (``learnerd.daemon.rpc``). ``listen`` is ``HOST:PORT`` (empty: off)."""
+
+    listen: str = ""
+    document: str = ""
+    capacity: int = 1000
+
+    def validate(self) -> None:
+        if self.listen:
+            parse_host_port(self.listen, "rpc.listen")
+        if self.capacity < 1:
+            raise ConfigError("rpc.capacity must be >= 1")
+
+    def address(self) -> tuple[str, int] | None:
+        """``(host, port)`` of ``listen``, or None when the server is off."""
+        return parse_host_port(self.listen, "rpc.listen") if self.listen else None
 
 
 @dataclass
@@ -379,6 +433,7 @@ class Config:
     admin: AdminConfig = field(default_factory=AdminConfig)
     steering: SteeringConfig = field(default_factory=SteeringConfig)
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
+    rpc: RpcConfig = field(default_factory=RpcConfig)
     path: Path | None = None
 
     @property

@@ -1,13 +1,18 @@
 """``learnerd run``: the daemon — tail the logs, learn continuously, until SIGINT/SIGTERM.
 
-``--once`` ingests what the logs hold now, drains every queue, prints a summary and exits.
+``--once`` ingests what the logs hold now, drains every queue, prints a summary and exits; it also
+trains, once, every document whose training rows changed (after the pipeline's own document writes),
+unless ``--no-train`` (or ``[training] enabled = false``) turns training off.
 Otherwise the daemon serves the admin API on ``<state_dir>/learnerd.sock`` (``learnerd ctl``),
 and ``/metrics`` and ``/search`` over TCP when asked (``--metrics-addr``, ``--listen-search``), and
 talks to systemd (``Type=notify``) through ``$NOTIFY_SOCKET``; see :mod:`learnerd.daemon.service`.
+``--listen-rpc HOST:PORT`` serves dlm's ``inject_probe`` on ``POST /rpc`` (``learnerd.daemon.rpc``);
+the bearer token comes from ``$LEARNERD_PROBE_TOKEN``, and without it the daemon refuses to start.
 
 Signals, all handled here: the first SIGINT or SIGTERM stops intake and drains in-flight work within
-``[shutdown] drain_timeout_s`` (then cancels what is left), and exits 0; a second SIGINT stops at
-once (exit 130); SIGHUP re-reads the config file (see :mod:`learnerd.daemon.reload`).
+``[shutdown] drain_timeout_s`` (then cancels what is left; a training cycle in flight is cancelled and
+the next start retrains), and exits 0; a second SIGINT stops at once (exit 130); SIGHUP re-reads the
+config file (see :mod:`learnerd.daemon.reload`).
 """
 
 from __future__ import annotations
@@ -16,12 +21,14 @@ import argparse
 import signal
 
 from learnerd.cmd._common import CommandError, add_common_options, add_dir_options, load_config_from_args
+from learnerd.cmd._training_options import add_training_options, apply_training_options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run the daemon (or --once: ingest, reconcile, drain, exit)")
     p.add_argument("--once", action="store_true", help="ingest what is there, drain all queues, print a summary, exit")
     add_dir_options(p)
+    add_training_options(p)
     p.add_argument("--json", action="store_true", help="print the --once summary as JSON")
     p.add_argument(
         "--metrics-addr", metavar="HOST:PORT", help="also serve GET /metrics over TCP (default: [admin] metrics_addr)"
@@ -130,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.daemon.statelock import StateDirBusy, StateLock
 
     cfg = load_config_from_args(args)
+    rpc_token = apply_training_options(args, cfg)
     options = None if args.once else service_options(cfg, args)
     try:
         lock = StateLock(cfg.state_dir)
@@ -137,13 +145,17 @@ def run(args: argparse.Namespace) -> int:
     except StateDirBusy as exc:
         raise CommandError(str(exc)) from exc
     try:
-        daemon = Daemon(cfg)
+        daemon = Daemon(cfg, rpc_token=rpc_token)
         try:
             summary = anyio.run(serve, daemon, args.once, options)
         except HardStop:
             return 130
         except ServiceError as exc:
             raise CommandError(str(exc)) from exc
+        except OSError as exc:
+            if not cfg.rpc.listen:
+                raise
+            raise CommandError(f"cannot serve RPC on {cfg.rpc.listen}: {exc}") from exc
         finally:
             daemon.close()
     finally:

@@ -6,6 +6,8 @@ Data flow (DESIGN.md)::
                                                               ├─► "embeddings" (example id) ─► EmbeddingsReconciler
                                                               └─► "probes" (document path) ─► ProbesReconciler
     committed adapter version ─► "evaluation" (document path) ─► EvaluationReconciler ─(auto_harvest)─► the document
+    .dlm saved / POST /rpc ─► TrainingIntake (watch, debounce, journal) ─► "training" ─► TrainingReconciler
+                                                                          adapter_committed(doc, version) ◄─┘
 
 One SQLite connection and one event loop serve the analyzer and the reconcilers (no transaction is
 held across an ``await``); the embedder and the probes reconciler's file work run in worker threads.
@@ -20,6 +22,13 @@ Shutdown drains in pipeline order: intake stops, then each queue is shut down wi
 in-flight and queued keys finish; upstream reconciles may still add downstream), all within
 ``[shutdown] drain_timeout_s``; past it, whatever is still running is cancelled. Watermarks need no
 flushing: each batch's watermark commits with the batch's blocks.
+
+Training (``[training] enabled``, on by default) is not drained but stopped: a cycle in flight is
+cancelled (its training process killed, nothing committed, ``current`` unchanged) and queued documents
+are dropped — the next start lists every document again and retrains those whose rows changed. Accepted
+RPC probes are already in the journal. ``run`` trains continuously (file watch, debounce, RPC);
+``run_once`` trains each document whose rows changed once, after the pipeline has drained (so after the
+probes reconciler's writes); ``backfill`` never trains.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -39,22 +49,27 @@ from learnerd.analyzer.stats import AnalyzerStats
 from learnerd.config import Config
 from learnerd.daemon.controller import Controller, ControllerStats
 from learnerd.daemon.controller_metrics import ControllerMetrics
+from learnerd.daemon.training_intake import TrainingIntake
 from learnerd.daemon.workqueue import PrometheusMetricsProvider, RateLimitingQueue, default_controller_rate_limiter
 from learnerd.ml.embedders import Embedder, embedder_dim, embedder_name, make_embedder
 from learnerd.reconcilers.embeddings import EmbeddingsReconciler
 from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.reconcilers.examples import ExamplesReconciler
 from learnerd.reconcilers.probes import ProbesReconciler
+from learnerd.reconcilers.training import TrainingReconciler
 from learnerd.store import db
-from learnerd.store.adapters import AdapterVersion
+from learnerd.store.adapters import AdapterStore, AdapterVersion
 from learnerd.store.blocks import count_blocks, list_block_ids
 from learnerd.store.embeddings import count_vectors, list_embedding_ids, load_index
 from learnerd.store.examples import Example, count_examples, get_examples, list_example_ids
+from learnerd.store.probe_journal import ProbeJournal
 
 log = structlog.get_logger(__name__)
 
 #: Queue names in pipeline order (the order they drain in).
 PIPELINE: tuple[str, ...] = ("examples", "embeddings", "probes", "evaluation")
+#: The training queue: not drained at shutdown but stopped (see the module docstring).
+TRAINING = "training"
 
 
 @dataclass
@@ -83,6 +98,11 @@ class Daemon:
             loaded in a worker thread at start, while ingestion already runs.
         registry: the prometheus registry every metric goes on (a fresh one by default).
         clock: wall clock, epoch seconds, stamped on rows as ``updated_at``.
+        rpc_token: the bearer token of the RPC server (needed when ``[rpc] listen`` is set).
+
+    Raises:
+        ValueError: ``[rpc] listen`` is set without a token, or with training disabled.
+        JournalError: the probe journal is damaged.
 
     Use :meth:`run` (until ``stop`` is set), :meth:`run_once` or :meth:`backfill`, then :meth:`close`.
     """
@@ -94,6 +114,7 @@ class Daemon:
         embedder: Embedder | None = None,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.time,
+        rpc_token: str | None = None,
     ) -> None:
         self.cfg = cfg
         self.registry = registry or CollectorRegistry()
@@ -101,7 +122,7 @@ class Daemon:
         self.conn = db.connect(cfg.db_path)
         self.embedder = embedder
         self.index = load_index(self.conn, embedder_name(cfg.embeddings), embedder_dim(cfg.embeddings))
-        queue_metrics = PrometheusMetricsProvider(self.registry)
+        self._queue_metrics = queue_metrics = PrometheusMetricsProvider(self.registry)
         self._controller_metrics = ControllerMetrics(self.registry)
         self.queues: dict[str, RateLimitingQueue[str]] = {
             name: RateLimitingQueue(
@@ -124,6 +145,50 @@ class Daemon:
         self._clock = clock
         self._started = time.monotonic()
         self._serve_scopes: list[anyio.CancelScope] = []  # the running task group's and the drain's
+        self.training: TrainingReconciler | None = None
+        self.training_intake: TrainingIntake | None = None
+        if cfg.training.enabled:
+            self._wire_training(rpc_token)
+        elif cfg.rpc.listen:
+            raise ValueError("the RPC server feeds training; it cannot run with [training] enabled = false")
+
+    def _wire_training(self, rpc_token: str | None) -> None:
+        """The "training" queue, reconciler and controller, and what feeds them (file watch, RPC)."""
+        cfg = self.cfg
+        adapters = AdapterStore(cfg.adapters_dir)
+        for leftover in adapters.recover():
+            log.warning("removed an adapter version left half-written by a crash", path=str(leftover))
+        self.training = TrainingReconciler(
+            adapters,
+            cfg.training,
+            models_dir=cfg.models_dir,
+            journal=ProbeJournal(cfg.state_dir / "journals" / "injected-probes.jsonl"),
+            new_document_base_model=cfg.probes.base_model,
+            on_committed=self.adapter_committed,
+        )
+        self.queues[TRAINING] = RateLimitingQueue(
+            TRAINING,
+            rate_limiter=default_controller_rate_limiter(cfg.workqueue),
+            metrics=self._queue_metrics,
+        )
+        self.controllers[TRAINING] = self._controller(self.training)
+        roots = cfg.docs_dirs or [cfg.state_dir / "docs"]
+        for root in roots:
+            root.mkdir(parents=True, exist_ok=True)
+        self.training_intake = TrainingIntake(
+            cfg,
+            self.training,
+            self.queues[TRAINING],
+            roots=roots,
+            files=self.probes.router.documents(),
+            rpc_document=self.rpc_document(),
+            rpc_token=rpc_token,
+            workers=cfg.controller(TRAINING).workers,
+        )
+
+    def rpc_document(self) -> Path:
+        """The document injected probes go to: ``[rpc] document``, else the ``[probes]`` document."""
+        return self.probes.router.resolve(self.cfg.rpc.document or self.cfg.probes.document)
 
     def _controller(self, reconciler: Any) -> Controller:
         c = self.cfg.controller(reconciler.name)
@@ -173,6 +238,11 @@ class Daemon:
             self.queues["evaluation"].add(key)
         log.info("resync", blocks=blocks, embeddings=len(self.queues["embeddings"]), probes=len(self.queues["probes"]))
 
+    def resync_training(self) -> None:
+        """The training queue's initial list: every watched document and every one with pending probes."""
+        if self.training_intake is not None:
+            log.info("resync training", documents=self.training_intake.resync())
+
     # ------------------------------------------------------------------ lifecycle
 
     async def _start_embeddings(self, tg: anyio.abc.TaskGroup) -> None:
@@ -199,15 +269,33 @@ class Daemon:
 
                 tg.start_soon(analyze, name="analyzer")
             self._serve_scopes = [tg.cancel_scope]
+            training_scope = anyio.CancelScope()
+            if intake and self.training_intake is not None:
+                await tg.start(self._run_training_intake, training_scope, name="training-intake")
             await self._start_embeddings(tg)
             try:
                 await body(tg)
             finally:
                 analyzer_scope.cancel()
+                training_scope.cancel()
                 with anyio.CancelScope(shield=True) as drain_scope:
                     self._serve_scopes.append(drain_scope)
+                    self._stop_training()
                     await self._drain(tg)
                 self._serve_scopes = []
+
+    async def _run_training_intake(
+        self, scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        assert self.training_intake is not None
+        with scope:
+            await self.training_intake.run(task_status=task_status)
+
+    def _stop_training(self) -> None:
+        """Drop queued training keys and cancel the cycles in flight (see the module docstring)."""
+        if self.training is not None:
+            self.queues[TRAINING].shutdown()
+            self.training.stop()
 
     async def _drain(self, tg: anyio.abc.TaskGroup) -> None:
         with anyio.move_on_after(self.cfg.shutdown.drain_timeout_s) as scope:
@@ -223,6 +311,7 @@ class Daemon:
         """Stop at once (a second SIGINT): cancel the drain in progress and every task; keys in flight
         are abandoned (reconcilers are idempotent: a restart redoes them). A blocking call already in a
         worker thread (an embedding batch) finishes first."""
+        self._stop_training()
         for scope in self._serve_scopes:
             scope.cancel()
 
@@ -241,6 +330,7 @@ class Daemon:
 
         async def body(tg: anyio.abc.TaskGroup) -> None:
             self.resync()
+            self.resync_training()
             if started is not None:
                 started()
             await stop.wait()
@@ -266,6 +356,8 @@ class Daemon:
                     work.start_soon(cancel_on_stop)
                 self.resync()
                 await self.analyzer.sync()
+                await self.wait_idle()
+                self.resync_training()  # after the pipeline's document writes: one cycle per changed document
                 await self.wait_idle()
                 work.cancel_scope.cancel()
 
@@ -305,6 +397,7 @@ class Daemon:
             "embeddings": self.embeddings,
             "probes": self.probes,
             "evaluation": self.evaluation,
+            TRAINING: self.training,
         }
         return RunSummary(
             blocks=count_blocks(self.conn),
@@ -319,4 +412,6 @@ class Daemon:
 
     def close(self) -> None:
         self.analyzer.close()
+        if self.training is not None and self.training.journal is not None:
+            self.training.journal.close()
         self.conn.close()

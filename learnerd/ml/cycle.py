@@ -30,12 +30,12 @@ from typing import Literal
 import anyio
 
 from learnerd.ml.base_model import BaseModelRef
-from learnerd.ml.hyperparams import TrainingConfig
 from learnerd.ml.lora import ProgressEvent, TrainingResult
 from learnerd.ml.rows import TrainingRow
 from learnerd.ml.train_runner import WarmSpare, run_training
 from learnerd.ml.train_worker import TrainingRequest
 from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersion
+from learnerd.store.dlm import TrainingConfig
 
 CycleMode = Literal["none", "fresh", "incremental"]
 
@@ -152,6 +152,7 @@ async def train_cycle(
     replay: ReplayPolicy | None = None,
     fresh: bool = False,
     num_threads: int | None = None,
+    niceness: int = 0,
     on_progress: Callable[[ProgressEvent], None] | None = None,
     on_start: Callable[[int], None] | None = None,
     spare: WarmSpare | None = None,
@@ -165,6 +166,7 @@ async def train_cycle(
         config: the document's ``training`` block.
         replay, fresh: see :func:`plan_cycle`.
         num_threads: torch threads in the training process (None: torch's default).
+        niceness: added to the training process's nice value (0: unchanged).
         on_progress, on_start, spare: passed to :func:`learnerd.ml.train_runner.run_training`.
 
     Returns:
@@ -187,6 +189,7 @@ async def train_cycle(
             config=config,
             resume_from=str(plan.parent.path) if plan.parent is not None else None,
             num_threads=num_threads,
+            niceness=niceness,
         )
         result = await run_training(request, on_progress=on_progress, on_start=on_start, spare=spare)
         metadata = AdapterMetadata(

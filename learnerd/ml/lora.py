@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from learnerd.ml.hyperparams import TrainingConfig
+from learnerd.ml.hyperparams import check_trainable
 from learnerd.ml.rows import IGNORE_INDEX, EncodedRow, RowEncodingError, TrainingRow, encode_rows
+from learnerd.store.dlm import TrainingConfig
 
 MAX_GRAD_NORM = 1.0
 
@@ -127,9 +128,12 @@ def train_lora(
     Raises:
         RowEncodingError: a row cannot be encoded (e.g. chat rows on a base without a chat template),
             or no row has a token to learn.
+        TrainingConfigError: ``config`` asks for what learnerd cannot train (see ``check_trainable``).
     """
     import torch
     from transformers import get_scheduler
+
+    check_trainable(config)
 
     max_length = min(config.sequence_len, getattr(model.config, "max_position_embeddings", None) or config.sequence_len)
     encoded, dropped = encode_rows(tokenizer, rows, max_length)

@@ -1,7 +1,8 @@
 """Training rows and how they become token ids and loss masks.
 
 A :class:`TrainingRow` is one unit of a document's training signal, tagged with the id of the section
-it came from (dlm's section id, so an adapter's metadata can say exactly what it was trained on):
+it came from (dlm's section id, so an adapter's metadata can say exactly what it was trained on);
+:func:`document_rows` makes them from a parsed .dlm document:
 
 * a **chat** row — messages rendered through the tokenizer's chat template; the loss covers the
   assistant turns only (their tokens up to and including the template's end-of-turn token), so the
@@ -20,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from learnerd.store.dlm import ChatRow, Document, training_rows
 
 IGNORE_INDEX = -100
 """Label of a token that carries no loss (PyTorch's ``cross_entropy`` default ``ignore_index``)."""
@@ -77,6 +80,24 @@ class TrainingRow:
             messages=tuple(ChatMessage(m["role"], m["content"]) for m in messages) if messages is not None else None,
             text=raw.get("text"),
         )
+
+
+def document_rows(document: Document) -> list[TrainingRow]:
+    """The training rows of a parsed .dlm document, in document order: each Q/A pair a chat row (the
+    ``!probe`` mark dropped: a probe trains like any other pair) with the frontmatter's ``system_prompt``
+    as its system message when there is one, each prose section a plain row. Which sections give rows is
+    :func:`learnerd.store.dlm.training_rows` (dlm's ``sections_to_rows``).
+
+    Raises:
+        DocumentError: an instruction section breaks the Q/A grammar (file and line in the message).
+    """
+    system = document.frontmatter.system_prompt
+    return [
+        TrainingRow.chat(row.section_id, row.question, row.answer, system=system)
+        if isinstance(row, ChatRow)
+        else TrainingRow.plain(row.section_id, row.text)
+        for row in training_rows(document)
+    ]
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from learnerd.ml.hyperparams import TrainingConfig, training_config_from_mapping
 from learnerd.ml.rows import TrainingRow
+from learnerd.store.dlm import TrainingConfig
 
 PARENT_GONE_EXIT_STATUS = 3
 
@@ -40,7 +40,9 @@ class TrainingRequest:
 
     ``base_model_path``: a Hugging Face model directory (resolved by ``learnerd.ml.base_model``);
     ``output_dir``: an existing, empty directory for the adapter; ``resume_from``: a saved adapter
-    directory to continue training, or None; ``num_threads``: torch intra-op threads (None: torch's default).
+    directory to continue training, or None; ``num_threads``: torch intra-op threads (None: torch's default);
+    ``niceness``: added to the worker's nice value before it trains (``os.nice``; 0: unchanged), so that
+    a daemon's event loop keeps its CPU while the worker trains.
     """
 
     base_model_path: str
@@ -49,6 +51,7 @@ class TrainingRequest:
     config: TrainingConfig = field(default_factory=TrainingConfig)
     resume_from: str | None = None
     num_threads: int | None = None
+    niceness: int = 0
 
     def to_json(self) -> str:
         return json.dumps(
@@ -59,6 +62,7 @@ class TrainingRequest:
                 "config": self.config.to_dict(),
                 "resume_from": self.resume_from,
                 "num_threads": self.num_threads,
+                "niceness": self.niceness,
             }
         )
 
@@ -69,9 +73,10 @@ class TrainingRequest:
             base_model_path=raw["base_model_path"],
             output_dir=raw["output_dir"],
             rows=tuple(TrainingRow.from_dict(r) for r in raw["rows"]),
-            config=training_config_from_mapping(raw["config"]),
+            config=TrainingConfig.from_mapping(raw["config"]),
             resume_from=raw.get("resume_from"),
             num_threads=raw.get("num_threads"),
+            niceness=raw.get("niceness", 0),
         )
 
 
@@ -85,6 +90,8 @@ def run(request: TrainingRequest, emit: Any) -> dict[str, Any]:
     from learnerd.ml.lora import train_lora
 
     hf_logging.disable_progress_bar()
+    if request.niceness:
+        os.nice(request.niceness)
     if request.num_threads:
         torch.set_num_threads(request.num_threads)
     model, tokenizer = load_model_directory(request.base_model_path)
@@ -131,8 +138,8 @@ def _preload() -> None:
 
 def _is_permanent(exc: Exception) -> bool:
     from learnerd.ml.base_model import BaseModelError
-    from learnerd.ml.hyperparams import TrainingConfigError
     from learnerd.ml.rows import RowEncodingError
+    from learnerd.store.dlm import TrainingConfigError
 
     return isinstance(exc, BaseModelError | RowEncodingError | TrainingConfigError)
 

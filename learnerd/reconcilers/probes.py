@@ -76,13 +76,14 @@ class ProbeRouter:
         self._base = config.docs_dirs[0] if config.docs_dirs else config.state_dir / "docs"
 
     def route(self, example: Example) -> Path:
-        return self._resolve(self._cfg.by_language.get(example.language, self._cfg.document))
+        return self.resolve(self._cfg.by_language.get(example.language, self._cfg.document))
 
     def documents(self) -> list[Path]:
         """Every document a route can name, without duplicates."""
-        return list(dict.fromkeys(self._resolve(n) for n in [self._cfg.document, *self._cfg.by_language.values()]))
+        return list(dict.fromkeys(self.resolve(n) for n in [self._cfg.document, *self._cfg.by_language.values()]))
 
-    def _resolve(self, name: str) -> Path:
+    def resolve(self, name: str) -> Path:
+        """A document name as the config writes it → its path (absolute as is, else under the docs base)."""
         p = Path(os.path.expandvars(os.path.expanduser(name)))
         return p if p.is_absolute() else self._base / p
 

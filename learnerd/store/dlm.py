@@ -2,8 +2,9 @@
 
 * :mod:`learnerd.store.dlm_document` — :class:`Document`, :class:`Section`, parsing and serializing,
   section ids, in-memory edits (append / upsert / remove / strip auto-written sections);
-* :mod:`learnerd.store.dlm_frontmatter` — :class:`Frontmatter`, :class:`TrainingConfig` (dlm's defaults
-  and ranges), :func:`new_ulid`;
+* :mod:`learnerd.store.dlm_frontmatter` — :class:`Frontmatter`, :func:`new_ulid`;
+* :mod:`learnerd.store.dlm_training` — :class:`TrainingConfig`, the ``training`` block (dlm's names,
+  defaults and ranges; learnerd's one definition of them);
 * :mod:`learnerd.store.dlm_qa` — the ``### Q`` / ``### A`` grammar, :class:`QAPair`;
 * :mod:`learnerd.store.dlm_edit` — :func:`new_document`, :func:`probe_section`, and
   :func:`update_document`, the compare-and-swap write every learnerd writer uses;
@@ -33,9 +34,10 @@ from learnerd.store.dlm_edit import (
     update_document,
 )
 from learnerd.store.dlm_errors import DocumentError
-from learnerd.store.dlm_frontmatter import CURRENT_DLM_VERSION, Frontmatter, TrainingConfig, new_ulid
+from learnerd.store.dlm_frontmatter import CURRENT_DLM_VERSION, Frontmatter, new_ulid
 from learnerd.store.dlm_qa import QAPair, parse_qa
 from learnerd.store.dlm_rows import ChatRow, TextRow, training_rows
+from learnerd.store.dlm_training import TrainingConfig, TrainingConfigError
 
 __all__ = [
     "CURRENT_DLM_VERSION",
@@ -51,6 +53,7 @@ __all__ = [
     "Section",
     "TextRow",
     "TrainingConfig",
+    "TrainingConfigError",
     "UnrepresentableError",
     "WriteOutcome",
     "harvest_marker",

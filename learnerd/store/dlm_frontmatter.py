@@ -1,19 +1,17 @@
 """The YAML frontmatter of a .dlm document: the fields learnerd reads, validated as dlm validates them.
 
-Source of the format: dlm's ``src/dlm/doc/schema.py`` (``DlmFrontmatter``, ``TrainingConfig``) at schema
-version 15. dlm forbids unknown keys; learnerd keeps them (``Frontmatter.raw``, ``TrainingConfig.extra``)
-so a document written by a newer dlm still loads, and never rewrites the frontmatter text of an existing
-document (byte-identical round trip). Numbers are coerced the way pydantic's lax mode does it, which
-matters for YAML 1.1: PyYAML reads ``learning_rate: 2e-4`` (no dot) as the *string* ``"2e-4"``.
+Source of the format: dlm's ``src/dlm/doc/schema.py`` (``DlmFrontmatter``) at schema version 15; the
+``training`` block is :class:`learnerd.store.dlm_training.TrainingConfig`. dlm forbids unknown keys;
+learnerd keeps them (``Frontmatter.raw``, ``TrainingConfig.extra``) so a document written by a newer dlm
+still loads, and never rewrites the frontmatter text of an existing document (byte-identical round trip).
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from typing import Any
 import yaml
 
 from learnerd.store.dlm_errors import DocumentError
+from learnerd.store.dlm_training import TrainingConfig, TrainingConfigError
 
 #: dlm's ``CURRENT_SCHEMA_VERSION``: the newest ``dlm_version`` dlm (and so learnerd) understands.
 CURRENT_DLM_VERSION = 15
@@ -34,119 +33,6 @@ def new_ulid(now_s: float | None = None) -> str:
     ms = int((time.time() if now_s is None else now_s) * 1000)
     value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
     return "".join(_CROCKFORD[(value >> (5 * i)) & 31] for i in range(25, -1, -1))
-
-
-class _Invalid(ValueError):
-    """A value failed its check; the caller adds the location."""
-
-
-def _int(lo: int | None = None, hi: int | None = None) -> Callable[[Any], int]:
-    def check(v: Any) -> int:
-        if isinstance(v, bool):
-            raise _Invalid(f"must be an integer, not {v!r}")
-        if (isinstance(v, float) and v.is_integer()) or (isinstance(v, str) and re.fullmatch(r"\s*[+-]?\d+\s*", v)):
-            v = int(v)
-        if not isinstance(v, int):
-            raise _Invalid(f"must be an integer, not {v!r}")
-        if (lo is not None and v < lo) or (hi is not None and v > hi):
-            raise _Invalid(f"must be in {lo if lo is not None else '-inf'}..{hi if hi is not None else 'inf'}, not {v}")
-        return v
-
-    return check
-
-
-def _float(lo: float, hi: float | None = None, *, lo_open: bool = False) -> Callable[[Any], float]:
-    def check(v: Any) -> float:
-        if isinstance(v, bool):
-            raise _Invalid(f"must be a number, not {v!r}")
-        if isinstance(v, str):
-            try:
-                v = float(v)
-            except ValueError:
-                raise _Invalid(f"must be a number, not {v!r}") from None
-        if not isinstance(v, int | float) or not math.isfinite(v):
-            raise _Invalid(f"must be a finite number, not {v!r}")
-        if v < lo or (lo_open and v == lo) or (hi is not None and v > hi):
-            raise _Invalid(
-                f"must be {'>' if lo_open else '>='} {lo}{f' and <= {hi}' if hi is not None else ''}, not {v}"
-            )
-        return float(v)
-
-    return check
-
-
-def _choice(*allowed: str | None) -> Callable[[Any], Any]:
-    def check(v: Any) -> Any:
-        if v not in allowed or isinstance(v, bool):
-            raise _Invalid(f"must be one of {', '.join(repr(a) for a in allowed)}, not {v!r}")
-        return v
-
-    return check
-
-
-def _auto_or_positive_int(v: Any) -> str | int:
-    return "auto" if v == "auto" else _int(1)(v)
-
-
-def _target_modules(v: Any) -> str | tuple[str, ...]:
-    if v == "auto":
-        return "auto"
-    if isinstance(v, list) and all(isinstance(m, str) and m for m in v):
-        return tuple(v)
-    raise _Invalid(f"must be 'auto' or a list of module names, not {v!r}")
-
-
-# name -> (default, check): dlm's TrainingConfig flat fields, with its defaults and ranges.
-_TRAINING_FIELDS: dict[str, tuple[Any, Callable[[Any], Any]]] = {
-    "adapter": ("lora", _choice("lora", "qlora", "dora")),
-    "lora_r": (8, _int(1, 256)),
-    "lora_alpha": (16, _int(1)),
-    "lora_dropout": (0.05, _float(0.0, 0.5)),
-    "target_modules": ("auto", _target_modules),
-    "sequence_len": (2048, _int(64, 32768)),
-    "micro_batch_size": ("auto", _auto_or_positive_int),
-    "grad_accum": ("auto", _auto_or_positive_int),
-    "learning_rate": (2e-4, _float(0.0, lo_open=True)),
-    "num_epochs": (3, _int(1)),
-    "optimizer": (
-        "adamw_torch",
-        _choice("adamw_torch", "adamw_bnb_8bit", "paged_adamw_8bit", "galore_adamw", "galore_adamw_8bit"),
-    ),
-    "lr_scheduler": ("cosine", _choice("cosine", "linear", "constant")),
-    "warmup_ratio": (0.1, _float(0.0, 0.5)),
-    "precision": (None, _choice(None, "bf16", "fp16", "fp32")),
-    "seed": (42, _int()),
-}
-
-
-@dataclass(frozen=True)
-class TrainingConfig:
-    """The ``training:`` block's single-adapter fields, with dlm's defaults and ranges.
-
-    ``lora_r`` in 1..256, ``lora_alpha`` >= 1, ``lora_dropout`` in 0..0.5, ``sequence_len`` (tokens) in
-    64..32768, ``learning_rate`` > 0, ``num_epochs`` >= 1, ``warmup_ratio`` in 0..0.5 (fraction of the
-    optimizer steps), ``micro_batch_size`` / ``grad_accum`` a positive int or ``"auto"``. dlm has no
-    step-count field: the length of a run is ``num_epochs`` over the document's rows. ``extra`` holds
-    every other key of the block (``preference``, ``cpt``, ``adapters``, ``sources``, unknown keys)
-    unvalidated.
-    """
-
-    adapter: str = "lora"
-    lora_r: int = 8
-    lora_alpha: int = 16
-    lora_dropout: float = 0.05
-    target_modules: str | tuple[str, ...] = "auto"
-    sequence_len: int = 2048
-    micro_batch_size: str | int = "auto"
-    grad_accum: str | int = "auto"
-    learning_rate: float = 2e-4
-    num_epochs: int = 3
-    optimizer: str = "adamw_torch"
-    lr_scheduler: str = "cosine"
-    warmup_ratio: float = 0.1
-    precision: str | None = None
-    seed: int = 42
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -202,18 +88,15 @@ def parse_frontmatter(yaml_text: str, *, path: str | Path | None = None, first_l
     training_raw = raw.get("training", {})
     if not isinstance(training_raw, dict):
         raise fail("training must be a mapping", "training")
-    values: dict[str, Any] = {}
-    for name, (default, check) in _TRAINING_FIELDS.items():
-        try:
-            values[name] = check(training_raw[name]) if name in training_raw else default
-        except _Invalid as exc:
-            raise fail(f"training.{name} {exc}", "training", name) from None
-    extra = {k: v for k, v in training_raw.items() if k not in _TRAINING_FIELDS}
+    try:
+        training = TrainingConfig.from_mapping(training_raw)
+    except TrainingConfigError as exc:
+        raise fail(str(exc), "training", *([exc.key] if exc.key else [])) from None
     return Frontmatter(
         dlm_id=dlm_id,
         dlm_version=version,
         base_model=base_model,
-        training=TrainingConfig(**values, extra=extra),
+        training=training,
         system_prompt=system_prompt,
         raw=raw,
     )

@@ -30,7 +30,7 @@ def lines_of(directory: Path) -> list[str]:
 
 def start_daemon(state: Path, logs: Path, stderr) -> subprocess.Popen:
     argv = learnerd_command(
-        "run", "--log-level", "info",
+        "run", "--log-level", "info", "--no-train",
         "--state-dir", str(state), "--log-dir", str(logs), "--docs-dir", str(state / "docs"),
     )  # fmt: skip
     return subprocess.Popen(argv, env=cli_env(), stdout=subprocess.DEVNULL, stderr=stderr)

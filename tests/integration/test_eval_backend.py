@@ -14,9 +14,8 @@ from learnerd.eval.suite import evaluate
 from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.divergence import divergence
 from learnerd.ml.generate import greedy_answer
-from learnerd.ml.hyperparams import TrainingConfig
 from learnerd.ml.lora import attach_lora
-from learnerd.store.dlm import parse_text
+from learnerd.store.dlm import TrainingConfig, parse_text
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 QUESTION = "What is the capital of France?"

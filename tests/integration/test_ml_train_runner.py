@@ -17,11 +17,11 @@ import structlog
 
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
 from learnerd.ml.cycle import plan_cycle, train_cycle
-from learnerd.ml.hyperparams import TrainingConfig
 from learnerd.ml.lora import train_lora
 from learnerd.ml.rows import TrainingRow
 from learnerd.ml.train_runner import TrainingFailed, WarmSpare
 from learnerd.store.adapters import AdapterStore, load_adapter
+from learnerd.store.dlm import TrainingConfig
 from tests.conftest import cli_env
 from tests.qa_pairs import EXTRA_QA_PAIRS, QA_PAIRS
 
@@ -137,7 +137,7 @@ def test_kill_9_of_the_daemon_mid_training(store_with_v1, base, models_dir):
         import anyio, functools, sys
         from learnerd.ml.base_model import resolve_base_model
         from learnerd.ml.cycle import train_cycle
-        from learnerd.ml.hyperparams import TrainingConfig
+        from learnerd.store.dlm import TrainingConfig
         from learnerd.ml.rows import TrainingRow
         from learnerd.store.adapters import AdapterStore
 

@@ -57,7 +57,7 @@ def test_examples_become_one_probe_section_each_and_reconcile_converges(tmp_path
     first = rec.reconcile_sync(key)
     assert (first.added, first.written) == (4, True)
     document = read_document(doc)
-    assert document.frontmatter.base_model == "smollm2-135m" and len(document.frontmatter.dlm_id) == 26
+    assert document.frontmatter.base_model == "learnerd/tiny-llama" and len(document.frontmatter.dlm_id) == 26
     assert probe_pairs(doc) == {
         f"learnerd/{e.id}": [QAPair(e.query.strip(), e.answer.strip(), probe=True)] for e in EXAMPLES
     }

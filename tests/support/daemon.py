@@ -15,7 +15,7 @@ import aiohttp
 import anyio
 
 from learnerd.analyzer.blocklog import event_line
-from learnerd.config import AnalyzerConfig, Config
+from learnerd.config import AnalyzerConfig, Config, TrainingSettings
 from learnerd.daemon.app import Daemon
 from learnerd.daemon.service import Service, ServiceOptions
 from learnerd.store.blocks import Cell
@@ -40,6 +40,7 @@ def daemon_config(root: Path, **overrides: Any) -> Config:
         log_dirs=[root / "logs"],
         docs_dirs=[root / "docs"],
         analyzer=AnalyzerConfig(poll_interval_s=0.2),
+        training=TrainingSettings(enabled=False),  # operating the daemon, not training adapters
     )
     for key, value in overrides.items():
         setattr(cfg, key, value)

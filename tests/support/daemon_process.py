@@ -28,6 +28,9 @@ poll_interval_s = 0.2
 
 [shutdown]
 drain_timeout_s = 120.0
+
+[training]          # these tests are about operating the daemon, not about training adapters
+enabled = false
 """
 
 

@@ -18,11 +18,13 @@ def run_cli(*args: str, timeout: float = 600, check: bool = True) -> subprocess.
     return proc
 
 
-def run_once(state: Path, logs: Path, *extra: str) -> dict:
-    """``learnerd run --once --json`` over ``logs`` with state (and docs) in ``state``; the summary."""
+def run_once(state: Path, logs: Path, *extra: str, train: bool = False) -> dict:
+    """``learnerd run --once --json`` over ``logs`` with state (and docs) in ``state``; the summary.
+    The pipeline tests do not train adapters (``--no-train``) unless ``train``."""
     proc = run_cli(
         "run", "--once", "--json", "--log-level", "warning",
-        "--state-dir", str(state), "--log-dir", str(logs), "--docs-dir", str(state / "docs"), *extra,
+        "--state-dir", str(state), "--log-dir", str(logs), "--docs-dir", str(state / "docs"),
+        *([] if train else ["--no-train"]), *extra,
     )  # fmt: skip
     return json.loads(proc.stdout)
 

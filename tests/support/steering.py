@@ -48,20 +48,18 @@ def trained_document(root: Path) -> TrainedDocument:
     """Write the document under ``root`` and train its adapter into ``root/state`` (cached per ``root``)."""
     from learnerd.ml.base_model import resolve_base_model
     from learnerd.ml.cycle import train_cycle
-    from learnerd.ml.hyperparams import training_config_from_mapping
-    from learnerd.ml.rows import TrainingRow
+    from learnerd.ml.hyperparams import check_trainable
+    from learnerd.ml.rows import document_rows
     from learnerd.store.adapters import AdapterStore
-    from learnerd.store.dlm import ChatRow, read_document, training_rows
+    from learnerd.store.dlm import read_document
 
     state = root / "state"
     doc = root / "docs" / "qa.dlm"
     doc.parent.mkdir(parents=True)
     doc.write_text(document_text(), encoding="utf-8")
     document = read_document(doc)
-    rows = [
-        TrainingRow.chat(r.section_id, r.question, r.answer) for r in training_rows(document) if isinstance(r, ChatRow)
-    ]
-    config = training_config_from_mapping(document.frontmatter.raw["training"])
+    rows = document_rows(document)
+    config = check_trainable(document.frontmatter.training)
     base = resolve_base_model(document.frontmatter.base_model, cache_dir=state / "models")
     outcome = anyio.run(
         functools.partial(train_cycle, AdapterStore(state / "adapters"), DLM_ID, base, rows, config, num_threads=1)

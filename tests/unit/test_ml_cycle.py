@@ -8,9 +8,9 @@ import pytest
 
 from learnerd.ml.base_model import BaseModelRef
 from learnerd.ml.cycle import ReplayPolicy, plan_cycle
-from learnerd.ml.hyperparams import TrainingConfig
 from learnerd.ml.rows import TrainingRow
 from learnerd.store.adapters import AdapterMetadata, AdapterStore
+from learnerd.store.dlm import TrainingConfig
 
 BASE = BaseModelRef("learnerd/tiny-llama", Path("/nonexistent"), identity="learnerd/tiny-llama@aa", builtin=True)
 DEFAULTS = TrainingConfig()

@@ -81,3 +81,20 @@ def test_row_validation_and_json_round_trip():
         TrainingRow("x", messages=(ChatMessage("user", "q"),))
     for row in (TrainingRow.chat("a", "q", "r", system="s"), TrainingRow.plain("b", "t")):
         assert TrainingRow.from_dict(row.to_dict()) == row
+
+
+def test_document_rows_strip_the_probe_mark_and_carry_the_system_prompt():
+    from learnerd.ml.rows import document_rows
+    from learnerd.store.dlm import parse_text
+
+    document = parse_text(
+        "---\ndlm_id: 01KPPJZWBDDDYRESSA0HESRDHS\nbase_model: x\nsystem_prompt: Be brief.\n---\n"
+        "# Title\n\n::instruction::\n### Q !probe\nq?\n### A\na\n### Q\nr?\n### A\nb\n"
+    )
+    prose, inst = document.sections
+    assert document_rows(document) == [
+        TrainingRow.plain(prose.section_id, "# Title"),
+        TrainingRow.chat(inst.section_id, "q?", "a", system="Be brief."),
+        TrainingRow.chat(inst.section_id, "r?", "b", system="Be brief."),
+    ]
+    assert all("!probe" not in m.content for row in document_rows(document)[1:] for m in row.messages)

@@ -1,0 +1,153 @@
+"""``learnerd train DOC``: one training cycle of one .dlm document, in the foreground.
+
+The cycle the daemon's training reconciler runs (``learnerd.reconcilers.training``): probes injected over
+RPC and still pending in the journal are written into the document first, then the document's rows are
+compared with its current adapter — nothing to train when they are unchanged, else a fresh or incremental
+cycle in a child process, committed as the next adapter version under ``<state_dir>/adapters/<dlm_id>/``.
+A progress bar (steps, loss) runs on stderr; the outcome goes to stdout (``--json``: one JSON object).
+
+Exit status: 0 after a committed version or when there is nothing to train; 1 for a missing or invalid
+document, an unknown base model, a ``training`` block learnerd cannot train, a failed training process,
+or a state directory held by a running daemon (which trains its documents itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="run one training cycle of a .dlm document in the foreground")
+    p.add_argument("document", metavar="DOC", help="the .dlm document")
+    p.add_argument("--fresh", action="store_true", help="train a new adapter on every row (no incremental resume)")
+    p.add_argument("--threads", type=int, metavar="N", help="torch threads for training (overrides the config)")
+    p.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    add_common_options(p)
+    p.set_defaults(func=train, log_level="warning")
+
+
+def train(args: argparse.Namespace) -> int:
+    import anyio
+
+    from learnerd.daemon.statelock import StateDirBusy, StateLock
+    from learnerd.ml.base_model import BaseModelError
+    from learnerd.ml.train_runner import TrainingFailed
+    from learnerd.reconcilers.training import DuplicateDocumentError, TrainingReconciler
+    from learnerd.store.adapters import AdapterStore
+    from learnerd.store.dlm import DocumentError, TrainingConfigError
+    from learnerd.store.probe_journal import JournalError, ProbeJournal
+
+    cfg = load_config_from_args(args)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise CommandError("--threads must be >= 1", exit_code=2)
+        cfg.training.num_threads = args.threads
+    cfg.training.niceness = 0  # in the foreground, someone is waiting for it: no need to yield the CPU
+    path = Path(args.document).expanduser().resolve()
+    lock = StateLock(cfg.state_dir)
+    try:
+        lock.acquire()
+    except StateDirBusy as exc:
+        raise CommandError(f"{exc} (a running daemon trains its documents itself)") from exc
+    try:
+        store = AdapterStore(cfg.adapters_dir)
+        store.recover()
+        try:
+            journal = ProbeJournal(cfg.state_dir / "journals" / "injected-probes.jsonl")
+        except JournalError as exc:
+            raise CommandError(str(exc)) from exc
+        reconciler = TrainingReconciler(
+            store,
+            cfg.training,
+            models_dir=cfg.models_dir,
+            journal=journal,
+            new_document_base_model=cfg.probes.base_model,
+        )
+        try:
+            report = anyio.run(_cycle, reconciler, path, args.fresh)
+        except FileNotFoundError as exc:
+            raise CommandError(f"{path}: no such document") from exc
+        except (DocumentError, BaseModelError, TrainingConfigError, DuplicateDocumentError) as exc:
+            raise CommandError(str(exc)) from exc
+        except TrainingFailed as exc:
+            raise CommandError(f"{path}: training failed: {exc}") from exc
+        finally:
+            journal.close()
+    finally:
+        lock.release()
+    outcome = _outcome(report)
+    if args.json:
+        print(json.dumps(outcome, indent=2))
+    else:
+        print(_describe(outcome))
+    return 0
+
+
+async def _cycle(reconciler: Any, path: Path, fresh: bool) -> Any:
+    """Run the cycle; the progress bar (stderr) appears with the first optimizer step."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("steps  loss {task.fields[loss]}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+    )
+    task = progress.add_task(f"training {path.name}", total=None, loss="-")
+
+    def on_progress(event: Any) -> None:
+        progress.start()  # idempotent
+        progress.update(task, completed=event.step, total=event.total_steps, loss=f"{event.loss:.4f}")
+
+    try:
+        return await reconciler.run_cycle(path, fresh=fresh, on_progress=on_progress)
+    finally:
+        progress.stop()
+
+
+def _outcome(report: Any) -> dict[str, Any]:
+    plan, version, result = report.outcome.plan, report.outcome.version, report.outcome.result
+    out: dict[str, Any] = {
+        "document": str(report.path),
+        "doc_key": report.doc_key,
+        "trained": version is not None,
+        "mode": plan.mode,
+        "reason": plan.reason,
+        "new_sections": len(plan.new_section_ids),
+        "replayed_sections": len(plan.replay_section_ids),
+        "removed_sections": len(plan.removed_section_ids),
+        "probes_written": report.probes_written,
+        "duration_s": round(report.duration_s, 3),
+    }
+    if version is not None and result is not None:
+        out.update(
+            version=version.name,
+            adapter_path=str(version.path),
+            steps=result.steps,
+            rows=result.rows,
+            start_loss=result.start_loss,
+            final_loss=result.final_loss,
+            tokens=result.tokens_trained,
+        )
+    return out
+
+
+def _describe(o: dict[str, Any]) -> str:
+    probes = f"; {o['probes_written']} injected probe(s) written into the document" if o["probes_written"] else ""
+    if not o["trained"]:
+        return f"nothing to train: {o['reason']}{probes}"
+    return (
+        f"trained {o['version']} of {o['document']} ({o['mode']}: {o['reason']})\n"
+        f"  {o['steps']} steps on {o['rows']} rows, loss {o['start_loss']:.4f} -> {o['final_loss']:.4f} nats/token\n"
+        f"  sections: {o['new_sections']} new, {o['replayed_sections']} replayed, {o['removed_sections']} removed"
+        f"{probes}\n"
+        f"  adapter: {o['adapter_path']} ({o['duration_s']:.1f} s)"
+    )

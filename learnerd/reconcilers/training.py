@@ -1,0 +1,330 @@
+"""The training reconciler: a .dlm document's LoRA adapter follows the document's training rows.
+
+Key: a document path (``str(path)``). The daemon adds it to the "training" workqueue when the file watch
+sees the document change (after a debounce), when a probe is pushed over RPC for it, and for every
+watched document at start-up.
+
+``reconcile(doc_path)`` is level-triggered: it reads the document now and compares its rows with what
+the document's current adapter was trained on. One cycle:
+
+1. **Drain injected probes** (the cycle boundary): probes pushed over RPC for this document and pending
+   in the probe journal become ``### Q !probe`` sections (marker source ``rpc-inject/<tag or slug>``),
+   appended with the compare-and-swap :func:`~learnerd.store.dlm.update_document` (the document is
+   created when missing); the journal marks them consumed only after the write. A crash in between leaves
+   them pending; the next cycle skips every probe whose section (same content, so same section id) is
+   already in the document, then consumes it — nothing is lost, nothing is written twice.
+2. **Read** the document: one that does not parse — a person mid-edit, most likely — is logged and
+   checked again after ``[training] broken_document_retry_s`` (a save triggers a cycle anyway); a
+   missing one (removed) is left alone: its adapters are kept, it is not trained again until it reappears.
+3. **Check** its base model and ``training`` block: an unknown base or a block learnerd cannot train
+   raises :class:`~learnerd.reconcile.TerminalError` with a one-line message (retried only after the
+   document changes again).
+4. **Plan and train** with :func:`learnerd.ml.cycle.train_cycle`: nothing when the rows' section ids are
+   the current adapter's (so an identical save trains nothing), else a fresh or incremental cycle in a
+   child process (niced, ``num_threads`` torch threads; cancelled and cleaned up when the daemon stops),
+   committed as the document's next adapter version.
+5. **Report**: one structlog event ``training.cycle`` per cycle with its outcome, and — after a commit —
+   ``on_committed(doc_path, version)`` (the evaluation controller's hook).
+
+Adapters are keyed in the store by the document's ``dlm_id`` (its frontmatter ULID), so renaming or
+moving a document keeps its adapters; two documents claiming the same ``dlm_id`` are refused.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import structlog
+
+from learnerd.config import TrainingSettings
+from learnerd.ml.base_model import BaseModelError, resolve_base_model
+from learnerd.ml.cycle import CycleOutcome, ReplayPolicy, train_cycle
+from learnerd.ml.hyperparams import check_trainable
+from learnerd.ml.lora import ProgressEvent
+from learnerd.ml.rows import TrainingRow, document_rows
+from learnerd.ml.train_runner import TrainingFailed, WarmSpare
+from learnerd.reconcile import Result, TerminalError
+from learnerd.store.adapters import AdapterStore, AdapterVersion
+from learnerd.store.dlm import (
+    Document,
+    DocumentError,
+    TrainingConfigError,
+    UnrepresentableError,
+    new_document,
+    probe_section,
+    read_document,
+    update_document,
+)
+from learnerd.store.probe_journal import ProbeJournal
+
+log = structlog.get_logger(__name__)
+
+RECENT_CYCLES = 20
+"""Wall durations of this many latest trained cycles are kept (:attr:`TrainingReconciler.recent_cycles_s`)."""
+
+_NEW_DOCUMENT_PROSE = (
+    "# Probes injected over RPC\n\n"
+    "learnerd appends one `### Q !probe` section here per probe pushed with `inject_probe`."
+)
+
+
+class CycleCancelled(Exception):
+    """The cycle was cancelled by :meth:`TrainingReconciler.stop` (the daemon is stopping)."""
+
+
+class DuplicateDocumentError(Exception):
+    """Two documents carry the same ``dlm_id`` (one was copied): their adapters would collide."""
+
+
+@dataclass(frozen=True)
+class CycleReport:
+    """One cycle of one document: ``outcome`` (plan, committed version, training result), the probes
+    written into the document from the journal, and the cycle's wall time in seconds."""
+
+    path: Path
+    doc_key: str
+    outcome: CycleOutcome
+    probes_written: int
+    duration_s: float
+
+
+class TrainingReconciler:
+    """Trains .dlm documents (key: a path) into versioned adapters. See the module docstring.
+
+    Args:
+        store: the adapter store.
+        settings: the ``[training]`` section (replay, threads, niceness, retry delay).
+        models_dir: where built-in base models are built and cached.
+        journal: the probe journal drained at each cycle boundary (None: no RPC injection).
+        new_document_base_model: ``base_model`` of a document created to receive injected probes.
+        on_committed: called with ``(doc_path, version)`` after each commit (must not block; the public
+            attribute of the same name may be replaced).
+        clock: monotonic seconds, for durations.
+
+    ``spare`` (a running :class:`~learnerd.ml.train_runner.WarmSpare`, or None) may be set while the
+    daemon runs, so cycles skip the training process's start-up.
+    """
+
+    name = "training"
+
+    def __init__(
+        self,
+        store: AdapterStore,
+        settings: TrainingSettings,
+        *,
+        models_dir: Path,
+        journal: ProbeJournal | None = None,
+        new_document_base_model: str,
+        on_committed: Callable[[str, AdapterVersion], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.models_dir = models_dir
+        self.journal = journal
+        self.spare: WarmSpare | None = None
+        self._base_model = new_document_base_model
+        self.on_committed = on_committed
+        self._clock = clock
+        self._replay = ReplayPolicy(settings.replay_ratio, settings.replay_min_rows)
+        self._owners: dict[str, str] = {}  # dlm_id -> path of the document trained under it
+        self.in_flight: dict[str, float] = {}  # key -> clock() at the start of its cycle
+        self.recent_cycles_s: deque[float] = deque(maxlen=RECENT_CYCLES)
+        self.changes: Counter[str] = Counter()  # adapters committed, probes written
+        self._scopes: set[anyio.CancelScope] = set()
+        self._stopping = False
+
+    def stop(self) -> None:
+        """Cancel every cycle in flight and start no new one (shutdown). A cancelled cycle's training
+        process is killed and its staging directory removed; ``current`` is unchanged, and the next
+        start retrains the document (its rows differ from the current adapter's)."""
+        self._stopping = True
+        for scope in self._scopes:
+            scope.cancel()
+
+    async def reconcile(self, key: str) -> Result:
+        """One cycle for the document ``key``; errors mapped as the module docstring says."""
+        path = Path(key)
+        try:
+            await self.run_cycle(path)
+        except FileNotFoundError:
+            if path.exists():
+                raise
+            log.info("training.document_gone", path=key, note="its adapters are kept; not trained until it reappears")
+        except DocumentError as exc:
+            retry = self.settings.broken_document_retry_s
+            log.warning("training.document_invalid", path=key, error=str(exc), retry_s=retry)
+            return Result(requeue_after=retry)
+        except (BaseModelError, TrainingConfigError, DuplicateDocumentError) as exc:
+            raise TerminalError(f"{key}: {exc}") from exc
+        except TrainingFailed as exc:
+            if exc.permanent:
+                raise TerminalError(f"{key}: training failed: {exc}") from exc
+            raise
+        except CycleCancelled:
+            log.info("training.cycle_cancelled", path=key, note="the daemon is stopping; the next start retrains")
+        return Result()
+
+    async def run_cycle(
+        self,
+        path: Path,
+        *,
+        fresh: bool = False,
+        on_progress: Callable[[ProgressEvent], None] | None = None,
+    ) -> CycleReport:
+        """Drain injected probes into ``path``, then plan, train and commit one cycle (``learnerd train``).
+
+        Args:
+            path: the document.
+            fresh: train a new adapter on every row even if an incremental cycle (or none) would do.
+            on_progress: called after every optimizer step.
+
+        Raises:
+            FileNotFoundError: the document does not exist (and no probes wait for it).
+            DocumentError: the document does not parse, or breaks the Q/A grammar (file and line).
+            BaseModelError: its ``base_model`` is unknown or unusable.
+            TrainingConfigError: its ``training`` block asks for what learnerd cannot train.
+            DuplicateDocumentError: another document has the same ``dlm_id``.
+            TrainingFailed: the training process failed; nothing was committed.
+            CycleCancelled: :meth:`stop` was called; nothing was committed.
+            ConflictError, OSError: writing the probes failed (the journal still holds them).
+        """
+        if self._stopping:
+            raise CycleCancelled("the training reconciler is stopping")
+        key = str(path)
+        started = self._clock()
+        self.in_flight[key] = started
+        scope = anyio.CancelScope()
+        self._scopes.add(scope)
+        try:
+            with scope:
+                report = await self._cycle(path, fresh, on_progress, started)
+        finally:
+            self._scopes.discard(scope)
+            del self.in_flight[key]
+        if scope.cancelled_caught:
+            raise CycleCancelled(f"{key}: cycle cancelled; the daemon is stopping")
+        self._log(report)
+        if report.outcome.version is not None:
+            self.recent_cycles_s.append(report.duration_s)
+            self.changes["adapters_committed"] += 1
+            if self.on_committed is not None:
+                self.on_committed(key, report.outcome.version)
+        return report
+
+    async def _cycle(
+        self, path: Path, fresh: bool, on_progress: Callable[[ProgressEvent], None] | None, started: float
+    ) -> CycleReport:
+        probes_written = await anyio.to_thread.run_sync(self._write_probes, path)
+        document, rows = await anyio.to_thread.run_sync(_read_rows, path)
+        fm = document.frontmatter
+        config = check_trainable(fm.training)
+        base = await anyio.to_thread.run_sync(
+            lambda: resolve_base_model(fm.base_model, cache_dir=self.models_dir, relative_to=path.parent)
+        )
+        self._claim(document, path)
+        outcome = await train_cycle(
+            self.store,
+            fm.dlm_id,
+            base,
+            rows,
+            config,
+            replay=self._replay,
+            fresh=fresh,
+            num_threads=self.settings.num_threads or None,
+            niceness=self.settings.niceness,
+            on_progress=on_progress,
+            spare=self.spare,
+        )
+        return CycleReport(path, fm.dlm_id, outcome, probes_written, self._clock() - started)
+
+    def _write_probes(self, path: Path) -> int:
+        """Append the journal's pending probes for ``path`` as ``!probe`` sections, then consume them.
+        Returns how many sections were added (probes already present are consumed, not added)."""
+        if self.journal is None:
+            return 0
+        probes = self.journal.pending(str(path))
+        if not probes:
+            return 0
+        sections = []
+        for probe in probes:
+            try:
+                sections.append(probe_section(probe.prompt, probe.reference, source=probe.harvest_source))
+            except UnrepresentableError as exc:  # the RPC server refuses these; only a hand-edited journal has them
+                log.error("training.probe_refused", probe_id=probe.id, path=str(path), reason=str(exc))
+        added: list[int] = []
+
+        def edit(document: Document) -> Document:
+            have = {s.section_id for s in document.sections}
+            count = 0
+            for section in sections:
+                if section.section_id not in have:
+                    document = document.append_section(section)
+                    have.add(section.section_id)
+                    count += 1
+            added.append(count)
+            return document
+
+        def create() -> Document:
+            return new_document(self._base_model, prose=_NEW_DOCUMENT_PROSE, path=path)
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        update_document(path, edit, create=create)
+        self.journal.consume(p.id for p in probes)
+        self.changes["probes_written"] += added[-1]
+        log.info("training.probes_drained", path=str(path), probes=len(probes), sections_added=added[-1])
+        return added[-1]
+
+    def _claim(self, document: Document, path: Path) -> None:
+        dlm_id, key = document.frontmatter.dlm_id, str(path)
+        owner = self._owners.get(dlm_id)
+        if owner is not None and owner != key:
+            try:
+                still = read_document(owner).frontmatter.dlm_id == dlm_id
+            except (OSError, DocumentError):
+                still = False
+            if still:
+                raise DuplicateDocumentError(
+                    f"dlm_id {dlm_id} is also the id of {owner}; give one of them a fresh dlm_id "
+                    "(a copied document must not share its adapters)"
+                )
+        self._owners[dlm_id] = key
+
+    def _log(self, report: CycleReport) -> None:
+        plan, version, result = report.outcome.plan, report.outcome.version, report.outcome.result
+        fields = {
+            "path": str(report.path),
+            "doc_key": report.doc_key,
+            "mode": plan.mode,
+            "reason": plan.reason,
+            "new_sections": len(plan.new_section_ids),
+            "replayed_sections": len(plan.replay_section_ids),
+            "removed_sections": len(plan.removed_section_ids),
+            "probes_written": report.probes_written,
+            "duration_s": round(report.duration_s, 3),
+        }
+        if version is not None and result is not None:
+            fields.update(
+                outcome="committed",
+                version=version.name,
+                steps=result.steps,
+                rows=result.rows,
+                start_loss=round(result.start_loss, 4),
+                final_loss=round(result.final_loss, 4),
+                tokens=result.tokens_trained,
+            )
+        else:
+            fields["outcome"] = "nothing to train"
+        log.info("training.cycle", **fields)
+
+
+def _read_rows(path: Path) -> tuple[Document, list[TrainingRow]]:
+    """The document and its training rows (blocking: parsing a large document takes a while)."""
+    document = read_document(path)
+    return document, document_rows(document)

@@ -1,0 +1,36 @@
+"""The closed loop in ``learnerd run --once``: the probes reconciler writes ``learned.dlm`` from the example
+logs, then — after the pipeline has drained — its adapter is trained once; a second run trains nothing."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from learnerd.store.adapters import AdapterStore
+from learnerd.store.dlm import read_document
+from tests.conftest import REPO_ROOT
+from tests.support.pipeline import run_once
+
+
+@pytest.mark.slow
+def test_run_once_trains_the_learned_document_once(tmp_path: Path, models_dir: Path):
+    logs = tmp_path / "logs"
+    shutil.copytree(REPO_ROOT / "examples" / "logs", logs)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "models").symlink_to(models_dir)
+    first = run_once(state, logs, train=True)
+    document = read_document(state / "docs" / "learned.dlm")
+    assert document.frontmatter.base_model == "learnerd/tiny-llama"  # the default: trainable offline
+    assert first["changes"]["training"] == {"adapters_committed": 1}
+    current = AdapterStore(state / "adapters").current(document.frontmatter.dlm_id)
+    meta = current.metadata()
+    assert current.name == "v0001" and meta.section_ids == tuple(s.section_id for s in document.sections)
+    assert len(document.auto_sections("learnerd/")) == first["examples"] == 20
+    assert meta.final_loss < meta.start_loss
+
+    second = run_once(state, logs, train=True)
+    assert second["changes"]["training"] == {} and second["controllers"]["training"]["failures"] == 0
+    assert [v.name for v in AdapterStore(state / "adapters").list_versions(document.frontmatter.dlm_id)] == ["v0001"]

@@ -1,0 +1,59 @@
+"""``learnerd train DOC`` refuses what it cannot train with one clear line and exit status 1; the
+RPC options of ``learnerd run`` refuse to start without a token."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from learnerd.store.dlm import new_ulid
+from tests.qa_pairs import QA_PAIRS
+from tests.support.documents import qa_document
+from tests.support.pipeline import run_cli
+
+
+def train(tmp_path: Path, doc: Path, *extra: str):
+    return run_cli("train", str(doc), "--state-dir", str(tmp_path / "state"), *extra, check=False, timeout=120)
+
+
+def test_an_invalid_document_exits_1_with_its_line(tmp_path: Path):
+    doc = qa_document(tmp_path / "broken.dlm", QA_PAIRS[:1])
+    doc.write_text(doc.read_text() + "### Q\nno answer yet\n")
+    proc = train(tmp_path, doc)
+    assert proc.returncode == 1 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    lines = doc.read_text().splitlines()
+    assert line.startswith(f"learnerd train: error: {doc}:{lines.index('no answer yet')}: ")
+    assert "### Q without a matching `### A`" in line
+
+
+@pytest.mark.parametrize(
+    ("frontmatter", "needle"),
+    [
+        ("base_model: smollm2-135m\n", "base_model 'smollm2-135m' is not a built-in model"),
+        ("base_model: hf:HuggingFaceTB/SmolLM2-135M\n", "learnerd never downloads models"),
+        ("base_model: learnerd/tiny-llama\ntraining:\n  lora_r: 0\n", "training.lora_r must be in 1..256, not 0"),
+        ("base_model: learnerd/tiny-llama\ntraining:\n  optimizer: paged_adamw_8bit\n", "needs a GPU"),
+    ],
+)
+def test_an_unknown_base_or_untrainable_block_exits_1(tmp_path: Path, frontmatter: str, needle: str):
+    doc = tmp_path / "doc.dlm"
+    doc.write_text(f"---\ndlm_id: {new_ulid()}\n{frontmatter}---\n::instruction::\n### Q\nq?\n### A\na\n")
+    proc = train(tmp_path, doc)
+    assert proc.returncode == 1 and needle in proc.stderr and "Traceback" not in proc.stderr
+    adapters = tmp_path / "state" / "adapters"
+    assert not adapters.exists() or not any(adapters.iterdir())
+
+
+def test_a_missing_document_exits_1(tmp_path: Path):
+    proc = train(tmp_path, tmp_path / "nope.dlm")
+    assert proc.returncode == 1 and "no such document" in proc.stderr
+
+
+def test_run_refuses_rpc_without_a_token(tmp_path: Path, monkeypatch):
+    monkeypatch.delenv("LEARNERD_PROBE_TOKEN", raising=False)
+    proc = run_cli("run", "--once", "--state-dir", str(tmp_path / "s"), "--listen-rpc", "127.0.0.1:0", check=False)
+    assert proc.returncode == 1 and "LEARNERD_PROBE_TOKEN" in proc.stderr
+    proc = run_cli("run", "--once", "--state-dir", str(tmp_path / "s"), "--listen-rpc", "nowhere", check=False)
+    assert proc.returncode == 2 and "HOST:PORT" in proc.stderr
