@@ -478,7 +478,8 @@ def _resolve_path(raw: str, base: Path) -> Path:
     return p if p.is_absolute() else (base / p).resolve()
 
 
-def _build_section(cls: type, raw: Any, where: str) -> Any:
+def _build_section(cls: type, raw: Any, where: str, base: Any = None) -> Any:
+    """``cls`` from the TOML table ``raw``; keys it leaves out keep the values of ``base`` (else the defaults)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"[{where}] must be a table")
     hints = get_type_hints(cls)
@@ -496,7 +497,7 @@ def _build_section(cls: type, raw: Any, where: str) -> Any:
         ):
             raise ConfigError(f"{where}.{key} must be {want.__name__}, not {type(value).__name__}")
         values[key] = value
-    return cls(**values)
+    return dataclasses.replace(base, **values) if base is not None else cls(**values)
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
@@ -541,7 +542,7 @@ def config_from_dict(raw: dict[str, Any], base: Path, path: Path | None = None) 
                 raise ConfigError("[controllers] must be a table of tables")
             merged = _default_controllers()
             for name, section in value.items():
-                merged[name] = _build_section(ControllerConfig, section, f"controllers.{name}")
+                merged[name] = _build_section(ControllerConfig, section, f"controllers.{name}", merged.get(name))
             cfg.controllers = merged
         else:
             setattr(cfg, key, _build_section(hints[key], value, key))

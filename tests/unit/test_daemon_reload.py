@@ -14,7 +14,7 @@ def test_diff_names_every_changed_setting_by_its_dotted_key(tmp_path: Path) -> N
         {
             "log_dirs": ["logs", "more"],
             "workqueue": {"qps": 2.0},
-            "controllers": {"examples": {"timeout_s": 9.0}, "training": {"workers": 1}},
+            "controllers": {"examples": {"timeout_s": 9.0}, "probes": {"workers": 1}},
             "probes": {"by_language": {"python": "py.dlm"}},
         },
         base=tmp_path,
@@ -23,9 +23,9 @@ def test_diff_names_every_changed_setting_by_its_dotted_key(tmp_path: Path) -> N
     changed = diff_configs(old, new)
     assert changed == {
         "controllers.examples.timeout_s": (60.0, 9.0),
-        "controllers.training.max_retries": (None, 15),
-        "controllers.training.timeout_s": (None, 60.0),
-        "controllers.training.workers": (None, 1),
+        "controllers.probes.max_retries": (None, 15),
+        "controllers.probes.timeout_s": (None, 60.0),
+        "controllers.probes.workers": (None, 1),
         "log_dirs": ([str(tmp_path / "logs")], [str(tmp_path / "logs"), str(tmp_path / "more")]),
         "probes.by_language": ({}, {"python": "py.dlm"}),
         "workqueue.qps": (10.0, 2.0),

@@ -1,0 +1,54 @@
+"""The TOML config: defaults, path resolution, refusals, and per-controller defaults kept."""
+
+from pathlib import Path
+
+import pytest
+
+from learnerd.config import ConfigError, load_config
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "learnerd.toml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_need_no_file():
+    cfg = load_config(None)
+    assert cfg.path is None and cfg.embeddings.backend == "minilm" and cfg.workqueue.qps == 10.0
+    assert cfg.controller("training").timeout_s == 6 * 3600.0
+
+
+def test_relative_paths_resolve_against_the_files_directory(tmp_path):
+    cfg = load_config(write(tmp_path, 'state_dir = "state"\nlog_dirs = ["logs", "/abs/logs"]\n'))
+    assert cfg.state_dir == tmp_path / "state"
+    assert cfg.log_dirs == [tmp_path / "logs", Path("/abs/logs")]
+    assert cfg.db_path == tmp_path / "state" / "learnerd.db"
+
+
+def test_a_controller_section_keeps_the_defaults_it_does_not_mention(tmp_path):
+    cfg = load_config(write(tmp_path, "[controllers.training]\nworkers = 2\n[controllers.custom]\nworkers = 3\n"))
+    assert cfg.controller("training").workers == 2
+    assert cfg.controller("training").timeout_s == 6 * 3600.0, "not reset to the generic 60 s"
+    assert cfg.controller("custom").workers == 3 and cfg.controller("custom").timeout_s == 60.0
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("stat_dir = 'x'\n", "unknown top-level key"),
+        ("[workqueue]\nqsp = 1\n", "unknown key(s) in [workqueue]"),
+        ("[workqueue]\nqps = 'fast'\n", "workqueue.qps must be float"),
+        ("[controllers.examples]\nworkers = 0\n", "workers >= 1"),
+        ("[embeddings]\nbackend = 'openai'\n", "needs embeddings.base_url"),
+        ("state_dir = [\n", "not valid TOML"),
+    ],
+)
+def test_bad_files_are_refused_with_the_reason(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        load_config(write(tmp_path, text))
+
+
+def test_a_missing_file_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.toml")
