@@ -1,15 +1,16 @@
-"""The closed loop, measured: train → evaluate → harvest → retrain, on its own, until it settles.
+"""The closed loop, measured: the daemon trains → evaluates → harvests → retrains on its own, until it
+settles.
 
-The daemon's training controller (file watch → "training" → training reconciler) is not on main yet, so
-the training step is :func:`tests.support.training.train_document` — one cycle as that reconciler runs
-it — and the evaluation is the real :class:`EvaluationReconciler` with ``auto_harvest = true``, called as
-the training reconciler's ``on_committed`` hook will call it. The document starts under-trained (6 epochs
-where 40 memorise it); each harvest writes reinforcement copies of the failing probes into it, which is
-the document change that starts the next cycle.
+A running :class:`Daemon` watches one under-trained document (6 epochs where 40 memorise it): the file
+watch queues it for training, each committed adapter version is evaluated (``on_committed`` → the
+"evaluation" controller), ``auto_harvest`` writes reinforcement copies of the failing probes into the
+document, and that write is the change the file watch turns into the next training cycle. Nothing in
+the test calls a reconciler: it only waits until the daemon has been idle for a while.
 """
 
 from __future__ import annotations
 
+import time
 from itertools import pairwise
 
 import anyio
@@ -17,20 +18,39 @@ import pytest
 
 from learnerd.config import Config
 from learnerd.daemon.app import Daemon
-from learnerd.eval.history import history, report_path
-from learnerd.eval.report import load_report
-from learnerd.eval.score import recall_counts
-from learnerd.reconcilers.evaluation import EvaluationReconciler
+from learnerd.eval.history import history
 from learnerd.store.dlm import read_document
 from tests.qa_pairs import QA_PAIRS
 from tests.support.evaluation import DLM_ID, qa_document, run_cli, state_with_models
-from tests.support.training import train_document
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
-MAX_CYCLES = 5
+SETTLE_S = 4.0  # idle this long (twice the debounce and more) counts as settled
+DEADLINE_S = 600.0
 
 
-def test_the_loop_raises_the_probe_pass_rate_until_it_settles(tmp_path, models_dir, minilm):
+def busy(daemon: Daemon) -> bool:
+    intake = daemon.training_intake
+    return not all(q.idle for q in daemon.queues.values()) or (intake is not None and len(intake.debouncer) > 0)
+
+
+async def run_until_settled(daemon: Daemon) -> None:
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(daemon.run, stop)
+        deadline = time.monotonic() + DEADLINE_S
+        idle_since = None
+        while time.monotonic() < deadline:
+            await anyio.sleep(0.25)
+            if busy(daemon) or daemon.training.changes["adapters_committed"] == 0:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since >= SETTLE_S:
+                break
+        stop.set()
+
+
+def test_the_daemon_raises_the_probe_pass_rate_on_its_own_until_it_settles(tmp_path, models_dir, minilm):
     state = state_with_models(tmp_path, models_dir)
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -38,48 +58,29 @@ def test_the_loop_raises_the_probe_pass_rate_until_it_settles(tmp_path, models_d
     doc.write_text(qa_document(QA_PAIRS, epochs=6))
     cfg = Config(state_dir=state, docs_dirs=[docs])
     cfg.evaluation.auto_harvest = True
-    evaluation = EvaluationReconciler(cfg)
-    cycles: list[tuple[str, str, int, int, int]] = []
+    cfg.training.debounce_s = 0.5
+    cfg.training.num_threads = 1
+    daemon = Daemon(cfg, embedder=minilm)
+    try:
+        anyio.run(run_until_settled, daemon)
+        points = history(daemon.evaluation.store, DLM_ID)
+        committed = daemon.training.changes["adapters_committed"]
+        evaluated = daemon.evaluation.changes["versions_evaluated"]
+    finally:
+        daemon.close()
 
-    async def run_loop() -> None:
-        for _ in range(MAX_CYCLES):
-            outcome = await train_document(evaluation.store, doc, models_dir)  # the training reconciler's cycle
-            if outcome.version is None:  # the document did not change since the last version: settled
-                return
-            before = len(read_document(doc).sections)
-            await evaluation.reconcile(str(doc))  # its on_committed hook: evaluate, harvest
-            passed, judged = recall_counts(load_report(report_path(outcome.version)).probes)
-            added = len(read_document(doc).sections) - before
-            cycles.append((outcome.version.name, outcome.plan.mode, passed, judged, added))
-
-    anyio.run(run_loop)
-    print("\ncycle  version  training     probe pass rate  sections harvested")
-    for i, (name, mode, passed, judged, added) in enumerate(cycles, start=1):
-        print(f"{i:>5}  {name}    {mode:<11}  {passed:>2}/{judged} ({passed / judged:4.0%})      {added}")
-
-    rates = [passed / judged for _, _, passed, judged, _ in cycles]
-    assert 2 <= len(cycles) < MAX_CYCLES, cycles  # it ran more than one cycle, and it settled
+    print("\ncycle  version  probe pass rate  score")
+    for i, p in enumerate(points, start=1):
+        print(f"{i:>5}  {p.name}    {p.passed:>2}/{p.judged} ({p.pass_rate:4.0%})     {p.score:.3f}")
+    rates = [p.pass_rate for p in points]
+    assert 2 <= len(points) == committed == evaluated, (committed, evaluated, rates)
     assert all(b > a for a, b in pairwise(rates)), rates
     assert rates[0] <= 0.5 and rates[-1] >= 0.8, rates
-    assert cycles[0][4] == cycles[0][3] - cycles[0][2]  # every probe failing after cycle 1 got its copy
-    assert cycles[-1][4] == 0  # the last evaluation had nothing new to harvest: the loop is settled
     copies = [s for s in read_document(doc).sections if (s.harvest_source or "").startswith("auto-harvest/")]
-    assert copies and all(not p.probe for s in copies for p in s.qa_pairs())  # reinforcement, not new probes
-    assert [p.pass_rate for p in history(evaluation.store, DLM_ID)] == rates
+    assert len(copies) == points[0].judged - points[0].passed, "every probe failing after cycle 1 got its copy"
+    assert all(not p.probe for s in copies for p in s.qa_pairs()), "reinforcement copies, not new probes"
 
     plot = tmp_path / "closed-loop.png"
     proc = run_cli("eval", str(doc), "--history", "--plot", str(plot), "--state-dir", str(state))
     print(proc.stdout)
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-    # The daemon's own wiring: its start-up resync finds the document's current version without a report
-    # and the "evaluation" controller evaluates it.
-    last = evaluation.store.current(DLM_ID)
-    report_path(last).unlink()
-    daemon = Daemon(cfg, embedder=minilm)
-    try:
-        summary = anyio.run(daemon.run_once)
-    finally:
-        daemon.close()
-    assert summary.changes["evaluation"]["versions_evaluated"] == 1
-    assert recall_counts(load_report(report_path(last)).probes) == (cycles[-1][2], cycles[-1][3])
