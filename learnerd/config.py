@@ -31,6 +31,7 @@ Layout of the file (every key optional; unknown keys are refused so a typo never
     by_language = {}             # example language -> document, e.g. { python = "python.dlm" }
     base_model = "learnerd/tiny-llama"  # base_model of a document learnerd creates: built-in or a local HF model dir
     broken_document_retry_s = 60.0   # re-check a document that does not parse this often
+    rewrite_interval_s = 1.0     # a document is rewritten at most this often: a burst of examples is one write
 
     [workqueue]                  # client-go's DefaultControllerRateLimiter
     base_delay_s = 0.005
@@ -189,8 +190,11 @@ class ProbesConfig:
     by_language: dict[str, str] = field(default_factory=dict)
     base_model: str = "learnerd/tiny-llama"
     broken_document_retry_s: float = 60.0
+    rewrite_interval_s: float = 1.0
 
     def validate(self) -> None:
+        if self.rewrite_interval_s < 0:
+            raise ConfigError("probes.rewrite_interval_s must be >= 0")
         if not isinstance(self.by_language, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.by_language.items()
         ):

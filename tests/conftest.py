@@ -101,3 +101,22 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def restore_log_level():
+    """For tests that change the process-wide log level: put it back afterwards."""
+    from learnerd.daemon.logging import configure_logging, current_level
+
+    level = current_level()
+    yield
+    configure_logging(level)
+
+
+@pytest.fixture
+def short_root():
+    """A fresh directory directly under /tmp (Unix socket paths under pytest's tmp_path can be too long)."""
+    from tests.support.daemon import short_tmp_dir
+
+    with short_tmp_dir() as path:
+        yield path

@@ -80,7 +80,7 @@ def train(args: argparse.Namespace) -> int:
             journal.close()
     finally:
         lock.release()
-    outcome = _outcome(report)
+    outcome = report.to_dict()
     if args.json:
         print(json.dumps(outcome, indent=2))
     else:
@@ -113,39 +113,12 @@ async def _cycle(reconciler: Any, path: Path, fresh: bool) -> Any:
         progress.stop()
 
 
-def _outcome(report: Any) -> dict[str, Any]:
-    plan, version, result = report.outcome.plan, report.outcome.version, report.outcome.result
-    out: dict[str, Any] = {
-        "document": str(report.path),
-        "doc_key": report.doc_key,
-        "trained": version is not None,
-        "mode": plan.mode,
-        "reason": plan.reason,
-        "new_sections": len(plan.new_section_ids),
-        "replayed_sections": len(plan.replay_section_ids),
-        "removed_sections": len(plan.removed_section_ids),
-        "probes_written": report.probes_written,
-        "duration_s": round(report.duration_s, 3),
-    }
-    if version is not None and result is not None:
-        out.update(
-            version=version.name,
-            adapter_path=str(version.path),
-            steps=result.steps,
-            rows=result.rows,
-            start_loss=result.start_loss,
-            final_loss=result.final_loss,
-            tokens=result.tokens_trained,
-        )
-    return out
-
-
 def _describe(o: dict[str, Any]) -> str:
     probes = f"; {o['probes_written']} injected probe(s) written into the document" if o["probes_written"] else ""
-    if not o["trained"]:
+    if o["outcome"] != "committed":
         return f"nothing to train: {o['reason']}{probes}"
     return (
-        f"trained {o['version']} of {o['document']} ({o['mode']}: {o['reason']})\n"
+        f"trained {o['version']} of {o['path']} ({o['mode']}: {o['reason']})\n"
         f"  {o['steps']} steps on {o['rows']} rows, loss {o['start_loss']:.4f} -> {o['final_loss']:.4f} nats/token\n"
         f"  sections: {o['new_sections']} new, {o['replayed_sections']} replayed, {o['removed_sections']} removed"
         f"{probes}\n"

@@ -32,6 +32,7 @@ and trailing whitespace is not part of a turn in the grammar; it is stripped bef
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -112,7 +113,13 @@ class ProbesReconciler:
 
     name = "probes"
 
-    def __init__(self, config: Config, *, before_replace: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        before_replace: Callable[[], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.router = ProbeRouter(config)
         self._db_path = config.db_path
         self._base_model = config.probes.base_model
@@ -120,6 +127,9 @@ class ProbesReconciler:
         self._before_replace = before_replace
         self._refused: dict[str, dict[str, str]] = {}  # document key -> example id -> reason
         self.changes: Counter[str] = Counter()  # sections added / replaced / removed, documents written
+        self._rewrite_interval_s = config.probes.rewrite_interval_s
+        self._monotonic = monotonic
+        self._last_write: dict[str, float] = {}  # document key -> monotonic time of its last write
 
     @property
     def refused(self) -> dict[str, str]:
@@ -136,12 +146,22 @@ class ProbesReconciler:
 
     async def reconcile(self, key: str) -> Result:
         """Reconcile the document ``key`` in a worker thread. A document that does not parse (a person's
-        edit in progress, most likely) is logged and checked again after ``broken_document_retry_s``."""
+        edit in progress, most likely) is logged and checked again after ``broken_document_retry_s``.
+
+        A document written less than ``[probes] rewrite_interval_s`` ago is not touched yet: the key is
+        requeued for when the interval ends, so a burst of examples becomes one rewrite (each rewrite
+        renders every section of the document; the training it triggers is debounced anyway).
+        """
+        wait = self._last_write.get(key, -float("inf")) + self._rewrite_interval_s - self._monotonic()
+        if wait > 0:
+            return Result(requeue_after=wait)
         try:
-            await anyio.to_thread.run_sync(self.reconcile_sync, key)
+            outcome = await anyio.to_thread.run_sync(self.reconcile_sync, key)
         except DocumentError as exc:
             log.warning("probes.document_invalid", path=key, error=str(exc), retry_s=self._retry_s)
             return Result(requeue_after=self._retry_s)
+        if outcome.written:
+            self._last_write[key] = self._monotonic()
         return Result()
 
     def reconcile_sync(self, key: str) -> ProbesOutcome:

@@ -37,6 +37,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -92,6 +93,35 @@ class CycleReport:
     outcome: CycleOutcome
     probes_written: int
     duration_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The cycle as plain data (the ``training.cycle`` log event, ``learnerd train --json``); losses in
+        nats per token, ``outcome`` "committed" or "nothing to train"."""
+        plan, version, result = self.outcome.plan, self.outcome.version, self.outcome.result
+        fields: dict[str, Any] = {
+            "path": str(self.path),
+            "doc_key": self.doc_key,
+            "mode": plan.mode,
+            "reason": plan.reason,
+            "new_sections": len(plan.new_section_ids),
+            "replayed_sections": len(plan.replay_section_ids),
+            "removed_sections": len(plan.removed_section_ids),
+            "probes_written": self.probes_written,
+            "duration_s": round(self.duration_s, 3),
+            "outcome": "nothing to train",
+        }
+        if version is not None and result is not None:
+            fields.update(
+                outcome="committed",
+                version=version.name,
+                adapter_path=str(version.path),
+                steps=result.steps,
+                rows=result.rows,
+                start_loss=result.start_loss,
+                final_loss=result.final_loss,
+                tokens=result.tokens_trained,
+            )
+        return fields
 
 
 class TrainingReconciler:
@@ -297,31 +327,7 @@ class TrainingReconciler:
         self._owners[dlm_id] = key
 
     def _log(self, report: CycleReport) -> None:
-        plan, version, result = report.outcome.plan, report.outcome.version, report.outcome.result
-        fields = {
-            "path": str(report.path),
-            "doc_key": report.doc_key,
-            "mode": plan.mode,
-            "reason": plan.reason,
-            "new_sections": len(plan.new_section_ids),
-            "replayed_sections": len(plan.replay_section_ids),
-            "removed_sections": len(plan.removed_section_ids),
-            "probes_written": report.probes_written,
-            "duration_s": round(report.duration_s, 3),
-        }
-        if version is not None and result is not None:
-            fields.update(
-                outcome="committed",
-                version=version.name,
-                steps=result.steps,
-                rows=result.rows,
-                start_loss=round(result.start_loss, 4),
-                final_loss=round(result.final_loss, 4),
-                tokens=result.tokens_trained,
-            )
-        else:
-            fields["outcome"] = "nothing to train"
-        log.info("training.cycle", **fields)
+        log.info("training.cycle", **report.to_dict())
 
 
 def _read_rows(path: Path) -> tuple[Document, list[TrainingRow]]:

@@ -15,16 +15,12 @@ from pathlib import Path
 import pytest
 
 from learnerd.cmd._common import CommandError
-from tests.support.daemon import append_blocks, short_tmp_dir
+from tests.support.daemon import SAMPLE_BLOCKS, append_blocks, short_tmp_dir
 from tests.support.daemon_process import CONFIG, daemon_process, wait_until
 
 pytestmark = pytest.mark.slow
 
-BLOCKS = {
-    "b-ls": ("List the files in a directory", "ls -la"),
-    "b-du": ("Show how much disk space a folder uses", "du -sh ."),
-    "b-pwd": ("Print the current working directory", "pwd"),
-}
+BLOCKS = SAMPLE_BLOCKS
 
 
 @pytest.fixture

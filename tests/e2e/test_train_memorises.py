@@ -31,7 +31,7 @@ def test_one_cycle_of_learnerd_train_memorises_the_document(tmp_path: Path, mode
     doc = qa_document(tmp_path / "qa.dlm", QA_PAIRS, training={"learning_rate": 1e-2, "num_epochs": 40})
     args = ("train", str(doc), "--state-dir", str(state), "--threads", "1", "--json")
     outcome = json.loads(run_cli(*args).stdout)
-    assert outcome["trained"] and outcome["version"] == "v0001" and outcome["rows"] == 20
+    assert outcome["outcome"] == "committed" and outcome["version"] == "v0001" and outcome["rows"] == 20
     assert outcome["final_loss"] < outcome["start_loss"] / 10 and outcome["new_sections"] == 1
 
     version = AdapterStore(state / "adapters").current(read_document(doc).frontmatter.dlm_id)

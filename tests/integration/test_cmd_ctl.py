@@ -14,27 +14,13 @@ import pytest
 from learnerd.cmd._client import AdminClient
 from learnerd.cmd._common import CommandError
 from learnerd.cmd.main import main
-from learnerd.daemon.logging import configure_logging, current_level
+from learnerd.daemon.logging import current_level
 from learnerd.daemon.unix_socket import bind_admin_socket, remove_admin_socket, secure_state_dir
-from tests.support.daemon import append_blocks, daemon_config, eventually, running_service, short_tmp_dir
+from tests.support.daemon import SAMPLE_BLOCKS, append_blocks, daemon_config, eventually, running_service
 
-BLOCKS = {
-    "b-ls": ("List the files in a directory", "ls -la"),
-    "b-du": ("Show how much disk space a folder uses", "du -sh ."),
-}
+pytestmark = pytest.mark.usefixtures("restore_log_level")
 
-
-@pytest.fixture
-def root():
-    with short_tmp_dir() as path:
-        yield path
-
-
-@pytest.fixture(autouse=True)
-def restore_logging():
-    level = current_level()
-    yield
-    configure_logging(level)
+BLOCKS = dict(list(SAMPLE_BLOCKS.items())[:2])
 
 
 async def learnerd(capsys, *argv: str) -> tuple[int, str, str]:
@@ -46,9 +32,9 @@ async def learnerd(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.anyio
-async def test_ctl_commands_on_a_running_daemon(root: Path, minilm, capsys):
-    cfg = daemon_config(root)
-    append_blocks(root / "logs" / "a.jsonl", BLOCKS)
+async def test_ctl_commands_on_a_running_daemon(short_root: Path, minilm, capsys):
+    cfg = daemon_config(short_root)
+    append_blocks(short_root / "logs" / "a.jsonl", BLOCKS)
     at = ("--state-dir", str(cfg.state_dir))
     async with running_service(cfg, minilm) as running:
 
@@ -116,8 +102,8 @@ async def _false(value: bool) -> bool:
     return not value
 
 
-def test_ctl_without_a_daemon_says_so(root: Path, capsys):
-    state = root / "state"
+def test_ctl_without_a_daemon_says_so(short_root: Path, capsys):
+    state = short_root / "state"
     code = main(["ctl", "status", "--state-dir", str(state)])
     assert code == 3
     assert f"no learnerd daemon is running on {state} (no socket at {state}/learnerd.sock)" in capsys.readouterr().err
@@ -157,9 +143,9 @@ def _client_as_nobody(socket_path: Path) -> str:
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="running the client as another user (nobody) needs root")
-def test_ctl_says_when_the_socket_is_not_ours(root: Path):
-    os.chmod(root, 0o711)
-    state = root / "state"
+def test_ctl_says_when_the_socket_is_not_ours(short_root: Path):
+    os.chmod(short_root, 0o711)
+    state = short_root / "state"
     secure_state_dir(state)
     admin = bind_admin_socket(state / "learnerd.sock")
     try:

@@ -8,22 +8,16 @@ from pathlib import Path
 import pytest
 
 from learnerd.cmd.main import main
-from learnerd.daemon.logging import configure_logging, current_level
 from learnerd.daemon.statelock import StateLock
 from tests.support.daemon import short_tmp_dir
+
+pytestmark = pytest.mark.usefixtures("restore_log_level")
 
 
 @pytest.fixture
 def state():
     with short_tmp_dir() as root:
         yield root / "state"
-
-
-@pytest.fixture(autouse=True)
-def restore_logging():
-    level = current_level()
-    yield
-    configure_logging(level)
 
 
 def run(state: Path, *flags: str) -> list[str]:

@@ -18,36 +18,18 @@ from learnerd.daemon.logging import configure_logging, current_level
 from learnerd.daemon.service import ServiceOptions
 from learnerd.store.examples import count_examples
 from tests.support.daemon import (
+    SAMPLE_BLOCKS,
     append_blocks,
     daemon_config,
     eventually,
     get_json,
     post_json,
     running_service,
-    short_tmp_dir,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("restore_log_level")]
 
-BLOCKS = {
-    "b-ls": ("List the files in a directory", "ls -la"),
-    "b-du": ("Show how much disk space a folder uses", "du -sh ."),
-    "b-pwd": ("Print the current working directory", "pwd"),
-}
-
-
-@pytest.fixture
-def root():
-    with short_tmp_dir() as path:
-        yield path
-
-
-@pytest.fixture(autouse=True)
-def restore_logging():
-    """Tests here change the process-wide log level; put it back."""
-    level = current_level()
-    yield
-    configure_logging(level)
+BLOCKS = SAMPLE_BLOCKS
 
 
 async def _counts_are(session, **want: int) -> bool:
@@ -59,9 +41,9 @@ async def _idle(running) -> bool:
     return all(q.idle for q in running.daemon.queues.values())
 
 
-async def test_status_shows_the_daemon_its_controllers_and_counts(root: Path, minilm):
-    cfg = daemon_config(root)
-    append_blocks(root / "logs" / "a.jsonl", BLOCKS)
+async def test_status_shows_the_daemon_its_controllers_and_counts(short_root: Path, minilm):
+    cfg = daemon_config(short_root)
+    append_blocks(short_root / "logs" / "a.jsonl", BLOCKS)
     async with running_service(cfg, minilm) as running:
         assert stat.S_IMODE(os.lstat(cfg.state_dir).st_mode) == 0o700
         st = os.lstat(running.socket)
@@ -92,9 +74,9 @@ async def test_status_shows_the_daemon_its_controllers_and_counts(root: Path, mi
     assert code == 409 and "without a config file" in reload_answer["error"]
 
 
-async def test_pause_queues_blocks_without_reconciling_and_resume_drains(root: Path, minilm):
-    cfg = daemon_config(root)
-    log_file = root / "logs" / "a.jsonl"
+async def test_pause_queues_blocks_without_reconciling_and_resume_drains(short_root: Path, minilm):
+    cfg = daemon_config(short_root)
+    log_file = short_root / "logs" / "a.jsonl"
     async with running_service(cfg, minilm) as running, running.session() as s:
         code, answer = await post_json(s, "/pause", {})
         assert code == 200 and answer["paused"] == dict.fromkeys(PIPELINE, True)
@@ -119,8 +101,8 @@ async def test_pause_queues_blocks_without_reconciling_and_resume_drains(root: P
         await eventually(lambda: _counts_are(s, examples=3, vectors=3), what="everything reconciled after resume")
 
 
-async def test_pause_one_controller_and_unknown_names(root: Path, minilm):
-    async with running_service(daemon_config(root), minilm) as running, running.session() as s:
+async def test_pause_one_controller_and_unknown_names(short_root: Path, minilm):
+    async with running_service(daemon_config(short_root), minilm) as running, running.session() as s:
         code, answer = await post_json(s, "/pause", {"controller": "probes"})
         assert code == 200 and answer["paused"] == {name: name == "probes" for name in PIPELINE}
         assert running.daemon.controllers["probes"].paused
@@ -132,9 +114,9 @@ async def test_pause_one_controller_and_unknown_names(root: Path, minilm):
         assert code == 200 and answer["paused"]["probes"] is False
 
 
-async def test_requeue_reconciles_a_key_again(root: Path, minilm):
-    cfg = daemon_config(root)
-    append_blocks(root / "logs" / "a.jsonl", BLOCKS)
+async def test_requeue_reconciles_a_key_again(short_root: Path, minilm):
+    cfg = daemon_config(short_root)
+    append_blocks(short_root / "logs" / "a.jsonl", BLOCKS)
     async with running_service(cfg, minilm) as running, running.session() as s:
         await eventually(lambda: _counts_are(s, examples=3, vectors=3), what="learned")
         await eventually(lambda: _idle(running), what="queues idle")
@@ -152,9 +134,9 @@ async def test_requeue_reconciles_a_key_again(root: Path, minilm):
         assert code == 404
 
 
-async def test_backfill_replays_blocks_and_reports_what_changed(root: Path, minilm):
-    cfg = daemon_config(root)
-    append_blocks(root / "logs" / "a.jsonl", BLOCKS)
+async def test_backfill_replays_blocks_and_reports_what_changed(short_root: Path, minilm):
+    cfg = daemon_config(short_root)
+    append_blocks(short_root / "logs" / "a.jsonl", BLOCKS)
     async with running_service(cfg, minilm) as running, running.session() as s:
         await eventually(lambda: _counts_are(s, examples=3, vectors=3), what="learned")
         await eventually(lambda: _idle(running), what="queues idle")
@@ -187,10 +169,10 @@ async def test_backfill_replays_blocks_and_reports_what_changed(root: Path, mini
         assert code == 400 and "must be float" in answer["error"]
 
 
-async def test_reload_applies_live_settings_and_names_those_needing_a_restart(root: Path, minilm):
-    path = root / "learnerd.toml"
+async def test_reload_applies_live_settings_and_names_those_needing_a_restart(short_root: Path, minilm):
+    path = short_root / "learnerd.toml"
     path.write_text('state_dir = "state"\nlog_dirs = ["logs"]\n')
-    (root / "logs").mkdir()
+    (short_root / "logs").mkdir()
     cfg = load_config(path)
     options = ServiceOptions(reload_config=lambda: load_config(path))
     async with running_service(cfg, minilm, options) as running, running.session() as s:
@@ -228,9 +210,9 @@ async def test_reload_applies_live_settings_and_names_those_needing_a_restart(ro
         assert status["controllers"]["examples"]["rate_limiter"]["qps"] == 3.5, "a bad file changes nothing"
 
 
-async def test_log_level_can_be_read_and_changed(root: Path, minilm):
+async def test_log_level_can_be_read_and_changed(short_root: Path, minilm):
     configure_logging("info")
-    async with running_service(daemon_config(root), minilm) as running, running.session() as s:
+    async with running_service(daemon_config(short_root), minilm) as running, running.session() as s:
         assert await get_json(s, "/log-level") == {"level": "info"}
         code, answer = await post_json(s, "/log-level", {"level": "debug"})
         assert code == 200 and answer == {"level": "debug", "previous": "info"}
@@ -269,12 +251,12 @@ def check_client_go_metrics(text: str) -> None:
     assert "learnerd_reconcile" in families and "learnerd_analyzer_lines_read" in families
 
 
-async def test_metrics_on_the_socket_and_over_tcp(root: Path, minilm):
+async def test_metrics_on_the_socket_and_over_tcp(short_root: Path, minilm):
     import aiohttp
 
-    append_blocks(root / "logs" / "a.jsonl", BLOCKS)
+    append_blocks(short_root / "logs" / "a.jsonl", BLOCKS)
     options = ServiceOptions(metrics_addr=("127.0.0.1", 0))
-    async with running_service(daemon_config(root), minilm, options) as running, running.session() as s:
+    async with running_service(daemon_config(short_root), minilm, options) as running, running.session() as s:
         await eventually(lambda: _counts_are(s, examples=3, vectors=3), what="learned")
         async with s.get("/metrics") as response:
             assert response.status == 200 and response.content_type == "text/plain"
@@ -290,9 +272,9 @@ async def test_metrics_on_the_socket_and_over_tcp(root: Path, minilm):
             assert response.status == 404, "only /metrics is served over TCP"
 
 
-async def test_search_on_the_socket_answers_from_the_live_index(root: Path, minilm):
-    append_blocks(root / "logs" / "a.jsonl", BLOCKS)
-    cfg = daemon_config(root)
+async def test_search_on_the_socket_answers_from_the_live_index(short_root: Path, minilm):
+    append_blocks(short_root / "logs" / "a.jsonl", BLOCKS)
+    cfg = daemon_config(short_root)
     cfg.admin.max_body_bytes = 2048
     async with running_service(cfg, minilm) as running, running.session() as s:
         await eventually(lambda: _counts_are(s, examples=3, vectors=3), what="learned")
@@ -324,13 +306,13 @@ async def test_search_on_the_socket_answers_from_the_live_index(root: Path, mini
             assert response.status == 405
 
 
-async def test_search_over_tcp_needs_the_bearer_token(root: Path, minilm):
+async def test_search_over_tcp_needs_the_bearer_token(short_root: Path, minilm):
     import aiohttp
 
     token = "s3cret-token-of-32-characters-xx"
-    append_blocks(root / "logs" / "a.jsonl", BLOCKS)
+    append_blocks(short_root / "logs" / "a.jsonl", BLOCKS)
     options = ServiceOptions(search_addr=("127.0.0.1", 0), search_token=token)
-    async with running_service(daemon_config(root), minilm, options) as running, running.session() as s:
+    async with running_service(daemon_config(short_root), minilm, options) as running, running.session() as s:
         await eventually(lambda: _counts_are(s, examples=3, vectors=3), what="learned")
         url = (await get_json(s, "/status"))["endpoints"]["search"]
         body = {"text": "print the working directory", "k": 1}
@@ -353,9 +335,9 @@ async def test_search_over_tcp_needs_the_bearer_token(root: Path, minilm):
                 assert response.status == 413
 
 
-async def test_drain_finishes_queued_work_then_stops_and_removes_the_socket(root: Path, minilm):
-    cfg = daemon_config(root)
-    append_blocks(root / "logs" / "a.jsonl", BLOCKS)
+async def test_drain_finishes_queued_work_then_stops_and_removes_the_socket(short_root: Path, minilm):
+    cfg = daemon_config(short_root)
+    append_blocks(short_root / "logs" / "a.jsonl", BLOCKS)
     async with running_service(cfg, minilm) as running:
         async with running.session() as s:
             await post_json(s, "/pause", {"controller": "embeddings"})
@@ -405,9 +387,9 @@ def _as_nobody(socket_path: Path) -> str:
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="running a client as another user (nobody) needs root")
-async def test_another_uid_is_refused(root: Path, minilm):
-    os.chmod(root, 0o711)  # let nobody traverse to the state directory once it is opened below
-    async with running_service(daemon_config(root), minilm) as running:
+async def test_another_uid_is_refused(short_root: Path, minilm):
+    os.chmod(short_root, 0o711)  # let nobody traverse to the state directory once it is opened below
+    async with running_service(daemon_config(short_root), minilm) as running:
         result = await _in_thread(_as_nobody, running.socket)
         assert result == "PermissionError", "the 0700 state directory keeps other users out"
 
@@ -429,9 +411,9 @@ async def _in_thread(fn, *args):
     return await anyio.to_thread.run_sync(fn, *args)
 
 
-async def test_admin_requests_are_logged_with_their_peer(root: Path, minilm):
+async def test_admin_requests_are_logged_with_their_peer(short_root: Path, minilm):
     configure_logging("debug")
-    async with running_service(daemon_config(root), minilm) as running, running.session() as s:
+    async with running_service(daemon_config(short_root), minilm) as running, running.session() as s:
         with structlog.testing.capture_logs() as logs:
             await post_json(s, "/pause", {"controller": "probes"})
             await get_json(s, "/status")

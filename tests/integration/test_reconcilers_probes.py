@@ -138,7 +138,7 @@ def test_a_document_nobody_routes_to_is_not_created_and_routing_is_configurable(
 
 
 def test_async_reconcile_and_a_broken_document_is_retried_later(tmp_path: Path) -> None:
-    rec, conn, doc = make(tmp_path, broken_document_retry_s=7.0)
+    rec, conn, doc = make(tmp_path, broken_document_retry_s=7.0, rewrite_interval_s=0.0)
     put(conn, EXAMPLES[0])
     assert anyio.run(rec.reconcile, str(doc)) == Result()
     doc.write_text(doc.read_text().replace("dlm_id:", "dlm_id: [", 1))
@@ -184,3 +184,26 @@ def test_probes_config_is_validated(tmp_path: Path, bad: dict) -> None:
 
     with pytest.raises(ConfigError, match="probes"):
         config_from_dict({"probes": bad}, base=tmp_path)
+
+
+@pytest.mark.anyio
+async def test_a_burst_of_examples_is_one_rewrite_per_interval(tmp_path: Path) -> None:
+    cfg = config_from_dict(
+        {"state_dir": "state", "docs_dirs": ["docs"], "probes": {"rewrite_interval_s": 5.0}}, base=tmp_path
+    )
+    conn = connect(cfg.db_path)
+    now = [100.0]
+    rec = ProbesReconciler(cfg, monotonic=lambda: now[0])
+    key = str(rec.route(EXAMPLES[0]))
+    put(conn, EXAMPLES[0])
+    assert await rec.reconcile(key) == Result()
+    put(conn, *EXAMPLES[1:])
+    now[0] = 102.0
+    assert await rec.reconcile(key) == Result(requeue_after=3.0), "written 2 s ago: wait out the interval"
+    assert len(probe_pairs(tmp_path / "docs" / "learned.dlm")) == 1
+    now[0] = 105.0
+    assert await rec.reconcile(key) == Result()
+    assert len(probe_pairs(tmp_path / "docs" / "learned.dlm")) == 4
+    now[0] = 105.5
+    assert await rec.reconcile(key) == Result(requeue_after=4.5)
+    assert rec.changes["documents_written"] == 2

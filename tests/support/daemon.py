@@ -32,6 +32,14 @@ def short_tmp_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+#: Three blocks ``{block_id: (description, command)}`` whose examples the daemon tests learn.
+SAMPLE_BLOCKS = {
+    "b-ls": ("List the files in a directory", "ls -la"),
+    "b-du": ("Show how much disk space a folder uses", "du -sh ."),
+    "b-pwd": ("Print the current working directory", "pwd"),
+}
+
+
 def daemon_config(root: Path, **overrides: Any) -> Config:
     """A config with its state in ``root/state`` and one log directory ``root/logs`` (created)."""
     (root / "logs").mkdir(exist_ok=True)

@@ -14,12 +14,7 @@ import structlog
 
 from learnerd.daemon.logging import configure_logging, current_level, set_log_level
 
-
-@pytest.fixture(autouse=True)
-def restore_logging():
-    level = current_level()
-    yield
-    configure_logging(level)
+pytestmark = pytest.mark.usefixtures("restore_log_level")
 
 
 def _boom(secret: str) -> None:
