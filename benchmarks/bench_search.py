@@ -44,13 +44,19 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from benchmarks.tldr_to_blocklog import block_lines, iter_blocks  # noqa: E402
-from learnerd.config import AnalyzerConfig, Config  # noqa: E402
+from learnerd.config import AnalyzerConfig, Config, TrainingSettings  # noqa: E402
 
 PAD_SEED = 20240501
 
 
 def bench_config(root: Path) -> Config:
-    return Config(state_dir=root / "state", log_dirs=[root / "logs"], analyzer=AnalyzerConfig(force_polling=True))
+    """Retrieval only: no training of the learned document (it would compete for the CPU)."""
+    return Config(
+        state_dir=root / "state",
+        log_dirs=[root / "logs"],
+        analyzer=AnalyzerConfig(force_polling=True),
+        training=TrainingSettings(enabled=False),
+    )
 
 
 def pad_index(index, total: int, dim: int) -> int:
