@@ -130,6 +130,9 @@ class ProbesReconciler:
         self._rewrite_interval_s = config.probes.rewrite_interval_s
         self._monotonic = monotonic
         self._last_write: dict[str, float] = {}  # document key -> monotonic time of its last write
+        # document key -> example id -> ((query, answer), its section or why it was refused): a rewrite
+        # renders only the examples that changed since the last one (rendering parses each section back)
+        self._rendered: dict[str, dict[str, tuple[tuple[str, str], Section | str]]] = {}
 
     @property
     def refused(self) -> dict[str, str]:
@@ -180,14 +183,17 @@ class ProbesReconciler:
             conn.close()
         wanted: dict[str, Section] = {}
         refused: list[tuple[str, str]] = []
+        previous, current = self._rendered.get(key, {}), {}
         for example in sorted(examples, key=lambda e: (e.updated_at, e.id)):
-            try:
-                wanted[SOURCE_PREFIX + example.id] = probe_section(
-                    example.query, example.answer, source=SOURCE_PREFIX + example.id
-                )
-            except UnrepresentableError as exc:
-                refused.append((example.id, str(exc)))
-                log.warning("probes.example_refused", example_id=example.id, path=key, reason=str(exc))
+            turns = (example.query, example.answer)
+            cached = previous.get(example.id)
+            rendered = cached[1] if cached is not None and cached[0] == turns else _render(example, key)
+            current[example.id] = (turns, rendered)
+            if isinstance(rendered, Section):
+                wanted[SOURCE_PREFIX + example.id] = rendered
+            else:
+                refused.append((example.id, rendered))
+        self._rendered[key] = current
         self._refused[key] = dict(refused)
         if not wanted and not path.exists():
             return ProbesOutcome(path, refused=tuple(refused))
@@ -240,10 +246,21 @@ class ProbesReconciler:
         return result
 
 
+def _render(example: Example, path: str) -> Section | str:
+    """``example``'s probe section, or why the Q/A grammar refuses it (logged)."""
+    try:
+        return probe_section(example.query, example.answer, source=SOURCE_PREFIX + example.id)
+    except UnrepresentableError as exc:
+        log.warning("probes.example_refused", example_id=example.id, path=path, reason=str(exc))
+        return str(exc)
+
+
 def _same_probe(present: Section, wanted: Section) -> bool:
     """Same markers and the same Q/A pairs (layout and trailing blank lines may differ)."""
     if (present.type, present.adapter, present.markers) != (wanted.type, wanted.adapter, wanted.markers):
         return False
+    if present.body == wanted.body:
+        return True
     try:
         return present.qa_pairs() == wanted.qa_pairs()
     except DocumentError:
