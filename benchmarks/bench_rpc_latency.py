@@ -11,8 +11,10 @@ fsync of the journal:
 
 1. **idle**: the daemon has started (embedder loaded) and nothing trains;
 2. **training**: a document with a long step budget is saved in the docs directory; measured from the
-   moment the daemon logs ``training.started`` until ``--seconds`` after the first training step — so the
-   training process's start-up (imports, loading the model) is inside the window, and its steps too.
+   moment the daemon logs that document's ``training.started`` until ``--seconds`` after the first
+   training step — so the training process's start-up (imports, loading the model) is inside the window,
+   and its steps too. The client pushes without a pause from the first phase to the last (the probes'
+   own document stays debounced instead of training in a gap).
 
 Prints p50 / p99 / max for both phases and the ratios training ÷ idle; the goal is p99 < 100 ms during
 training. Usage::
@@ -33,6 +35,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -41,9 +45,10 @@ import aiohttp
 import anyio
 
 from learnerd.ml.tiny_model import ensure_tiny_model
-from learnerd.store.dlm import new_document
+from learnerd.store.dlm import Document, new_document
 
 TOKEN = "bench-token"
+LONG_BODY = "::instruction::\n" + "".join(f"### Q\nQuestion {i}?\n\n### A\nAnswer {i}\n\n" for i in range(64))
 CONFIG = """
 [training]
 warm_spare = false
@@ -83,43 +88,62 @@ def wait_event(log: Path, predicate, proc: subprocess.Popen, timeout: float = 30
     raise SystemExit(f"timed out waiting in the daemon's log:\n{log.read_text()[-3000:]}")
 
 
-async def measure(url: str, done, tag: str, rate: float) -> list[float]:
+async def measure(url: str, phase: Callable[[], str], rate: float) -> dict[str, list[float]]:
     """inject_probe round trips, ``rate`` per second (each starts on schedule, or at once when late), until
-    ``done()``; latencies in milliseconds."""
-    latencies: list[float] = []
+    ``phase()`` says ``"done"``; each latency (milliseconds) is filed under the phase it started in."""
+    latencies: dict[str, list[float]] = defaultdict(list)
     headers = {"Authorization": f"Bearer {TOKEN}"}
     async with aiohttp.ClientSession() as session:
         i = 0
         next_at = time.perf_counter()
-        while not done():
+        while (now := phase()) != "done":
             await anyio.sleep(max(0.0, next_at - time.perf_counter()))
             next_at += 1.0 / rate
-            payload = {"method": "inject_probe", "params": {"prompt": f"{tag} question {i}?", "reference": "ok"}}
+            payload = {"method": "inject_probe", "params": {"prompt": f"{now} question {i}?", "reference": "ok"}}
             started = time.perf_counter()
             async with session.post(url, json=payload, headers=headers) as r:
                 await r.read()
                 if r.status != 200:
                     raise SystemExit(f"HTTP {r.status}: {await r.text()}")
-            latencies.append((time.perf_counter() - started) * 1000)
+            latencies[now].append((time.perf_counter() - started) * 1000)
             i += 1
     return latencies
 
 
-class Stepping:
-    """Done ``seconds`` after the training process logged its first step (checked at most every 0.2 s)."""
+class Phases:
+    """The phase the measurement is in (the daemon's log is checked at most every 0.2 s).
 
-    def __init__(self, log: Path, seconds: float) -> None:
-        self.log, self.seconds = log, seconds
+    ``idle`` for ``seconds``; then the long document is written and it is ``starting`` until the daemon
+    logs that document's ``training.started`` (told apart from the probes' own document by its adapter
+    directory); ``training`` from then until ``seconds`` after that process's first step; then ``done``.
+    The pushes never pause, so the probes' own document keeps being debounced and does not train.
+    """
+
+    def __init__(self, log: Path, long: Path, document: Document, seconds: float) -> None:
+        self.log, self.long, self.document, self.seconds = log, long, document, seconds
+        self.idle_until = time.monotonic() + seconds
+        self.pid: int | None = None
         self.first_step: float | None = None
         self._checked = 0.0
 
-    def done(self) -> bool:
+    def __call__(self) -> str:
         now = time.monotonic()
-        if self.first_step is None and now - self._checked > 0.2:
+        if now < self.idle_until:
+            return "idle"
+        if not self.long.exists():
+            self.long.write_bytes(self.document.to_bytes() + LONG_BODY.encode())
+        if now - self._checked > 0.2 and self.first_step is None:
             self._checked = now
-            if any(e.get("event") == "training.progress" for e in events(self.log)):
-                self.first_step = now
-        return self.first_step is not None and now - self.first_step > self.seconds
+            adapters = f"/adapters/{self.document.frontmatter.dlm_id}/"
+            for e in events(self.log):
+                if self.pid is None and e.get("event") == "training.started" and adapters in e["output_dir"]:
+                    self.pid = e["pid"]
+                elif self.pid is not None and e.get("event") == "training.progress" and e.get("pid") == self.pid:
+                    self.first_step = now
+                    break
+        if self.pid is None:
+            return "starting"
+        return "training" if self.first_step is None or now - self.first_step <= self.seconds else "done"
 
 
 def pct(values: list[float], q: float) -> float:
@@ -149,18 +173,13 @@ def main() -> None:
             wait_event(log, lambda e: e.get("event") == "controller started" and e.get("controller") == "embeddings",
                        proc)  # fmt: skip
             time.sleep(2.0)
-            url = f"http://127.0.0.1:{port}/rpc"
-            end = time.monotonic() + args.seconds
-            idle = anyio.run(measure, url, lambda: time.monotonic() > end, "idle", args.rate)
-
             document = new_document("learnerd/tiny-llama", training={"learning_rate": 1e-3, "max_steps": 10**6})
-            body = "::instruction::\n" + "".join(f"### Q\nQuestion {i}?\n\n### A\nAnswer {i}\n\n" for i in range(64))
-            (docs / "long.dlm").write_bytes(document.to_bytes() + body.encode())
-            wait_event(log, lambda e: e.get("event") == "training.started", proc)
-            stepping = Stepping(log, args.seconds)
-            training = anyio.run(measure, url, stepping.done, "training", args.rate)
-            steps = [e["step"] for e in events(log) if e.get("event") == "training.progress"]
-            finished = any(e.get("event") == "training.finished" for e in events(log))
+            phases = Phases(log, docs / "long.dlm", document, args.seconds)
+            latencies = anyio.run(measure, f"http://127.0.0.1:{port}/rpc", phases, args.rate)
+            idle, training = latencies["idle"], latencies["training"]
+            ours = [e for e in events(log) if e.get("pid") == phases.pid]
+            steps = [e["step"] for e in ours if e.get("event") == "training.progress"]
+            finished = any(e.get("event") == "training.finished" for e in ours)
         finally:
             proc.send_signal(signal.SIGTERM)
             try:
