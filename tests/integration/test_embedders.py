@@ -30,3 +30,20 @@ def test_openai_embedder_reports_an_unreachable_endpoint():
     embedder._client = embedder._client.with_options(max_retries=0, timeout=2.0)
     with pytest.raises(EmbedderError, match="failed"):
         embedder.embed(["x"])
+
+
+def test_minilm_passes_its_known_answer_test_and_a_model_with_scrambled_weights_fails_it(minilm):
+    import torch
+
+    from learnerd.ml.embedders import CANARY_MIN_MARGIN, MiniLMEmbedder, canary_margin
+
+    calls = minilm.calls
+    assert canary_margin(minilm) > CANARY_MIN_MARGIN + 0.2
+    assert minilm.calls == calls  # the check does not count as an embedder call
+
+    scrambled = MiniLMEmbedder()
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in scrambled._model.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator) * 0.02)
+    assert canary_margin(scrambled) < CANARY_MIN_MARGIN
