@@ -6,6 +6,7 @@ import contextlib
 import os
 import socket
 import stat
+import sys
 import threading
 from pathlib import Path
 
@@ -52,21 +53,30 @@ def test_mode_is_0600_at_every_moment_even_under_a_permissive_umask(state: Path)
     seen: set[int] = set()
     stop = threading.Event()
 
+    observed = [0]
+
     def watch() -> None:
         while not stop.is_set():
             with contextlib.suppress(FileNotFoundError):
                 seen.add(os.lstat(path).st_mode)
+                observed[0] += 1
 
     old_umask = os.umask(0)  # bind(2) would create the file 0777 under this umask
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often, so the watcher runs while a socket exists
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        for _ in range(200):
+        for i in range(20_000):
             remove_admin_socket(bind_admin_socket(path))
+            if i >= 200 and observed[0] >= 50:
+                break
     finally:
         stop.set()
         watcher.join()
+        sys.setswitchinterval(old_interval)
         os.umask(old_umask)
+    assert observed[0] > 0, "the watcher never saw a socket: the test proved nothing"
     assert seen == {stat.S_IFSOCK | 0o600}
 
 
