@@ -78,6 +78,16 @@ Layout of the file (every key optional; unknown keys are refused so a typo never
     document = ""                # the document injected probes go to; empty: the [probes] document
     capacity = 1000              # probes accepted but not yet written into the document; beyond: HTTP 429
 
+    [store]                      # where the tables live (docs/fleet.md)
+    url = ""                     # "" = <state_dir>/learnerd.db (SQLite); a SQLite path; or postgresql://…
+    adapters_dir = ""            # "" = <state_dir>/adapters; a fleet shares one path (a shared file system)
+
+    [fleet]                      # replicas sharing one PostgreSQL database (ignored on SQLite)
+    host = ""                    # the host watermarks are keyed by; "" = this machine's host name
+    lease_ttl_s = 15.0           # a replica not renewed for this long is dead: its keys are taken over
+    heartbeat_s = 3.0            # how often a replica renews its lease (must be < lease_ttl_s / 2)
+    audit = false                # record every reconcile (queue, key, replica, start, end) in reconcile_log
+
     [steering]                   # `learnerd evolve`: per-cluster logit deltas (learnerd.steering)
     clusters = 10                # K: k-means clusters of the vocabulary, numbered 2..K+1 (0 = EOS, 1 = numbers)
     pca_dim = 32                 # embedding dimensions kept by PCA before k-means
@@ -354,6 +364,33 @@ class RpcConfig:
 
 
 @dataclass
+class StoreConfig:
+    """``[store]``: ``url`` is a SQLite path or a ``postgresql://`` URL ("" = ``<state_dir>/learnerd.db``);
+    ``adapters_dir`` the adapter store's root ("" = ``<state_dir>/adapters``)."""
+
+    url: str = ""
+    adapters_dir: str = ""
+
+    def validate(self) -> None:
+        if self.url.startswith("postgres") and not self.url.startswith(("postgresql://", "postgres://")):
+            raise ConfigError(f"store.url: a PostgreSQL URL starts with postgresql://, not {self.url.split(':')[0]}:")
+
+
+@dataclass
+class FleetConfig:
+    """``[fleet]``: replicas sharing one PostgreSQL database (``learnerd.fleet``); times in seconds."""
+
+    host: str = ""
+    lease_ttl_s: float = 15.0
+    heartbeat_s: float = 3.0
+    audit: bool = False
+
+    def validate(self) -> None:
+        if not 0 < self.heartbeat_s < self.lease_ttl_s / 2:
+            raise ConfigError("fleet: need 0 < heartbeat_s < lease_ttl_s / 2")
+
+
+@dataclass
 class SteeringConfig:
     """``learnerd evolve``'s settings (see :mod:`learnerd.steering.evolve`); lengths in tokens, deltas in logits."""
 
@@ -438,16 +475,30 @@ class Config:
     steering: SteeringConfig = field(default_factory=SteeringConfig)
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
     rpc: RpcConfig = field(default_factory=RpcConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    fleet: FleetConfig = field(default_factory=FleetConfig)
     path: Path | None = None
 
     @property
     def db_path(self) -> Path:
-        return self.state_dir / "learnerd.db"
+        """The SQLite file: ``[store] url`` when it is a path, else ``<state_dir>/learnerd.db``."""
+        return Path(self.store.url) if self.store.url and not self.is_postgres else self.state_dir / "learnerd.db"
+
+    @property
+    def is_postgres(self) -> bool:
+        """True when ``[store] url`` names a PostgreSQL database."""
+        return self.store.url.startswith(("postgresql://", "postgres://"))
+
+    @property
+    def store_target(self) -> str | Path:
+        """What :func:`learnerd.store.db.connect` opens: the PostgreSQL URL, else :attr:`db_path`."""
+        return self.store.url if self.is_postgres else self.db_path
 
     @property
     def adapters_dir(self) -> Path:
-        """Root of the versioned adapter store (``learnerd.store.adapters``)."""
-        return self.state_dir / "adapters"
+        """Root of the versioned adapter store (``learnerd.store.adapters``): ``[store] adapters_dir``,
+        else ``<state_dir>/adapters``."""
+        return Path(self.store.adapters_dir) if self.store.adapters_dir else self.state_dir / "adapters"
 
     @property
     def models_dir(self) -> Path:
@@ -552,5 +603,9 @@ def config_from_dict(raw: dict[str, Any], base: Path, path: Path | None = None) 
             setattr(cfg, key, _build_section(hints[key], value, key))
     if cfg.steering.pool:
         cfg.steering.pool = str(_resolve_path(cfg.steering.pool, base))
+    if cfg.store.url and not cfg.is_postgres:
+        cfg.store.url = str(_resolve_path(cfg.store.url, base))
+    if cfg.store.adapters_dir:
+        cfg.store.adapters_dir = str(_resolve_path(cfg.store.adapters_dir, base))
     cfg.validate()
     return cfg

@@ -120,3 +120,37 @@ def short_root():
 
     with short_tmp_dir() as path:
         yield path
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One real PostgreSQL server for the session (``tests/support/postgres.py``); skips only where no
+    PostgreSQL server binaries are installed."""
+    from tests.support.postgres import find_bindir, postgres_server
+
+    if find_bindir() is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl): install postgresql or set LEARNERD_PG_BINDIR")
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """The URL of a fresh, empty database on the session's server (dropped after the test)."""
+    url = postgres_server.create_database()
+    yield url
+    postgres_server.drop_database(url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_backend(request) -> str:
+    """Parametrises a test over both store backends: ``"sqlite"`` or ``"postgresql"``."""
+    return request.param
+
+
+@pytest.fixture
+def store_url(store_backend: str, request) -> str | None:
+    """``None`` for SQLite (the default ``<state_dir>/learnerd.db``), else a fresh PostgreSQL database's URL."""
+    if store_backend == "sqlite":
+        return None
+    return request.getfixturevalue("postgres_url")

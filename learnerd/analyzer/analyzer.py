@@ -102,6 +102,8 @@ class Analyzer:
         clock: wall clock in epoch seconds, stamped on changed rows as ``updated_at``.
         registry: prometheus registry for the counters (see :mod:`learnerd.analyzer.stats`);
             None keeps them private.
+        host: the replica host its watermarks are keyed by (``""`` for a single process; see
+            :mod:`learnerd.store.watermarks`).
 
     Use :meth:`sync` to ingest what the files hold now, :meth:`run` to keep ingesting until
     cancelled; :meth:`close` (or ``with``) releases the file handles the analyzer keeps.
@@ -116,8 +118,10 @@ class Analyzer:
         *,
         clock: Callable[[], float] = time.time,
         registry: CollectorRegistry | None = None,
+        host: str = "",
     ) -> None:
         self._conn = conn
+        self._host = host
         self._roots = tuple(dict.fromkeys(os.path.abspath(os.path.expanduser(os.fspath(d))) for d in log_dirs))
         self._notify = notify
         self._config = config or AnalyzerConfig()
@@ -129,7 +133,7 @@ class Analyzer:
         self._warned_unreadable: set[tuple[str, int]] = set()
         self._watched: tuple[str, ...] = ()
         self._watch_stop: anyio.Event | None = None
-        for wm in load_watermarks(conn):
+        for wm in load_watermarks(conn, host):
             if is_log_path(wm.path, self._roots):
                 self._tracked[wm.path] = _Tracked(
                     wm.path, wm.inode, wm.offset, wm.line, wm.fingerprint, wm.fingerprint_len
@@ -262,8 +266,8 @@ class Analyzer:
         """``t``'s file now lives at ``new_path`` (another log-file name): move its watermark there."""
         old_path = t.path
         with transaction(self._conn):
-            delete_watermark(self._conn, old_path)
-            put_watermark(self._conn, self._watermark(t, path=new_path), self._clock())
+            delete_watermark(self._conn, old_path, self._host)
+            put_watermark(self._conn, self._watermark(t, path=new_path), self._clock(), self._host)
         t.path = new_path
         self._tracked[new_path] = t
         if rotated:
@@ -287,7 +291,7 @@ class Analyzer:
             await self._drain_guarded(t, fd)
         self._close_fd(t)
         with transaction(self._conn):
-            delete_watermark(self._conn, t.path)
+            delete_watermark(self._conn, t.path, self._host)
         if rotated:
             self._stats.add("rotations")
             log.info(
@@ -361,7 +365,7 @@ class Analyzer:
         t.fingerprint = ""
         t.mid_line = False
         with transaction(self._conn):
-            put_watermark(self._conn, self._watermark(t), self._clock())
+            put_watermark(self._conn, self._watermark(t), self._clock(), self._host)
 
     def _commit(self, t: _Tracked, fd: int, batch: Batch) -> None:
         """Ingest ``batch`` and move the watermark in one transaction; then count, log and notify."""
@@ -374,7 +378,7 @@ class Analyzer:
         with transaction(self._conn):
             for raw in batch.lines:
                 results.append(ingest.ingest_line(self._conn, raw, now))
-            put_watermark(self._conn, new, now)
+            put_watermark(self._conn, new, now, self._host)
             if any(r.trace_id for r in results):
                 pending = count_partial_traces(self._conn)
         start_offset = t.offset

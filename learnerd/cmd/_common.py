@@ -28,6 +28,12 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--state-dir", metavar="DIR", help="state directory (overrides the config file)")
     parser.add_argument(
+        "--store-url",
+        metavar="URL",
+        default=os.environ.get("LEARNERD_STORE_URL"),
+        help="a SQLite path or postgresql:// URL (default: $LEARNERD_STORE_URL, else [store] url)",
+    )
+    parser.add_argument(
         "--log-level", choices=LEVELS, default=None, help="minimum log level (default: [logging] level, else info)"
     )
 
@@ -42,6 +48,11 @@ def read_config(args: argparse.Namespace) -> Config:
     cfg = load_config(args.config)
     if args.state_dir:
         cfg.state_dir = Path(args.state_dir).expanduser().resolve()
+    if getattr(args, "store_url", None):
+        url = args.store_url
+        cfg.store.url = (
+            url if url.startswith(("postgresql://", "postgres://")) else str(Path(url).expanduser().resolve())
+        )
     cfg.log_dirs = [*cfg.log_dirs, *(Path(d).expanduser().resolve() for d in getattr(args, "log_dir", []))]
     cfg.docs_dirs = [*cfg.docs_dirs, *(Path(d).expanduser().resolve() for d in getattr(args, "docs_dir", []))]
     return cfg
@@ -99,3 +110,32 @@ def parse_since(text: str, now: float) -> float:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.UTC)
     return parsed.timestamp()
+
+
+def open_store(cfg: Config, *, readonly: bool = False):
+    """:func:`learnerd.store.db.connect` on ``cfg``'s store, its errors turned into one-line messages.
+
+    Raises:
+        CommandError: the database is unreachable, or its schema is not this learnerd's (exit 1).
+    """
+    from learnerd.store import db
+
+    try:
+        return db.connect(cfg.store_target, readonly=readonly)
+    except (db.StoreUnavailable, db.SchemaError) as exc:
+        raise CommandError(str(exc)) from exc
+
+
+def open_daemon(cfg: Config, **kwargs):
+    """``Daemon(cfg, **kwargs)``, an unreachable store or a schema mismatch turned into a one-line error.
+
+    Raises:
+        CommandError: as :func:`open_store` (exit 1).
+    """
+    from learnerd.daemon.app import Daemon
+    from learnerd.store import db
+
+    try:
+        return Daemon(cfg, **kwargs)
+    except (db.StoreUnavailable, db.SchemaError) as exc:
+        raise CommandError(str(exc)) from exc

@@ -35,7 +35,7 @@ def backfill_offline(cfg, since: float, show_progress: bool):
     import anyio
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from learnerd.daemon.app import Daemon
+    from learnerd.cmd._common import open_daemon
     from learnerd.daemon.statelock import StateDirBusy, StateLock
 
     lock = StateLock(cfg.state_dir)
@@ -44,7 +44,7 @@ def backfill_offline(cfg, since: float, show_progress: bool):
     except StateDirBusy as exc:
         raise CommandError(str(exc)) from exc
     try:
-        daemon = Daemon(cfg)
+        daemon = open_daemon(cfg)
         try:
             with Progress(
                 TextColumn("backfill"),

@@ -131,8 +131,8 @@ def service_options(cfg, args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     import anyio
 
+    from learnerd.cmd._common import open_daemon
     from learnerd.cmd._report import print_summary
-    from learnerd.daemon.app import Daemon
     from learnerd.daemon.service import ServiceError
     from learnerd.daemon.statelock import StateDirBusy, StateLock
 
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     except StateDirBusy as exc:
         raise CommandError(str(exc)) from exc
     try:
-        daemon = Daemon(cfg, rpc_token=rpc_token)
+        daemon = open_daemon(cfg, rpc_token=rpc_token)
         try:
             summary = anyio.run(serve, daemon, args.once, options)
         except HardStop:

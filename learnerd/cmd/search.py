@@ -29,14 +29,14 @@ def search_offline(cfg, text: str, k: int) -> list[dict]:
     Each result is ``{"id", "score", "query", "answer", "language"}``; ``score`` is the cosine
     similarity of ``text`` with the example's query.
     """
+    from learnerd.cmd._common import open_store
     from learnerd.daemon.retrieval import describe_hits, nearest
     from learnerd.ml.embedders import make_embedder
-    from learnerd.store import db
     from learnerd.store.embeddings import load_index
 
-    if not cfg.db_path.exists():
+    if not cfg.is_postgres and not cfg.db_path.exists():
         raise CommandError(f"no learnerd database at {cfg.db_path}: run `learnerd run` first")
-    conn = db.connect(cfg.db_path, readonly=True)
+    conn = open_store(cfg, readonly=True)
     try:
         embedder = make_embedder(cfg.embeddings)
         index = load_index(conn, embedder.name, embedder.dim or None)

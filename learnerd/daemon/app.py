@@ -119,7 +119,7 @@ class Daemon:
         self.cfg = cfg
         self.registry = registry or CollectorRegistry()
         cfg.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.conn = db.connect(cfg.db_path)
+        self.conn = db.connect(cfg.store_target)
         self.embedder = embedder
         self.index = load_index(self.conn, embedder_name(cfg.embeddings), embedder_dim(cfg.embeddings))
         self._queue_metrics = queue_metrics = PrometheusMetricsProvider(self.registry)

@@ -107,7 +107,7 @@ class ProbesReconciler:
     """Reconciles one .dlm document (key: its path) against the examples routed to it.
 
     Args:
-        config: ``db_path``, ``docs_dirs``, ``state_dir`` and the ``[probes]`` section are read.
+        config: ``store_target``, ``docs_dirs``, ``state_dir`` and the ``[probes]`` section are read.
         before_replace: passed to :func:`~learnerd.store.dlm.update_document` (a test hook).
     """
 
@@ -121,7 +121,7 @@ class ProbesReconciler:
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.router = ProbeRouter(config)
-        self._db_path = config.db_path
+        self._db_path = config.store_target
         self._base_model = config.probes.base_model
         self._retry_s = config.probes.broken_document_retry_s
         self._before_replace = before_replace

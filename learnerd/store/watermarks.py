@@ -8,6 +8,10 @@ file the offset belongs to: when the path later names another inode the file was
 number back, and the fingerprint is how that is told apart from the same file grown (the technique
 Vector's file source calls checksum fingerprinting).
 
+Watermarks are keyed by (host, path): ``host`` names the replica's host in a fleet sharing one
+PostgreSQL database (``[fleet] host``), so two hosts can tail files with the same path; a single
+process on SQLite uses ``""``.
+
 The analyzer writes a watermark in the same transaction as the block rows produced by the lines it
 covers, so it can never pass a line whose block is not committed.
 """
@@ -38,23 +42,24 @@ def fingerprint_of(head: bytes) -> str:
     return hashlib.sha256(head).hexdigest()
 
 
-def load_watermarks(conn: sqlite3.Connection) -> list[Watermark]:
-    """Every stored watermark, ordered by path."""
+def load_watermarks(conn: sqlite3.Connection, host: str = "") -> list[Watermark]:
+    """Every stored watermark of ``host``, ordered by path."""
     rows = conn.execute(
-        "SELECT path, inode, offset, line, fingerprint, fingerprint_len FROM watermarks ORDER BY path"
+        'SELECT path, inode, "offset", line, fingerprint, fingerprint_len FROM watermarks WHERE host = ? ORDER BY path',
+        (host,),
     ).fetchall()
     return [Watermark(r[0], r[1], r[2], r[3], r[4], r[5]) for r in rows]
 
 
-def put_watermark(conn: sqlite3.Connection, wm: Watermark, now: float) -> None:
-    """Insert or replace the watermark of ``wm.path``; ``now`` (epoch seconds) becomes ``updated_at``."""
+def put_watermark(conn: sqlite3.Connection, wm: Watermark, now: float, host: str = "") -> None:
+    """Insert or replace ``host``'s watermark of ``wm.path``; ``now`` (epoch seconds) becomes ``updated_at``."""
     conn.execute(
-        "INSERT OR REPLACE INTO watermarks (path, inode, offset, line, fingerprint, fingerprint_len, updated_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (wm.path, wm.inode, wm.offset, wm.line, wm.fingerprint, wm.fingerprint_len, now),
+        'INSERT OR REPLACE INTO watermarks (host, path, inode, "offset", line, fingerprint, fingerprint_len,'
+        " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (host, wm.path, wm.inode, wm.offset, wm.line, wm.fingerprint, wm.fingerprint_len, now),
     )
 
 
-def delete_watermark(conn: sqlite3.Connection, path: str) -> None:
-    """Forget the watermark of ``path`` (no error when there is none)."""
-    conn.execute("DELETE FROM watermarks WHERE path = ?", (path,))
+def delete_watermark(conn: sqlite3.Connection, path: str, host: str = "") -> None:
+    """Forget ``host``'s watermark of ``path`` (no error when there is none)."""
+    conn.execute("DELETE FROM watermarks WHERE host = ? AND path = ?", (host, path))
