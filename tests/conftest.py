@@ -150,7 +150,12 @@ def store_backend(request) -> str:
 
 @pytest.fixture
 def store_url(store_backend: str, request) -> str | None:
-    """``None`` for SQLite (the default ``<state_dir>/learnerd.db``), else a fresh PostgreSQL database's URL."""
+    """``None`` for SQLite (the default ``<state_dir>/learnerd.db``), else the URL of a fresh PostgreSQL
+    database with learnerd's schema (``learnerd db migrate`` done)."""
     if store_backend == "sqlite":
         return None
-    return request.getfixturevalue("postgres_url")
+    from learnerd.store import db
+
+    url = request.getfixturevalue("postgres_url")
+    db.migrate(url)
+    return url

@@ -1,13 +1,13 @@
 """Crash safety: ``kill -9`` the daemon at random moments while it ingests the tldr subset, restart it,
 and end in exactly the state of an uninterrupted run — no lost block, no duplicate example, vector or
-probe section, and a watermark that never passes a line whose block is not committed."""
+probe section, and a watermark that never passes a line whose block is not committed. On either store
+backend (the uninterrupted reference run is always on SQLite)."""
 
 from __future__ import annotations
 
 import json
 import random
 import signal
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -18,7 +18,7 @@ import pytest
 from benchmarks.tldr_to_blocklog import convert
 from learnerd.store.dlm import read_document
 from tests.conftest import cli_env, learnerd_command
-from tests.support.pipeline import run_once, table_rows
+from tests.support.pipeline import open_store, run_once, store_args, table_rows
 
 KILLS = 10
 SEED = 20261121
@@ -28,21 +28,21 @@ def lines_of(directory: Path) -> list[str]:
     return [line for p in sorted(directory.glob("*.jsonl")) for line in p.read_text().splitlines(keepends=True)]
 
 
-def start_daemon(state: Path, logs: Path, stderr) -> subprocess.Popen:
+def start_daemon(state: Path, logs: Path, stderr, store_url: str | None) -> subprocess.Popen:
     argv = learnerd_command(
         "run", "--log-level", "info", "--no-train",
-        "--state-dir", str(state), "--log-dir", str(logs), "--docs-dir", str(state / "docs"),
+        "--state-dir", str(state), "--log-dir", str(logs), "--docs-dir", str(state / "docs"), *store_args(store_url),
     )  # fmt: skip
     return subprocess.Popen(argv, env=cli_env(), stdout=subprocess.DEVNULL, stderr=stderr)
 
 
-def assert_watermarks_cover_only_committed_blocks(state: Path) -> int:
+def assert_watermarks_cover_only_committed_blocks(state: Path, store_url: str | None) -> int:
     """Every event before each file's watermark is reflected in the committed block rows; returns the
     number of events checked."""
-    conn = sqlite3.connect(f"file:{state / 'learnerd.db'}?mode=ro", uri=True)
+    conn = open_store(state, store_url)
     try:
         checked = 0
-        for path, offset in conn.execute("SELECT path, offset FROM watermarks"):
+        for path, offset in conn.execute('SELECT path, "offset" FROM watermarks').fetchall():
             with open(path, "rb") as f:
                 covered = f.read(offset)
             assert covered == b"" or covered.endswith(b"\n"), f"watermark of {path} is inside a line"
@@ -58,16 +58,17 @@ def assert_watermarks_cover_only_committed_blocks(state: Path) -> int:
         conn.close()
 
 
-def comparable(state: Path) -> dict:
-    db = state / "learnerd.db"
+def comparable(state: Path, store_url: str | None = None) -> dict:
     content = "id, source, context, generated, executed, exit_code, eval_mode"
-    embeddings = table_rows(db, "SELECT example_id, model, dim, text_hash, vector FROM embeddings ORDER BY example_id")
+    embeddings = table_rows(
+        state, "SELECT example_id, model, dim, text_hash, vector FROM embeddings ORDER BY example_id", store_url
+    )
     sections = read_document(state / "docs" / "learned.dlm").auto_sections("learnerd/")
     sources = [s.harvest_source for s in sections]
     assert len(sources) == len(set(sources)), "a probe section is duplicated"
     return {
-        "blocks": table_rows(db, f"SELECT {content} FROM blocks ORDER BY id"),
-        "examples": table_rows(db, "SELECT id, query, answer, language FROM examples ORDER BY id"),
+        "blocks": table_rows(state, f"SELECT {content} FROM blocks ORDER BY id", store_url),
+        "examples": table_rows(state, "SELECT id, query, answer, language FROM examples ORDER BY id", store_url),
         "embedding_keys": [row[:4] for row in embeddings],
         "vectors": np.stack([np.frombuffer(row[4], dtype="<f4") for row in embeddings]),
         "sections": sorted((s.harvest_source, tuple(s.qa_pairs())) for s in sections),
@@ -75,7 +76,7 @@ def comparable(state: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_kill_9_at_random_moments_converges_to_the_uninterrupted_state(peer_data, tmp_path):
+def test_kill_9_at_random_moments_converges_to_the_uninterrupted_state(peer_data, tmp_path, store_url):
     source = tmp_path / "source"
     n_blocks = convert(peer_data / "tldr", source, limit=1000)
     reference = tmp_path / "reference"
@@ -91,7 +92,7 @@ def test_kill_9_at_random_moments_converges_to_the_uninterrupted_state(peer_data
     events_checked = 0
     with open(tmp_path / "daemon.log", "ab") as daemon_log:
         for _ in range(KILLS):
-            daemon = start_daemon(state, logs, daemon_log)
+            daemon = start_daemon(state, logs, daemon_log, store_url)
             kill_at = time.monotonic() + rng.uniform(1.0, 12.0)
             while time.monotonic() < kill_at:
                 if written < len(lines):
@@ -103,15 +104,15 @@ def test_kill_9_at_random_moments_converges_to_the_uninterrupted_state(peer_data
             assert daemon.poll() is None, f"the daemon exited on its own ({daemon.returncode}); see daemon.log"
             daemon.send_signal(signal.SIGKILL)
             daemon.wait(30)
-            if (state / "learnerd.db").exists():
-                events_checked += assert_watermarks_cover_only_committed_blocks(state)
+            if store_url or (state / "learnerd.db").exists():
+                events_checked += assert_watermarks_cover_only_committed_blocks(state, store_url)
     with log.open("a") as f:
         f.write("".join(lines[written:]))
 
-    summary = run_once(state, logs)
+    summary = run_once(state, logs, store_url=store_url)
     assert summary["blocks"] == summary["examples"] == summary["vectors"] == n_blocks
     assert events_checked > 0, "no kill landed after ingestion had started"
-    got, want = comparable(state), comparable(reference)
+    got, want = comparable(state, store_url), comparable(reference)
     for key in ("blocks", "examples", "embedding_keys", "sections"):
         assert got[key] == want[key], f"{key} differ from the uninterrupted run"
     # Batches of other sizes may round differently in the last bits; the text hashes above are exact.

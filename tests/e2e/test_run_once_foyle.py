@@ -1,9 +1,9 @@
-"""``learnerd run --once`` over foyle's real logs: every trace ingested, the exact blocks recovered."""
+"""``learnerd run --once`` over foyle's real logs: every trace ingested, the exact blocks recovered
+(on either store backend)."""
 
 from learnerd.store.blocks import Cell, get_block, list_block_ids
-from learnerd.store.db import connect
 from learnerd.store.examples import list_examples
-from tests.support.pipeline import run_once
+from tests.support.pipeline import open_store, run_once
 
 GCLOUD_DOC = "Use gcloud to read the logs for the cluster dev in project foyle-dev; assume you aready logged in"
 GIT_DOC = "Use git to find the merge point with origin/main"
@@ -24,11 +24,11 @@ GIT_IDS = {
 EXECUTED = "23706965-8e3b-440d-ba1a-1e1cc035fbd4"
 
 
-def test_run_once_over_foyle_logs_recovers_every_block_and_its_document(peer_copy, tmp_path):
+def test_run_once_over_foyle_logs_recovers_every_block_and_its_document(peer_copy, tmp_path, store_url):
     logs = peer_copy("foyle")
-    summary = run_once(tmp_path / "state", logs)
+    summary = run_once(tmp_path / "state", logs, store_url=store_url)
 
-    conn = connect(tmp_path / "state" / "learnerd.db", readonly=True)
+    conn = open_store(tmp_path / "state", store_url)
     assert set(list_block_ids(conn)) == GCLOUD_IDS | GIT_IDS
     for block_id in GCLOUD_IDS | GIT_IDS:
         doc = GCLOUD_DOC if block_id in GCLOUD_IDS else GIT_DOC

@@ -1,12 +1,13 @@
-"""Helpers for end-to-end tests of the pipeline: run the CLI, snapshot the tables."""
+"""Helpers for end-to-end tests of the pipeline: run the CLI, snapshot the tables (on either backend)."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import subprocess
 from pathlib import Path
+from typing import Any
 
+from learnerd.store import db
 from tests.conftest import cli_env, learnerd_command
 
 
@@ -18,31 +19,41 @@ def run_cli(*args: str, timeout: float = 600, check: bool = True) -> subprocess.
     return proc
 
 
-def run_once(state: Path, logs: Path, *extra: str, train: bool = False) -> dict:
+def store_args(store_url: str | None) -> list[str]:
+    """``--store-url URL`` for a PostgreSQL store, nothing for the default SQLite file."""
+    return ["--store-url", store_url] if store_url else []
+
+
+def run_once(state: Path, logs: Path, *extra: str, train: bool = False, store_url: str | None = None) -> dict:
     """``learnerd run --once --json`` over ``logs`` with state (and docs) in ``state``; the summary.
-    The pipeline tests do not train adapters (``--no-train``) unless ``train``."""
+    The pipeline tests do not train adapters (``--no-train``) unless ``train``. ``store_url``: a
+    PostgreSQL database instead of ``state``'s SQLite file."""
     proc = run_cli(
         "run", "--once", "--json", "--log-level", "warning",
         "--state-dir", str(state), "--log-dir", str(logs), "--docs-dir", str(state / "docs"),
-        *([] if train else ["--no-train"]), *extra,
+        *([] if train else ["--no-train"]), *store_args(store_url), *extra,
     )  # fmt: skip
     return json.loads(proc.stdout)
 
 
-def table_rows(db_path: Path, sql: str) -> list[tuple]:
-    """All rows of ``sql`` (read-only connection), as tuples."""
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+def open_store(state: Path, store_url: str | None = None) -> Any:
+    """A connection to ``state``'s SQLite file (read-only), or to ``store_url``."""
+    return db.connect(store_url) if store_url else db.connect(state / "learnerd.db", readonly=True)
+
+
+def table_rows(state: Path, sql: str, store_url: str | None = None) -> list[tuple]:
+    """All rows of ``sql`` in ``state``'s store (or ``store_url``'s), as tuples."""
+    conn = open_store(state, store_url)
     try:
         return [tuple(r) for r in conn.execute(sql)]
     finally:
         conn.close()
 
 
-def snapshot(state: Path) -> dict[str, list[tuple]]:
+def snapshot(state: Path, store_url: str | None = None) -> dict[str, list[tuple]]:
     """Every row of the blocks, examples and embeddings tables, timestamps included, sorted by id."""
-    db = state / "learnerd.db"
     return {
-        "blocks": table_rows(db, "SELECT * FROM blocks ORDER BY id"),
-        "examples": table_rows(db, "SELECT * FROM examples ORDER BY id"),
-        "embeddings": table_rows(db, "SELECT * FROM embeddings ORDER BY example_id"),
+        "blocks": table_rows(state, "SELECT * FROM blocks ORDER BY id", store_url),
+        "examples": table_rows(state, "SELECT * FROM examples ORDER BY id", store_url),
+        "embeddings": table_rows(state, "SELECT * FROM embeddings ORDER BY example_id", store_url),
     }
