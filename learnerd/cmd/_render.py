@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
+import time
 from typing import Any
 
 _ANALYZER_ROWS = (
@@ -127,8 +128,27 @@ def print_status(status: dict[str, Any]) -> None:
     table.add_row("unjoinable foyle traces", str(unjoinable))
     out.print(table)
 
+    if status.get("fleet"):
+        print_fleet(status["fleet"])
+
     if status.get("backfill"):
         out.print(backfill_line(status["backfill"]))
+
+
+def print_fleet(fleet: dict[str, Any]) -> None:
+    """The replicas of the fleet (docs/fleet.md): leases, roles and the block keys each owns."""
+    from rich.table import Table
+
+    table = Table(
+        title=f"fleet — this replica {fleet['replica']} (lease {fleet['lease_ttl_s']:g} s)", title_justify="left"
+    )
+    for column in ("replica", "host", "pid", "roles", "lease renewed", "block keys owned"):
+        table.add_column(column, justify="right" if column in ("pid", "block keys owned") else "left")
+    owned = fleet["block_keys_per_owner"]
+    for r in fleet["replicas"]:
+        renewed = time.strftime("%H:%M:%S", time.localtime(r["renewed"]))
+        table.add_row(r["id"], r["host"], str(r["pid"]), ",".join(r["roles"]), renewed, str(owned.get(r["id"], 0)))
+    console().print(table)
 
 
 def backfill_line(job: dict[str, Any]) -> str:

@@ -23,6 +23,10 @@ in-flight and queued keys finish; upstream reconciles may still add downstream),
 ``[shutdown] drain_timeout_s``; past it, whatever is still running is cancelled. Watermarks need no
 flushing: each batch's watermark commits with the batch's blocks.
 
+On PostgreSQL (``[store] url``) the daemon is one replica of a fleet (:mod:`learnerd.fleet`): its
+queues route keys to their owners, its reconcilers run each key under the key's advisory lock, and
+its resync lists only the keys it owns.
+
 Training (``[training] enabled``, on by default) is not drained but stopped: a cycle in flight is
 cancelled (its training process killed, nothing committed, ``current`` unchanged) and queued documents
 are dropped — the next start lists every document again and retrains those whose rows changed. Accepted
@@ -33,6 +37,7 @@ probes reconciler's writes); ``backfill`` never trains.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -51,6 +56,7 @@ from learnerd.daemon.controller import Controller, ControllerStats
 from learnerd.daemon.controller_metrics import ControllerMetrics
 from learnerd.daemon.training_intake import TrainingIntake
 from learnerd.daemon.workqueue import PrometheusMetricsProvider, RateLimitingQueue, default_controller_rate_limiter
+from learnerd.fleet.fleet import fleet_for
 from learnerd.ml.embedders import Embedder, embedder_dim, embedder_name, make_embedder
 from learnerd.reconcilers.embeddings import EmbeddingsReconciler
 from learnerd.reconcilers.evaluation import EvaluationReconciler
@@ -120,22 +126,26 @@ class Daemon:
         self.registry = registry or CollectorRegistry()
         cfg.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.conn = db.connect(cfg.store_target)
+        self.fleet = fleet_for(cfg, self.conn)
         self.embedder = embedder
         self.index = load_index(self.conn, embedder_name(cfg.embeddings), embedder_dim(cfg.embeddings))
-        self._queue_metrics = queue_metrics = PrometheusMetricsProvider(self.registry)
+        if self.fleet is not None:
+            self.fleet.index = self.index
+        self._queue_metrics = PrometheusMetricsProvider(self.registry)
         self._controller_metrics = ControllerMetrics(self.registry)
-        self.queues: dict[str, RateLimitingQueue[str]] = {
-            name: RateLimitingQueue(
-                name, rate_limiter=default_controller_rate_limiter(cfg.workqueue), metrics=queue_metrics
-            )
-            for name in PIPELINE
-        }
+        self.queues: dict[str, RateLimitingQueue[str]] = {name: self._queue(name) for name in PIPELINE}
         self.probes = ProbesReconciler(cfg)
         self.evaluation = EvaluationReconciler(cfg)
         self.examples = ExamplesReconciler(self.conn, cfg.examples, self._example_changed, clock=clock)
         self.embeddings: EmbeddingsReconciler | None = None
         self.analyzer = Analyzer(
-            self.conn, cfg.log_dirs, self.queues["examples"].add, cfg.analyzer, clock=clock, registry=self.registry
+            self.conn,
+            cfg.log_dirs,
+            self.queues["examples"].add,
+            cfg.analyzer,
+            clock=clock,
+            registry=self.registry,
+            host=self.fleet.host if self.fleet is not None else "",
         )
         self.controllers: dict[str, Controller] = {
             "examples": self._controller(self.examples),
@@ -166,11 +176,7 @@ class Daemon:
             new_document_base_model=cfg.probes.base_model,
             on_committed=self.adapter_committed,
         )
-        self.queues[TRAINING] = RateLimitingQueue(
-            TRAINING,
-            rate_limiter=default_controller_rate_limiter(cfg.workqueue),
-            metrics=self._queue_metrics,
-        )
+        self.queues[TRAINING] = self._queue(TRAINING)
         self.controllers[TRAINING] = self._controller(self.training)
         roots = cfg.docs_dirs or [cfg.state_dir / "docs"]
         for root in roots:
@@ -190,10 +196,16 @@ class Daemon:
         """The document injected probes go to: ``[rpc] document``, else the ``[probes]`` document."""
         return self.probes.router.resolve(self.cfg.rpc.document or self.cfg.probes.document)
 
+    def _queue(self, name: str) -> RateLimitingQueue[str]:
+        queue = RateLimitingQueue(
+            name, rate_limiter=default_controller_rate_limiter(self.cfg.workqueue), metrics=self._queue_metrics
+        )
+        return self.fleet.route(queue) if self.fleet is not None else queue  # type: ignore[return-value]
+
     def _controller(self, reconciler: Any) -> Controller:
         c = self.cfg.controller(reconciler.name)
         return Controller(
-            reconciler,
+            self.fleet.own(reconciler) if self.fleet is not None else reconciler,
             self.queues[reconciler.name],
             workers=c.workers,
             timeout_s=c.timeout_s,
@@ -211,6 +223,8 @@ class Daemon:
 
     def adapter_committed(self, doc_path: str | os.PathLike[str], version: AdapterVersion) -> None:
         """The training reconciler's ``on_committed`` hook: evaluate the document's new version."""
+        if self.fleet is not None:
+            self.fleet.record_adapter(str(doc_path), version.number)
         self.queues["evaluation"].add(str(doc_path))
 
     def enqueue_blocks(self, block_ids: Iterable[str]) -> int:
@@ -228,7 +242,12 @@ class Daemon:
         return len(ids)
 
     def resync(self) -> None:
-        """The level-triggered initial list: every key of every controller goes on its queue."""
+        """The level-triggered initial list: every key of every controller goes on its queue (in a fleet:
+        every key this replica owns)."""
+        with self.fleet.resyncing() if self.fleet is not None else contextlib.nullcontext():
+            self._resync()
+
+    def _resync(self) -> None:
         blocks = self.enqueue_blocks(list_block_ids(self.conn))
         for key in set(list_example_ids(self.conn)) | set(list_embedding_ids(self.conn)):
             self.queues["embeddings"].add(key)
@@ -269,6 +288,9 @@ class Daemon:
 
                 tg.start_soon(analyze, name="analyzer")
             self._serve_scopes = [tg.cancel_scope]
+            fleet_scope = anyio.CancelScope()
+            if intake and self.fleet is not None:
+                await tg.start(self._run_scoped, self.fleet.run, fleet_scope, self.resync, name="fleet")
             training_scope = anyio.CancelScope()
             if intake and self.training_intake is not None:
                 await tg.start(self._run_training_intake, training_scope, name="training-intake")
@@ -282,7 +304,18 @@ class Daemon:
                     self._serve_scopes.append(drain_scope)
                     self._stop_training()
                     await self._drain(tg)
+                fleet_scope.cancel()
                 self._serve_scopes = []
+
+    @staticmethod
+    async def _run_scoped(
+        run: Callable[..., Any],
+        scope: anyio.CancelScope,
+        *args: Any,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        with scope:
+            await run(*args, task_status=task_status)
 
     async def _run_training_intake(
         self, scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -414,4 +447,6 @@ class Daemon:
         self.analyzer.close()
         if self.training is not None and self.training.journal is not None:
             self.training.journal.close()
+        if self.fleet is not None:
+            self.fleet.close()
         self.conn.close()

@@ -158,6 +158,7 @@ class DaemonControl:
             "controllers": controllers,
             "analyzer": dataclasses.asdict(daemon.analyzer.stats),
             "backfill": job.to_json() if job is not None else None,
+            "fleet": daemon.fleet.status(list_block_ids(daemon.conn)) if daemon.fleet is not None else None,
         }
 
     # ------------------------------------------------------------------ steer

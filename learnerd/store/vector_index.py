@@ -38,6 +38,11 @@ class VectorIndex:
     def __contains__(self, example_id: object) -> bool:
         return example_id in self._row_of
 
+    def ids(self) -> list[str]:
+        """The ids held, in row order (a copy)."""
+        with self._lock:
+            return list(self._ids)
+
     @property
     def capacity(self) -> int:
         return self._matrix.shape[0]

@@ -1,0 +1,56 @@
+"""Heartbeat leases in the ``replicas`` table (id, host, pid, started, renewed, roles).
+
+A replica inserts its row at start and renews ``renewed`` every ``[fleet] heartbeat_s``; a row not
+renewed for ``[fleet] lease_ttl_s`` belongs to a dead replica (``kill -9``, a partition, a lost host)
+and is deleted by the next replica that looks. Times are the database server's clock
+(``clock_timestamp()``, epoch seconds), so the hosts' clocks need not agree.
+
+A replica's id is stable across restarts of the same state directory on the same host, so a restart
+takes its own lease back at once instead of waiting for the old one to expire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+NOW = "extract(epoch from clock_timestamp())"
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One row of ``replicas``: ``roles`` such as ``("pipeline", "train")``; times in epoch seconds."""
+
+    id: str
+    host: str
+    pid: int
+    started: float
+    renewed: float
+    roles: tuple[str, ...]
+
+
+def register(conn: Any, replica_id: str, host: str, pid: int, roles: tuple[str, ...]) -> None:
+    """Insert (or take back) this replica's row with a fresh lease."""
+    conn.execute(
+        f"INSERT INTO replicas (id, host, pid, started, renewed, roles) VALUES (?, ?, ?, {NOW}, {NOW}, ?)"
+        " ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, started = EXCLUDED.started,"
+        " renewed = EXCLUDED.renewed, roles = EXCLUDED.roles",
+        (replica_id, host, pid, ",".join(roles)),
+    )
+
+
+def renew(conn: Any, replica_id: str) -> bool:
+    """Renew the lease; False when the row is gone (another replica found it expired: register again)."""
+    return conn.execute(f"UPDATE replicas SET renewed = {NOW} WHERE id = ?", (replica_id,)).rowcount == 1
+
+
+def live(conn: Any, ttl_s: float) -> list[Replica]:
+    """The replicas whose lease is current, ordered by id; expired rows are deleted on the way."""
+    conn.execute(f"DELETE FROM replicas WHERE renewed < {NOW} - ?", (ttl_s,))
+    rows = conn.execute("SELECT id, host, pid, started, renewed, roles FROM replicas ORDER BY id").fetchall()
+    return [Replica(r[0], r[1], r[2], r[3], r[4], tuple(filter(None, r[5].split(",")))) for r in rows]
+
+
+def leave(conn: Any, replica_id: str) -> None:
+    """Delete this replica's row (a clean stop: its keys move at once)."""
+    conn.execute("DELETE FROM replicas WHERE id = ?", (replica_id,))

@@ -1,0 +1,182 @@
+"""Three ``learnerd run`` replicas on one real PostgreSQL, each tailing its own log directory, sharing one
+docs directory: one of them is paused (its keys pile up) and then killed with ``kill -9``; the other two
+take its keys over once its lease expires. The end state — examples, vectors, probe sections — equals a
+single SQLite run over the union of the logs; the reconcile log shows no key reconciled by two replicas
+at once; every surviving replica's search gives the same top-k as the reference."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from learnerd.fleet.ownership import owner
+from learnerd.store import db
+from learnerd.store.dlm import read_document
+from tests.support.daemon import append_blocks
+from tests.support.daemon_process import DaemonProcess, wait_until
+from tests.support.pipeline import open_store, run_cli, run_once
+
+REPLICAS = 3
+BLOCKS_PER_LOG = 12
+TTL_S = 3.0
+
+CONFIG = """\
+state_dir = "state"
+log_dirs = ["logs"]
+docs_dirs = ["{docs}"]
+
+[analyzer]
+poll_interval_s = 0.2
+
+[shutdown]
+drain_timeout_s = 120.0
+
+[training]
+enabled = false
+
+[store]
+url = "{url}"
+
+[fleet]
+host = "test-host"
+lease_ttl_s = {ttl}
+heartbeat_s = 0.5
+audit = true
+"""
+
+TOOLS = ["ls", "du", "df", "ps", "grep", "find", "tar", "curl", "git", "ssh", "top", "cat"]
+
+
+def blocks_for(replica: int) -> dict[str, tuple[str, str]]:
+    """Distinct blocks ``{id: (description, command)}`` for one replica's log directory."""
+    return {
+        f"r{replica}-b{i:02d}": (f"Use {tool} for task {replica}-{i}", f"{tool} --task {replica}-{i}")
+        for i, tool in enumerate(TOOLS[:BLOCKS_PER_LOG])
+    }
+
+
+def comparable(state: Path, store_url: str | None, docs: Path) -> dict:
+    conn = open_store(state, store_url)
+    try:
+        examples = [tuple(r) for r in conn.execute("SELECT id, query, answer, language FROM examples ORDER BY id")]
+        embeddings = [
+            tuple(r) for r in conn.execute("SELECT example_id, model, text_hash, vector FROM embeddings ORDER BY 1")
+        ]
+    finally:
+        conn.close()
+    sections = read_document(docs / "learned.dlm").auto_sections("learnerd/")
+    return {
+        "examples": examples,
+        "embedding_keys": [r[:3] for r in embeddings],
+        "vectors": np.stack([np.frombuffer(r[3], dtype="<f4") for r in embeddings]),
+        "sections": sorted((s.harvest_source, tuple(s.qa_pairs())) for s in sections),
+    }
+
+
+def count(url: str, sql: str) -> int:
+    conn = db.connect(url)
+    try:
+        return conn.execute(sql).fetchone()[0]
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_three_replicas_share_the_work_take_over_a_killed_one_and_equal_one_sqlite_run(
+    postgres_url, short_root, tmp_path
+):
+    db.migrate(postgres_url)
+    docs = short_root / "docs"
+    roots = [short_root / f"r{i}" for i in range(REPLICAS)]
+    for i, root in enumerate(roots):
+        (root / "logs").mkdir(parents=True)
+        (root / "learnerd.toml").write_text(CONFIG.format(docs=docs, url=postgres_url, ttl=TTL_S))
+        append_blocks(root / "logs" / "first.jsonl", dict(list(blocks_for(i).items())[: BLOCKS_PER_LOG // 2]))
+    total = REPLICAS * BLOCKS_PER_LOG
+
+    replicas = [DaemonProcess(root, "--log-level", "info", name=f"replica{i}") for i, root in enumerate(roots)]
+    try:
+        for replica in replicas:
+            replica.wait_ready()
+        status = replicas[0].client().call("GET", "/status")
+        assert len(status["fleet"]["replicas"]) == REPLICAS
+        ids = {r["id"] for r in status["fleet"]["replicas"]}
+        victim_id = next(i for i in ids if i.endswith(str(roots[2] / "state")))
+        ctl = run_cli("ctl", "status", "--state-dir", str(roots[1] / "state"))
+        assert "fleet" in ctl.stdout and "test-host" in ctl.stdout
+
+        # The victim stops reconciling: the keys it owns (and its own log's blocks, sent on) pile up there.
+        replicas[2].client().call("POST", "/pause", {})
+        for i, root in enumerate(roots):
+            append_blocks(root / "logs" / "second.jsonl", dict(list(blocks_for(i).items())[BLOCKS_PER_LOG // 2 :]))
+        wait_until(lambda: count(postgres_url, "SELECT count(*) FROM blocks") == total, what="every block ingested")
+        owned_by_victim = [b for i in range(REPLICAS) for b in blocks_for(i) if owner(b, sorted(ids)) == victim_id]
+        assert owned_by_victim, "the victim owns some keys"
+        assert count(postgres_url, "SELECT count(*) FROM examples") < total, "the victim's keys wait"
+
+        replicas[2].proc.send_signal(signal.SIGKILL)
+        replicas[2].wait(30)
+        wait_until(
+            lambda: (
+                count(postgres_url, "SELECT count(*) FROM embeddings") == total
+                and count(postgres_url, "SELECT count(*) FROM examples") == total
+            ),
+            timeout=180,
+            what="the victim's keys taken over",
+        )
+        wait_until(
+            lambda: (
+                (docs / "learned.dlm").exists()
+                and len(read_document(docs / "learned.dlm").auto_sections("learnerd/")) == total
+            ),
+            timeout=120,
+            what="every probe section written",
+        )
+        query = "Use grep for task 1-6"
+        hits = []
+        for replica in replicas[:2]:
+            wait_until(lambda r=replica: r.client().call("GET", "/status")["counts"]["indexed"] == total, what="index")
+            hits.append([h["id"] for h in replica.client().call("POST", "/search", {"text": query, "k": 5})])
+        for replica in replicas[:2]:
+            replica.signal(signal.SIGTERM)
+            assert replica.wait(120) == 0, replica.log_text()[-3000:]
+    finally:
+        for replica in replicas:
+            replica.stop()
+
+    # The victim's keys were reconciled by the survivors; no key ever by two replicas at once.
+    conn = db.connect(postgres_url)
+    try:
+        log_rows = conn.execute("SELECT queue, key, replica, started, finished FROM reconcile_log").fetchall()
+    finally:
+        conn.close()
+    survivors_did = {(q, k) for q, k, r, _, _ in log_rows if r != victim_id}
+    assert all(("examples", b) in survivors_did for b in owned_by_victim)
+    by_key: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
+    for queue, key, replica, started, finished in log_rows:
+        by_key.setdefault((queue, key), []).append((started, finished, replica))
+    for key, spans in by_key.items():
+        busy_until, busy_by = -1.0, ""
+        for started, finished, replica in sorted(spans):
+            assert replica == busy_by or started >= busy_until, f"{key} reconciled by {busy_by} and {replica} at once"
+            if finished > busy_until:
+                busy_until, busy_by = finished, replica
+
+    # A single SQLite run over the union of the logs ends in the same state.
+    union = tmp_path / "union"
+    for i, root in enumerate(roots):
+        for log in (root / "logs").iterdir():
+            (union / f"r{i}").mkdir(parents=True, exist_ok=True)
+            (union / f"r{i}" / log.name).write_bytes(log.read_bytes())
+    reference = tmp_path / "reference"
+    run_once(reference, union)
+    got, want = comparable(roots[0], postgres_url, docs), comparable(reference, None, reference / "docs")
+    for key in ("examples", "embedding_keys", "sections"):
+        assert got[key] == want[key], f"{key} differ from the single SQLite run"
+    np.testing.assert_allclose(got["vectors"], want["vectors"], atol=1e-5)
+    offline = run_cli("search", query, "-k", "5", "--json", "--state-dir", str(reference))
+    assert hits[0] == hits[1] == [h["id"] for h in json.loads(offline.stdout)]
