@@ -29,25 +29,30 @@ class Message:
     keys: tuple[str, ...]
 
 
+def _dump(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def payloads(sender: str, queue: str, keys: Sequence[str]) -> Iterator[str]:
     """JSON payloads carrying ``keys``, each under :data:`MAX_PAYLOAD_BYTES` (UTF-8).
 
     Raises:
         ValueError: one key alone does not fit in a payload.
     """
+    empty = len(_dump({"r": sender, "q": queue, "k": []}).encode())
     batch: list[str] = []
-    size = len(json.dumps({"r": sender, "q": queue, "k": []}).encode())
+    size = empty
     for key in keys:
-        key_size = len(json.dumps(key).encode()) + 1
+        key_size = len(_dump(key).encode()) + 1  # the key and its comma
         if size + key_size > MAX_PAYLOAD_BYTES:
             if not batch:
                 raise ValueError(f"key too long for a NOTIFY payload: {key[:80]!r}…")
-            yield json.dumps({"r": sender, "q": queue, "k": batch})
-            batch, size = [], len(json.dumps({"r": sender, "q": queue, "k": []}).encode())
+            yield _dump({"r": sender, "q": queue, "k": batch})
+            batch, size = [], empty
         batch.append(key)
         size += key_size
     if batch:
-        yield json.dumps({"r": sender, "q": queue, "k": batch})
+        yield _dump({"r": sender, "q": queue, "k": batch})
 
 
 def parse(payload: str) -> Message:

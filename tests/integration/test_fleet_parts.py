@@ -1,0 +1,138 @@
+"""The fleet's parts on a real PostgreSQL: rendezvous ownership, heartbeat leases that expire, per-key
+advisory locks, training keys only on "train" replicas, keys sent to their owner over LISTEN/NOTIFY and
+vector changes reaching another replica's index."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import numpy as np
+import pytest
+
+from learnerd.fleet import membership, notify
+from learnerd.fleet.fleet import PIPELINE_ROLE, TRAIN_ROLE, Fleet
+from learnerd.fleet.ownership import owner
+from learnerd.store import db
+from learnerd.store.embeddings import put_vectors
+from learnerd.store.vector_index import VectorIndex
+from tests.support.daemon_process import wait_until
+
+
+@pytest.fixture
+def url(postgres_url):
+    db.migrate(postgres_url)
+    return postgres_url
+
+
+class ListQueue:
+    """The part of a workqueue a :class:`RoutedQueue` needs: a name and ``add``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.keys: list[str] = []
+
+    def add(self, key: str) -> None:
+        self.keys.append(key)
+
+
+def test_rendezvous_ownership_is_spread_and_moves_only_the_leaving_replicas_keys():
+    keys = [f"block-{i}" for i in range(3000)]
+    three = ["a", "b", "c"]
+    before = {k: owner(k, three) for k in keys}
+    counts = {r: sum(1 for o in before.values() if o == r) for r in three}
+    assert all(800 < n < 1200 for n in counts.values()), counts  # 1000 each expected; 6 sigma is ±155
+    after = {k: owner(k, ["a", "b"]) for k in keys}
+    assert all(after[k] == before[k] for k in keys if before[k] != "c"), "only c's keys move"
+    assert owner("x", []) is None
+
+
+def test_leases_expire_and_a_registered_replica_counts_itself(url, tmp_path):
+    conn = db.connect(url)
+    try:
+        membership.register(conn, "dead", "h1", 1, (PIPELINE_ROLE,))
+        conn.execute("UPDATE replicas SET renewed = renewed - 100 WHERE id = 'dead'")
+        membership.register(conn, "alive", "h2", 2, (PIPELINE_ROLE, TRAIN_ROLE))
+        assert [r.id for r in membership.live(conn, ttl_s=15)] == ["alive"]
+        assert conn.execute("SELECT count(*) FROM replicas").fetchone()[0] == 1, "the expired row is deleted"
+        assert membership.renew(conn, "alive") and not membership.renew(conn, "dead")
+    finally:
+        conn.close()
+
+
+def test_advisory_locks_are_exclusive_and_training_keys_go_only_to_train_replicas(url, tmp_path):
+    conns = [db.connect(url) for _ in range(2)]
+    front = Fleet(url, conns[0], state_dir=tmp_path / "front", roles=(PIPELINE_ROLE,))
+    trainer = Fleet(url, conns[1], state_dir=tmp_path / "gpu", roles=(PIPELINE_ROLE, TRAIN_ROLE))
+    try:
+        for fleet, conn in ((front, conns[0]), (trainer, conns[1])):
+            membership.register(conn, fleet.replica_id, fleet.host, 1, fleet.roles)
+        for fleet in (front, trainer):
+            fleet._refresh()
+        docs = [f"/docs/{i}.dlm" for i in range(20)]
+        assert not any(front.owns("training", d) for d in docs) and all(trainer.owns("training", d) for d in docs)
+        blocks = [f"b{i}" for i in range(40)]
+        assert all(front.owns("examples", b) != trainer.owns("examples", b) for b in blocks)
+
+        assert front.try_lock("training", docs[0])
+        assert not trainer.try_lock("training", docs[0]), "one document trains on one replica at a time"
+        front.unlock("training", docs[0])
+        assert trainer.try_lock("training", docs[0])
+        trainer.close()  # the session ends (as with kill -9): its backend exits and releases its locks
+        wait_until(lambda: front.try_lock("training", docs[0]), what="the lock released with the session")
+    finally:
+        front.close()
+        trainer.close()
+        for conn in conns:
+            conn.close()
+
+
+@pytest.mark.anyio
+async def test_keys_reach_their_owner_and_vectors_reach_every_index(url, tmp_path):
+    conns = [db.connect(url) for _ in range(2)]
+    fleets = [Fleet(url, c, state_dir=tmp_path / f"r{i}", heartbeat_s=0.2) for i, c in enumerate(conns)]
+    queues = [ListQueue("examples") for _ in fleets]
+    routed = [f.route(q) for f, q in zip(fleets, queues, strict=True)]
+    fleets[1].index = VectorIndex(4)
+    resyncs = [0, 0]
+    try:
+        async with anyio.create_task_group() as tg:
+            for i, fleet in enumerate(fleets):
+                await tg.start(fleet.run, lambda i=i: resyncs.__setitem__(i, resyncs[i] + 1))
+            with anyio.fail_after(30):
+                while any(len(f.owners()[PIPELINE_ROLE]) < 2 for f in fleets):
+                    await anyio.sleep(0.05)  # each sees the other after a heartbeat
+            keys = [f"k{i}" for i in range(30)]
+            for key in keys:
+                routed[0].add(key)  # replica 0's analyzer committed these blocks
+            theirs = [k for k in keys if fleets[1].owns("examples", k)]
+            assert theirs and set(queues[0].keys) == set(keys) - set(theirs)
+            with anyio.fail_after(30):
+                while sorted(queues[1].keys) != sorted(theirs):
+                    await anyio.sleep(0.02)
+
+            vectors = np.eye(4, dtype=np.float32)[:2]
+            put_vectors(conns[0], ["v1", "v2"], vectors, "", ["h1", "h2"], 1.0)
+            fleets[0].announce_vectors(["v1", "v2"])
+            with anyio.fail_after(30):
+                while len(fleets[1].index) < 2:
+                    await anyio.sleep(0.02)
+            np.testing.assert_array_equal(fleets[1].index.get("v2"), vectors[1])
+            conns[0].execute(
+                "SELECT pg_notify(?, ?)", (notify.CHANNEL, json.dumps({"r": "x", "q": "examples", "k": "bad"}))
+            )  # malformed: logged and skipped
+            tg.cancel_scope.cancel()
+    finally:
+        for fleet, conn in zip(fleets, conns, strict=True):
+            fleet.close()
+            conn.close()
+    assert resyncs[0] >= 1, "the second replica's arrival made the first resync"
+
+
+def test_notify_payloads_stay_under_the_limit_and_parse_back():
+    keys = [f"/a/long/path/document-{i:05d}.dlm" for i in range(2000)]
+    payloads = list(notify.payloads("me", "probes", keys))
+    assert len(payloads) > 1 and all(len(p.encode()) <= notify.MAX_PAYLOAD_BYTES for p in payloads)
+    assert [k for p in payloads for k in notify.parse(p).keys] == keys
+    with pytest.raises(ValueError):
+        list(notify.payloads("me", "probes", ["x" * 9000]))
