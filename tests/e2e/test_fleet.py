@@ -180,3 +180,37 @@ def test_three_replicas_share_the_work_take_over_a_killed_one_and_equal_one_sqli
     np.testing.assert_allclose(got["vectors"], want["vectors"], atol=1e-5)
     offline = run_cli("search", query, "-k", "5", "--json", "--state-dir", str(reference))
     assert hits[0] == hits[1] == [h["id"] for h in json.loads(offline.stdout)]
+
+
+@pytest.mark.slow
+def test_the_database_going_away_mid_run_loses_nothing_and_the_replica_recovers(
+    postgres_server, postgres_url, short_root
+):
+    db.migrate(postgres_url)
+    root = short_root / "r"
+    (root / "logs").mkdir(parents=True)
+    (root / "learnerd.toml").write_text(CONFIG.format(docs=short_root / "docs", url=postgres_url, ttl=TTL_S))
+    blocks = blocks_for(0)
+    first, second = dict(list(blocks.items())[:4]), dict(list(blocks.items())[4:])
+    append_blocks(root / "logs" / "a.jsonl", first)
+    replica = DaemonProcess(root, "--log-level", "info", name="replica")
+    try:
+        replica.wait_ready()
+        wait_until(lambda: count(postgres_url, "SELECT count(*) FROM embeddings") == len(first), what="first blocks")
+        postgres_server.stop()
+        append_blocks(root / "logs" / "a.jsonl", second)  # arrives while the database is gone
+        wait_until(lambda: "analyzer pass failed" in replica.log_text(), what="a failed pass while it is down")
+        assert replica.proc.poll() is None, "the replica keeps running without its database"
+        postgres_server.resume()
+        wait_until(
+            lambda: count(postgres_url, "SELECT count(*) FROM embeddings") == len(blocks),
+            timeout=180,
+            what="every block reconciled once the database is back",
+        )
+        assert count(postgres_url, "SELECT count(*) FROM examples") == len(blocks)
+        replica.signal(signal.SIGTERM)
+        assert replica.wait(120) == 0, replica.log_text()[-3000:]
+    finally:
+        replica.stop()
+        if not (postgres_server.root / "data" / "postmaster.pid").exists():
+            postgres_server.resume()

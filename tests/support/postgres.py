@@ -92,6 +92,10 @@ class PostgresServer:
         self.stop()
         self._pg_ctl_start()
 
+    def resume(self) -> None:
+        """Start the server again after :meth:`stop`."""
+        self._pg_ctl_start()
+
     def create_database(self) -> str:
         """A new empty database; returns its URL."""
         import psycopg
