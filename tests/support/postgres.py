@@ -51,6 +51,7 @@ class PostgresServer:
     bindir: Path
     root: Path
     user: str | None  # the OS user the server runs as when the tests run as root
+    settings: dict[str, str]  # extra ``-c name=value`` server settings
 
     _counter = itertools.count()
 
@@ -78,8 +79,8 @@ class PostgresServer:
         self._pg_ctl_start()
 
     def _pg_ctl_start(self) -> None:
-        # fsync off: the tests kill learnerd, never the machine; nothing else changes from the defaults.
-        options = f"-k {self.socket_dir} -c listen_addresses='' -c fsync=off -c max_connections=200"
+        options = f"-k {self.socket_dir} -c listen_addresses='' -c max_connections=200"
+        options += "".join(f" -c {name}={value}" for name, value in self.settings.items())
         data, log = str(self.root / "data"), str(self.root / "server.log")
         self._run("pg_ctl", "start", "-w", "-D", data, "-l", log, "-o", options)
 
@@ -121,9 +122,14 @@ def _server_user() -> str | None:
     return name
 
 
+#: The tests' server settings: fsync off, since the tests kill learnerd, never the machine.
+TEST_SETTINGS = {"fsync": "off"}
+
+
 @contextlib.contextmanager
-def postgres_server() -> Iterator[PostgresServer]:
+def postgres_server(settings: dict[str, str] | None = None) -> Iterator[PostgresServer]:
     """Start a throw-away server (see the module docstring) and stop it and delete its files on exit.
+    ``settings``: server settings (``-c name=value``), :data:`TEST_SETTINGS` by default.
 
     Raises:
         FileNotFoundError: no PostgreSQL binaries (the fixture turns this into a skip).
@@ -137,7 +143,7 @@ def postgres_server() -> Iterator[PostgresServer]:
         entry = pwd.getpwnam(user)
         os.chown(root, entry.pw_uid, entry.pw_gid)
     os.chmod(root, 0o755)
-    server = PostgresServer(bindir, root, user)
+    server = PostgresServer(bindir, root, user, TEST_SETTINGS if settings is None else settings)
     try:
         try:
             server.start()
