@@ -89,6 +89,56 @@ def measure(root: Path, lines: list[Path], total: int, replicas: int, store_url:
 PG_SETTINGS = {"synchronous_commit": "off"}
 
 
+class _TimedQueue:
+    """A workqueue stand-in that records when each key arrived (perf_counter seconds)."""
+
+    name = "examples"
+
+    def __init__(self) -> None:
+        self.arrived: dict[str, float] = {}
+
+    def add(self, key: str) -> None:
+        self.arrived.setdefault(key, time.perf_counter())
+
+
+def notify_latency(url: str, messages: int = 200) -> list[float]:
+    """Seconds from a key's add on replica A (which does not own it) to its arrival on its owner B's
+    queue: the routing, one NOTIFY (flushed at once) and the delivery, through two real :class:`Fleet`
+    objects on ``url``."""
+    import anyio
+
+    from learnerd.fleet.fleet import Fleet
+
+    async def run() -> list[float]:
+        conns = [db.connect(url) for _ in range(2)]
+        fleets = [Fleet(url, c, state_dir=f"/bench/{i}", heartbeat_s=0.2) for i, c in enumerate(conns)]
+        queues = [_TimedQueue(), _TimedQueue()]
+        routed = [f.route(q) for f, q in zip(fleets, queues, strict=True)]
+        latencies = []
+        try:
+            async with anyio.create_task_group() as tg:
+                for fleet in fleets:
+                    await tg.start(fleet.run, lambda: None)
+                while any(len(f.owners()["pipeline"]) < 2 for f in fleets):
+                    await anyio.sleep(0.05)
+                keys = [k for k in (f"key-{i}" for i in range(10 * messages)) if fleets[1].owns("examples", k)]
+                for key in keys[:messages]:
+                    sent = time.perf_counter()
+                    routed[0].add(key)
+                    fleets[0].flush()
+                    while key not in queues[1].arrived:
+                        await anyio.sleep(0.0005)
+                    latencies.append(queues[1].arrived[key] - sent)
+                tg.cancel_scope.cancel()
+        finally:
+            for fleet, conn in zip(fleets, conns, strict=True):
+                fleet.close()
+                conn.close()
+        return latencies
+
+    return anyio.run(run)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=1000)
@@ -119,6 +169,11 @@ def main() -> None:
             print("no PostgreSQL server binaries (initdb, pg_ctl) found", file=sys.stderr)
             sys.exit(2)
         with postgres_server(PG_SETTINGS) as server:
+            url = server.create_database()
+            db.migrate(url)
+            lat = sorted(notify_latency(url))
+            p50, p99 = lat[len(lat) // 2], lat[int(len(lat) * 0.99)]
+            print(f"key routed to its owner over NOTIFY: p50 {p50 * 1000:.2f} ms  p99 {p99 * 1000:.2f} ms (budget 1 s)")
             for replicas in range(1, args.replicas + 1):
                 url = server.create_database()
                 db.migrate(url)

@@ -51,6 +51,8 @@ FLUSH_S = 0.02
 RECONNECT_S = 1.0
 """Seconds between attempts to reconnect the listening connection."""
 TRAIN_ROLE, PIPELINE_ROLE = "train", "pipeline"
+MODEL_QUEUES = ("training", "evaluation")
+"""Queues whose keys only replicas with the "train" role own."""
 
 
 class RoutedQueue:
@@ -180,8 +182,9 @@ class Fleet:
 
     @staticmethod
     def role_of(queue: str) -> str:
-        """The role whose replicas own ``queue``'s keys: "train" for training, else "pipeline"."""
-        return TRAIN_ROLE if queue == "training" else PIPELINE_ROLE
+        """The role whose replicas own ``queue``'s keys: "train" for training and evaluation (model work,
+        on the hosts that train), else "pipeline"."""
+        return TRAIN_ROLE if queue in MODEL_QUEUES else PIPELINE_ROLE
 
     def owns(self, queue: str, key: str) -> bool:
         """True when this replica owns ``key`` of ``queue`` (always, before :meth:`run` registers)."""
