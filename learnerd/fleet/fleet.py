@@ -70,10 +70,13 @@ class RoutedQueue:
         return len(self._inner)
 
     def add(self, key: str) -> None:
-        if self._fleet.owns(self._inner.name, key):
+        fleet = self._fleet
+        holder = fleet.owner_of(self._inner.name, key)
+        if holder == fleet.replica_id:
             self._inner.add(key)
-        elif not self._fleet.in_resync:
-            self._fleet.send(self._inner.name, key)
+        elif holder is not None and not fleet.in_resync:
+            fleet.send(self._inner.name, key)
+        # holder None: no live replica has the queue's role (no trainer yet); its resync will list the key
 
 
 class OwnedReconciler:
@@ -186,11 +189,16 @@ class Fleet:
         on the hosts that train), else "pipeline"."""
         return TRAIN_ROLE if queue in MODEL_QUEUES else PIPELINE_ROLE
 
+    def owner_of(self, queue: str, key: str) -> str | None:
+        """The live replica that owns ``key`` of ``queue`` (this one, before :meth:`run` registers), or
+        None when no live replica has the queue's role."""
+        if self._members is None:
+            return self.replica_id
+        return owner(key, self._members.get(self.role_of(queue), ()))
+
     def owns(self, queue: str, key: str) -> bool:
         """True when this replica owns ``key`` of ``queue`` (always, before :meth:`run` registers)."""
-        if self._members is None:
-            return True
-        return owner(key, self._members.get(self.role_of(queue), ())) == self.replica_id
+        return self.owner_of(queue, key) == self.replica_id
 
     def owners(self) -> dict[str, list[str]]:
         """Role → live replica ids, as this replica sees them."""
