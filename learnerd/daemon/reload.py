@@ -10,8 +10,8 @@ What changes without a restart:
 * ``[shutdown] drain_timeout_s`` — the next drain uses it.
 
 Everything else (``state_dir``, ``log_dirs``, ``docs_dirs``, ``[analyzer]``, ``[examples]``,
-``[embeddings]``, ``[probes]``, ``[admin]``, a controller's ``workers``) is reported as needing a
-restart and is not applied: the daemon keeps running on the values it started with.
+``[embeddings]``, ``[probes]``, ``[admin]``, ``[store]``, ``[fleet]``, a controller's ``workers``) is
+reported as needing a restart and is not applied: the daemon keeps running on the values it started with.
 """
 
 from __future__ import annotations
