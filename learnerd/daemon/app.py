@@ -224,7 +224,7 @@ class Daemon:
     def adapter_committed(self, doc_path: str | os.PathLike[str], version: AdapterVersion) -> None:
         """The training reconciler's ``on_committed`` hook: evaluate the document's new version."""
         if self.fleet is not None:
-            self.fleet.record_adapter(str(doc_path), version.number)
+            self.fleet.record_adapter(version.doc_key, version.number)
         self.queues["evaluation"].add(str(doc_path))
 
     def enqueue_blocks(self, block_ids: Iterable[str]) -> int:

@@ -29,6 +29,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -174,6 +175,7 @@ class Fleet:
         self._lock_conn = PgConnection(url)  # raises psycopg.OperationalError: checked by db.connect first
         self._model = embedding_model
         self.index: VectorIndex | None = None
+        self.adapters_dir: Path | None = None  # the shared adapter store, on replicas that train
         self.queues: dict[str, Any] = {}
         self.replicas: list[membership.Replica] = []
         self._members: dict[str, list[str]] | None = None  # role -> live replica ids; None: own every key
@@ -349,6 +351,7 @@ class Fleet:
         """
         membership.register(self._conn, self.replica_id, self.host, os.getpid(), self.roles)
         self._refresh()
+        self.record_adapters()
         log.info("fleet.joined", replica=self.replica_id, roles=self.roles, live=len(self.replicas))
         try:
             async with anyio.create_task_group() as tg:
@@ -366,6 +369,7 @@ class Fleet:
         with self.resyncing():
             resync()
         self.resync_index()
+        self.record_adapters()
 
     async def _heartbeat(self, resync: Callable[[], None]) -> None:
         while True:
@@ -427,14 +431,29 @@ class Fleet:
             "messages_received": self.messages_received,
         }
 
-    def record_adapter(self, document: str, version: int) -> None:
-        """Record in ``adapter_commits`` that this replica committed ``version`` of ``document``'s adapter
-        (idempotent; the shared ``adapters_dir``'s ``current`` pointer is the commit itself)."""
+    def record_adapter(self, doc_key: str, version: int, replica: str | None = None) -> None:
+        """Record in ``adapter_commits`` that ``version`` of the adapter ``doc_key`` is committed
+        (idempotent). The shared ``adapters_dir``'s atomic rename is the commit itself; this row follows
+        it, and :meth:`record_adapters` fills in any row a crash in between left out."""
         self._conn.execute(
             f"INSERT INTO adapter_commits (document, version, replica, committed_at) VALUES (?, ?, ?, {membership.NOW})"
             " ON CONFLICT (document, version) DO NOTHING",
-            (document, version, self.replica_id),
+            (doc_key, version, replica or self.replica_id),
         )
+
+    def record_adapters(self) -> int:
+        """Record every committed version in ``adapters_dir`` that ``adapter_commits`` lacks (level-triggered,
+        run when the replica joins and at each resync); returns how many rows were missing."""
+        if self.adapters_dir is None or not self.adapters_dir.is_dir():
+            return 0
+        from learnerd.store.adapters import AdapterStore
+
+        store = AdapterStore(self.adapters_dir)
+        known = {(r[0], r[1]) for r in self._conn.execute("SELECT document, version FROM adapter_commits")}
+        missing = [v for key in store.doc_keys() for v in store.list_versions(key) if (key, v.number) not in known]
+        for version in missing:
+            self.record_adapter(version.doc_key, version.number, replica="recovered")
+        return len(missing)
 
     def close(self) -> None:
         self._lock_conn.close()
@@ -450,7 +469,7 @@ def fleet_for(cfg: Any, conn: Any) -> Fleet | None:
         return None
     from learnerd.ml.embedders import embedder_name
 
-    return Fleet(
+    fleet = Fleet(
         cfg.store.url,
         conn,
         state_dir=cfg.state_dir,
@@ -461,3 +480,6 @@ def fleet_for(cfg: Any, conn: Any) -> Fleet | None:
         audit=cfg.fleet.audit,
         embedding_model=embedder_name(cfg.embeddings),
     )
+    if cfg.training.enabled:
+        fleet.adapters_dir = cfg.adapters_dir
+    return fleet
