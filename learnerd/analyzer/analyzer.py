@@ -231,6 +231,7 @@ class Analyzer:
 
     async def _scan_all(self) -> None:
         """One full pass: reconcile tracked files with what is on disk, then drain every log file."""
+        self._stats.add("rescans")
         found = discover(self._roots)
         first_path_of_inode: dict[int, str] = {}
         for path, inode in found.items():
@@ -340,12 +341,13 @@ class Analyzer:
         Raises:
             sqlite3.Error: the database failed (the whole pass fails and is retried).
         """
+        key = (t.path, t.inode)
         try:
             await self._drain(t, fd)
+            self._warned_unreadable.discard(key)
         except Exception as exc:
             if isinstance(exc, sqlite3.Error):  # outside a line (the watermark, the traces count): the database
                 raise
-            key = (t.path, t.inode)
             if key in self._warned_unreadable:
                 return
             self._warned_unreadable.add(key)
@@ -385,7 +387,6 @@ class Analyzer:
                 self._restart(t, "log file replaced (its first bytes changed); reading it from the start", st)
         if t.mid_line is None:
             t.mid_line = t.offset > 0 and os.pread(fd, 1, t.offset - 1) != b"\n"
-        self._warned_unreadable.discard((t.path, t.inode))
         cfg = self._config
         end = st.st_size  # a pass stops here: a file that grows as fast as it is read cannot hold it
         while True:

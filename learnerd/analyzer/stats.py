@@ -21,6 +21,8 @@ Metric names (prometheus-client adds ``_total`` to counters on exposition):
   watermark, or rewritten in place).
 - ``learnerd_analyzer_rotations_total``: paths found naming a new file (the old one finished first).
 - ``learnerd_analyzer_deleted_files_total``: tracked files that disappeared.
+- ``learnerd_analyzer_rescans_total``: full rescans of the log directories (listing every directory
+  and checking every tracked file); while the watcher runs, one per ``rescan_interval_s``.
 - ``learnerd_analyzer_errors_total``: passes or files that failed (I/O, database) and will be retried.
 
 The snapshot also names the last malformed line (``last_malformed``: file, line, reason, epoch
@@ -50,6 +52,7 @@ _COUNTERS = {
     "truncations": "Log files read again from the start (truncated or replaced in place).",
     "rotations": "Log paths found naming a new file; the old one was finished first.",
     "deleted_files": "Tracked log files that disappeared.",
+    "rescans": "Full rescans of the log directories.",
     "errors": "Analyzer passes that failed and will be retried.",
 }
 
@@ -85,6 +88,7 @@ class AnalyzerStats:
     truncations: int = 0
     rotations: int = 0
     deleted_files: int = 0
+    rescans: int = 0
     errors: int = 0
     last_malformed: LineProblem | None = None
     last_error: LineProblem | None = None
