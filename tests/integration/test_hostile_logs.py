@@ -241,3 +241,32 @@ async def test_another_programs_json_log_is_skipped_with_one_warning_per_file(ha
     warned = [(Path(e["file"]).name, e["line"]) for e in seen if e["log_level"] == "warning"]
     assert warned == [("runme.log", 1), ("settings.json", 1)]
     assert all("not a block log" in e["reason"] for e in seen if e["log_level"] == "warning")
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("restore_log_level")
+async def test_ctl_status_names_the_file_line_and_reason_of_the_last_malformed_line(short_root: Path, minilm, capsys):
+    from learnerd.cmd.main import main
+    from tests.support.daemon import daemon_config, eventually, running_service
+
+    cfg = daemon_config(short_root)
+    text, bad_line, _ = HOSTILE["exit_code 2**64"]
+    (short_root / "logs" / "a.jsonl").write_text(ev("good-1") + text + ev("good-2"))
+    (short_root / "logs" / "b.jsonl").write_text(ev("good-3"))
+    async with running_service(cfg, minilm) as running:
+
+        async def ingested() -> bool:
+            return running.daemon.analyzer.stats.lines_read == 4
+
+        await eventually(ingested, what="ingested")
+        capsys.readouterr()
+        argv = ["ctl", "status", "--state-dir", str(cfg.state_dir)]
+        assert await anyio.to_thread.run_sync(main, argv) == 0
+        table = capsys.readouterr().out
+        assert await anyio.to_thread.run_sync(main, [*argv, "--json"]) == 0
+        status = json.loads(capsys.readouterr().out)
+    where = f"{short_root / 'logs' / 'a.jsonl'}:{1 + bad_line}"
+    assert where in table and "OverflowError" in table
+    problem = status["analyzer"]["last_malformed"]
+    assert (problem["file"], problem["line"]) == (str(short_root / "logs" / "a.jsonl"), 1 + bad_line)
+    assert problem["reason"].startswith("OverflowError") and status["analyzer"]["malformed_lines"] == 1
