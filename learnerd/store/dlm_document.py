@@ -323,13 +323,14 @@ def _guard_end(chunks: list[_Chunk]) -> list[_Chunk]:
 def _appended_lines(present: Section, wanted: Section) -> tuple[str, ...]:
     """The lines after ``wanted``'s body in ``present``'s, when ``present`` is ``wanted`` (trailing blank
     lines aside, markers alike) with text written after it; else ``()``."""
-    body = list(wanted.body)
-    while body and not body[-1].strip():
-        body.pop()
-    n = len(body)
-    if present.markers != wanted.markers or tuple(present.body[:n]) != tuple(body):
+    if present.markers != wanted.markers:
         return ()
-    rest = present.body[n:]
+    body = list(wanted.body)
+    while body and present.body[: len(body)] != tuple(body) and not body[-1].strip():
+        body.pop()  # present may lack wanted's trailing blank lines
+    if present.body[: len(body)] != tuple(body):
+        return ()
+    rest = present.body[len(body) :]
     return rest if any(line.strip() for line in rest) else ()
 
 
