@@ -215,8 +215,12 @@ class Document:
     # -- edits (each returns a new Document) ------------------------------------------------------
 
     def append_section(self, section: Section) -> Document:
-        """``section`` added at the end of the document."""
-        return self._with_chunks([*self._chunks, _Chunk(section, None, True)])
+        """``section`` added at the end of the document (before an end guard nothing follows; an auto
+        section gets one after it)."""
+        chunks = list(self._chunks)
+        guard = chunks.pop() if chunks and _is_end_guard(chunks[-1]) else None
+        chunks.append(_Chunk(section, None, True))
+        return self._with_chunks(_guard_end([*chunks, guard] if guard is not None else chunks))
 
     def upsert_auto_section(self, section: Section) -> Document:
         """Replace the section carrying ``section``'s harvest source in place (dropping any duplicate of

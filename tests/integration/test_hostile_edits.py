@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from learnerd.config import config_from_dict
 from learnerd.reconcilers.probes import ProbesReconciler
 from learnerd.store.db import connect, transaction
@@ -88,13 +90,14 @@ def test_text_appended_inside_learnerds_last_section_of_an_older_document_is_kep
     assert not rec.reconcile_sync(str(doc)).written
 
 
-def test_harvest_style_upserts_keep_text_written_after_the_last_section(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["upsert_auto_section", "append_section"])
+def test_harvests_and_journaled_probes_keep_text_written_after_the_last_section(tmp_path: Path, how: str) -> None:
     _, _, doc = setup(tmp_path)
     with doc.open("a") as f:
         f.write("\nMy own closing words.\n")
 
     def harvest(d):
-        return d.upsert_auto_section(probe_section("What prints the date?", "date", source="auto-harvest/x"))
+        return getattr(d, how)(probe_section("What prints the date?", "date", source="auto-harvest/x"))
 
     update_document(doc, harvest)
     document = read_document(doc)
