@@ -17,7 +17,7 @@ _ANALYZER_ROWS = (
     ("malformed_lines", "malformed lines skipped"),
     ("unknown_events", "unknown events skipped"),
     ("oversized_lines", "oversized lines skipped"),
-    ("foreign_lines", "not block-log lines skipped"),
+    ("foreign_lines", "foreign lines skipped"),
     ("truncations", "truncations"),
     ("rotations", "rotations"),
     ("errors", "errors (retried)"),
