@@ -84,6 +84,7 @@ async def test_a_log_directory_created_later_is_watched(harness: Harness):
 @pytest.mark.anyio
 async def test_run_survives_a_failing_pass_and_retries(harness: Harness):
     logs = harness.log_dirs[0]
+
     def database_fails() -> None:
         raise OSError("injected: disk I/O error")
 
