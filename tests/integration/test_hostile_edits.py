@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from learnerd.config import config_from_dict
-from learnerd.reconcilers.probes import ProbesReconciler
+from learnerd.daemon.wiring import probes_reconciler
 from learnerd.store.db import connect, transaction
 from learnerd.store.dlm import QAPair, probe_section, read_document, update_document
 from learnerd.store.examples import Example, delete_example, put_example
@@ -31,7 +31,7 @@ def setup(tmp_path: Path):
     with transaction(conn):
         for e in EXAMPLES:
             put_example(conn, e)
-    rec = ProbesReconciler(cfg)
+    rec = probes_reconciler(cfg)
     doc = tmp_path / "docs" / "learned.dlm"
     rec.reconcile_sync(str(doc))
     return rec, conn, doc
@@ -81,7 +81,7 @@ def test_text_appended_inside_learnerds_last_section_of_an_older_document_is_kep
     absorbed = probes(doc)["learnerd/blk-2"][0].answer  # dlm's grammar reads the notes as part of the answer
     assert absorbed.startswith("du -sh .\n\nfree -h") and "Note 59" in absorbed
 
-    outcome = ProbesReconciler(_cfg(tmp_path)).reconcile_sync(str(doc))  # a restarted daemon: nothing cached
+    outcome = probes_reconciler(_cfg(tmp_path)).reconcile_sync(str(doc))  # a restarted daemon: nothing cached
     assert outcome.written
     assert probes(doc)["learnerd/blk-2"] == [QAPair(EXAMPLES[1].query, EXAMPLES[1].answer, probe=True)]
     assert persons_prose(doc).count("Remember to run") == 60 and PARAGRAPHS.strip() in persons_prose(doc)

@@ -174,9 +174,29 @@ def _nest(root: Path, depth: int) -> Path:
     return path
 
 
+def _remove_nest(root: Path) -> None:
+    """Remove ``root/d/...`` deepest first (shutil.rmtree, and so pytest's clean-up, recurses per level)."""
+    levels = []
+    path = root / "d"
+    while path.is_dir():
+        levels.append(path)
+        path = path / "d"
+    for level in reversed(levels):
+        for entry in level.iterdir():
+            if not entry.is_dir():
+                entry.unlink()
+        level.rmdir()
+
+
+@pytest.fixture
+def deep_logs(harness: Harness):
+    yield harness.log_dirs[0]
+    _remove_nest(harness.log_dirs[0])
+
+
 @pytest.mark.anyio
-async def test_a_1000_level_deep_directory_does_not_stop_discovery(harness: Harness):
-    logs = harness.log_dirs[0]
+async def test_a_1000_level_deep_directory_does_not_stop_discovery(harness: Harness, deep_logs: Path):
+    logs = deep_logs
     (_nest(logs, 1000) / "too-deep.jsonl").write_text(ev("too-deep"))
     (_nest(logs, MAX_DEPTH) / "deepest.jsonl").write_text(ev("deepest"))
     (_nest(logs, MAX_DEPTH + 1) / "one-too-deep.jsonl").write_text(ev("one-too-deep"))
