@@ -49,7 +49,7 @@ from learnerd.analyzer.stats import AnalyzerStats
 from learnerd.api.rpc import RpcServer
 from learnerd.config import Config
 from learnerd.daemon import wiring
-from learnerd.ml.embedders import Embedder, embedder_dim, embedder_name, make_embedder
+from learnerd.ml.embedders import Embedder, LazyEmbedder, embedder_dim, embedder_name, make_embedder
 from learnerd.reconcilers.embeddings import EmbeddingsReconciler
 from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.reconcilers.examples import ExamplesReconciler
@@ -304,10 +304,20 @@ class Daemon:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def _start_embeddings(self, tg: anyio.abc.TaskGroup) -> None:
+    async def _start_embeddings(self, tg: anyio.abc.TaskGroup, *, lazy: bool) -> None:
+        """Load the embedder (``lazy``: MiniLM only at its first use, so a run with nothing to embed never
+        loads it; an OpenAI-compatible endpoint is always checked now, to fail fast), then start the
+        controllers that need it.
+
+        Raises:
+            EmbedderError: the embedder cannot be loaded or the endpoint does not answer.
+        """
         if self.embedder is None:
-            log.info("loading embedder", backend=self.cfg.embeddings.backend)
-            self.embedder = await anyio.to_thread.run_sync(make_embedder, self.cfg.embeddings)
+            if lazy and self.cfg.embeddings.backend == "minilm":
+                self.embedder = LazyEmbedder(self.cfg.embeddings)
+            else:
+                log.info("loading embedder", backend=self.cfg.embeddings.backend)
+                self.embedder = await anyio.to_thread.run_sync(make_embedder, self.cfg.embeddings)
         for row in self._rows:
             if row.needs_embedder:
                 tg.start_soon(self._wire(row).run, name=f"controller-{row.name}")
@@ -331,7 +341,7 @@ class Daemon:
                 await tg.start(self._run_training_intake, training_scope, name="training-intake")
                 if self.rpc is not None:
                     await tg.start(self._run_rpc, training_scope, name="rpc-server")
-            await self._start_embeddings(tg)
+            await self._start_embeddings(tg, lazy=not intake)
             try:
                 await body(tg)
             finally:
