@@ -49,6 +49,7 @@ from learnerd.analyzer.stats import AnalyzerStats
 from learnerd.api.rpc import RpcServer
 from learnerd.config import Config
 from learnerd.daemon import wiring
+from learnerd.daemon.metrics import DaemonMetrics
 from learnerd.ml.embedders import Embedder, LazyEmbedder, embedder_dim, embedder_name, make_embedder
 from learnerd.reconcilers.embeddings import EmbeddingsReconciler
 from learnerd.reconcilers.evaluation import EvaluationReconciler
@@ -99,9 +100,11 @@ CONTROLLERS: tuple[ControllerRow, ...] = (
         needs_embedder=True,
     ),
     ControllerRow("probes", lambda d: wiring.probes_reconciler(d.cfg, d.router)),
-    ControllerRow("evaluation", lambda d: wiring.evaluation_reconciler(d.cfg)),
+    ControllerRow("evaluation", lambda d: wiring.evaluation_reconciler(d.cfg, on_report=d.metrics.evaluated)),
     ControllerRow(
-        "training", lambda d: wiring.training_reconciler(d.cfg, on_committed=d.adapter_committed), stage="training"
+        "training",
+        lambda d: wiring.training_reconciler(d.cfg, on_committed=d.adapter_committed, on_cycle=d.metrics.cycle),
+        stage="training",
     ),
 )
 #: Queue names in pipeline order (the order they drain in).
@@ -165,6 +168,7 @@ class Daemon:
         self.router = wiring.document_router(cfg)
         self._queue_metrics = PrometheusMetricsProvider(self.registry)
         self._controller_metrics = ControllerMetrics(self.registry)
+        self.metrics = DaemonMetrics(self.registry)
         self._rows = [row for row in CONTROLLERS if row.stage == "pipeline" or cfg.training.enabled]
         if not cfg.training.enabled and cfg.rpc.listen:
             raise ValueError("the RPC server feeds training; it cannot run with [training] enabled = false")
