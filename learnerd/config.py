@@ -7,7 +7,8 @@ Layout of the file (every key optional; unknown keys are refused so a typo never
     docs_dirs = ["~/dlm-docs"]              # directories of .dlm documents
 
     [analyzer]
-    poll_interval_s = 1.0        # full rescan period: the safety net beside file-system events
+    poll_interval_s = 1.0        # log directories appearing; full rescan period when polling only
+    rescan_interval_s = 300.0    # full rescan period while watchfiles runs (the safety net for missed events)
     force_polling = false        # rescans only, no watchfiles (network file systems, containers)
     debounce_ms = 50             # watchfiles' debounce: how long a burst of changes is gathered
     max_line_bytes = 4194304     # longer lines are counted, logged and skipped unread
@@ -130,7 +131,10 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import TYPE_CHECKING, Any, get_type_hints
+
+if TYPE_CHECKING:
+    from learnerd.store.layout import StateLayout
 
 
 class ConfigError(ValueError):
@@ -153,6 +157,7 @@ class AnalyzerConfig:
     """
 
     poll_interval_s: float = 1.0
+    rescan_interval_s: float = 300.0
     force_polling: bool = False
     debounce_ms: int = 50
     max_line_bytes: int = 4 * 1024 * 1024
@@ -163,6 +168,8 @@ class AnalyzerConfig:
     def validate(self) -> None:
         if not self.poll_interval_s > 0:
             raise ConfigError("analyzer.poll_interval_s must be > 0")
+        if not self.rescan_interval_s > 0:
+            raise ConfigError("analyzer.rescan_interval_s must be > 0")
         if self.debounce_ms < 1:
             raise ConfigError("analyzer.debounce_ms must be >= 1")
         if self.max_line_bytes < 1 or self.batch_max_lines < 1 or self.batch_max_bytes < 1:
@@ -346,7 +353,7 @@ RPC_TOKEN_ENV = "LEARNERD_PROBE_TOKEN"
 
 @dataclass
 class RpcConfig:
-    """The probe-injection RPC server (``learnerd.daemon.rpc``). ``listen`` is ``HOST:PORT`` (empty: off)."""
+    """The probe-injection RPC server (``learnerd.api.rpc``). ``listen`` is ``HOST:PORT`` (empty: off)."""
 
     listen: str = ""
     document: str = ""
@@ -480,25 +487,34 @@ class Config:
     path: Path | None = None
 
     @property
+    def layout(self) -> StateLayout:
+        """Where every file under ``state_dir`` lives (:class:`learnerd.store.layout.StateLayout`), with
+        ``[store]``'s database and adapter store."""
+        from learnerd.store.layout import StateLayout
+
+        shared = Path(self.store.adapters_dir) if self.store.adapters_dir else None
+        return StateLayout(self.state_dir, tuple(self.docs_dirs), self.store.url, shared)
+
+    @property
     def db_path(self) -> Path:
         """The SQLite file: ``[store] url`` when it is a path, else ``<state_dir>/learnerd.db``."""
-        return Path(self.store.url) if self.store.url and not self.is_postgres else self.state_dir / "learnerd.db"
+        return self.layout.db_path
 
     @property
     def is_postgres(self) -> bool:
         """True when ``[store] url`` names a PostgreSQL database."""
-        return self.store.url.startswith(("postgresql://", "postgres://"))
+        return self.layout.is_postgres
 
     @property
     def store_target(self) -> str | Path:
         """What :func:`learnerd.store.db.connect` opens: the PostgreSQL URL, else :attr:`db_path`."""
-        return self.store.url if self.is_postgres else self.db_path
+        return self.layout.store_target
 
     @property
     def adapters_dir(self) -> Path:
         """Root of the versioned adapter store (``learnerd.store.adapters``): ``[store] adapters_dir``,
         else ``<state_dir>/adapters``."""
-        return Path(self.store.adapters_dir) if self.store.adapters_dir else self.state_dir / "adapters"
+        return self.layout.adapters_dir
 
     @property
     def models_dir(self) -> Path:

@@ -38,7 +38,7 @@ import structlog
 
 from learnerd.fleet import membership, notify
 from learnerd.fleet.ownership import lock_id, owner
-from learnerd.reconcile import Result
+from learnerd.runtime.reconcile import Result
 from learnerd.store.embeddings import iter_vectors
 from learnerd.store.pg import PgConnection
 from learnerd.store.vector_index import VectorIndex
@@ -459,16 +459,15 @@ class Fleet:
         self._lock_conn.close()
 
 
-def fleet_for(cfg: Any, conn: Any) -> Fleet | None:
-    """The :class:`Fleet` of a daemon on ``cfg`` (None on SQLite: one process, nothing to share).
+def fleet_for(cfg: Any, conn: Any, embedding_model: str) -> Fleet | None:
+    """The :class:`Fleet` of a daemon on ``cfg`` (a :class:`learnerd.config.Config`; None on SQLite: one
+    process, nothing to share); ``embedding_model`` names the vectors its index holds.
 
     Raises:
-        StoreUnavailable: the lock connection cannot be opened.
+        psycopg.OperationalError: the lock connection cannot be opened.
     """
     if not cfg.is_postgres:
         return None
-    from learnerd.ml.embedders import embedder_name
-
     fleet = Fleet(
         cfg.store.url,
         conn,
@@ -478,7 +477,7 @@ def fleet_for(cfg: Any, conn: Any) -> Fleet | None:
         lease_ttl_s=cfg.fleet.lease_ttl_s,
         heartbeat_s=cfg.fleet.heartbeat_s,
         audit=cfg.fleet.audit,
-        embedding_model=embedder_name(cfg.embeddings),
+        embedding_model=embedding_model,
     )
     if cfg.training.enabled:
         fleet.adapters_dir = cfg.adapters_dir

@@ -48,6 +48,16 @@ _UPSERT_RE = re.compile(r"^\s*INSERT OR REPLACE INTO (\w+) \(([^)]*)\)(.*)$", re
 _DDL_TYPES = {"INTEGER": "BIGINT", "REAL": "DOUBLE PRECISION", "BLOB": "BYTEA"}
 _DDL_RE = re.compile(r"\b(" + "|".join(_DDL_TYPES) + r")\b")
 
+DATABASE_FAILURES: tuple[type[BaseException], ...] = (
+    psycopg.OperationalError,
+    psycopg.InternalError,
+    psycopg.InterfaceError,
+)
+"""psycopg's exceptions that mean the server or the connection failed, not the data (a line whose text
+PostgreSQL refuses — a NUL character, say — raises ``psycopg.DataError`` and is the input's fault)."""
+ERRORS = psycopg.Error
+"""The base of every psycopg exception."""
+
 CONNECT_TIMEOUT_S = 10
 """Seconds to wait for the server when connecting (libpq's ``connect_timeout``)."""
 
