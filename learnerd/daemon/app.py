@@ -317,6 +317,8 @@ class Daemon:
         fleet: every key this replica owns)."""
         with self.fleet.resyncing() if self.fleet is not None else contextlib.nullcontext():
             for name in PIPELINE:
+                if name not in self.reconcilers:
+                    continue  # not wired yet (embeddings, while the embedder loads): run lists it once it is
                 for key in self.reconcilers[name].resync_keys():
                     self.queues[name].add(key)
         log.info("resync", **{name: len(self.queues[name]) for name in PIPELINE})

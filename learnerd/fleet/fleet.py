@@ -365,11 +365,16 @@ class Fleet:
                 membership.leave(self._conn, self.replica_id)
 
     def _resync(self, resync: Callable[[], None], why: str) -> None:
+        """Resync the daemon's keys, the vector index and the adapter records; a failure is logged (the
+        next membership change, reconnect or restart resyncs again), never raised into the fleet's loops."""
         log.info("fleet.resync", why=why, owners={r: len(ids) for r, ids in self.owners().items()})
-        with self.resyncing():
-            resync()
-        self.resync_index()
-        self.record_adapters()
+        try:
+            with self.resyncing():
+                resync()
+            self.resync_index()
+            self.record_adapters()
+        except Exception:
+            log.exception("fleet.resync_failed", why=why)
 
     async def _heartbeat(self, resync: Callable[[], None]) -> None:
         while True:
