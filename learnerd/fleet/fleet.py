@@ -88,6 +88,15 @@ class OwnedReconciler:
         self.name: str = inner.name
         self._fleet = fleet
 
+    @property
+    def changes(self) -> Any:
+        """The wrapped reconciler's change counters (the run summary reads them)."""
+        return self.inner.changes
+
+    def resync_keys(self) -> Any:
+        """The wrapped reconciler's start-up list."""
+        return self.inner.resync_keys()
+
     async def reconcile(self, key: str) -> Result:
         fleet = self._fleet
         if not fleet.owns(self.name, key):
@@ -109,6 +118,12 @@ class OwnedBatchReconciler(OwnedReconciler):
     def __init__(self, inner: Any, fleet: Fleet) -> None:
         super().__init__(inner, fleet)
         self.batch_size: int = inner.batch_size
+
+    async def reconcile(self, key: str) -> Result:
+        result = await super().reconcile(key)
+        if self._fleet.owns(self.name, key):
+            self._fleet.announce_vectors([key])
+        return result
 
     async def reconcile_batch(self, keys: Sequence[str]) -> Mapping[str, Result | BaseException]:
         fleet = self._fleet

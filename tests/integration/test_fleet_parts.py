@@ -159,3 +159,27 @@ def test_committed_adapter_versions_are_recorded_and_a_missed_record_is_filled_i
     finally:
         fleet.close()
         conn.close()
+
+
+def test_owned_reconcilers_keep_the_reconciler_contract(url, tmp_path):
+    from learnerd.runtime.reconcile import BatchReconciler, Reconciler
+
+    class Batch:
+        name, batch_size, changes = "embeddings", 8, {}
+
+        def resync_keys(self):
+            return ["a"]
+
+        async def reconcile(self, key): ...
+
+        async def reconcile_batch(self, keys): ...
+
+    conn = db.connect(url)
+    fleet = Fleet(url, conn, state_dir=tmp_path / "r")
+    try:
+        owned = fleet.own(Batch())
+        assert isinstance(owned, BatchReconciler) and owned.batch_size == 8, "the controller must still batch"
+        assert isinstance(owned, Reconciler) and list(owned.resync_keys()) == ["a"]
+    finally:
+        fleet.close()
+        conn.close()
