@@ -130,3 +130,21 @@ def test_a_lost_connection_fails_the_statement_then_reconnects(postgres_server, 
         assert [e.id for e in list_examples(conn)] == ["after", "before"]
     finally:
         conn.close()
+
+
+def test_a_nul_character_is_a_malformed_line_on_postgres_and_the_batch_goes_on(postgres_url):
+    from learnerd.analyzer import ingest
+    from learnerd.analyzer.blocklog import event_line
+    from learnerd.analyzer.tail import RawLine
+
+    db.migrate(postgres_url)
+    conn = db.connect(postgres_url)
+    try:
+        nul = event_line("executed", "b-nul", 1.0, cell=Cell("code", "a\x00b", "bash"), exit_code=0).strip().encode()
+        fine = event_line("context", "b-ok", 1.0, cells=[Cell("markup", "ok")]).strip().encode()
+        with db.transaction(conn):
+            results = [ingest.ingest_line(conn, RawLine(n, data, len(data)), 5.0) for n, data in ((1, nul), (2, fine))]
+        assert [r.outcome for r in results] == [ingest.MALFORMED, ingest.EVENTS]
+        assert "NUL" in results[0].reason and list_block_ids(conn) == ["b-ok"]
+    finally:
+        conn.close()
