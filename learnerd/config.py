@@ -106,6 +106,9 @@ Layout of the file (every key optional; unknown keys are refused so a typo never
     max_failing_cycles = 3       # a probe still failing after this many cycles with its harvested copy is
                                  # reported as stuck and never harvested again (until it passes once)
     null_runs = 3                # noise adapters the z-scores are calibrated on (0: fixed thresholds)
+    calibration = "sway"         # "sway": delta_kl's null on sway's sentinel prompts, noise filled in module
+                                 # order (z-scores compare with sway's); "document": on the document's prompts
+    num_threads = 0              # torch threads while evaluating; 0 = the cores idle now (at least 1)
     max_prompts = 8              # prompts per divergence probe
     max_turns = 4                # dialogue length of the multi-turn probe (2..8)
     half_life_target = 2.0       # the multi-turn probe passes at a half-life of at least this many turns
@@ -403,6 +406,8 @@ class EvaluationSettings:
     min_confidence: float = 0.0
     max_failing_cycles: int = 3
     null_runs: int = 3
+    calibration: str = "sway"
+    num_threads: int = 0
     max_prompts: int = 8
     max_turns: int = 4
     half_life_target: float = 2.0
@@ -416,6 +421,8 @@ class EvaluationSettings:
             raise ConfigError("evaluation: need max_failing_cycles >= 1, null_runs in 0..20, max_prompts >= 1")
         if not 2 <= self.max_turns <= 8 or self.half_life_target <= 0:
             raise ConfigError("evaluation: need max_turns in 2..8 and half_life_target > 0")
+        if self.calibration not in ("sway", "document") or self.num_threads < 0:
+            raise ConfigError('evaluation: calibration must be "sway" or "document", num_threads >= 0')
 
 
 @dataclass

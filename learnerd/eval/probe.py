@@ -79,10 +79,13 @@ class EvalOptions:
     null_runs: int = 3
     null_init_scale: float = 0.02
     null_seed_base: int = 1000
+    calibration: str = "sway"
 
     def __post_init__(self) -> None:
         if not 2 <= self.max_turns <= 8:
             raise ValueError(f"max_turns must be in 2..8, not {self.max_turns}")
+        if self.calibration not in ("sway", "document"):
+            raise ValueError(f"calibration must be sway or document, not {self.calibration!r}")
         if self.delta_divergence not in ("js", "kl"):
             raise ValueError(f"delta_divergence must be js or kl, not {self.delta_divergence!r}")
         if not 0.0 <= self.min_similarity <= 1.0:
@@ -96,6 +99,7 @@ class EvalOptions:
         return cls(
             harvest_tag=settings.harvest_tag,
             null_runs=settings.null_runs,
+            calibration=settings.calibration,
             max_prompts=settings.max_prompts,
             max_turns=settings.max_turns,
             half_life_target=settings.half_life_target,
@@ -105,18 +109,37 @@ class EvalOptions:
 @dataclass
 class ProbeContext:
     """What a probe reads: the backend, the document's encoded inputs, the options, and the null-adapter
-    statistics per probe kind (``{"mean", "std", "n"}``) once calibration ran."""
+    statistics per probe kind (``{"mean", "std", "n", "degenerate"}``) once calibration ran.
+
+    ``progress`` is called with a short description after each step of work (:func:`learnerd.eval.suite.total_steps`
+    of them in a whole evaluation); it is where a progress bar or a log event hooks in.
+    """
 
     backend: DifferentialBackend
     inputs: DocumentInputs
     options: EvalOptions = field(default_factory=EvalOptions)
     null_stats: dict[str, dict[str, float]] = field(default_factory=dict)
+    progress: Callable[[str], None] = field(default_factory=lambda: _no_progress)
+
+    def step(self, description: str) -> None:
+        """One step of work done: report it, then stop here if the evaluation was cancelled.
+
+        Raises:
+            EvaluationCancelled: the backend's cancel event is set.
+        """
+        self.progress(description)
+        self.backend.check_cancelled()
+
+
+def _no_progress(description: str) -> None:
+    return None
 
 
 def z_score(ctx: ProbeContext, kind: str, raw: float) -> float | None:
-    """Standard deviations of ``raw`` above the null-adapter mean of ``kind``, or None uncalibrated."""
+    """Standard deviations of ``raw`` above the null-adapter mean of ``kind``; None uncalibrated, or when the
+    null samples were degenerate (one sample, or all equal: sway's rule, ``probes/_zscore.py``)."""
     null = ctx.null_stats.get(kind)
-    if null is None or not null.get("std", 0.0) > 0.0:
+    if null is None or not null.get("std", 0.0) > 0.0 or null.get("degenerate", 0.0) >= 0.5:
         return None
     return (raw - null["mean"]) / null["std"]
 
