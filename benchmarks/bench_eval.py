@@ -5,7 +5,7 @@ Both sides load the adapter onto the base on CPU in float32 and compute what a z
 ``--null-runs`` noise adapters on sway's sentinel prompts (learnerd's default ``calibration = "sway"``),
 then the probe itself on ``--prompts`` prompts. sway runs its own ``NullAdapterProbe`` and
 ``DeltaKLProbe`` through its HF backend (one forward pass per prompt and view); learnerd runs
-``learnerd.eval.delta_kl`` through its differential backend (batched forward passes). The prompts are
+``learnerd.eval.probes.delta_kl`` through its differential backend (batched forward passes). The prompts are
 plain text, so both tokenize them the same way (``tokenizer(text).input_ids``; checked). Each side is
 timed from a freshly loaded backend (no cached forward passes), alternating, ``--repeats`` times; the
 best run of each is compared (the least disturbed by whatever else the machine runs).
@@ -95,10 +95,10 @@ def run_sway(base_dir: Path, adapter: Path, texts: list[str], null_runs: int, to
 def run_learnerd(base_dir: Path, adapter: Path, texts: list[str], null_runs: int, top_k: int) -> dict:
     from peft import PeftModel
 
-    from learnerd.eval import delta_kl
     from learnerd.eval.backend import DifferentialBackend
     from learnerd.eval.inputs import DocumentInputs, Encoder, Prompt
-    from learnerd.eval.probe import EvalOptions, ProbeContext
+    from learnerd.eval.probes import delta_kl
+    from learnerd.eval.probes.base import EvalOptions, ProbeContext
     from learnerd.ml.base_model import load_model_directory
 
     model, tokenizer = load_model_directory(base_dir)

@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
     from learnerd.eval.history import report_path
     from learnerd.eval.junit import write_junit
-    from learnerd.eval.probe import EvalOptions
+    from learnerd.eval.probes.base import EvalOptions
     from learnerd.eval.report import dump_report, write_report
     from learnerd.eval.suite import evaluate_version, total_steps
     from learnerd.eval.summary import render_report

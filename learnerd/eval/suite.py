@@ -21,10 +21,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from learnerd import __version__
-from learnerd.eval import coherence, delta_kl, internalization, null_adapter, recall
 from learnerd.eval.backend import DifferentialBackend, NonFiniteLogitsError
 from learnerd.eval.inputs import document_inputs
-from learnerd.eval.probe import EvalOptions, ProbeContext, errored
+from learnerd.eval.probes import PROBES, null_adapter
+from learnerd.eval.probes.base import EvalOptions, ProbeContext, errored
 from learnerd.eval.report import ProbeResult, Report
 from learnerd.eval.score import compute_score
 from learnerd.ml.base_model import BaseModelRef
@@ -36,8 +36,8 @@ SWAY_VERSION = "0.1.0"
 
 def total_steps(options: EvalOptions) -> int:
     """How many times an evaluation with ``options`` reports progress: once per calibrated probe kind and
-    noise seed, twice for recall (the fine-tuned and the base answers), once for each other probe."""
-    return len(null_adapter.CALIBRATED) * options.null_runs + 5
+    noise seed, and once after each probe."""
+    return len(null_adapter.CALIBRATED) * options.null_runs + len(PROBES)
 
 
 def evaluate(
@@ -70,9 +70,10 @@ def evaluate(
             document, backend.tokenizer, max_prompts=options.max_prompts, harvest_tag=options.harvest_tag
         )
         ctx = ProbeContext(backend, inputs, options, progress=progress or (lambda description: None))
-        probes = [null_adapter.run(ctx), *recall.run(ctx)]
-        for probe in (delta_kl, coherence, internalization):
-            probes.append(probe.run(ctx))
+        probes = []
+        for probe in PROBES:
+            outcome = probe.run(ctx)
+            probes.extend(outcome if isinstance(outcome, list) else [outcome])
             ctx.step(probe.KIND)
         null_stats = ctx.null_stats
     return Report(

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from learnerd.eval.history import HistoryPoint
-from learnerd.eval.recall import KIND as RECALL
+from learnerd.eval.probes.recall import KIND as RECALL
 from learnerd.eval.report import ProbeResult, Report, Verdict
 from learnerd.eval.score import explain_band, recall_counts
 

@@ -15,8 +15,8 @@ import torch
 
 from learnerd.eval.backend import DifferentialBackend
 from learnerd.eval.inputs import document_inputs
-from learnerd.eval.null_adapter import run as calibrate
-from learnerd.eval.probe import EvalOptions, ProbeContext, z_score
+from learnerd.eval.probes.base import EvalOptions, ProbeContext, z_score
+from learnerd.eval.probes.null_adapter import run as calibrate
 from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.lora import attach_lora
 from learnerd.store.dlm import TrainingConfig, parse_text

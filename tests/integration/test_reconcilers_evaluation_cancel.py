@@ -8,10 +8,10 @@ import pytest
 import structlog
 
 from learnerd.config import Config
+from learnerd.daemon.wiring import evaluation_reconciler
 from learnerd.eval.history import report_path
-from learnerd.eval.probe import EvalOptions
+from learnerd.eval.probes.base import EvalOptions
 from learnerd.eval.suite import total_steps
-from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.store.adapters import AdapterStore
 from tests.qa_pairs import QA_PAIRS
 from tests.support.evaluation import qa_document, state_with_models
@@ -41,7 +41,7 @@ async def test_progress_events_then_a_report(trained):
     config, doc, version = trained
     config.evaluation.null_runs = 1
     with structlog.testing.capture_logs() as logs:
-        await EvaluationReconciler(config).reconcile(str(doc))
+        await evaluation_reconciler(config).reconcile(str(doc))
     steps = events(logs, "evaluation.progress")
     total = total_steps(EvalOptions(null_runs=1))
     assert [e["step"] for e in steps] == list(range(1, total + 1)) and {e["of"] for e in steps} == {total}
@@ -52,7 +52,7 @@ async def test_progress_events_then_a_report(trained):
 
 async def test_a_cancelled_evaluation_stops_before_the_reconcile_returns(trained):
     config, doc, version = trained
-    reconciler = EvaluationReconciler(config)
+    reconciler = evaluation_reconciler(config)
     with structlog.testing.capture_logs() as logs:
         async with anyio.create_task_group() as tg:
             tg.start_soon(reconciler.reconcile, str(doc))
