@@ -232,23 +232,75 @@ class View:
     def logprobs(self, items: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[float]:
         """:meth:`logprob` of each ``(context, target)`` of ``items``, in order, in batched forward passes.
 
+        Items that share a context share its forward pass: each batch runs its distinct contexts once
+        (right-padded, keeping their key/value cache), then every target after its own context's cache
+        (position ids continuing the context, the context's padding masked out).
+
         Raises:
             ValueError: a context or target is empty.
             NonFiniteLogitsError: the logits hold NaN or inf.
             EvaluationCancelled: the backend's cancel event was set.
         """
-        import torch
-
         if any(not c or not t for c, t in items):
             raise ValueError("logprob needs a non-empty context and target")
         keys = [("logprob", tuple(c), tuple(t)) for c, t in items]
+        cache = self.backend._base_cache if self._cached else {}
+        results: dict[int, float] = {i: cache[k] for i, k in enumerate(keys) if k in cache}
+        pending = [i for i in range(len(items)) if i not in results]
+        lengths = [len(items[i][0]) + len(items[i][1]) for i in pending]
+        for batch in _batches(lengths, self.backend.batch_tokens):
+            members = [pending[j] for j in batch]
+            for i, value in zip(members, self._shared_context_logprobs([items[i] for i in members]), strict=True):
+                results[i] = value
+                if self._cached:
+                    cache[keys[i]] = value
+        return [results[i] for i in range(len(items))]
 
-        def compute(i: int, logits: Any) -> float:
-            context, target = items[i]
-            logprobs = torch.log_softmax(logits[len(context) - 1 : -1].double(), dim=-1)
-            return float(logprobs.gather(1, torch.tensor(list(target)).unsqueeze(1)).sum())
+    def _shared_context_logprobs(self, items: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[float]:
+        """The log-likelihoods of one batch of ``(context, target)`` items: two forward passes."""
+        import torch
 
-        return self._map(keys, [[*c, *t] for c, t in items], compute)
+        self.backend.check_cancelled()
+        contexts = list(dict.fromkeys(tuple(c) for c, _ in items))
+        which = [contexts.index(tuple(c)) for c, _ in items]
+        pad = self.backend._pad_id
+        width = max(map(len, contexts))
+        ctx_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in contexts])
+        ctx_ids = torch.tensor([list(c) + [pad] * (width - len(c)) for c in contexts])
+        with torch.no_grad():
+            out = self.backend.model(input_ids=ctx_ids, attention_mask=ctx_mask, use_cache=True)
+        self.backend.forward_passes += 1
+        firsts = [out.logits[g, len(contexts[g]) - 1] for g in which]  # (V,): predicts each target's first token
+        tails = [list(t[:-1]) for _, t in items]  # what predicts each target's later tokens
+        tail_width = max(map(len, tails))
+        tail_logits = None
+        if tail_width:
+            past = out.past_key_values
+            past.reorder_cache(torch.tensor(which))  # one copy of its context's cache per item
+            tail_ids = torch.tensor([t + [pad] * (tail_width - len(t)) for t in tails])
+            tail_mask = torch.tensor([[1] * len(t) + [0] * (tail_width - len(t)) for t in tails])
+            positions = torch.tensor([[len(contexts[g]) + j for j in range(tail_width)] for g in which])
+            with torch.no_grad():
+                tail_logits = self.backend.model(
+                    input_ids=tail_ids,
+                    attention_mask=torch.cat([ctx_mask[which], tail_mask], dim=1),
+                    position_ids=positions,
+                    past_key_values=past,
+                ).logits
+            self.backend.forward_passes += 1
+        values = []
+        for row, (_, target) in enumerate(items):
+            rest = tail_logits[row, : len(target) - 1] if tail_logits is not None else firsts[row][None][:0]
+            logits = torch.cat([firsts[row].unsqueeze(0), rest], dim=0)  # (len(target), V)
+            bad = int((~torch.isfinite(logits)).sum())
+            if bad:
+                raise NonFiniteLogitsError(
+                    f"the {self.name} view produced {bad} non-finite logit(s) scoring a continuation; "
+                    "the adapter or the base model is broken"
+                )
+            logprobs = torch.log_softmax(logits.double(), dim=-1)
+            values.append(float(logprobs.gather(1, torch.tensor(list(target)).unsqueeze(1)).sum()))
+        return values
 
     def generate(self, ids: Sequence[int], max_new_tokens: int) -> list[int]:
         """Greedy continuation of ``ids``: at most ``max_new_tokens`` new ids, stopping at (and

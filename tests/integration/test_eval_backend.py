@@ -131,8 +131,15 @@ def test_batches_give_what_one_input_at_a_time_gives(backend):
             alone = ft.next_token_dist(prompt, top_k=backend.vocab_size)
             by_id = np.argsort(dist.token_ids), np.argsort(alone.token_ids)  # whole distributions, no rank ties
             np.testing.assert_allclose(dist.logprobs[by_id[0]], alone.logprobs[by_id[1]], rtol=0, atol=FLOAT32_ATOL)
-        batched = ft.logprobs([(s.context, s.target) for s in scored])
-        assert batched == pytest.approx([ft.logprob(s.context, s.target) for s in scored], rel=FLOAT32_REL)
+        items = [(s.context, s.target) for s in scored]
+        items += [(scored[0].context, encoder.pair(QUESTION, "Lyon").target), (scored[1].context, scored[1].target[:1])]
+        backend.batch_tokens, passes = 10_000, backend.forward_passes
+        batched = ft.logprobs(items)  # one batch: its 4 distinct contexts in one pass, then all 6 targets
+        assert backend.forward_passes - passes == 2
+        assert batched == pytest.approx([ft.logprob(c, t) for c, t in items], rel=FLOAT32_REL)
+        by_full_pass = [float(torch.log_softmax(ft._logits([[*c, *t]])[0][len(c) - 1 : -1].double(), -1)
+                              .gather(1, torch.tensor(t).unsqueeze(1)).sum()) for c, t in items]  # fmt: skip
+        assert batched == pytest.approx(by_full_pass, rel=FLOAT32_REL)  # the cache gives what one pass gives
         budgets = [12, 3, 7, 1]
         answers = ft.generate_many(prompts, budgets)
         assert answers == [ft.generate(p, b) for p, b in zip(prompts, budgets, strict=True)]
