@@ -133,7 +133,7 @@ class DaemonControl:
             entry["max_retries"] = controller.max_retries
             limiter = daemon.queues[name].rate_limiter if name in daemon.queues else None
             entry["rate_limiter"] = (
-                dataclasses.asdict(limiter.settings()) if isinstance(limiter, ControllerRateLimiter) else None
+                limiter.settings().model_dump() if isinstance(limiter, ControllerRateLimiter) else None
             )
             controllers[name] = entry
         embedder = daemon.embedder
