@@ -1,114 +1,8 @@
 """learnerd's configuration: one TOML file plus command-line flags, with defaults that need neither.
 
-Layout of the file (every key optional; unknown keys are refused so a typo never goes unnoticed)::
-
-    state_dir = "~/.local/state/learnerd"   # SQLite database, adapters, journals, admin socket
-    log_dirs = ["~/assistant-logs"]         # directories whose log files the analyzer tails
-    docs_dirs = ["~/dlm-docs"]              # directories of .dlm documents
-
-    [analyzer]
-    poll_interval_s = 1.0        # full rescan period: the safety net beside file-system events
-    force_polling = false        # rescans only, no watchfiles (network file systems, containers)
-    debounce_ms = 50             # watchfiles' debounce: how long a burst of changes is gathered
-    max_line_bytes = 4194304     # longer lines are counted, logged and skipped unread
-    batch_max_lines = 1000       # lines per transaction (one transaction = blocks + watermark)
-    batch_max_bytes = 1048576    # bytes per transaction (a single longer line is its own batch)
-    max_open_files = 128         # log files held open (to finish rotated or deleted files)
-
-    [examples]
-    learn_only_corrections = false   # foyle's original rule: learn only when executed != generated
-    max_query_chars = 2000
-
-    [embeddings]
-    backend = "minilm"           # or "openai" (any OpenAI-compatible /v1/embeddings endpoint)
-    model = "all-MiniLM-L6-v2"
-    base_url = ""
-    api_key_env = "OPENAI_API_KEY"
-    batch_size = 64
-
-    [probes]                     # where learned examples become ### Q !probe sections
-    document = "learned.dlm"     # relative to the first docs_dirs entry (else <state_dir>/docs), or absolute
-    by_language = {}             # example language -> document, e.g. { python = "python.dlm" }
-    base_model = "learnerd/tiny-llama"  # base_model of a document learnerd creates: built-in or a local HF model dir
-    broken_document_retry_s = 60.0   # re-check a document that does not parse this often
-    rewrite_interval_s = 1.0     # a document is rewritten at most this often: a burst of examples is one write
-
-    [workqueue]                  # client-go's DefaultControllerRateLimiter
-    base_delay_s = 0.005
-    max_delay_s = 1000.0
-    qps = 10.0
-    burst = 100
-
-    [controllers.examples]       # also embeddings, probes, training, evaluation
-    workers = 2
-    timeout_s = 60.0
-    max_retries = 15
-
-    [shutdown]
-    drain_timeout_s = 30.0       # SIGTERM / `ctl drain`: finish in-flight work for at most this long
-
-    [logging]
-    level = ""                   # debug, info, warning, error, critical; "" = the --log-level flag (else info)
-    format = "auto"              # auto (JSON lines unless stderr is a terminal), json or console
-
-    [admin]                      # the admin socket is always <state_dir>/learnerd.sock
-    metrics_addr = ""            # HOST:PORT serving GET /metrics over TCP ("" = off); --metrics-addr
-    search_addr = ""             # HOST:PORT serving POST /search over TCP behind a bearer token; --listen-search
-    max_body_bytes = 65536       # request bodies larger than this are refused (413)
-    max_k = 100                  # the largest k a search may ask for
-
-    [training]                   # LoRA training cycles (hyperparameters come from each document)
-    enabled = true               # false: the daemon never trains (run and run --once: the pipeline only)
-    replay_ratio = 2.0           # an incremental cycle replays ceil(ratio × new rows) unchanged rows ...
-    replay_min_rows = 32         # ... but at least this many (when the document has them); dlm's budget
-    num_threads = 0              # torch threads in the training process; 0 = torch's default
-    niceness = 10                # added to the training process's nice value: the event loop keeps its CPU
-    warm_spare = true            # keep one training process started ahead of need (learnerd run)
-    debounce_s = 2.0             # a changed .dlm document is trained after this long without a change ...
-    debounce_max_s = 60.0        # ... or at the latest this long after its first unanswered change
-    rescan_interval_s = 10.0     # full rescan of the documents: the safety net beside file-system events
-    broken_document_retry_s = 30.0   # a document that does not parse (mid-edit) is checked again this often
-
-    [controllers.training]       # one cycle at a time by default; a cycle may run for hours
-    workers = 1
-    timeout_s = 21600.0
-
-    [rpc]                        # live probe injection (dlm's inject_probe); --listen-rpc HOST:PORT
-    listen = ""                  # HOST:PORT; empty: no RPC server. The token is $LEARNERD_PROBE_TOKEN
-    document = ""                # the document injected probes go to; empty: the [probes] document
-    capacity = 1000              # probes accepted but not yet written into the document; beyond: HTTP 429
-
-    [steering]                   # `learnerd evolve`: per-cluster logit deltas (learnerd.steering)
-    clusters = 10                # K: k-means clusters of the vocabulary, numbered 2..K+1 (0 = EOS, 1 = numbers)
-    pca_dim = 32                 # embedding dimensions kept by PCA before k-means
-    minibatch_size = 8           # pool questions answered per iteration
-    iterations = 20              # iterations of a run (a resumed run continues to this total)
-    scale = 100.0                # tokens: shortness = 1 / (1 + mean_len / scale)
-    delta_bound = 10.0           # every delta must lie in [-bound, bound] (logits)
-    max_new_tokens = 128         # longest answer generated (tokens)
-    seed = 0                     # k-means, minibatch sampling and the offline reflector
-    pool = ""                    # JSONL of {question, answer} rows; "" = the document's probes
-    reflector = "offline"        # or "openai" (any OpenAI-compatible chat-completions endpoint)
-    reflector_base_url = ""      # "" = the openai client's default (api.openai.com)
-    reflector_model = "gpt-4o"
-    reflector_max_attempts = 3   # requests per iteration before an invalid reply is an error
-    offline_step = 1.0           # the offline reflector's initial step size (logits)
-    judge = "match"              # or "llm" (an OpenAI-compatible endpoint judges each answer)
-    judge_base_url = ""
-    judge_model = "gpt-4o"
-    numeric_tolerance = 0.01     # relative tolerance of the match judge's number comparison
-    api_key_env = "OPENAI_API_KEY"   # environment variable holding the reflector's and judge's key
-
-    [evaluation]                 # sway-style evaluation of every committed adapter version
-    auto_harvest = false         # write failing probes back into the document (which retrains it)
-    harvest_tag = "auto-harvest" # marker source prefix of harvested sections: "<tag>/<probe>"
-    min_confidence = 0.0         # harvest only failures at least this far from the reference (1 - similarity)
-    max_failing_cycles = 3       # a probe still failing after this many cycles with its harvested copy is
-                                 # reported as stuck and never harvested again (until it passes once)
-    null_runs = 3                # noise adapters the z-scores are calibrated on (0: fixed thresholds)
-    max_prompts = 8              # prompts per divergence probe
-    max_turns = 4                # dialogue length of the multi-turn probe (2..8)
-    half_life_target = 2.0       # the multi-turn probe passes at a half-life of at least this many turns
+The file's layout, every key with its default and meaning, is :data:`REFERENCE` (``learnerd init`` writes
+it, commented out, into a new config). Every key is optional; unknown keys are refused so a typo never goes
+unnoticed.
 
 Relative paths in the file are resolved against the file's own directory; ``~`` and ``$VARS`` are expanded.
 Every section is a pydantic model declared once here: a value of the wrong type, out of its range or not
@@ -131,6 +25,117 @@ from typing import Any, Literal, get_args, get_origin
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REFERENCE = """\
+state_dir = "~/.local/state/learnerd"   # SQLite database, adapters, journals, admin socket
+log_dirs = ["~/assistant-logs"]         # directories whose log files the analyzer tails
+docs_dirs = ["~/dlm-docs"]              # directories of .dlm documents
+
+[analyzer]
+poll_interval_s = 1.0        # full rescan period: the safety net beside file-system events
+force_polling = false        # rescans only, no watchfiles (network file systems, containers)
+debounce_ms = 50             # watchfiles' debounce: how long a burst of changes is gathered
+max_line_bytes = 4194304     # longer lines are counted, logged and skipped unread
+batch_max_lines = 1000       # lines per transaction (one transaction = blocks + watermark)
+batch_max_bytes = 1048576    # bytes per transaction (a single longer line is its own batch)
+max_open_files = 128         # log files held open (to finish rotated or deleted files)
+
+[examples]
+learn_only_corrections = false   # foyle's original rule: learn only when executed != generated
+max_query_chars = 2000
+
+[embeddings]
+backend = "minilm"           # or "openai" (any OpenAI-compatible /v1/embeddings endpoint)
+model = "all-MiniLM-L6-v2"
+base_url = ""
+api_key_env = "OPENAI_API_KEY"
+batch_size = 64
+
+[probes]                     # where learned examples become ### Q !probe sections
+document = "learned.dlm"     # relative to the first docs_dirs entry (else <state_dir>/docs), or absolute
+by_language = {}             # example language -> document, e.g. { python = "python.dlm" }
+base_model = "learnerd/tiny-llama"  # base_model of a document learnerd creates: built-in or a local HF model dir
+broken_document_retry_s = 60.0   # re-check a document that does not parse this often
+rewrite_interval_s = 1.0     # a document is rewritten at most this often: a burst of examples is one write
+
+[workqueue]                  # client-go's DefaultControllerRateLimiter
+base_delay_s = 0.005
+max_delay_s = 1000.0
+qps = 10.0
+burst = 100
+
+[controllers.examples]       # also embeddings, probes, training, evaluation
+workers = 2
+timeout_s = 60.0
+max_retries = 15
+
+[shutdown]
+drain_timeout_s = 30.0       # SIGTERM / `ctl drain`: finish in-flight work for at most this long
+
+[logging]
+level = ""                   # debug, info, warning, error, critical; "" = the --log-level flag (else info)
+format = "auto"              # auto (JSON lines unless stderr is a terminal), json or console
+
+[admin]                      # the admin socket is always <state_dir>/learnerd.sock
+metrics_addr = ""            # HOST:PORT serving GET /metrics over TCP ("" = off); --metrics-addr
+search_addr = ""             # HOST:PORT serving POST /search over TCP behind a bearer token; --listen-search
+max_body_bytes = 65536       # request bodies larger than this are refused (413)
+max_k = 100                  # the largest k a search may ask for
+
+[training]                   # LoRA training cycles (hyperparameters come from each document)
+enabled = true               # false: the daemon never trains (run and run --once: the pipeline only)
+replay_ratio = 2.0           # an incremental cycle replays ceil(ratio × new rows) unchanged rows ...
+replay_min_rows = 32         # ... but at least this many (when the document has them); dlm's budget
+num_threads = 0              # torch threads in the training process; 0 = torch's default
+niceness = 10                # added to the training process's nice value: the event loop keeps its CPU
+warm_spare = true            # keep one training process started ahead of need (learnerd run)
+debounce_s = 2.0             # a changed .dlm document is trained after this long without a change ...
+debounce_max_s = 60.0        # ... or at the latest this long after its first unanswered change
+rescan_interval_s = 10.0     # full rescan of the documents: the safety net beside file-system events
+broken_document_retry_s = 30.0   # a document that does not parse (mid-edit) is checked again this often
+
+[controllers.training]       # one cycle at a time by default; a cycle may run for hours
+workers = 1
+timeout_s = 21600.0
+
+[rpc]                        # live probe injection (dlm's inject_probe); --listen-rpc HOST:PORT
+listen = ""                  # HOST:PORT; empty: no RPC server. The token is $LEARNERD_PROBE_TOKEN
+document = ""                # the document injected probes go to; empty: the [probes] document
+capacity = 1000              # probes accepted but not yet written into the document; beyond: HTTP 429
+
+[steering]                   # `learnerd evolve`: per-cluster logit deltas (learnerd.steering)
+clusters = 10                # K: k-means clusters of the vocabulary, numbered 2..K+1 (0 = EOS, 1 = numbers)
+pca_dim = 32                 # embedding dimensions kept by PCA before k-means
+minibatch_size = 8           # pool questions answered per iteration
+iterations = 20              # iterations of a run (a resumed run continues to this total)
+scale = 100.0                # tokens: shortness = 1 / (1 + mean_len / scale)
+delta_bound = 10.0           # every delta must lie in [-bound, bound] (logits)
+max_new_tokens = 128         # longest answer generated (tokens)
+seed = 0                     # k-means, minibatch sampling and the offline reflector
+pool = ""                    # JSONL of {question, answer} rows; "" = the document's probes
+reflector = "offline"        # or "openai" (any OpenAI-compatible chat-completions endpoint)
+reflector_base_url = ""      # "" = the openai client's default (api.openai.com)
+reflector_model = "gpt-4o"
+reflector_max_attempts = 3   # requests per iteration before an invalid reply is an error
+offline_step = 1.0           # the offline reflector's initial step size (logits)
+judge = "match"              # or "llm" (an OpenAI-compatible endpoint judges each answer)
+judge_base_url = ""
+judge_model = "gpt-4o"
+numeric_tolerance = 0.01     # relative tolerance of the match judge's number comparison
+api_key_env = "OPENAI_API_KEY"   # environment variable holding the reflector's and judge's key
+
+[evaluation]                 # sway-style evaluation of every committed adapter version
+auto_harvest = false         # write failing probes back into the document (which retrains it)
+harvest_tag = "auto-harvest" # marker source prefix of harvested sections: "<tag>/<probe>"
+min_confidence = 0.0         # harvest only failures at least this far from the reference (1 - similarity)
+max_failing_cycles = 3       # a probe still failing after this many cycles with its harvested copy is
+                             # reported as stuck and never harvested again (until it passes once)
+null_runs = 3                # noise adapters the z-scores are calibrated on (0: fixed thresholds)
+max_prompts = 8              # prompts per divergence probe
+max_turns = 4                # dialogue length of the multi-turn probe (2..8)
+half_life_target = 2.0       # the multi-turn probe passes at a half-life of at least this many turns
+"""
+"""Every key of the file with its default value and meaning (valid TOML; ``~`` paths are examples)."""
 
 
 class ConfigError(ValueError):
@@ -454,6 +459,12 @@ class Config(_Section):
         return self.state_dir / "learnerd.sock"
 
     @property
+    def paused_path(self) -> Path:
+        """The controllers ``learnerd ctl pause`` paused (a JSON array of names): they stay paused across a
+        restart until ``learnerd ctl resume``."""
+        return self.state_dir / "paused-controllers.json"
+
+    @property
     def steering_dir(self) -> Path:
         """Vocabulary-cluster caches and ``learnerd evolve`` run directories (``learnerd.steering``)."""
         return self.state_dir / "steering"
@@ -563,19 +574,15 @@ CONFIG_ENV = "LEARNERD_CONFIG"
 
 
 class Environment(BaseSettings):
-    """What learnerd reads from the environment (pydantic-settings): the config file's name, the XDG base
-    directories, and the bearer tokens (at least :data:`MIN_TOKEN_CHARS` characters where one is used)."""
+    """What learnerd reads from the environment (pydantic-settings): the config file's name, the XDG
+    config directory and the RPC server's bearer token. Read when asked, never cached."""
 
     model_config = SettingsConfigDict(extra="ignore", case_sensitive=True)
 
     learnerd_config: str = Field("", validation_alias=CONFIG_ENV)
     xdg_config_home: str = Field("", validation_alias="XDG_CONFIG_HOME")
     probe_token: str = Field("", validation_alias=RPC_TOKEN_ENV)
-    search_token: str = Field("", validation_alias="LEARNERD_SEARCH_TOKEN")
 
-
-MIN_TOKEN_CHARS = 16
-"""The shortest bearer token accepted (RPC and search)."""
 
 SYSTEM_CONFIG = Path("/etc/learnerd/config.toml")
 
@@ -597,6 +604,22 @@ def find_config(explicit: str | os.PathLike[str] | None = None, env: Environment
     if env.learnerd_config:
         return Path(env.learnerd_config)
     return next((p for p in config_candidates(env) if p.exists()), None)
+
+
+def check_directories(cfg: Config) -> None:
+    """Refuse a ``state_dir``, ``log_dirs`` or ``docs_dirs`` entry that exists but is not a directory
+    (a missing one is created when needed).
+
+    Raises:
+        ConfigError: names the setting and the path.
+    """
+    named = [("state_dir", cfg.state_dir)]
+    named += [(f"log_dirs[{i}]", p) for i, p in enumerate(cfg.log_dirs)]
+    named += [(f"docs_dirs[{i}]", p) for i, p in enumerate(cfg.docs_dirs)]
+    where = f"{cfg.path}: " if cfg.path else ""
+    for key, path in named:
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"{where}{key} {path} is not a directory")
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
