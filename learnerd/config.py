@@ -151,7 +151,7 @@ def default_state_dir() -> Path:
 class _Section(BaseModel):
     """A config table: unknown keys refused, no type coercion (TOML's int may stand for a float), no nan/inf."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, validate_default=False)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class AnalyzerConfig(_Section):
