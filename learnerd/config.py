@@ -142,9 +142,29 @@ class ConfigError(ValueError):
     """Raised for an unreadable config file, an unknown key or a value of the wrong type or range."""
 
 
+RPC_TOKEN_ENV = "LEARNERD_PROBE_TOKEN"
+"""The environment variable holding the RPC server's bearer token (dlm's is ``DLM_PROBE_TOKEN``)."""
+
+
+CONFIG_ENV = "LEARNERD_CONFIG"
+"""The environment variable naming the config file (``--config`` wins)."""
+
+
+class Environment(BaseSettings):
+    """What learnerd reads from the environment (pydantic-settings): the config file's name, the XDG
+    config and state directories and the RPC server's bearer token. Read when asked, never cached."""
+
+    model_config = SettingsConfigDict(extra="ignore", case_sensitive=True)
+
+    learnerd_config: str = Field("", validation_alias=CONFIG_ENV)
+    xdg_config_home: str = Field("", validation_alias="XDG_CONFIG_HOME")
+    xdg_state_home: str = Field("", validation_alias="XDG_STATE_HOME")
+    probe_token: str = Field("", validation_alias=RPC_TOKEN_ENV)
+
+
 def default_state_dir() -> Path:
     """``$XDG_STATE_HOME/learnerd``, or ``~/.local/state/learnerd`` when XDG_STATE_HOME is unset."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    base = Environment().xdg_state_home or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(base) / "learnerd"
 
 
@@ -312,10 +332,6 @@ class TrainingSettings(_Section):
                 f"training: need debounce_s <= debounce_max_s, not {self.debounce_s} > {self.debounce_max_s}"
             )
         return self
-
-
-RPC_TOKEN_ENV = "LEARNERD_PROBE_TOKEN"
-"""The environment variable holding the RPC server's bearer token (dlm's is ``DLM_PROBE_TOKEN``)."""
 
 
 class RpcConfig(_Section):
@@ -568,21 +584,6 @@ def _config_error(exc: ValidationError, where: str) -> ConfigError:
 
 
 # ---------------------------------------------------------------------------------------- loading
-
-CONFIG_ENV = "LEARNERD_CONFIG"
-"""The environment variable naming the config file (``--config`` wins)."""
-
-
-class Environment(BaseSettings):
-    """What learnerd reads from the environment (pydantic-settings): the config file's name, the XDG
-    config directory and the RPC server's bearer token. Read when asked, never cached."""
-
-    model_config = SettingsConfigDict(extra="ignore", case_sensitive=True)
-
-    learnerd_config: str = Field("", validation_alias=CONFIG_ENV)
-    xdg_config_home: str = Field("", validation_alias="XDG_CONFIG_HOME")
-    probe_token: str = Field("", validation_alias=RPC_TOKEN_ENV)
-
 
 SYSTEM_CONFIG = Path("/etc/learnerd/config.toml")
 
