@@ -20,11 +20,14 @@ import os
 import stat
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from learnerd.store.layout import StateLayout
 
 REFERENCE = """\
 state_dir = "~/.local/state/learnerd"   # SQLite database, adapters, journals, admin socket
@@ -335,7 +338,7 @@ class TrainingSettings(_Section):
 
 
 class RpcConfig(_Section):
-    """The probe-injection RPC server (``learnerd.daemon.rpc``). ``listen`` is ``HOST:PORT`` (empty: off)."""
+    """The probe-injection RPC server (``learnerd.api.rpc``). ``listen`` is ``HOST:PORT`` (empty: off)."""
 
     listen: str = ""
     document: str = ""
@@ -456,6 +459,13 @@ class Config(_Section):
         return data
 
     @property
+    def layout(self) -> StateLayout:
+        """Where every file under ``state_dir`` lives (:class:`learnerd.store.layout.StateLayout`)."""
+        from learnerd.store.layout import StateLayout
+
+        return StateLayout(self.state_dir, tuple(self.docs_dirs))
+
+    @property
     def db_path(self) -> Path:
         return self.state_dir / "learnerd.db"
 
@@ -473,12 +483,6 @@ class Config(_Section):
     def socket_path(self) -> Path:
         """The admin socket of the daemon running on this state directory."""
         return self.state_dir / "learnerd.sock"
-
-    @property
-    def paused_path(self) -> Path:
-        """The controllers ``learnerd ctl pause`` paused (a JSON array of names): they stay paused across a
-        restart until ``learnerd ctl resume``."""
-        return self.state_dir / "paused-controllers.json"
 
     @property
     def steering_dir(self) -> Path:

@@ -7,7 +7,7 @@ import argparse
 from learnerd.cmd._common import CommandError
 from learnerd.config import RPC_TOKEN_ENV as TOKEN_ENV
 from learnerd.config import Config, ConfigError, Environment, parse_host_port
-from learnerd.daemon.tcp_endpoints import MIN_TOKEN_CHARS
+from learnerd.api.tcp_endpoints import MIN_TOKEN_CHARS
 
 
 def add_training_options(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +24,7 @@ def apply_training_options(args: argparse.Namespace, cfg: Config) -> str | None:
 
     Raises:
         CommandError: a malformed address (exit 2); RPC without ``$LEARNERD_PROBE_TOKEN``, with a token
-            shorter than :data:`~learnerd.daemon.tcp_endpoints.MIN_TOKEN_CHARS` (the search token's floor),
+            shorter than :data:`~learnerd.api.tcp_endpoints.MIN_TOKEN_CHARS` (the search token's floor),
             or with training off (exit 1).
     """
     if args.no_train:

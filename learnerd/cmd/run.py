@@ -6,7 +6,7 @@ unless ``--no-train`` (or ``[training] enabled = false``) turns training off.
 Otherwise the daemon serves the admin API on ``<state_dir>/learnerd.sock`` (``learnerd ctl``),
 and ``/metrics`` and ``/search`` over TCP when asked (``--metrics-addr``, ``--listen-search``), and
 talks to systemd (``Type=notify``) through ``$NOTIFY_SOCKET``; see :mod:`learnerd.daemon.service`.
-``--listen-rpc HOST:PORT`` serves dlm's ``inject_probe`` on ``POST /rpc`` (``learnerd.daemon.rpc``);
+``--listen-rpc HOST:PORT`` serves dlm's ``inject_probe`` on ``POST /rpc`` (``learnerd.api.rpc``);
 the bearer token comes from ``$LEARNERD_PROBE_TOKEN``, and without it the daemon refuses to start.
 
 Signals, all handled here: the first SIGINT or SIGTERM stops intake and drains in-flight work within
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 
 from learnerd.cmd._common import CommandError, add_common_options, add_dir_options, load_config_from_args
 from learnerd.cmd._training_options import add_training_options, apply_training_options
@@ -104,10 +105,10 @@ def service_options(cfg, args: argparse.Namespace):
     """
     import os
 
+    from learnerd.api.tcp_endpoints import SEARCH_TOKEN_ENV, TokenError, check_token
     from learnerd.cmd._common import read_config
     from learnerd.config import ConfigError, parse_host_port
     from learnerd.daemon.service import ServiceOptions
-    from learnerd.daemon.tcp_endpoints import SEARCH_TOKEN_ENV, TokenError, check_token
 
     metrics = args.metrics_addr or cfg.admin.metrics_addr
     search = args.listen_search or cfg.admin.search_addr
@@ -129,8 +130,8 @@ def service_options(cfg, args: argparse.Namespace):
 
 
 def warn_if_nothing_is_watched(cfg) -> None:
-    """Log a warning (and print it when stderr is not the log) when ``log_dirs`` is empty: the daemon would
-    run, and ``--once`` succeed, on zero lines without a word."""
+    """Log a warning when ``log_dirs`` is empty: the daemon would run, and ``--once`` succeed, on zero lines
+    without a word."""
     import structlog
 
     if cfg.log_dirs:
@@ -158,12 +159,21 @@ def _open_daemon(cfg, rpc_token):
         ) from None
 
 
+def sole_exception(group: BaseExceptionGroup) -> BaseException:
+    """The one exception a task group's nested groups wrap, or the group itself when it holds several."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def run(args: argparse.Namespace) -> int:
     import anyio
 
     from learnerd.cmd._report import print_summary
     from learnerd.daemon.service import ServiceError
     from learnerd.daemon.statelock import StateDirBusy, StateLock
+    from learnerd.ml.embedders import EmbedderError
 
     cfg = load_config_from_args(args)
     warn_if_nothing_is_watched(cfg)
@@ -180,8 +190,13 @@ def run(args: argparse.Namespace) -> int:
             summary = anyio.run(serve, daemon, args.once, options)
         except HardStop:
             return 130
-        except ServiceError as exc:
+        except (ServiceError, EmbedderError) as exc:
             raise CommandError(str(exc)) from exc
+        except BaseExceptionGroup as group:  # a failure inside the daemon's task group
+            inner = sole_exception(group)
+            if isinstance(inner, EmbedderError):
+                raise CommandError(str(inner)) from inner
+            raise
         except OSError as exc:
             if not cfg.rpc.listen:
                 raise
@@ -192,4 +207,12 @@ def run(args: argparse.Namespace) -> int:
         lock.release()
     if args.once:
         print_summary(summary, args.json, "learnerd run --once")
+        dropped = {name: stats.dropped for name, stats in summary.controllers.items() if stats.dropped}
+        if dropped:
+            counts = ", ".join(f"{n} {name}" for name, n in dropped.items())
+            print(
+                f"learnerd run: error: work dropped after repeated failures ({counts} key(s)); see the log",
+                file=sys.stderr,
+            )
+            return 1
     return 0

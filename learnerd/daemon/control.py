@@ -2,8 +2,8 @@
 
 Every method runs on the daemon's event loop (the queues and the SQLite connection belong to it);
 only the search's embedding and faiss call go to a worker thread. HTTP lives in
-:mod:`learnerd.daemon.admin`; errors here are :class:`ControlError` subclasses that it maps to
-status codes.
+:mod:`learnerd.api` (this class implements its :class:`~learnerd.api.surface.ControlSurface`); errors
+are :mod:`learnerd.api.errors` subclasses that it maps to status codes.
 """
 
 from __future__ import annotations
@@ -20,40 +20,21 @@ import anyio.abc
 import structlog
 
 import learnerd
+from learnerd.api.errors import BadRequest, Conflict, NotFound, Unavailable
 from learnerd.config import Config, ConfigError
 from learnerd.daemon.app import Daemon
-from learnerd.daemon.backfill_job import BackfillTracker
 from learnerd.daemon.logging import current_level, parse_level, set_log_level
 from learnerd.daemon.reload import apply_config
-from learnerd.daemon.retrieval import SearchHit, describe_hits, nearest
-from learnerd.daemon.workqueue import ControllerRateLimiter
+from learnerd.runtime.workqueue import ControllerRateLimiter
+from learnerd.sources.backfill_job import BackfillTracker
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.atomic import atomic_write_text
 from learnerd.store.blocks import count_blocks, list_block_ids
 from learnerd.store.embeddings import count_vectors
 from learnerd.store.examples import count_examples
+from learnerd.store.retrieval import SearchHit, describe_hits, nearest
 
 log = structlog.get_logger(__name__)
-
-
-class ControlError(Exception):
-    """A request the daemon cannot carry out; the message is for the user."""
-
-
-class BadRequest(ControlError):
-    """The request is malformed or a value is out of range."""
-
-
-class NotFound(ControlError):
-    """An unknown controller (or job)."""
-
-
-class Conflict(ControlError):
-    """Not now: the daemon is draining, or a backfill is already running."""
-
-
-class Unavailable(ControlError):
-    """Not yet: the embedder is still loading."""
 
 
 def count_adapters(adapters_dir: os.PathLike[str] | str) -> int:
@@ -108,7 +89,7 @@ class DaemonControl:
 
     def mark_running(self) -> None:
         """Start-up is over (every controller exists): pause the controllers paused before the last restart
-        (:attr:`~learnerd.config.Config.paused_path`), and re-apply a ``pause`` of all controllers."""
+        (:attr:`~learnerd.store.layout.StateLayout.paused_controllers`), and re-apply a ``pause`` of all controllers."""
         self._running = True
         for name in self._load_paused():
             if name in self.daemon.controllers and not self.daemon.controllers[name].paused:
@@ -120,7 +101,7 @@ class DaemonControl:
             self._save_paused()
 
     def _load_paused(self) -> list[str]:
-        path = self.daemon.cfg.paused_path
+        path = self.daemon.cfg.layout.paused_controllers
         try:
             names = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -136,7 +117,7 @@ class DaemonControl:
     def _save_paused(self) -> None:
         names = sorted(name for name, paused in self._paused().items() if paused)
         try:
-            atomic_write_text(self.daemon.cfg.paused_path, json.dumps(names) + "\n")
+            atomic_write_text(self.daemon.cfg.layout.paused_controllers, json.dumps(names) + "\n")
         except OSError as exc:
             log.warning("the paused controllers are not saved: a restart resumes them", error=str(exc))
 
@@ -162,7 +143,7 @@ class DaemonControl:
             entry["max_retries"] = controller.max_retries
             limiter = daemon.queues[name].rate_limiter if name in daemon.queues else None
             entry["rate_limiter"] = (
-                limiter.settings().model_dump() if isinstance(limiter, ControllerRateLimiter) else None
+                dataclasses.asdict(limiter.settings()) if isinstance(limiter, ControllerRateLimiter) else None
             )
             controllers[name] = entry
         embedder = daemon.embedder
@@ -318,7 +299,8 @@ class DaemonControl:
         embedder = self.daemon.embedder
         if embedder is None or self.daemon.embeddings is None:
             raise Unavailable("the embedder is still loading; retry in a few seconds")
-        hits = await anyio.to_thread.run_sync(
-            nearest, embedder, self.daemon.index, text, k, limiter=self._search_limiter
-        )
-        return describe_hits(self.daemon.conn, hits)
+        with self.daemon.metrics.search_duration.time():
+            hits = await anyio.to_thread.run_sync(
+                nearest, embedder, self.daemon.index, text, k, limiter=self._search_limiter
+            )
+            return describe_hits(self.daemon.conn, hits)

@@ -17,7 +17,7 @@ the document's current adapter was trained on. One cycle:
    checked again after ``[training] broken_document_retry_s`` (a save triggers a cycle anyway); a
    missing one (removed) is left alone: its adapters are kept, it is not trained again until it reappears.
 3. **Check** its base model and ``training`` block: an unknown base or a block learnerd cannot train
-   raises :class:`~learnerd.reconcile.TerminalError` with a one-line message (retried only after the
+   raises :class:`~learnerd.runtime.reconcile.TerminalError` with a one-line message (retried only after the
    document changes again).
 4. **Plan and train** with :func:`learnerd.ml.cycle.train_cycle`: nothing when the rows' section ids are
    the current adapter's (so an identical save trains nothing), else a fresh or incremental cycle in a
@@ -50,7 +50,7 @@ from learnerd.ml.hyperparams import check_trainable
 from learnerd.ml.lora import ProgressEvent
 from learnerd.ml.rows import TrainingRow, document_rows
 from learnerd.ml.train_runner import TrainingFailed, WarmSpare
-from learnerd.reconcile import Result, TerminalError
+from learnerd.runtime.reconcile import Result, TerminalError
 from learnerd.store.adapters import AdapterStore, AdapterVersion
 from learnerd.store.dlm import (
     Document,
@@ -135,6 +135,7 @@ class TrainingReconciler:
         new_document_base_model: ``base_model`` of a document created to receive injected probes.
         on_committed: called with ``(doc_path, version)`` after each commit (must not block; the public
             attribute of the same name may be replaced).
+        on_cycle: called with the :class:`CycleReport` of every cycle, trained or not (metrics; must not block).
         clock: monotonic seconds, for durations.
 
     ``spare`` (a running :class:`~learnerd.ml.train_runner.WarmSpare`, or None) may be set while the
@@ -152,6 +153,7 @@ class TrainingReconciler:
         journal: ProbeJournal | None = None,
         new_document_base_model: str,
         on_committed: Callable[[str, AdapterVersion], None] | None = None,
+        on_cycle: Callable[[CycleReport], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
@@ -161,6 +163,7 @@ class TrainingReconciler:
         self.spare: WarmSpare | None = None
         self._base_model = new_document_base_model
         self.on_committed = on_committed
+        self.on_cycle = on_cycle
         self._clock = clock
         self._replay = ReplayPolicy(settings.replay_ratio, settings.replay_min_rows)
         self._owners: dict[str, str] = {}  # dlm_id -> path of the document trained under it
@@ -169,6 +172,10 @@ class TrainingReconciler:
         self.changes: Counter[str] = Counter()  # adapters committed, probes written
         self._scopes: set[anyio.CancelScope] = set()
         self._stopping = False
+
+    def resync_keys(self) -> list[str]:
+        """The documents with probes pending in the journal (the file watch lists the watched documents)."""
+        return self.journal.documents() if self.journal is not None else []
 
     def stop(self) -> None:
         """Cancel every cycle in flight and start no new one (shutdown). A cancelled cycle's training
@@ -328,6 +335,8 @@ class TrainingReconciler:
 
     def _log(self, report: CycleReport) -> None:
         log.info("training.cycle", **report.to_dict())
+        if self.on_cycle is not None:
+            self.on_cycle(report)
 
 
 def _read_rows(path: Path) -> tuple[Document, list[TrainingRow]]:

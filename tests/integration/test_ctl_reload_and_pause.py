@@ -42,7 +42,7 @@ async def test_a_paused_controller_stays_paused_after_a_restart(short_root: Path
     cfg = load_config(path)
     async with running_service(cfg, minilm) as running:
         running.service.control.pause("examples")
-    assert json.loads(cfg.paused_path.read_text()) == ["examples"]
+    assert json.loads(cfg.layout.paused_controllers.read_text()) == ["examples"]
 
     async with running_service(load_config(path), minilm) as running:
         controllers = running.daemon.controllers
