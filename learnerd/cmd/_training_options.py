@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from learnerd.api.tcp_endpoints import MIN_TOKEN_CHARS
 from learnerd.cmd._common import CommandError
 from learnerd.config import RPC_TOKEN_ENV as TOKEN_ENV
 from learnerd.config import Config, ConfigError, Environment, parse_host_port
-from learnerd.api.tcp_endpoints import MIN_TOKEN_CHARS
 
 
 def add_training_options(parser: argparse.ArgumentParser) -> None:
