@@ -106,12 +106,16 @@ class Service:
         )
 
     def reload(self) -> dict[str, Any] | None:
-        """Reload the config (SIGHUP); errors are logged, never raised. Returns the reload's result."""
+        """Reload the config (SIGHUP); errors are logged, never raised: whatever goes wrong, the daemon keeps
+        running on the config it has. Returns the reload's result, None when nothing was applied."""
         sd_notify.reloading()
         try:
             return self.control.reload()
         except ControlError as exc:
             log.error("reload refused", error=str(exc))
+            return None
+        except Exception:  # a reload must never end the process (SIGHUP)
+            log.exception("reload failed; keeping the running config")
             return None
         finally:
             sd_notify.notify("READY=1", f"STATUS={self._status_line()}")
