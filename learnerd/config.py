@@ -467,30 +467,6 @@ class Config(_Section):
 
         return StateLayout(self.state_dir, tuple(self.docs_dirs))
 
-    @property
-    def db_path(self) -> Path:
-        return self.state_dir / "learnerd.db"
-
-    @property
-    def adapters_dir(self) -> Path:
-        """Root of the versioned adapter store (``learnerd.store.adapters``)."""
-        return self.state_dir / "adapters"
-
-    @property
-    def models_dir(self) -> Path:
-        """Where built-in base models are built and cached (``learnerd.ml.tiny_model``)."""
-        return self.state_dir / "models"
-
-    @property
-    def socket_path(self) -> Path:
-        """The admin socket of the daemon running on this state directory."""
-        return self.state_dir / "learnerd.sock"
-
-    @property
-    def steering_dir(self) -> Path:
-        """Vocabulary-cluster caches and ``learnerd evolve`` run directories (``learnerd.steering``)."""
-        return self.state_dir / "steering"
-
     def controller(self, name: str) -> ControllerConfig:
         """The settings of controller ``name``; defaults when the file does not mention it."""
         return self.controllers.get(name) or ControllerConfig()

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("--null-runs must be in 0..20")
     try:
         document = read_document(args.doc)
-        store = AdapterStore(cfg.adapters_dir)
+        store = AdapterStore(cfg.layout.adapters_dir)
         key = adapter_key(document)
         if args.history:
             return _history(console, store, key, args)
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     options = EvalOptions.from_settings(cfg.evaluation, **overrides)
     try:
         base = resolve_base_model(
-            document.frontmatter.base_model, cache_dir=cfg.models_dir, relative_to=args.doc.parent
+            document.frontmatter.base_model, cache_dir=cfg.layout.models_dir, relative_to=args.doc.parent
         )
         report = evaluate_version(document, version, base, options=options)
     except (BaseModelError, DocumentError) as exc:

@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     document = read_dlm(args.doc)
     pool = _load_pool(settings, document)
     loaded = load_document_model(cfg, document, args.adapter, args.doc_key)
-    run_dir = (args.run_dir or cfg.steering_dir / "runs" / loaded.doc_key).expanduser().resolve()
+    run_dir = (args.run_dir or cfg.layout.steering_dir / "runs" / loaded.doc_key).expanduser().resolve()
     from learnerd.steering.evolve import SteeredModel
 
     model = SteeredModel(
@@ -159,7 +159,7 @@ def _clusters(console: Any, cfg: Any, settings: SteeringConfig, loaded: Any) -> 
                 k=settings.clusters,
                 seed=settings.seed,
                 eos_ids=eos_token_ids(loaded.tokenizer, loaded.model.generation_config),
-                cache_root=cfg.steering_dir / "clusters",
+                cache_root=cfg.layout.steering_dir / "clusters",
                 pca_dim=settings.pca_dim,
                 on_progress=lambda done, total: progress.update(task, completed=done, total=total),
             )

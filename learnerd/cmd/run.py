@@ -155,7 +155,7 @@ def _open_daemon(cfg, rpc_token):
         raise CommandError(str(exc)) from None
     except sqlite3.DatabaseError as exc:
         raise CommandError(
-            f"{cfg.db_path}: cannot use the database ({exc}); move the file aside to start afresh"
+            f"{cfg.layout.db_path}: cannot use the database ({exc}); move the file aside to start afresh"
         ) from None
 
 

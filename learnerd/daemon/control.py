@@ -163,7 +163,7 @@ class DaemonControl:
                 "examples": count_examples(daemon.conn),
                 "vectors": count_vectors(daemon.conn),
                 "indexed": len(daemon.index),
-                "adapters": count_adapters(cfg.adapters_dir),
+                "adapters": count_adapters(cfg.layout.adapters_dir),
             },
             "controllers": controllers,
             "analyzer": dataclasses.asdict(daemon.analyzer.stats),

@@ -98,7 +98,7 @@ class Service:
             stop,
             reload_config=self.options.reload_config,
             endpoints={
-                "admin_socket": str(daemon.cfg.socket_path),
+                "admin_socket": str(daemon.cfg.layout.socket_path),
                 "metrics": _url(self.options.metrics_addr, "/metrics"),
                 "search": _url(self.options.search_addr, "/search"),
             },
@@ -137,7 +137,7 @@ class Service:
         cfg = self.daemon.cfg
         try:
             secure_state_dir(cfg.state_dir)
-            admin = bind_admin_socket(cfg.socket_path)
+            admin = bind_admin_socket(cfg.layout.socket_path)
         except (SocketInUse, UnsafeStateDir, OSError) as exc:
             raise ServiceError(f"cannot serve the admin socket: {exc}") from exc
         runners: list[web.AppRunner] = []

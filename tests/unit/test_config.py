@@ -23,7 +23,7 @@ def test_relative_paths_resolve_against_the_files_directory(tmp_path):
     cfg = load_config(write(tmp_path, 'state_dir = "state"\nlog_dirs = ["logs", "/abs/logs"]\n'))
     assert cfg.state_dir == tmp_path / "state"
     assert cfg.log_dirs == [tmp_path / "logs", Path("/abs/logs")]
-    assert cfg.db_path == tmp_path / "state" / "learnerd.db"
+    assert cfg.layout.db_path == tmp_path / "state" / "learnerd.db"
 
 
 def test_a_controller_section_keeps_the_defaults_it_does_not_mention(tmp_path):

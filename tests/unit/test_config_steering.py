@@ -11,7 +11,7 @@ def test_defaults():
     cfg = config_from_dict({}, base=None)
     assert cfg.steering == SteeringConfig()
     assert (cfg.steering.clusters, cfg.steering.reflector, cfg.steering.judge) == (10, "offline", "match")
-    assert cfg.steering_dir == cfg.state_dir / "steering"
+    assert cfg.layout.steering_dir == cfg.state_dir / "steering"
 
 
 def test_values_and_relative_pool(tmp_path):
