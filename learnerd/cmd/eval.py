@@ -53,8 +53,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from rich.console import Console
 
     from learnerd.eval.history import adapter_key
@@ -73,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("--threads must be >= 0 (0: the idle cores)")
     try:
         document = read_document(args.doc)
-        store = AdapterStore(cfg.adapters_dir)
+        store = AdapterStore(cfg.layout.adapters_dir)
         key = adapter_key(document)
         if args.history:
             return _history(console, store, key, args)
@@ -94,15 +92,12 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.eval.threads import set_torch_threads
     from learnerd.ml.base_model import resolve_base_model
 
-    options = EvalOptions.from_settings(cfg.evaluation)
-    if args.null_runs is not None:
-        options = dataclasses.replace(options, null_runs=args.null_runs)
-    if args.calibration is not None:
-        options = dataclasses.replace(options, calibration=args.calibration)
+    overrides = {"null_runs": args.null_runs, "calibration": args.calibration}
+    options = EvalOptions.from_settings(cfg.evaluation, **{k: v for k, v in overrides.items() if v is not None})
     set_torch_threads(cfg.evaluation.num_threads if args.threads is None else args.threads)
     try:
         base = resolve_base_model(
-            document.frontmatter.base_model, cache_dir=cfg.models_dir, relative_to=args.doc.parent
+            document.frontmatter.base_model, cache_dir=cfg.layout.models_dir, relative_to=args.doc.parent
         )
         with _progress_bar(errors, total_steps(options), f"evaluating {args.doc.name}") as advance:
             report = evaluate_version(document, version, base, options=options, progress=advance)
