@@ -49,6 +49,7 @@ from learnerd.store.dlm import (
     UnrepresentableError,
     WriteOutcome,
     probe_section,
+    probe_section_ids,
     read_document,
     update_document,
 )
@@ -288,7 +289,7 @@ def plan_harvest(
         reinforcement = reinforce and any((pair.question, pair.answer, True) in held for held in pairs.values())
         if reinforcement:
             section = replace(section, body=(Q_HEADER, *section.body[1:]))
-        ids = {section.section_id, Section(section.type, (*section.body, "")).section_id}
+        ids = probe_section_ids(section)
         if ids & existing:
             skipped.append(Skipped(c, SkipReason.ALREADY_PRESENT, f"section {min(ids & existing)} is in the document"))
             continue

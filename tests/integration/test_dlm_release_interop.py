@@ -151,3 +151,38 @@ def test_each_harvest_sees_the_others_sections_as_already_present(
     assert second.returncode == 2, second.stdout + second.stderr
     assert second.stdout.count("already_present") == 2 and doc.read_bytes() == written
     assert len(dlm_release.rows(doc)["probes"]) == 2
+
+
+def test_a_gallery_document_still_trains_in_the_released_dlm_after_learnerd_harvests_into_it(
+    dlm_release, peer_copy, tmp_path: Path
+) -> None:
+    doc = peer_copy("dlm/gallery/shell-one-liner.dlm")
+    before = dlm_release.rows(doc)
+    report = tmp_path / "sway.json"
+    paragraphs = {
+        "prompt": "Delete empty directories.\n\nRecursively, from here.",
+        "reference": "find . -type d -empty -delete",
+    }
+    cut = {"prompt": "Two commands?", "reference": "cd /tmp\n\nls"}  # an answer dlm 0.10.0 would cut: not written
+    report.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "probes": [
+                    {"name": "p", "verdict": "fail", "evidence": paragraphs},
+                    {"name": "c", "verdict": "fail", "evidence": cut},
+                ],
+            }
+        )
+    )
+    done = learnerd_harvest(doc, "--sway-json", report, "--apply", "--json")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert [a["probe"] for a in plan["additions"]] == ["p"]
+    assert [(s["probe"], s["reason"]) for s in plan["skipped"]] == [("c", "unrepresentable")]
+    after = dlm_release.rows(doc)
+    assert after["chat"][: len(before["chat"])] == before["chat"]
+    assert after["chat"][-1][:2] == [
+        "Delete empty directories.\nRecursively, from here.",
+        "find . -type d -empty -delete",
+    ]

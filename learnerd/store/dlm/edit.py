@@ -16,7 +16,7 @@ import contextlib
 import fcntl
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +115,13 @@ def probe_section(question: str, answer: str, *, source: str) -> Section:
             "the pair does not parse back to itself (a line reads as ### Q / ### A, or an unusual line break)"
         )
     return section
+
+
+def probe_section_ids(section: Section) -> frozenset[str]:
+    """The ids ``section`` (from :func:`probe_section`) may have in a document: its own, and that of the
+    same section in the layout learnerd wrote before it matched ``dlm harvest`` (a final blank line), so a
+    pair written by an older learnerd counts as present."""
+    return frozenset({section.section_id, replace(section, body=(*section.body, "")).section_id})
 
 
 @dataclass(frozen=True)
