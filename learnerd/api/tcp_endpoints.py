@@ -10,12 +10,14 @@ HTTP: bind it to 127.0.0.1, or put a TLS-terminating proxy in front of it.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from learnerd.api.health import HEALTH_PATHS, health_routes
 from learnerd.api.http import (
     Handler,
     access_log_middleware,
@@ -61,6 +63,8 @@ def bearer_middleware(token: str) -> Any:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in HEALTH_PATHS:
+            return await handler(request)
         given = request.headers.get("Authorization", "").encode()
         if not hmac.compare_digest(given, expected):
             log.warning("search request refused: missing or wrong bearer token", remote=request.remote)
@@ -71,17 +75,20 @@ def bearer_middleware(token: str) -> Any:
 
 
 def search_app(control: ControlSurface, token: str, max_body_bytes: int) -> web.Application:
-    """``POST /search`` only, behind the bearer token (see :func:`learnerd.api.http.search_handler`)."""
+    """``POST /search`` behind the bearer token (:mod:`learnerd.api.search`), and the health probes
+    (:mod:`learnerd.api.health`, no token)."""
     app = web.Application(
         client_max_size=max_body_bytes,
         middlewares=[access_log_middleware("search request", _remote), bearer_middleware(token), error_middleware],
     )
     app.router.add_post("/search", search_handler(control))
+    app.add_routes(health_routes(lambda: control.state))
     return app
 
 
-def metrics_app(registry: CollectorRegistry) -> web.Application:
-    """``GET /metrics`` only: the daemon's one registry."""
+def metrics_app(registry: CollectorRegistry, state: Callable[[], str]) -> web.Application:
+    """``GET /metrics`` (the daemon's one registry) and the health probes (``state()``: the daemon's state)."""
     app = web.Application(middlewares=[access_log_middleware("metrics request", _remote), error_middleware])
     app.router.add_get("/metrics", metrics_handler(registry))
+    app.add_routes(health_routes(state))
     return app

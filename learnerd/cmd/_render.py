@@ -17,6 +17,7 @@ _ANALYZER_ROWS = (
     ("malformed_lines", "malformed lines skipped"),
     ("unknown_events", "unknown events skipped"),
     ("oversized_lines", "oversized lines skipped"),
+    ("foreign_lines", "foreign lines skipped"),
     ("truncations", "truncations"),
     ("rotations", "rotations"),
     ("errors", "errors (retried)"),
@@ -89,6 +90,11 @@ def _last_error(error: dict[str, Any] | None) -> str:
     return f"{error['key']}: {message} ({_when(error['at'])})"
 
 
+def _line_problem(problem: dict[str, Any]) -> str:
+    """``file:line: reason (when)`` for the analyzer's last malformed line or failing file."""
+    return f"{problem['file']}:{problem['line']}: {problem['reason']} ({_when(problem['at'])})"
+
+
 def print_status(status: dict[str, Any]) -> None:
     """The daemon's status: a summary, the controllers, the analyzer's counters, the last backfill."""
     from rich.table import Table
@@ -150,6 +156,9 @@ def print_status(status: dict[str, Any]) -> None:
         table.add_row(label, str(analyzer[key]))
     unjoinable = sum(analyzer.get("unjoinable_traces", {}).values())
     table.add_row("unjoinable foyle traces", str(unjoinable))
+    for key, label in (("last_malformed", "last malformed line"), ("last_error", "last file error")):
+        if analyzer.get(key):
+            table.add_row(label, _line_problem(analyzer[key]))
     out.print(table)
 
     if status.get("backfill"):

@@ -36,8 +36,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from rich.console import Console
 
     from learnerd.eval.history import adapter_key
@@ -70,9 +68,8 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.eval.summary import render_report
     from learnerd.ml.base_model import resolve_base_model
 
-    options = EvalOptions.from_settings(cfg.evaluation)
-    if args.null_runs is not None:
-        options = dataclasses.replace(options, null_runs=args.null_runs)
+    overrides = {"null_runs": args.null_runs} if args.null_runs is not None else {}
+    options = EvalOptions.from_settings(cfg.evaluation, **overrides)
     try:
         base = resolve_base_model(
             document.frontmatter.base_model, cache_dir=cfg.models_dir, relative_to=args.doc.parent

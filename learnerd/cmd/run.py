@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 
 from learnerd.cmd._common import CommandError, add_common_options, add_dir_options, load_config_from_args, plain
 from learnerd.cmd._training_options import add_training_options, apply_training_options
@@ -130,15 +131,54 @@ def service_options(cfg, args: argparse.Namespace):
     )
 
 
+def warn_if_nothing_is_watched(cfg) -> None:
+    """Log a warning when ``log_dirs`` is empty: the daemon would run, and ``--once`` succeed, on zero lines
+    without a word."""
+    import structlog
+
+    if cfg.log_dirs:
+        return
+    where = f"in {cfg.path}" if cfg.path else "(no config file was found: see learnerd init)"
+    structlog.get_logger(__name__).warning(
+        f"no log directory is watched: set log_dirs {where} or pass --log-dir DIR", config=str(cfg.path or "")
+    )
+
+
+def _open_daemon(cfg, rpc_token):
+    """``Daemon(cfg)``; a damaged or foreign database file is a :class:`CommandError`, not a traceback."""
+    import sqlite3
+
+    from learnerd.daemon.app import Daemon
+    from learnerd.store.db import SchemaError
+
+    try:
+        return Daemon(cfg, rpc_token=rpc_token)
+    except SchemaError as exc:
+        raise CommandError(str(exc)) from None
+    except sqlite3.DatabaseError as exc:
+        raise CommandError(
+            f"{cfg.db_path}: cannot use the database ({exc}); move the file aside to start afresh"
+        ) from None
+
+
+def sole_exception(group: BaseExceptionGroup) -> BaseException:
+    """The one exception a task group's nested groups wrap, or the group itself when it holds several."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def run(args: argparse.Namespace) -> int:
     import anyio
 
     from learnerd.cmd._report import print_summary
-    from learnerd.daemon.app import Daemon
     from learnerd.daemon.service import ServiceError
     from learnerd.daemon.statelock import StateDirBusy, StateLock
+    from learnerd.ml.embedders import EmbedderError
 
     cfg = load_config_from_args(args)
+    warn_if_nothing_is_watched(cfg)
     rpc_token = apply_training_options(args, cfg)
     options = None if args.once else service_options(cfg, args)
     try:
@@ -147,13 +187,18 @@ def run(args: argparse.Namespace) -> int:
     except StateDirBusy as exc:
         raise CommandError(str(exc)) from exc
     try:
-        daemon = Daemon(cfg, rpc_token=rpc_token)
+        daemon = _open_daemon(cfg, rpc_token)
         try:
             summary = anyio.run(serve, daemon, args.once, options)
         except HardStop:
             return 130
-        except ServiceError as exc:
+        except (ServiceError, EmbedderError) as exc:
             raise CommandError(str(exc)) from exc
+        except BaseExceptionGroup as group:  # a failure inside the daemon's task group
+            inner = sole_exception(group)
+            if isinstance(inner, EmbedderError):
+                raise CommandError(str(inner)) from inner
+            raise
         except OSError as exc:
             if not cfg.rpc.listen:
                 raise
@@ -164,4 +209,12 @@ def run(args: argparse.Namespace) -> int:
         lock.release()
     if args.once:
         print_summary(summary, args.json, "learnerd run --once")
+        dropped = {name: stats.dropped for name, stats in summary.controllers.items() if stats.dropped}
+        if dropped:
+            counts = ", ".join(f"{n} {name}" for name, n in dropped.items())
+            print(
+                f"learnerd run: error: work dropped after repeated failures ({counts} key(s)); see the log",
+                file=sys.stderr,
+            )
+            return 1
     return 0

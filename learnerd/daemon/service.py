@@ -106,12 +106,16 @@ class Service:
         )
 
     def reload(self) -> dict[str, Any] | None:
-        """Reload the config (SIGHUP); errors are logged, never raised. Returns the reload's result."""
+        """Reload the config (SIGHUP); errors are logged, never raised: whatever goes wrong, the daemon keeps
+        running on the config it has. Returns the reload's result, None when nothing was applied."""
         sd_notify.reloading()
         try:
             return self.control.reload()
         except ControlError as exc:
             log.error("reload refused", error=str(exc))
+            return None
+        except Exception:  # a reload must never end the process (SIGHUP)
+            log.exception("reload failed; keeping the running config")
             return None
         finally:
             sd_notify.notify("READY=1", f"STATUS={self._status_line()}")
@@ -176,7 +180,10 @@ class Service:
         if opts.metrics_addr is not None:
             host, port = opts.metrics_addr
             runner = await self._serve(
-                metrics_app(self.daemon.registry), lambda r: web.TCPSite(r, host, port), f"{host}:{port}", runners
+                metrics_app(self.daemon.registry, lambda: self.control.state),
+                lambda r: web.TCPSite(r, host, port),
+                f"{host}:{port}",
+                runners,
             )
             self.control.endpoints["metrics"] = _url(runner.addresses[0][:2], "/metrics")
         if opts.search_addr is not None:
