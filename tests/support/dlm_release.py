@@ -86,7 +86,7 @@ def install(root: Path) -> DlmRelease:
             [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args],
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=280,  # both installs within pytest's 600 s limit of the first test that needs them
         )
         if done.returncode != 0:
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-5:])
