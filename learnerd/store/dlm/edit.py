@@ -72,7 +72,7 @@ def probe_section(question: str, answer: str, *, source: str) -> Section:
 
     No blank line ends the section: its content is byte for byte what ``dlm harvest`` writes for the
     same pair, so both compute the same section id (and each sees the other's section as already
-    present); learnerd appends the next section right after it, so the id is the same in the middle.
+    present); the next section or learnerd's end guard follows right after it, so the id is the same anywhere.
 
     ``question`` and ``answer`` are normalized as the grammar reads them (LF line ends, surrounding
     whitespace stripped); the question's blank lines are dropped (:func:`~learnerd.store.dlm.qa.question_text`)
