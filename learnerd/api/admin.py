@@ -26,7 +26,7 @@ GET      /metrics                                                   Prometheus t
 POST     /search        ``{"text": str, "k": int = 3}``             ``[{id, query, answer, language, score}]``
 =======  =============  ==========================================  =========================================
 
-Errors are ``{"error": "message"}`` with 400 (bad body), 403 (not allowed), 404 (unknown controller
+Errors are ``{"error": "message"}`` with 400 (bad body), 403 (not allowed), 404 (unknown controller, requeue key
 or path), 409 (draining, starting, a backfill running, no config file), 413 (body too large) or
 503 (the embedder is still loading).
 """

@@ -21,12 +21,14 @@ import argparse
 import signal
 import sys
 
-from learnerd.cmd._common import CommandError, add_common_options, add_dir_options, load_config_from_args
+from learnerd.cmd._common import CommandError, add_common_options, add_dir_options, load_config_from_args, plain
 from learnerd.cmd._training_options import add_training_options, apply_training_options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="run the daemon (or --once: ingest, reconcile, drain, exit)")
+    p = sub.add_parser(
+        "run", help="run the daemon (or --once: ingest, reconcile, drain, exit)", description=plain(__doc__)
+    )
     p.add_argument("--once", action="store_true", help="ingest what is there, drain all queues, print a summary, exit")
     add_dir_options(p)
     add_training_options(p)

@@ -115,7 +115,9 @@ TRAINING = "training"
 
 @dataclass
 class RunSummary:
-    """What a run did: table sizes at the end, ingestion counters, per-controller stats and changes."""
+    """What a run did: table sizes at the end, ingestion counters, per-controller stats and changes, and
+    ``refused_examples``: the examples the probes reconciler wrote no section for, each
+    ``{"example_id", "document", "reason"}`` (:meth:`~learnerd.reconcilers.probes.ProbesReconciler.refusals`)."""
 
     blocks: int
     examples: int
@@ -125,6 +127,7 @@ class RunSummary:
     analyzer: AnalyzerStats
     controllers: dict[str, ControllerStats]
     changes: dict[str, dict[str, int]] = field(default_factory=dict)
+    refused_examples: list[dict[str, str]] = field(default_factory=list)
 
     def changed_anything(self) -> bool:
         return any(v for counts in self.changes.values() for v in counts.values())
@@ -482,6 +485,7 @@ class Daemon:
             analyzer=self.analyzer.stats,
             controllers={name: c.stats() for name, c in self.controllers.items()},
             changes={name: dict(r.changes) for name, r in self.reconcilers.items()},
+            refused_examples=self.probes.refusals() if "probes" in self.reconcilers else [],
         )
 
     def close(self) -> None:

@@ -22,7 +22,7 @@ import structlog
 import learnerd
 from learnerd.api.errors import BadRequest, Conflict, NotFound, Unavailable
 from learnerd.config import Config, ConfigError
-from learnerd.daemon.app import Daemon
+from learnerd.daemon.app import TRAINING, Daemon
 from learnerd.daemon.logging import current_level, parse_level, set_log_level
 from learnerd.daemon.reload import apply_config
 from learnerd.runtime.workqueue import ControllerRateLimiter
@@ -212,16 +212,30 @@ class DaemonControl:
         self._save_paused()
         return {"paused": self._paused()}
 
+    def _known_keys(self, controller: str) -> set[str]:
+        """The keys ``controller`` reconciles: its reconciler's ``resync_keys()``, and for training also the
+        documents the training intake watches."""
+        keys = set(self.daemon.reconcilers[controller].resync_keys())
+        intake = self.daemon.training_intake
+        if controller == TRAINING and intake is not None:
+            keys |= {str(p) for p in intake.watcher.documents()}
+        return keys
+
     def requeue(self, controller: str, key: str) -> dict[str, Any]:
         """Queue ``key`` on ``controller`` now, with its failure backoff reset.
 
         Raises:
-            NotFound: no such controller. Conflict: the daemon is draining.
+            NotFound: no such controller, or ``key`` is none of the keys the controller reconciles (its
+                resync list: a block id for examples / embeddings, a document path for probes,
+                evaluation and training). Conflict: the daemon is draining.
         """
         self._controllers(controller)
         queue = self.daemon.queues[controller]
         if queue.shutting_down or self.stop.is_set():
             raise Conflict("the daemon is draining; nothing new is queued")
+        if key not in self._known_keys(controller):
+            what = "block id" if controller in ("examples", "embeddings") else "document path"
+            raise NotFound(f"controller {controller!r} has no key {key!r} (its keys are {what}s; see ctl status)")
         queue.forget(key)
         queue.add(key)
         log.info("key requeued", controller=controller, key=key)

@@ -62,8 +62,11 @@ async def test_ctl_commands_on_a_running_daemon(short_root: Path, minilm, capsys
         assert code == 0 and json.loads(out) == {"paused": dict.fromkeys(running.daemon.controllers, False)}
         assert {"examples", "embeddings", "probes"} <= set(running.daemon.controllers)
 
-        code, out, _ = await learnerd(capsys, "ctl", "requeue", "probes", "some/doc.dlm", *at)
-        assert code == 0 and "requeued 'some/doc.dlm' on probes" in out
+        code, out, err = await learnerd(capsys, "ctl", "requeue", "probes", "some/doc.dlm", *at)
+        assert code == 1 and "controller 'probes' has no key 'some/doc.dlm'" in err  # a typo is not queued
+        block_id = next(iter(BLOCKS))
+        code, out, _ = await learnerd(capsys, "ctl", "requeue", "examples", block_id, *at)
+        assert code == 0 and f"requeued '{block_id}' on examples" in out
 
         code, out, _ = await learnerd(capsys, "ctl", "log-level", "warning", *at)
         assert code == 0 and out.startswith("warning (was ") and current_level() == "warning"
@@ -73,6 +76,11 @@ async def test_ctl_commands_on_a_running_daemon(short_root: Path, minilm, capsys
 
         code, out, _ = await learnerd(capsys, "ctl", "metrics", *at)
         assert code == 0 and 'workqueue_depth{name="examples"}' in out
+        code, out, _ = await learnerd(capsys, "ctl", "metrics", "--json", *at)
+        families = json.loads(out)
+        depth = families["workqueue_depth"]
+        assert code == 0 and depth["type"] == "gauge" and depth["help"]
+        assert {"name": "workqueue_depth", "labels": {"name": "examples"}, "value": 0.0} in depth["samples"]
 
         code, out, err = await learnerd(capsys, "ctl", "reload", *at)
         assert code == 1 and "started without a config file" in err
