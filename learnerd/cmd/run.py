@@ -135,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.daemon.app import Daemon
     from learnerd.daemon.service import ServiceError
     from learnerd.daemon.statelock import StateDirBusy, StateLock
+    from learnerd.store.state_dir import UnsafeStateDir
 
     cfg = load_config_from_args(args)
     rpc_token = apply_training_options(args, cfg)
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         lock = StateLock(cfg.state_dir)
         lock.acquire()
-    except StateDirBusy as exc:
+    except (StateDirBusy, UnsafeStateDir) as exc:
         raise CommandError(str(exc)) from exc
     try:
         daemon = Daemon(cfg, rpc_token=rpc_token)
