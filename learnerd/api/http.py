@@ -25,7 +25,6 @@ import hmac
 import json
 import resource
 import time
-import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -80,11 +79,11 @@ class ServerLimits:
 
 def connection_budget(requested: int) -> int:
     """``requested``, lowered so :data:`MAX_LISTENERS` full listeners and :data:`FD_RESERVE` descriptors
-    fit under the soft ``RLIMIT_NOFILE`` (at least 16)."""
+    fit under the soft ``RLIMIT_NOFILE`` (never below 16 for that reason)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return requested
-    return max(16, min(requested, (soft - FD_RESERVE) // MAX_LISTENERS))
+    return min(requested, max(16, (soft - FD_RESERVE) // MAX_LISTENERS))
 
 
 class _CappedFactory:
@@ -104,9 +103,10 @@ class _CappedFactory:
 class LimitedRunner(web.AppRunner):
     """An :class:`aiohttp.web.AppRunner` whose listeners hold at most ``max_connections`` connections.
 
-    A new connection past the cap makes the oldest connection not already asked to close finish: an idle
-    one (or one still sending its headers) is closed at once, one with a request in progress right after
-    its answer (``RequestHandler.close``). Keyword arguments go to aiohttp (``keepalive_timeout`` …).
+    A new connection past the cap closes the oldest connection that has no request in a handler: one
+    that is idle between requests or still sending its headers (slow clients). Connections whose request
+    is being handled are left alone (their body has :class:`ServerLimits`' deadline); were they all busy,
+    the cap is passed rather than an answer cut. Keyword arguments go to aiohttp (``keepalive_timeout`` …).
     """
 
     def __init__(self, app: web.Application, *, max_connections: int, where: str = "", **kwargs: Any) -> None:
@@ -115,23 +115,33 @@ class LimitedRunner(web.AppRunner):
         self.where = where
         self.evicted = 0
         self.throttle = app.get(THROTTLE) or LogThrottle()
-        self._closing: weakref.WeakSet[RequestHandler] = weakref.WeakSet()
+        self._busy: set[RequestHandler] = set()
+        if not app.frozen:
+            app.middlewares.insert(0, self._track_busy)
 
     @property
     def server(self) -> Any:
         server = super().server
         return None if server is None else _CappedFactory(server, self)
 
+    @web.middleware
+    async def _track_busy(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        self._busy.add(request.protocol)
+        try:
+            return await handler(request)
+        finally:
+            self._busy.discard(request.protocol)
+
     def evict(self, connections: list[RequestHandler]) -> None:
-        for handler in connections:
-            if handler not in self._closing:
-                self._closing.add(handler)
-                handler.close()
-                self.evicted += 1
-                break
+        """Close the oldest of ``connections`` that has no request being handled (see the class docstring)."""
+        victim = next((h for h in connections if h.transport is not None and h not in self._busy), None)
+        if victim is None:
+            return
+        victim.force_close()
+        self.evicted += 1
         self.throttle.warning(
             "connection-cap",
-            "connection cap reached; closing the oldest connection",
+            "connection cap reached; closed the oldest idle connection",
             listener=self.where,
             max_connections=self.max_connections,
             evicted=self.evicted,
