@@ -253,13 +253,13 @@ async def read_body(request: web.Request, max_bytes: int | None = None) -> bytes
     """
     limit = request.client_max_size if max_bytes is None else max_bytes
     if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(f"body exceeds {limit} bytes")
+        raise PayloadTooLarge(f"Payload Too Large: the body exceeds {limit} bytes")
     body = bytearray()
     with anyio.move_on_after(request.app.get(BODY_TIMEOUT, ServerLimits.body_timeout_s)) as scope:
         while chunk := await request.content.read(limit + 1 - len(body)):
             body += chunk
             if len(body) > limit:
-                raise PayloadTooLarge(f"body exceeds {limit} bytes")
+                raise PayloadTooLarge(f"Payload Too Large: the body exceeds {limit} bytes")
     if scope.cancelled_caught:
         raise RequestTimeout("the body did not arrive in time")
     return bytes(body)
