@@ -60,16 +60,22 @@ def secure_state_dir(path: Path) -> None:
 
 
 def foreign_entries(root: Path, uid: int) -> list[tuple[Path, int]]:
-    """Every entry under ``root`` (any depth, symlinks not followed) not owned by ``uid``, with its owner."""
+    """Every entry under ``root`` (any depth, symlinks not followed) not owned by ``uid``, with its owner;
+    a foreign directory is listed and, when readable, searched too."""
     foreign: list[tuple[Path, int]] = []
-    pending = [root]
+    pending = [(root, True)]
     while pending:
-        directory = pending.pop()
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                owner = entry.stat(follow_symlinks=False).st_uid
-                if owner != uid:
-                    foreign.append((Path(entry.path), owner))
-                elif entry.is_dir(follow_symlinks=False):
-                    pending.append(Path(entry.path))
+        directory, ours = pending.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            if ours:
+                raise
+            continue  # another user's unreadable directory: already named
+        for entry in entries:
+            owner = entry.stat(follow_symlinks=False).st_uid
+            if owner != uid:
+                foreign.append((Path(entry.path), owner))
+            if entry.is_dir(follow_symlinks=False):
+                pending.append((Path(entry.path), owner == uid))
     return sorted(foreign)
