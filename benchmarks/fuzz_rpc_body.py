@@ -131,9 +131,8 @@ def main() -> int:
             print(f"FAILED on {name} input {body[:200]!r}: {type(exc).__name__}: {exc}")
             return 1
         tried = sum(tally.outcomes.values())
-        print(
-            f"{name:9s} tried {tried:7d}   accepted {tally.outcomes['accepted']:6d}   refused {tally.outcomes['refused']:7d}"
-        )
+        accepted, refused = tally.outcomes["accepted"], tally.outcomes["refused"]
+        print(f"{name:9s} tried {tried:7d}   accepted {accepted:6d}   refused {refused:7d}")
         total += tally.outcomes
         parse_s += tally.parse_s
         loads_s += tally.loads_s
