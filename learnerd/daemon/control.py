@@ -281,9 +281,10 @@ class DaemonControl:
             raise TooManyRequests(f"{self._pending_searches} searches are already queued; retry shortly")
         self._pending_searches += 1
         try:
-            hits = await anyio.to_thread.run_sync(
-                nearest, embedder, self.daemon.index, text, k, limiter=self._search_limiter
-            )
+            with self.daemon.metrics.search_duration.time():
+                hits = await anyio.to_thread.run_sync(
+                    nearest, embedder, self.daemon.index, text, k, limiter=self._search_limiter
+                )
+                return describe_hits(self.daemon.conn, hits)
         finally:
             self._pending_searches -= 1
-        return describe_hits(self.daemon.conn, hits)

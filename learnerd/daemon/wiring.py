@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 import structlog
 
 from learnerd.config import Config
+from learnerd.eval.report import Report
 from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.reconcilers.probes import ProbesReconciler
-from learnerd.reconcilers.training import TrainingReconciler
+from learnerd.reconcilers.training import CycleReport, TrainingReconciler
 from learnerd.store.adapters import AdapterStore, AdapterVersion
 from learnerd.store.probe_journal import ProbeJournal
 from learnerd.store.routing import DocumentRouter, DocumentScope
@@ -40,23 +42,26 @@ def probes_reconciler(cfg: Config, router: DocumentRouter | None = None, **hooks
     )
 
 
-def evaluation_reconciler(cfg: Config) -> EvaluationReconciler:
-    """The evaluation reconciler of ``cfg``."""
+def evaluation_reconciler(cfg: Config, on_report: Callable[[Path, Report], None] | None = None) -> EvaluationReconciler:
+    """The evaluation reconciler of ``cfg`` (``on_report``: its metrics hook)."""
     return EvaluationReconciler(
         cfg.evaluation,
         adapters=AdapterStore(cfg.layout.adapters_dir),
         models_dir=cfg.layout.models_dir,
         docs_roots=cfg.layout.docs_roots,
         broken_document_retry_s=cfg.probes.broken_document_retry_s,
+        on_report=on_report,
     )
 
 
 def training_reconciler(
-    cfg: Config, on_committed: Callable[[str | os.PathLike[str], AdapterVersion], None] | None = None
+    cfg: Config,
+    on_committed: Callable[[str | os.PathLike[str], AdapterVersion], None] | None = None,
+    on_cycle: Callable[[CycleReport], None] | None = None,
 ) -> TrainingReconciler:
     """The training reconciler of ``cfg``: the adapter store (crash leftovers removed first) and the
     journal of injected probes under the state directory, whose probes may name only documents under
-    ``docs_dirs`` or the ``[rpc] document``.
+    ``docs_dirs`` or the ``[rpc] document`` (``on_committed``, ``on_cycle``: its hooks).
 
     Raises:
         JournalError: the probe journal is damaged, or names a document out of that scope.
@@ -74,4 +79,5 @@ def training_reconciler(
         journal=ProbeJournal(layout.probe_journal, document_allowed=scope),
         new_document_base_model=cfg.probes.base_model,
         on_committed=on_committed,  # type: ignore[arg-type]
+        on_cycle=on_cycle,
     )

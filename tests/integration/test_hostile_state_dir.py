@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -74,7 +75,7 @@ def test_case9_a_journal_planted_by_another_user_is_refused_before_anything_is_c
     target = tmp_path / "elsewhere" / "chosen-by-them.dlm"
     journal = _plant_journal(state, target)
     cfg = daemon_config(tmp_path, training=TrainingSettings(enabled=True, warm_spare=False))
-    with pytest.raises(UnsafeStateDir, match=f"{journal}.*uid {NOBODY}"):
+    with pytest.raises(UnsafeStateDir, match=f"{re.escape(str(journal))}.*uid {NOBODY}"):
         Daemon(cfg, embedder=minilm)
     assert _mode(state) == 0o700, "tightened before the refusal"
     assert sorted(p.name for p in state.iterdir()) == ["journals"], "nothing created: no database, no lock"
@@ -108,11 +109,11 @@ def test_case9_a_journaled_document_outside_the_document_roots_is_refused(tmp_pa
     inside = cfg.docs_dirs[0] / "sub" / "notes.dlm"
     outside = tmp_path / "etc" / "cron.dlm"
     journal.write_text(_journal_line(str(inside), "Inside?") + _journal_line(str(outside)).replace("f" * 32, "e" * 32))
-    with pytest.raises(JournalError, match=f"injected-probes.jsonl:2: .*{outside}"):
+    with pytest.raises(JournalError, match=rf"injected-probes\.jsonl:2: .*{re.escape(str(outside))}"):
         wiring.training_reconciler(cfg)
     escaped = cfg.docs_dirs[0] / ".." / "escaped.dlm"  # in a docs dir by name only
     journal.write_text(_journal_line(str(escaped)))
-    with pytest.raises(JournalError, match="escaped.dlm"):
+    with pytest.raises(JournalError, match=r"escaped\.dlm"):
         wiring.training_reconciler(cfg)
 
     journal.write_text(_journal_line(str(inside), "Inside?"))
