@@ -16,6 +16,7 @@
 * :func:`access_log_middleware` logs one structlog event per request (method, path, status,
   ``duration_s`` and whatever the app's ``peer`` function adds), at info for requests that change
   something and at debug for reads, searches and scrapes (a Prometheus scrape every 15 s is not news);
+  refusals (4xx, 5xx) at info, at most once per 10 s per status with the count of those not logged;
 * :func:`metrics_handler` serves ``GET /metrics`` on both (``POST /search`` is :mod:`learnerd.api.search`).
 """
 
@@ -100,6 +101,20 @@ class _CappedFactory:
         return self._server()
 
 
+#: The app key of the connections whose request is in a handler (:class:`LimitedRunner` never evicts them).
+BUSY = web.AppKey("learnerd.busy_connections", set)
+
+
+@web.middleware
+async def _track_busy(request: web.Request, handler: Handler) -> web.StreamResponse:
+    busy = request.app[BUSY]
+    busy.add(request.protocol)
+    try:
+        return await handler(request)
+    finally:
+        busy.discard(request.protocol)
+
+
 class LimitedRunner(web.AppRunner):
     """An :class:`aiohttp.web.AppRunner` whose listeners hold at most ``max_connections`` connections.
 
@@ -115,22 +130,15 @@ class LimitedRunner(web.AppRunner):
         self.where = where
         self.evicted = 0
         self.throttle = app.get(THROTTLE) or LogThrottle()
-        self._busy: set[RequestHandler] = set()
         if not app.frozen:
-            app.middlewares.insert(0, self._track_busy)
+            app[BUSY] = set()
+            app.middlewares.insert(0, _track_busy)
+        self._busy = app[BUSY]
 
     @property
     def server(self) -> Any:
         server = super().server
         return None if server is None else _CappedFactory(server, self)
-
-    @web.middleware
-    async def _track_busy(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        self._busy.add(request.protocol)
-        try:
-            return await handler(request)
-        finally:
-            self._busy.discard(request.protocol)
 
     def evict(self, connections: list[RequestHandler]) -> None:
         """Close the oldest of ``connections`` that has no request being handled (see the class docstring)."""
