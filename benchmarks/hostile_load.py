@@ -16,10 +16,11 @@ training debounced past the run so the journal is what it acknowledged). Clients
   and never used, and bursts of ``--searches`` concurrent searches every second.
 
 Then it prints: whether the daemon stayed up (and exited 0 on SIGTERM), the responses by status (5xx must
-be 0), honest pushes acknowledged and how many of them are in the journal, good log blocks written and
-ingested, how long the server let slow and idle clients hold a connection (the longest), the daemon's
-most open file descriptors, and tracebacks in its log. Case 1 is fixed in the analyzer (not in the HTTP
-layer): where that fix is absent, the good blocks after a hostile line are reported missing.
+be 0), the search answers' latency, honest pushes acknowledged and how many of them are in the journal,
+good log blocks written and ingested, how long the server let slow and idle clients hold a connection
+(the longest), the daemon's most open file descriptors, and tracebacks in its log. Case 1 is fixed in the
+analyzer (not in the HTTP layer): where that fix is absent, the good blocks after a hostile line are
+reported missing.
 
 Usage::
 
@@ -86,6 +87,7 @@ class Load:
         self.held_s: dict[str, float] = {"slow": 0.0, "idle": 0.0}
         self.closed = Counter()
         self.max_fds = 0
+        self.search_s: list[float] = []
 
     def running(self) -> bool:
         return time.monotonic() < self.deadline
@@ -144,10 +146,12 @@ async def searches(load: Load, url: str, burst: int) -> None:
     headers = {"Authorization": f"Bearer {SEARCH_TOKEN}"}
 
     async def one(session: aiohttp.ClientSession) -> None:
+        started = time.monotonic()
         try:
             async with session.post(url, json={"text": "list the files in a directory"}, headers=headers) as r:
                 await r.read()
                 load.note("case 13 search burst", r.status)
+                load.search_s.append(time.monotonic() - started)
         except aiohttp.ClientError:
             load.note("case 13 search burst", 0)
 
@@ -307,6 +311,10 @@ def main() -> int:
         f"good log blocks written: {len(load.good_blocks)}; ingested: {len(ingested)}"
         + ("" if len(ingested) == len(load.good_blocks) else "  <- case 1 (analyzer) not fixed on this build")
     )
+    if load.search_s:
+        ordered = sorted(load.search_s)
+        p50, p99 = ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+        print(f"search answers (200 or 429): p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, max {ordered[-1]:.2f} s")
     print(f"longest hold: slow client {load.held_s['slow']:.1f} s, idle connection {load.held_s['idle']:.1f} s; "
           f"closed by the server: {dict(load.closed)}")  # fmt: skip
     print(f"daemon's open file descriptors at most: {load.max_fds}; tracebacks in its log: {sum(tracebacks.values())}")
