@@ -343,7 +343,7 @@ class Daemon:
 
                 tg.start_soon(analyze, name="analyzer")
             self._serve_scopes = [tg.cancel_scope]
-            training_scope, rpc_scope = anyio.CancelScope(), anyio.CancelScope()  # a scope is entered once
+            training_scope, rpc_scope = anyio.CancelScope(), anyio.CancelScope()
             if intake and self.training_intake is not None:
                 await tg.start(self._run_training_intake, training_scope, name="training-intake")
                 if self.rpc is not None:
