@@ -38,11 +38,12 @@ def backfill_offline(cfg, since: float, show_progress: bool):
 
     from learnerd.daemon.app import Daemon
     from learnerd.daemon.statelock import StateDirBusy, StateLock
+    from learnerd.store.state_dir import UnsafeStateDir
 
     lock = StateLock(cfg.state_dir)
     try:
         lock.acquire()
-    except StateDirBusy as exc:
+    except (StateDirBusy, UnsafeStateDir) as exc:
         raise CommandError(str(exc)) from exc
     try:
         daemon = Daemon(cfg)

@@ -176,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.daemon.service import ServiceError
     from learnerd.daemon.statelock import StateDirBusy, StateLock
     from learnerd.ml.embedders import EmbedderError
+    from learnerd.store.state_dir import UnsafeStateDir
 
     cfg = load_config_from_args(args)
     warn_if_nothing_is_watched(cfg)
@@ -184,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         lock = StateLock(cfg.state_dir)
         lock.acquire()
-    except StateDirBusy as exc:
+    except (StateDirBusy, UnsafeStateDir) as exc:
         raise CommandError(str(exc)) from exc
     try:
         daemon = _open_daemon(cfg, rpc_token)

@@ -43,6 +43,7 @@ def train(args: argparse.Namespace) -> int:
     from learnerd.reconcilers.training import DuplicateDocumentError
     from learnerd.store.dlm import DocumentError, TrainingConfigError
     from learnerd.store.probe_journal import JournalError
+    from learnerd.store.state_dir import UnsafeStateDir
 
     cfg = load_config_from_args(args)
     if args.threads is not None:
@@ -54,7 +55,7 @@ def train(args: argparse.Namespace) -> int:
     lock = StateLock(cfg.state_dir)
     try:
         lock.acquire()
-    except StateDirBusy as exc:
+    except (StateDirBusy, UnsafeStateDir) as exc:
         raise CommandError(f"{exc} (a running daemon trains its documents itself)") from exc
     try:
         try:

@@ -66,6 +66,7 @@ from learnerd.store.adapters import AdapterVersion
 from learnerd.store.blocks import count_blocks, list_block_ids
 from learnerd.store.embeddings import count_vectors, load_index
 from learnerd.store.examples import Example, count_examples, get_examples
+from learnerd.store.state_dir import secure_state_dir
 
 log = structlog.get_logger(__name__)
 
@@ -137,7 +138,8 @@ class Daemon:
     """learnerd's process: store, analyzer, workqueues and controllers, wired together.
 
     Args:
-        cfg: the configuration; ``state_dir`` is created (mode 0700) if missing.
+        cfg: the configuration; ``state_dir`` is secured before anything is created in it
+            (:func:`~learnerd.store.state_dir.secure_state_dir`: created 0700 if missing).
         embedder: an already loaded embedder (tests share one); by default the configured one is
             loaded in a worker thread at start, while ingestion already runs.
         registry: the prometheus registry every metric goes on (a fresh one by default).
@@ -145,8 +147,9 @@ class Daemon:
         rpc_token: the bearer token of the RPC server (needed when ``[rpc] listen`` is set).
 
     Raises:
+        UnsafeStateDir: the state directory is not ours, or holds another user's files.
         ValueError: ``[rpc] listen`` is set without a token, or with training disabled.
-        JournalError: the probe journal is damaged.
+        JournalError: the probe journal is damaged, or names a document outside the document roots.
 
     Use :meth:`run` (until ``stop`` is set), :meth:`run_once` or :meth:`backfill`, then :meth:`close`.
     """
@@ -164,7 +167,7 @@ class Daemon:
         self.clock = clock
         self.registry = registry or CollectorRegistry()
         layout = cfg.layout
-        layout.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        secure_state_dir(layout.root)
         self.conn = db.connect(layout.db_path)
         self.embedder = embedder
         self.index = load_index(self.conn, embedder_name(cfg.embeddings), embedder_dim(cfg.embeddings))
