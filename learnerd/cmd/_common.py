@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
+import re
 from pathlib import Path
 
-from learnerd.config import Config, ConfigError, load_config
+from learnerd.config import Config, ConfigError, Environment, check_directories, find_config, load_config
 from learnerd.daemon.logging import LEVELS, configure_logging, json_choice
 
 
@@ -23,14 +23,15 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
         metavar="PATH",
-        default=os.environ.get("LEARNERD_CONFIG"),
-        help="TOML config file (default: $LEARNERD_CONFIG, else built-in defaults)",
+        default=None,
+        help="TOML config file (default: $LEARNERD_CONFIG, else $XDG_CONFIG_HOME/learnerd/config.toml, else "
+        "/etc/learnerd/config.toml, else built-in defaults)",
     )
     parser.add_argument("--state-dir", metavar="DIR", help="state directory (overrides the config file)")
     parser.add_argument(
         "--store-url",
         metavar="URL",
-        default=os.environ.get("LEARNERD_STORE_URL"),
+        default=None,
         help="a SQLite path or postgresql:// URL (default: $LEARNERD_STORE_URL, else [store] url)",
     )
     parser.add_argument(
@@ -39,22 +40,27 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
 
 
 def read_config(args: argparse.Namespace) -> Config:
-    """The config named by ``--config`` with ``--state-dir`` (and ``--log-dir`` / ``--docs-dir`` where the
-    command has them) applied. No side effects: a reload calls it again.
+    """The config :func:`~learnerd.config.find_config` finds (``--config`` first) with ``--state-dir`` (and
+    ``--log-dir`` / ``--docs-dir`` where the command has them) applied. No side effects: a reload calls it
+    again, on the file the first call found.
 
     Raises:
-        ConfigError: the config file is missing or invalid.
+        ConfigError: the config file is missing or invalid, or a directory setting names a file.
     """
+    if args.config is None:
+        found = find_config()
+        args.config = str(found) if found is not None else None
     cfg = load_config(args.config)
     if args.state_dir:
         cfg.state_dir = Path(args.state_dir).expanduser().resolve()
-    if getattr(args, "store_url", None):
-        url = args.store_url
+    url = getattr(args, "store_url", None) or Environment().store_url
+    if url:
         cfg.store.url = (
             url if url.startswith(("postgresql://", "postgres://")) else str(Path(url).expanduser().resolve())
         )
     cfg.log_dirs = [*cfg.log_dirs, *(Path(d).expanduser().resolve() for d in getattr(args, "log_dir", []))]
     cfg.docs_dirs = [*cfg.docs_dirs, *(Path(d).expanduser().resolve() for d in getattr(args, "docs_dir", []))]
+    check_directories(cfg)
     return cfg
 
 
@@ -85,26 +91,36 @@ def apply_logging(args: argparse.Namespace, cfg: Config) -> None:
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])\s*")
+_SPHINX_ROLE = re.compile(r":[a-z]+:`(~?)([^`]+)`")
+
+
+def plain(doc: str | None) -> str:
+    """The first paragraph of a module docstring as plain text for ``--help``: Sphinx roles
+    (``:mod:`x.y```, ``:func:`~x.y```) become the name, reST literals lose their backquotes."""
+    first = (doc or "").strip().split("\n\n")[0]
+    first = _SPHINX_ROLE.sub(lambda m: m[2].rsplit(".", 1)[-1] if m[1] else m[2], first)
+    return " ".join(first.replace("``", "").split())
 
 
 def parse_since(text: str, now: float) -> float:
     """A point in time as epoch seconds, from ISO 8601 (``2024-05-01``, ``2024-05-01T12:00:00Z``; a
-    naive time is UTC) or from a duration back from ``now`` (``90s``, ``30m``, ``6h``, ``2d``, ``1w``).
+    naive time is UTC) or from a duration back from ``now``: one or more parts of a number and a unit,
+    ``s`` / ``m`` / ``h`` / ``d`` / ``w`` (``90s``, ``6h``, ``2h30m``, ``1d 12h``, ``1.5h``).
 
     Raises:
         CommandError: neither form (exit status 2).
     """
     import datetime as dt
-    import re
 
     text = text.strip()
-    if m := re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw])", text):
-        return now - float(m[1]) * _UNITS[m[2]]
+    if text and _DURATION_PART.sub("", text) == "" and text[0].isdigit():
+        return now - sum(float(n) * _UNITS[unit] for n, unit in _DURATION_PART.findall(text))
     try:
         parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
     except ValueError:
         raise CommandError(
-            f"--since {text!r}: use ISO 8601 (2024-05-01T12:00:00Z) or a duration (90s, 30m, 6h, 2d, 1w)",
+            f"--since {text!r}: use ISO 8601 (2024-05-01T12:00:00Z) or a duration (90s, 30m, 6h, 2h30m, 2d, 1w)",
             exit_code=2,
         ) from None
     if parsed.tzinfo is None:
@@ -121,7 +137,7 @@ def open_store(cfg: Config, *, readonly: bool = False):
     from learnerd.store import db
 
     try:
-        return db.connect(cfg.store_target, readonly=readonly)
+        return db.connect(cfg.layout.store_target, readonly=readonly)
     except (db.StoreUnavailable, db.SchemaError) as exc:
         raise CommandError(str(exc)) from exc
 

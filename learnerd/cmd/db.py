@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.store import db
 
     cfg = load_config_from_args(args)
-    target = cfg.store_target
+    target = cfg.layout.store_target
     try:
         if args.db_command == "migrate":
             before, after = db.migrate(target)

@@ -25,9 +25,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from learnerd.cmd._common import CommandError, add_common_options, apply_logging, load_config_from_args
+from learnerd.cmd._common import CommandError, add_common_options, apply_logging, load_config_from_args, plain
 from learnerd.cmd._generation import add_generation_options, load_document_model, load_steering_processor, read_dlm
-from learnerd.config import ConfigError, SteeringConfig
+from learnerd.config import ConfigError, SteeringConfig, config_from_dict
 
 # flag dest -> [steering] key; a flag left out keeps the config's value
 _OVERRIDES = (
@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "evolve",
         help="tune per-cluster logit deltas: shorter answers, as correct (decode-time steering)",
-        description=__doc__.split("\n\n")[0],
+        description=plain(__doc__),
     )
     p.add_argument("doc", metavar="DOC", type=Path, help="the .dlm document (model, adapter, probes)")
     p.add_argument("--run-dir", type=Path, metavar="DIR", help="run directory (default: <state_dir>/steering/runs/KEY)")
@@ -71,6 +71,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--judge-model", metavar="NAME", help="chat model of the llm judge")
     p.add_argument("--judge-base-url", metavar="URL", help="OpenAI-compatible endpoint of the judge")
     p.add_argument("--apply-best", action="store_true", help="answer the pool with the best deltas; no evolution")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the outcome as JSON on stdout (the run: status, iterations, best; --apply-best: apply_best.json)",
+    )
     add_generation_options(p)
     add_common_options(p)
     p.set_defaults(func=run)
@@ -81,12 +86,10 @@ def steering_settings(cfg_steering: SteeringConfig, args: argparse.Namespace) ->
     changes = {name: getattr(args, name) for name in _OVERRIDES if getattr(args, name, None) is not None}
     if changes.get("pool"):
         changes["pool"] = str(Path(changes["pool"]).expanduser().resolve())
-    settings = dataclasses.replace(cfg_steering, **changes)
     try:
-        settings.validate()
+        return config_from_dict({"steering": {**cfg_steering.model_dump(), **changes}}, base=None).steering
     except ConfigError as exc:
         raise CommandError(str(exc), exit_code=2) from None
-    return settings
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     document = read_dlm(args.doc)
     pool = _load_pool(settings, document)
     loaded = load_document_model(cfg, document, args.adapter, args.doc_key)
-    run_dir = (args.run_dir or cfg.steering_dir / "runs" / loaded.doc_key).expanduser().resolve()
+    run_dir = (args.run_dir or cfg.layout.steering_dir / "runs" / loaded.doc_key).expanduser().resolve()
     from learnerd.steering.evolve import SteeredModel
 
     model = SteeredModel(
@@ -109,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     judge = _make_judge(settings)
     if args.apply_best:
         return _apply_best(
-            console, args.steering or run_dir / "deltas_best.json", run_dir, model, pool, judge, settings
+            console, args.steering or run_dir / "deltas_best.json", run_dir, model, pool, judge, settings, args.json
         )
     clusters = _clusters(console, cfg, settings, loaded)
     return _evolve(console, args, cfg, run_dir, model, clusters, pool, judge, settings, loaded.describe())
@@ -161,7 +164,7 @@ def _clusters(console: Any, cfg: Any, settings: SteeringConfig, loaded: Any) -> 
                 k=settings.clusters,
                 seed=settings.seed,
                 eos_ids=eos_token_ids(loaded.tokenizer, loaded.model.generation_config),
-                cache_root=cfg.steering_dir / "clusters",
+                cache_root=cfg.layout.steering_dir / "clusters",
                 pca_dim=settings.pca_dim,
                 on_progress=lambda done, total: progress.update(task, completed=done, total=total),
             )
@@ -172,19 +175,11 @@ def _clusters(console: Any, cfg: Any, settings: SteeringConfig, loaded: Any) -> 
 def _evolve(console, args, cfg, run_dir: Path, model, clusters, pool, judge, settings: SteeringConfig, describe) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from learnerd.steering.evolve import EvolutionError, EvolutionSettings, run_evolution
+    from learnerd.steering.evolve import EvolutionError, run_evolution
     from learnerd.steering.judges import JudgeError
     from learnerd.steering.reflectors import ReflectorError
 
     stop = threading.Event()
-    loop_settings = EvolutionSettings(
-        iterations=settings.iterations,
-        minibatch_size=settings.minibatch_size,
-        scale=settings.scale,
-        delta_bound=settings.delta_bound,
-        max_new_tokens=settings.max_new_tokens,
-        seed=settings.seed,
-    )
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     previous = {}
 
@@ -220,7 +215,7 @@ def _evolve(console, args, cfg, run_dir: Path, model, clusters, pool, judge, set
                     pool=pool,
                     judge=judge,
                     reflector=_make_reflector(settings),
-                    settings=loop_settings,
+                    settings=settings,
                     extra_parameters=describe,
                     stop=stop,
                     on_answer=on_answer,
@@ -233,6 +228,17 @@ def _evolve(console, args, cfg, run_dir: Path, model, clusters, pool, judge, set
             signal.signal(signum, handler)
         apply_logging(args, cfg)
     best = outcome.best
+    if args.json:
+        import json
+
+        summary = {
+            "status": outcome.status,
+            "iterations": len(outcome.history),
+            "of": settings.iterations,
+            "run_dir": str(run_dir),
+            "best": best,
+        }
+        print(json.dumps(summary, indent=2, ensure_ascii=False, default=str))
     verb = "finished" if outcome.status == "finished" else "stopped after"
     console.print(f"{verb} {len(outcome.history)} of {settings.iterations} iterations in {run_dir}")
     if best is not None:
@@ -246,7 +252,9 @@ def _evolve(console, args, cfg, run_dir: Path, model, clusters, pool, judge, set
     return 0
 
 
-def _apply_best(console, steering_path: Path, run_dir: Path, model, pool, judge, settings: SteeringConfig) -> int:
+def _apply_best(
+    console, steering_path: Path, run_dir: Path, model, pool, judge, settings: SteeringConfig, as_json: bool = False
+) -> int:
     import json
 
     from rich.console import Console
@@ -271,15 +279,15 @@ def _apply_best(console, steering_path: Path, run_dir: Path, model, pool, judge,
     for column in ("question", "steered answer", "ok", "unsteered answer", "ok"):
         table.add_column(column, overflow="fold")
     mark = {True: "✓", False: "✗"}
-    for steered, plain in zip(results["steered"]["answers"], results["unsteered"]["answers"], strict=True):
+    for steered, unsteered in zip(results["steered"]["answers"], results["unsteered"]["answers"], strict=True):
         table.add_row(
             steered["question"],
             steered["response"],
             mark[steered["correct"]],
-            plain["response"],
-            mark[plain["correct"]],
+            unsteered["response"],
+            mark[unsteered["correct"]],
         )
-    out = Console(highlight=False)
+    out = Console(highlight=False, stderr=as_json)  # --json: stdout carries the JSON only
     out.print(table)
     for label in ("steered", "unsteered"):
         r = results[label]
@@ -290,4 +298,6 @@ def _apply_best(console, steering_path: Path, run_dir: Path, model, pool, judge,
     run_dir.mkdir(parents=True, exist_ok=True)
     payload = {"steering": str(steering_path), "scale": settings.scale, **results}
     atomic_write_text(run_dir / "apply_best.json", json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    if as_json:
+        print(json.dumps(payload, indent=2, ensure_ascii=False))
     return 0

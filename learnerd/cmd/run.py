@@ -21,12 +21,14 @@ import argparse
 import signal
 import sys
 
-from learnerd.cmd._common import CommandError, add_common_options, add_dir_options, load_config_from_args
+from learnerd.cmd._common import CommandError, add_common_options, add_dir_options, load_config_from_args, plain
 from learnerd.cmd._training_options import add_training_options, apply_training_options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="run the daemon (or --once: ingest, reconcile, drain, exit)")
+    p = sub.add_parser(
+        "run", help="run the daemon (or --once: ingest, reconcile, drain, exit)", description=plain(__doc__)
+    )
     p.add_argument("--once", action="store_true", help="ingest what is there, drain all queues, print a summary, exit")
     add_dir_options(p)
     add_training_options(p)
@@ -129,6 +131,36 @@ def service_options(cfg, args: argparse.Namespace):
     )
 
 
+def warn_if_nothing_is_watched(cfg) -> None:
+    """Log a warning when ``log_dirs`` is empty: the daemon would run, and ``--once`` succeed, on zero lines
+    without a word."""
+    import structlog
+
+    if cfg.log_dirs:
+        return
+    where = f"in {cfg.path}" if cfg.path else "(no config file was found: see learnerd init)"
+    structlog.get_logger(__name__).warning(
+        f"no log directory is watched: set log_dirs {where} or pass --log-dir DIR", config=str(cfg.path or "")
+    )
+
+
+def _open_daemon(cfg, rpc_token):
+    """``Daemon(cfg)``; a damaged or foreign database file is a :class:`CommandError`, not a traceback."""
+    import sqlite3
+
+    from learnerd.daemon.app import Daemon
+    from learnerd.store.db import SchemaError, StoreUnavailable
+
+    try:
+        return Daemon(cfg, rpc_token=rpc_token)
+    except (SchemaError, StoreUnavailable) as exc:
+        raise CommandError(str(exc)) from None
+    except sqlite3.DatabaseError as exc:
+        raise CommandError(
+            f"{cfg.layout.db_path}: cannot use the database ({exc}); move the file aside to start afresh"
+        ) from None
+
+
 def sole_exception(group: BaseExceptionGroup) -> BaseException:
     """The one exception a task group's nested groups wrap, or the group itself when it holds several."""
     exc: BaseException = group
@@ -140,22 +172,23 @@ def sole_exception(group: BaseExceptionGroup) -> BaseException:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
-    from learnerd.cmd._common import open_daemon
     from learnerd.cmd._report import print_summary
     from learnerd.daemon.service import ServiceError
     from learnerd.daemon.statelock import StateDirBusy, StateLock
     from learnerd.ml.embedders import EmbedderError
+    from learnerd.store.state_dir import UnsafeStateDir
 
     cfg = load_config_from_args(args)
+    warn_if_nothing_is_watched(cfg)
     rpc_token = apply_training_options(args, cfg)
     options = None if args.once else service_options(cfg, args)
     try:
         lock = StateLock(cfg.state_dir)
         lock.acquire()
-    except StateDirBusy as exc:
+    except (StateDirBusy, UnsafeStateDir) as exc:
         raise CommandError(str(exc)) from exc
     try:
-        daemon = open_daemon(cfg, rpc_token=rpc_token)
+        daemon = _open_daemon(cfg, rpc_token)
         try:
             summary = anyio.run(serve, daemon, args.once, options)
         except HardStop:

@@ -12,11 +12,13 @@ import argparse
 import json
 import sys
 
-from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args
+from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args, plain
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("search", help="top-k learned examples for a text (few-shot retrieval)")
+    p = sub.add_parser(
+        "search", help="top-k learned examples for a text (few-shot retrieval)", description=plain(__doc__)
+    )
     p.add_argument("text", help="the context to find examples for")
     p.add_argument("-k", type=int, default=3, help="how many examples (default: 3)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -42,8 +44,8 @@ def search_offline(cfg, text: str, k: int) -> list[dict]:
     from learnerd.store.embeddings import load_index
     from learnerd.store.retrieval import describe_hits, nearest
 
-    if not cfg.is_postgres and not cfg.db_path.exists():
-        raise CommandError(f"no learnerd database at {cfg.db_path}: run `learnerd run` first")
+    if not cfg.layout.is_postgres and not cfg.layout.db_path.exists():
+        raise CommandError(f"no learnerd database at {cfg.layout.db_path}: run `learnerd run` first")
     conn = open_store(cfg, readonly=True)
     try:
         embedder = make_embedder(cfg.embeddings)

@@ -72,6 +72,7 @@ from learnerd.store.adapters import AdapterVersion
 from learnerd.store.blocks import count_blocks, list_block_ids
 from learnerd.store.embeddings import count_vectors, load_index
 from learnerd.store.examples import Example, count_examples, get_examples
+from learnerd.store.state_dir import secure_state_dir
 
 log = structlog.get_logger(__name__)
 
@@ -121,7 +122,9 @@ TRAINING = "training"
 
 @dataclass
 class RunSummary:
-    """What a run did: table sizes at the end, ingestion counters, per-controller stats and changes."""
+    """What a run did: table sizes at the end, ingestion counters, per-controller stats and changes, and
+    ``refused_examples``: the examples the probes reconciler wrote no section for, each
+    ``{"example_id", "document", "reason"}`` (:meth:`~learnerd.reconcilers.probes.ProbesReconciler.refusals`)."""
 
     blocks: int
     examples: int
@@ -131,6 +134,7 @@ class RunSummary:
     analyzer: AnalyzerStats
     controllers: dict[str, ControllerStats]
     changes: dict[str, dict[str, int]] = field(default_factory=dict)
+    refused_examples: list[dict[str, str]] = field(default_factory=list)
 
     def changed_anything(self) -> bool:
         return any(v for counts in self.changes.values() for v in counts.values())
@@ -140,7 +144,8 @@ class Daemon:
     """learnerd's process: store, analyzer, workqueues and controllers, wired together.
 
     Args:
-        cfg: the configuration; ``state_dir`` is created (mode 0700) if missing.
+        cfg: the configuration; ``state_dir`` is secured before anything is created in it
+            (:func:`~learnerd.store.state_dir.secure_state_dir`: created 0700 if missing).
         embedder: an already loaded embedder (tests share one); by default the configured one is
             loaded in a worker thread at start, while ingestion already runs.
         registry: the prometheus registry every metric goes on (a fresh one by default).
@@ -148,8 +153,9 @@ class Daemon:
         rpc_token: the bearer token of the RPC server (needed when ``[rpc] listen`` is set).
 
     Raises:
+        UnsafeStateDir: the state directory is not ours, or holds another user's files.
         ValueError: ``[rpc] listen`` is set without a token, or with training disabled.
-        JournalError: the probe journal is damaged.
+        JournalError: the probe journal is damaged, or names a document outside the document roots.
 
     Use :meth:`run` (until ``stop`` is set), :meth:`run_once` or :meth:`backfill`, then :meth:`close`.
     """
@@ -167,7 +173,7 @@ class Daemon:
         self.clock = clock
         self.registry = registry or CollectorRegistry()
         layout = cfg.layout
-        layout.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        secure_state_dir(layout.root)
         self.conn = db.connect(layout.store_target)
         self.fleet = fleet_for(cfg, self.conn, embedder_name(cfg.embeddings))
         self.embedder = embedder
@@ -365,17 +371,18 @@ class Daemon:
             fleet_scope = anyio.CancelScope()
             if intake and self.fleet is not None:
                 await tg.start(self._run_fleet, fleet_scope, name="fleet")
-            training_scope = anyio.CancelScope()
+            training_scope, rpc_scope = anyio.CancelScope(), anyio.CancelScope()
             if intake and self.training_intake is not None:
                 await tg.start(self._run_training_intake, training_scope, name="training-intake")
                 if self.rpc is not None:
-                    await tg.start(self._run_rpc, training_scope, name="rpc-server")
+                    await tg.start(self._run_rpc, rpc_scope, name="rpc-server")
             await self._start_embeddings(tg, lazy=not intake)
             try:
                 await body(tg)
             finally:
                 analyzer_scope.cancel()
                 training_scope.cancel()
+                rpc_scope.cancel()
                 with anyio.CancelScope(shield=True) as drain_scope:
                     self._serve_scopes.append(drain_scope)
                     self._stop_training()
@@ -514,6 +521,7 @@ class Daemon:
             analyzer=self.analyzer.stats,
             controllers={name: c.stats() for name, c in self.controllers.items()},
             changes={name: dict(r.changes) for name, r in self.reconcilers.items()},
+            refused_examples=self.probes.refusals() if "probes" in self.reconcilers else [],
         )
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ are :mod:`learnerd.api.errors` subclasses that it maps to status codes.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from collections.abc import Callable
@@ -19,14 +20,15 @@ import anyio.abc
 import structlog
 
 import learnerd
-from learnerd.api.errors import BadRequest, Conflict, NotFound, Unavailable
+from learnerd.api.errors import BadRequest, Conflict, NotFound, TooManyRequests, Unavailable
 from learnerd.config import Config, ConfigError
-from learnerd.daemon.app import Daemon
+from learnerd.daemon.app import TRAINING, Daemon
 from learnerd.daemon.logging import current_level, parse_level, set_log_level
 from learnerd.daemon.reload import apply_config
 from learnerd.runtime.workqueue import ControllerRateLimiter
 from learnerd.sources.backfill_job import BackfillTracker
 from learnerd.store.adapters import AdapterStore
+from learnerd.store.atomic import atomic_write_text
 from learnerd.store.blocks import count_blocks, list_block_ids
 from learnerd.store.embeddings import count_vectors
 from learnerd.store.examples import count_examples
@@ -42,6 +44,10 @@ def count_adapters(adapters_dir: os.PathLike[str] | str) -> int:
     return sum(len(store.list_versions(key)) for key in store.doc_keys())
 
 
+SEARCH_WORKERS = 4
+"""Searches embedded and looked up at once (worker threads)."""
+
+
 class DaemonControl:
     """Status and steering of ``daemon`` while :class:`~learnerd.daemon.service.Service` runs it.
 
@@ -52,6 +58,8 @@ class DaemonControl:
             daemon was started without a config file.
         endpoints: addresses served, for the status (``admin_socket``, ``metrics``, ``search``).
         max_k: the largest ``k`` a search may ask for.
+        max_pending_searches: searches running or waiting at most (:data:`SEARCH_WORKERS` run at once);
+            one more is refused with 429 and ``Retry-After`` rather than queued without bound.
     """
 
     def __init__(
@@ -62,6 +70,7 @@ class DaemonControl:
         reload_config: Callable[[], Config] | None = None,
         endpoints: dict[str, str | None] | None = None,
         max_k: int = 100,
+        max_pending_searches: int = 32,
     ) -> None:
         self.daemon = daemon
         self.stop = stop
@@ -71,7 +80,9 @@ class DaemonControl:
         self._started = time.monotonic()
         self._running = False
         self._pause_all = False
-        self._search_limiter = anyio.CapacityLimiter(4)
+        self._search_limiter = anyio.CapacityLimiter(SEARCH_WORKERS)
+        self.max_pending_searches = max_pending_searches
+        self._pending_searches = 0
         self._task_group: anyio.abc.TaskGroup | None = None
         self.backfill_tracker = BackfillTracker(
             reconciled=lambda: daemon.controllers["examples"].stats().reconciles,
@@ -86,11 +97,38 @@ class DaemonControl:
         self._task_group = task_group
 
     def mark_running(self) -> None:
-        """Start-up is over (every controller exists): re-apply a ``pause`` of all controllers."""
+        """Start-up is over (every controller exists): pause the controllers paused before the last restart
+        (:attr:`~learnerd.store.layout.StateLayout.paused_controllers`), and re-apply a ``pause`` of all controllers."""
         self._running = True
+        for name in self._load_paused():
+            if name in self.daemon.controllers and not self.daemon.controllers[name].paused:
+                self.daemon.controllers[name].pause()
+                log.warning("controller paused before the restart stays paused (learnerd ctl resume)", controller=name)
         if self._pause_all:
             for controller in self.daemon.controllers.values():
                 controller.pause()
+            self._save_paused()
+
+    def _load_paused(self) -> list[str]:
+        path = self.daemon.cfg.layout.paused_controllers
+        try:
+            names = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring an unreadable list of paused controllers", path=str(path), error=str(exc))
+            return []
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            log.warning("ignoring a list of paused controllers that is not a JSON array of names", path=str(path))
+            return []
+        return names
+
+    def _save_paused(self) -> None:
+        names = sorted(name for name, paused in self._paused().items() if paused)
+        try:
+            atomic_write_text(self.daemon.cfg.layout.paused_controllers, json.dumps(names) + "\n")
+        except OSError as exc:
+            log.warning("the paused controllers are not saved: a restart resumes them", error=str(exc))
 
     @property
     def state(self) -> str:
@@ -134,7 +172,7 @@ class DaemonControl:
                 "examples": count_examples(daemon.conn),
                 "vectors": count_vectors(daemon.conn),
                 "indexed": len(daemon.index),
-                "adapters": count_adapters(cfg.adapters_dir),
+                "adapters": count_adapters(cfg.layout.adapters_dir),
             },
             "controllers": controllers,
             "analyzer": dataclasses.asdict(daemon.analyzer.stats),
@@ -156,7 +194,8 @@ class DaemonControl:
         return {name: c.paused for name, c in self.daemon.controllers.items()}
 
     def pause(self, controller: str | None = None) -> dict[str, Any]:
-        """Stop handing keys to the workers of ``controller`` (None: all); intake keeps queueing.
+        """Stop handing keys to the workers of ``controller`` (None: all); intake keeps queueing. The paused
+        set is saved in the state directory: a restart keeps it.
 
         Raises:
             NotFound: no such controller.
@@ -166,6 +205,7 @@ class DaemonControl:
             log.info("controller paused", controller=name)
         if controller is None:
             self._pause_all = True
+        self._save_paused()
         return {"paused": self._paused()}
 
     def resume(self, controller: str | None = None) -> dict[str, Any]:
@@ -179,18 +219,33 @@ class DaemonControl:
             log.info("controller resumed", controller=name)
         if controller is None:
             self._pause_all = False
+        self._save_paused()
         return {"paused": self._paused()}
+
+    def _known_keys(self, controller: str) -> set[str]:
+        """The keys ``controller`` reconciles: its reconciler's ``resync_keys()``, and for training also the
+        documents the training intake watches."""
+        keys = set(self.daemon.reconcilers[controller].resync_keys())
+        intake = self.daemon.training_intake
+        if controller == TRAINING and intake is not None:
+            keys |= {str(p) for p in intake.watcher.documents()}
+        return keys
 
     def requeue(self, controller: str, key: str) -> dict[str, Any]:
         """Queue ``key`` on ``controller`` now, with its failure backoff reset.
 
         Raises:
-            NotFound: no such controller. Conflict: the daemon is draining.
+            NotFound: no such controller, or ``key`` is none of the keys the controller reconciles (its
+                resync list: a block id for examples / embeddings, a document path for probes,
+                evaluation and training). Conflict: the daemon is draining.
         """
         self._controllers(controller)
         queue = self.daemon.queues[controller]
         if queue.shutting_down or self.stop.is_set():
             raise Conflict("the daemon is draining; nothing new is queued")
+        if key not in self._known_keys(controller):
+            what = "block id" if controller in ("examples", "embeddings") else "document path"
+            raise NotFound(f"controller {controller!r} has no key {key!r} (its keys are {what}s; see ctl status)")
         queue.forget(key)
         queue.add(key)
         log.info("key requeued", controller=controller, key=key)
@@ -260,6 +315,7 @@ class DaemonControl:
 
         Raises:
             BadRequest: empty ``text`` or ``k`` outside 1..max_k. Unavailable: the embedder is loading.
+            TooManyRequests: ``max_pending_searches`` are already running or waiting (retry in 1 s).
         """
         if not text.strip():
             raise BadRequest("text must not be empty")
@@ -268,8 +324,14 @@ class DaemonControl:
         embedder = self.daemon.embedder
         if embedder is None or self.daemon.embeddings is None:
             raise Unavailable("the embedder is still loading; retry in a few seconds")
-        with self.daemon.metrics.search_duration.time():
-            hits = await anyio.to_thread.run_sync(
-                nearest, embedder, self.daemon.index, text, k, limiter=self._search_limiter
-            )
-            return describe_hits(self.daemon.conn, hits)
+        if self._pending_searches >= self.max_pending_searches:
+            raise TooManyRequests(f"{self._pending_searches} searches are already queued; retry shortly")
+        self._pending_searches += 1
+        try:
+            with self.daemon.metrics.search_duration.time():
+                hits = await anyio.to_thread.run_sync(
+                    nearest, embedder, self.daemon.index, text, k, limiter=self._search_limiter
+                )
+                return describe_hits(self.daemon.conn, hits)
+        finally:
+            self._pending_searches -= 1

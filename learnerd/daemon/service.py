@@ -16,7 +16,7 @@ Signals are not handled here (``learnerd run`` does, in one place); the caller o
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -26,14 +26,13 @@ from aiohttp import web
 
 from learnerd.api.admin import admin_app
 from learnerd.api.errors import ControlError
+from learnerd.api.http import ServerLimits, setup_runner
 from learnerd.api.tcp_endpoints import metrics_app, search_app
 from learnerd.api.unix_socket import (
     AdminSocket,
     SocketInUse,
-    UnsafeStateDir,
     bind_admin_socket,
     remove_admin_socket,
-    secure_state_dir,
 )
 from learnerd.config import Config
 from learnerd.daemon import sd_notify
@@ -42,6 +41,7 @@ from learnerd.daemon.control import DaemonControl
 from learnerd.daemon.logging import adopt_library_loggers
 from learnerd.store.embeddings import count_vectors
 from learnerd.store.examples import count_examples
+from learnerd.store.state_dir import UnsafeStateDir, secure_state_dir
 
 log = structlog.get_logger(__name__)
 
@@ -59,13 +59,15 @@ class ServiceOptions:
 
     ``search_token`` is required with ``search_addr`` (check it with
     :func:`~learnerd.api.tcp_endpoints.check_token`); ``reload_config`` re-reads the config file
-    with the command line's overrides (None: started without a config file, reload refused).
+    with the command line's overrides (None: started without a config file, reload refused);
+    ``limits`` bound what a client may hold of each listener (timeouts, connection cap).
     """
 
     metrics_addr: tuple[str, int] | None = None
     search_addr: tuple[str, int] | None = None
     search_token: str | None = None
     reload_config: Callable[[], Config] | None = None
+    limits: ServerLimits = field(default_factory=ServerLimits)
 
 
 def _url(addr: tuple[str, int] | None, path: str) -> str | None:
@@ -98,7 +100,7 @@ class Service:
             stop,
             reload_config=self.options.reload_config,
             endpoints={
-                "admin_socket": str(daemon.cfg.socket_path),
+                "admin_socket": str(daemon.cfg.layout.socket_path),
                 "metrics": _url(self.options.metrics_addr, "/metrics"),
                 "search": _url(self.options.search_addr, "/search"),
             },
@@ -106,12 +108,16 @@ class Service:
         )
 
     def reload(self) -> dict[str, Any] | None:
-        """Reload the config (SIGHUP); errors are logged, never raised. Returns the reload's result."""
+        """Reload the config (SIGHUP); errors are logged, never raised: whatever goes wrong, the daemon keeps
+        running on the config it has. Returns the reload's result, None when nothing was applied."""
         sd_notify.reloading()
         try:
             return self.control.reload()
         except ControlError as exc:
             log.error("reload refused", error=str(exc))
+            return None
+        except Exception:  # a reload must never end the process (SIGHUP)
+            log.exception("reload failed; keeping the running config")
             return None
         finally:
             sd_notify.notify("READY=1", f"STATUS={self._status_line()}")
@@ -133,7 +139,7 @@ class Service:
         cfg = self.daemon.cfg
         try:
             secure_state_dir(cfg.state_dir)
-            admin = bind_admin_socket(cfg.socket_path)
+            admin = bind_admin_socket(cfg.layout.socket_path)
         except (SocketInUse, UnsafeStateDir, OSError) as exc:
             raise ServiceError(f"cannot serve the admin socket: {exc}") from exc
         runners: list[web.AppRunner] = []
@@ -172,6 +178,7 @@ class Service:
             lambda r: web.SockSite(r, admin.sock),
             str(admin.path),
             runners,
+            opts.limits,
         )
         if opts.metrics_addr is not None:
             host, port = opts.metrics_addr
@@ -180,6 +187,7 @@ class Service:
                 lambda r: web.TCPSite(r, host, port),
                 f"{host}:{port}",
                 runners,
+                opts.limits,
             )
             self.control.endpoints["metrics"] = _url(runner.addresses[0][:2], "/metrics")
         if opts.search_addr is not None:
@@ -189,6 +197,7 @@ class Service:
                 lambda r: web.TCPSite(r, s_host, s_port),
                 f"{s_host}:{s_port}",
                 runners,
+                opts.limits,
             )
             self.control.endpoints["search"] = _url(runner.addresses[0][:2], "/search")
 
@@ -198,9 +207,9 @@ class Service:
         make_site: Callable[[web.AppRunner], web.BaseSite],
         where: str,
         runners: list[web.AppRunner],
+        limits: ServerLimits,
     ) -> web.AppRunner:
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S)
-        await runner.setup()
+        runner = await setup_runner(app, limits, where=where, shutdown_timeout_s=HTTP_SHUTDOWN_TIMEOUT_S)
         runners.append(runner)
         try:
             await make_site(runner).start()

@@ -486,7 +486,7 @@ def fleet_for(cfg: Any, conn: Any, embedding_model: str) -> Fleet | None:
     Raises:
         psycopg.OperationalError: the lock connection cannot be opened.
     """
-    if not cfg.is_postgres:
+    if not cfg.layout.is_postgres:
         return None
     fleet = Fleet(
         cfg.store.url,
@@ -500,5 +500,5 @@ def fleet_for(cfg: Any, conn: Any, embedding_model: str) -> Fleet | None:
         embedding_model=embedding_model,
     )
     if cfg.training.enabled:
-        fleet.adapters_dir = cfg.adapters_dir
+        fleet.adapters_dir = cfg.layout.adapters_dir
     return fleet
