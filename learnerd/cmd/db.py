@@ -11,17 +11,17 @@ from __future__ import annotations
 import argparse
 import json
 
-from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args
+from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args, plain
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("db", help="the store's schema: migrate it, or check its version")
+    p = sub.add_parser("db", help="the store's schema: migrate it, or check its version", description=plain(__doc__))
     commands = p.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
     for name, help in (
         ("migrate", "apply the missing schema migrations (PostgreSQL: under an advisory lock)"),
         ("check", "compare the store's schema version with this learnerd's (exit 1 unless equal)"),
     ):
-        c = commands.add_parser(name, help=help)
+        c = commands.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
         c.add_argument("--json", action="store_true", help="print the result as JSON")
         add_common_options(c)
     p.set_defaults(func=run)
