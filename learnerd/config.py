@@ -110,6 +110,18 @@ Layout of the file (every key optional; unknown keys are refused so a typo never
     max_turns = 4                # dialogue length of the multi-turn probe (2..8)
     half_life_target = 2.0       # the multi-turn probe passes at a half-life of at least this many turns
 
+    [serve]                      # OpenAI-compatible serving (learnerd.api.openai_app); --listen-openai HOST:PORT
+    listen = ""                  # HOST:PORT; empty: off. Bearer token $LEARNERD_OPENAI_TOKEN (required off loopback)
+    base_models = []             # base models listed besides the documents' bases ([] = the [probes] base)
+    queue_size = 16              # chat completions queued or generating; beyond: HTTP 429 with Retry-After
+    max_tokens = 512             # a request's max_tokens is clamped to this many tokens
+    max_body_bytes = 1048576     # larger request bodies are refused (413)
+    rag_k = 0                    # retrieved examples before the last user turn (0 = off; per request: learnerd.rag_k)
+    steering = false             # apply `learnerd evolve`'s deltas_best.json of the document's run, when there is one
+
+    [export.foyle]               # foyle's Example protobuf files (<id>.example.binpb), off by default
+    dir = ""                     # e.g. "~/.foyle/training"; needs foyle's embedding model (backend "openai")
+
 Relative paths in the file are resolved against the file's own directory; ``~`` and ``$VARS`` are expanded.
 """
 
@@ -421,6 +433,47 @@ class EvaluationSettings:
             raise ConfigError("evaluation: need max_turns in 2..8 and half_life_target > 0")
 
 
+OPENAI_TOKEN_ENV = "LEARNERD_OPENAI_TOKEN"
+"""The environment variable holding the OpenAI-compatible endpoint's bearer token."""
+
+
+@dataclass
+class ServeConfig:
+    """OpenAI-compatible serving (``learnerd.api.openai_app``, ``learnerd.ml.serving``); sizes in tokens and bytes."""
+
+    listen: str = ""
+    base_models: list[str] = field(default_factory=list)
+    queue_size: int = 16
+    max_tokens: int = 512
+    max_body_bytes: int = 1024 * 1024
+    rag_k: int = 0
+    steering: bool = False
+
+    def validate(self) -> None:
+        if self.listen:
+            parse_host_port(self.listen, "serve.listen")
+        if not isinstance(self.base_models, list) or not all(isinstance(m, str) and m for m in self.base_models):
+            raise ConfigError("serve.base_models must be a list of non-empty strings")
+        if self.queue_size < 1 or self.max_tokens < 1 or self.rag_k < 0:
+            raise ConfigError("serve: need queue_size >= 1, max_tokens >= 1 and rag_k >= 0")
+        if self.max_body_bytes < 1024:
+            raise ConfigError("serve.max_body_bytes must be >= 1024")
+
+
+@dataclass
+class FoyleExportConfig:
+    """``[export.foyle]``: write every example as foyle's ``Example`` protobuf into ``dir`` ("" = off)."""
+
+    dir: str = ""
+
+
+@dataclass
+class ExportConfig:
+    """``[export.*]``: copies of the learned examples in other tools' formats."""
+
+    foyle: FoyleExportConfig = field(default_factory=FoyleExportConfig)
+
+
 @dataclass
 class Config:
     """The whole configuration. ``path`` is the file it came from, or None for pure defaults."""
@@ -441,6 +494,8 @@ class Config:
     steering: SteeringConfig = field(default_factory=SteeringConfig)
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
     rpc: RpcConfig = field(default_factory=RpcConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
     path: Path | None = None
 
     @property
@@ -558,6 +613,16 @@ def config_from_dict(raw: dict[str, Any], base: Path, path: Path | None = None) 
             for name, section in value.items():
                 merged[name] = _build_section(ControllerConfig, section, f"controllers.{name}", merged.get(name))
             cfg.controllers = merged
+        elif key == "export":
+            if not isinstance(value, dict):
+                raise ConfigError("[export] must be a table of tables")
+            unknown = sorted(set(value) - {"foyle"})
+            if unknown:
+                raise ConfigError(f"unknown key(s) in [export]: {', '.join(unknown)}")
+            foyle = _build_section(FoyleExportConfig, value.get("foyle", {}), "export.foyle")
+            if foyle.dir:
+                foyle.dir = str(_resolve_path(foyle.dir, base))
+            cfg.export = ExportConfig(foyle=foyle)
         else:
             setattr(cfg, key, _build_section(hints[key], value, key))
     if cfg.steering.pool:

@@ -10,6 +10,7 @@ HTTP: bind it to 127.0.0.1, or put a TLS-terminating proxy in front of it.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -55,16 +56,21 @@ def _remote(request: web.Request) -> dict[str, Any]:
     return {"remote": request.remote}
 
 
-def bearer_middleware(token: str) -> Any:
-    """Refuse (401) every request whose ``Authorization`` is not ``Bearer <token>``."""
+def _unauthorized() -> web.Response:
+    return error_response(401, "unauthorized", headers={"WWW-Authenticate": 'Bearer realm="learnerd"'})
+
+
+def bearer_middleware(token: str, refuse: Callable[[], web.Response] = _unauthorized, what: str = "search") -> Any:
+    """Refuse (``refuse()``, a 401) every request whose ``Authorization`` is not ``Bearer <token>``
+    (compared in constant time); the warning logged names the endpoint, ``what``."""
     expected = f"Bearer {token}".encode()
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         given = request.headers.get("Authorization", "").encode()
         if not hmac.compare_digest(given, expected):
-            log.warning("search request refused: missing or wrong bearer token", remote=request.remote)
-            return error_response(401, "unauthorized", headers={"WWW-Authenticate": 'Bearer realm="learnerd"'})
+            log.warning(f"{what} request refused: missing or wrong bearer token", remote=request.remote)
+            return refuse()
         return await handler(request)
 
     return middleware
