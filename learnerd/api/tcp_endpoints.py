@@ -39,16 +39,16 @@ class TokenError(ValueError):
     """The search token is missing or too short."""
 
 
-def check_token(token: str | None) -> str:
-    """``token`` if usable.
+def check_token(token: str | None, env: str = SEARCH_TOKEN_ENV, what: str = "serving search over TCP") -> str:
+    """``token`` (read from ``$env``) if usable.
 
     Raises:
         TokenError: unset, empty, or shorter than :data:`MIN_TOKEN_CHARS`.
     """
     if not token:
-        raise TokenError(f"serving search over TCP needs a bearer token in ${SEARCH_TOKEN_ENV}")
+        raise TokenError(f"{what} needs a bearer token in ${env}")
     if len(token) < MIN_TOKEN_CHARS:
-        raise TokenError(f"${SEARCH_TOKEN_ENV} must be at least {MIN_TOKEN_CHARS} characters long")
+        raise TokenError(f"${env} must be at least {MIN_TOKEN_CHARS} characters long")
     return token
 
 

@@ -50,6 +50,7 @@ from learnerd.api.rpc import RpcServer
 from learnerd.config import Config
 from learnerd.daemon import wiring
 from learnerd.ml.embedders import Embedder, embedder_dim, embedder_name, make_embedder
+from learnerd.ml.serving import ServedModels
 from learnerd.reconcilers.embeddings import EmbeddingsReconciler
 from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.reconcilers.examples import ExamplesReconciler
@@ -188,6 +189,8 @@ class Daemon:
         self._serve_scopes: list[anyio.CancelScope] = []  # the running task group's and the drain's
         self.training_intake: TrainingIntake | None = None
         self.rpc: RpcServer | None = None
+        #: The models of the OpenAI-compatible endpoint (``[serve] listen``), else None.
+        self.served: ServedModels | None = wiring.served_models(cfg) if cfg.serve.listen else None
         if self.training is not None:
             self._wire_training_intake(rpc_token)
 
@@ -273,8 +276,11 @@ class Daemon:
                 self.queues["probes"].add(str(self.router.route(example)))
 
     def adapter_committed(self, doc_path: str | os.PathLike[str], version: AdapterVersion) -> None:
-        """The training reconciler's ``on_committed`` hook: evaluate the document's new version."""
+        """The training reconciler's ``on_committed`` hook: evaluate the document's new version, and serve
+        it to new chat completions (``[serve]``; requests in flight finish on the version they started with)."""
         self.queues["evaluation"].add(str(doc_path))
+        if self.served is not None:
+            self.served.adapter_committed(version, wiring.served_model(doc_path))
 
     def enqueue_blocks(self, block_ids: Iterable[str]) -> int:
         """Put blocks and everything derived from them on their queues; return how many blocks.
@@ -470,6 +476,8 @@ class Daemon:
         )
 
     def close(self) -> None:
+        if self.served is not None:
+            self.served.close()
         self.analyzer.close()
         if self.training is not None and self.training.journal is not None:
             self.training.journal.close()

@@ -151,8 +151,8 @@ class ServedModels:
         adapters: the adapter store (``<state_dir>/adapters``).
         models_dir: the built-in base models' cache.
         capacity: jobs queued or generating at once; :meth:`submit` raises :class:`QueueFull` beyond.
-        steering: ``doc_key -> steering file path or None``; the file (``learnerd evolve``'s
-            ``deltas_best.json``) is applied as a logits processor when it exists.
+        steering: ``(doc_key, tokenizer) -> logits processor or None``, called in the worker thread
+            before each generation (e.g. ``learnerd evolve``'s best deltas of the document).
     """
 
     def __init__(
@@ -161,7 +161,7 @@ class ServedModels:
         models_dir: str | os.PathLike[str],
         *,
         capacity: int = 16,
-        steering: Callable[[str], Path | None] | None = None,
+        steering: Callable[[str, Any], Any] | None = None,
     ) -> None:
         self.adapters = adapters
         self.models_dir = Path(models_dir)
@@ -169,7 +169,6 @@ class ServedModels:
         self._steering = steering
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="learnerd-generate")
         self._bases: dict[str, _Base] = {}  # worker thread only
-        self._steering_cache: dict[str, tuple[float, Any]] = {}  # worker thread only
         self._lock = threading.Lock()
         self._current: dict[str, AdapterVersion | None] = {}
         self._held: Counter[str] = Counter()  # adapter name -> jobs holding it
@@ -196,13 +195,15 @@ class ServedModels:
         with self._lock:
             return self._current.setdefault(doc_key, version)
 
-    def adapter_committed(self, model: ServedModel, version: AdapterVersion) -> None:
-        """The training reconciler committed ``version``: new requests use it; it is loaded ahead of them."""
+    def adapter_committed(self, version: AdapterVersion, model: ServedModel | None = None) -> None:
+        """The training reconciler committed ``version``: new requests use it; with ``model`` (its
+        document's), it is loaded ahead of them. Never blocks."""
         with self._lock:
             old = self._current.get(version.doc_key)
             self._current[version.doc_key] = version
         log.info("serving a new adapter version", doc_key=version.doc_key, version=version.name)
-        self._executor.submit(self._preload, model, version, old)
+        if model is not None:
+            self._executor.submit(self._preload, model, version, old)
 
     def submit(self, model: ServedModel, messages: Sequence[ChatMessage], params: SamplingParams) -> Job:
         """Admit a chat completion bound to ``model``'s current adapter version and queue it.
@@ -293,18 +294,14 @@ class ServedModels:
             log.warning("preloading a model failed", model=model.id, error=str(exc))
 
     def _logits_processor(self, model: ServedModel, tokenizer: Any) -> Any:
-        path = self._steering(model.doc_key) if self._steering is not None and model.doc_key else None
-        if path is None or not path.is_file():
+        if self._steering is None or model.doc_key is None:
+            return None
+        processor = self._steering(model.doc_key, tokenizer)
+        if processor is None:
             return None
         from transformers import LogitsProcessorList
 
-        from learnerd.steering.processor import load_steering
-
-        mtime = path.stat().st_mtime
-        cached = self._steering_cache.get(str(path))
-        if cached is None or cached[0] != mtime:
-            cached = self._steering_cache[str(path)] = (mtime, load_steering(path, tokenizer))
-        return LogitsProcessorList([cached[1]])
+        return LogitsProcessorList([processor])
 
     def _run(self, job: Job) -> None:
         base: _Base | None = None
