@@ -11,14 +11,23 @@ import aiohttp
 import openai
 import pytest
 
+from learnerd.ml.base_model import load_model_directory
+from learnerd.ml.rows import ChatMessage, render_chat
 from learnerd.store.dlm import read_document
 from tests.qa_pairs import QA_PAIRS
+from tests.support.daemon import append_blocks
+from tests.support.daemon_process import wait_until
 from tests.support.documents import qa_document
 from tests.support.serving import TOKEN, client, serving_daemon, write_config
 
 pytestmark = pytest.mark.slow
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+BLOCKS = {
+    "01HSERVEAAAAAAAAAAAAAAAAAA": ("list the files in the current directory", "ls -la"),
+    "01HSERVEBBBBBBBBBBBBBBBBBB": ("show the disk usage of this folder", "du -sh ."),
+    "01HSERVECCCCCCCCCCCCCCCCCC": ("print the working directory", "pwd"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +37,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, models_dir: Path):
     doc = qa_document(root / "docs" / "notes.dlm", QA_PAIRS[:2])
     text = doc.read_text().replace("---\n", '---\nsystem_prompt: "You answer in one word."\n', 1)
     doc.write_text(text)
+    append_blocks(root / "logs" / "blocks.jsonl", BLOCKS)
     with serving_daemon(root) as (process, url):
         yield process, url, read_document(doc).frontmatter.dlm_id
 
@@ -35,7 +45,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, models_dir: Path):
 def test_models_list_names_the_bases_and_each_document(served):
     _, url, dlm_id = served
     models = {m.id: m for m in client(url).models.list()}
-    assert set(models) == {"learnerd/tiny-llama", "notes"}
+    assert {"learnerd/tiny-llama", "notes"} <= set(models) <= {"learnerd/tiny-llama", "notes", "learned"}
     notes = models["notes"].model_extra["learnerd"]
     assert notes == {"kind": "document", "base_model": "learnerd/tiny-llama", "dlm_id": dlm_id, "adapter": None}
     assert models["learnerd/tiny-llama"].model_extra["learnerd"]["kind"] == "base"
@@ -148,3 +158,32 @@ def test_metrics_count_requests_and_tokens(served):
     assert 'learnerd_serve_requests_total{model="notes",status="200"}' in text
     assert 'learnerd_serve_generated_tokens_total{model="notes"}' in text
     assert 'learnerd_serve_time_to_first_token_seconds_count{model="notes"}' in text
+
+
+def test_retrieved_examples_go_before_the_last_user_turn(served, tiny_model_dir: Path):
+    process, url, _ = served
+    admin = process.client()
+    wait_until(lambda: len(admin.call("POST", "/search", {"text": "x", "k": 3})) == 3, what="three examples indexed")
+    question = "list all files in this directory"
+    reply = client(url).chat.completions.create(
+        model="notes",
+        messages=[{"role": "user", "content": question}],
+        max_tokens=2,
+        temperature=0,
+        extra_body={"learnerd": {"rag_k": 2}},
+    )
+    retrieved = reply.model_extra["learnerd"]["retrieved"]
+    assert retrieved[0]["id"] == "01HSERVEAAAAAAAAAAAAAAAAAA"  # the nearest example first
+    assert len(retrieved) == 2 and retrieved[0]["score"] >= retrieved[1]["score"]
+    # the prompt is exactly: the document's system prompt, the two examples as turns, the question
+    _, tokenizer = load_model_directory(tiny_model_dir)
+    turns = [ChatMessage("system", "You answer in one word.")]
+    for hit in retrieved:
+        turns += [ChatMessage("user", BLOCKS[hit["id"]][0]), ChatMessage("assistant", BLOCKS[hit["id"]][1])]
+    expected = render_chat(tokenizer, [*turns, ChatMessage("user", question)], add_generation_prompt=True)
+    assert reply.usage.prompt_tokens == len(expected)
+    logged = [e for e in process.log_events() if e.get("event") == "chat completion" and e.get("retrieved")]
+    assert logged[-1]["prompt"][1:3] == [
+        {"role": "user", "content": BLOCKS[retrieved[0]["id"]][0]},
+        {"role": "assistant", "content": BLOCKS[retrieved[0]["id"]][1]},
+    ]
