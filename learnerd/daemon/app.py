@@ -352,17 +352,18 @@ class Daemon:
 
                 tg.start_soon(analyze, name="analyzer")
             self._serve_scopes = [tg.cancel_scope]
-            training_scope = anyio.CancelScope()
+            training_scope, rpc_scope = anyio.CancelScope(), anyio.CancelScope()  # a scope enters one `with` only
             if intake and self.training_intake is not None:
                 await tg.start(self._run_training_intake, training_scope, name="training-intake")
                 if self.rpc is not None:
-                    await tg.start(self._run_rpc, training_scope, name="rpc-server")
+                    await tg.start(self._run_rpc, rpc_scope, name="rpc-server")
             await self._start_embeddings(tg)
             try:
                 await body(tg)
             finally:
                 analyzer_scope.cancel()
                 training_scope.cancel()
+                rpc_scope.cancel()
                 with anyio.CancelScope(shield=True) as drain_scope:
                     self._serve_scopes.append(drain_scope)
                     self._stop_training()

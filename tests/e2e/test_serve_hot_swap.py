@@ -1,6 +1,6 @@
 """Hot swap under load: while 8 clients ask continuously, the training reconciler of a real ``learnerd run``
 commits a new adapter version; every request succeeds, each client sees the versions in order, and the
-new version answers the question it was just taught."""
+new version answers the question it was just taught (pushed with ``LearnerdClient.inject_probe``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from learnerd.client import PROBE_TOKEN_ENV, LearnerdClient
 from learnerd.store.dlm import read_document
 from tests.qa_pairs import QA_PAIRS
-from tests.support.daemon_process import wait_until
+from tests.support.daemon_process import free_port, wait_until
 from tests.support.documents import qa_document
 from tests.support.serving import client, serving_daemon, write_config
 
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.slow
 
 TRAINING = {"learning_rate": 1e-2, "max_steps": 40}
 CLIENTS = 8
+PROBE_TOKEN = "probe-token-0123456789abcdef"
 
 
 def served_adapter(url: str) -> str | None:
@@ -27,12 +29,17 @@ def served_adapter(url: str) -> str | None:
 
 
 def test_a_commit_swaps_the_adapter_under_eight_clients_without_a_failed_request(tmp_path: Path, models_dir: Path):
-    write_config(tmp_path, models_dir, "[serve]\nqueue_size = 64\nmax_tokens = 16\n", training=True)
+    extra = '[serve]\nqueue_size = 64\nmax_tokens = 16\n\n[rpc]\ndocument = "notes.dlm"\n'
+    write_config(tmp_path, models_dir, extra, training=True)
     doc = qa_document(tmp_path / "docs" / "notes.dlm", QA_PAIRS[:1], training=TRAINING)
     dlm_id = read_document(doc).frontmatter.dlm_id
     question, answer = QA_PAIRS[1]
     messages = [{"role": "user", "content": question}]
-    with serving_daemon(tmp_path) as (_, url):
+    rpc = f"127.0.0.1:{free_port()}"
+    with (
+        serving_daemon(tmp_path, "--listen-rpc", rpc, env={PROBE_TOKEN_ENV: PROBE_TOKEN}) as (_, url),
+        LearnerdClient(rpc_url=f"http://{rpc}", probe_token=PROBE_TOKEN) as learnerd,
+    ):
         wait_until(lambda: served_adapter(url) == "v0001", timeout=300, what="v0001 served", interval=0.5)
         results: list[list[tuple[str, str]]] = [[] for _ in range(CLIENTS)]
         failures: list[BaseException] = []
@@ -53,8 +60,8 @@ def test_a_commit_swaps_the_adapter_under_eight_clients_without_a_failed_request
             t.start()
         try:
             wait_until(lambda: all(results), timeout=120, what="every client answered")
-            with doc.open("a") as f:  # teach the question: a new section, a new cycle, v0002
-                f.write(f"::instruction::\n### Q\n{question}\n\n### A\n{answer}\n")
+            accepted = learnerd.inject_probe(question, answer, tags=["hot-swap"])  # a new cycle: v0002
+            assert accepted["accepted"] is True
             wait_until(lambda: served_adapter(url) == "v0002", timeout=300, what="v0002 served", interval=0.5)
             counts = [len(r) for r in results]
             wait_until(

@@ -11,6 +11,7 @@ import aiohttp
 import openai
 import pytest
 
+from learnerd.client import SEARCH_TOKEN_ENV, AsyncLearnerdClient, LearnerdClient
 from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.rows import ChatMessage, render_chat
 from learnerd.store.dlm import read_document
@@ -23,6 +24,7 @@ from tests.support.serving import TOKEN, client, serving_daemon, write_config
 pytestmark = pytest.mark.slow
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+SEARCH_TOKEN = "search-token-0123456789abcdef"
 BLOCKS = {
     "01HSERVEAAAAAAAAAAAAAAAAAA": ("list the files in the current directory", "ls -la"),
     "01HSERVEBBBBBBBBBBBBBBBBBB": ("show the disk usage of this folder", "du -sh ."),
@@ -38,7 +40,8 @@ def served(tmp_path_factory: pytest.TempPathFactory, models_dir: Path):
     text = doc.read_text().replace("---\n", '---\nsystem_prompt: "You answer in one word."\n', 1)
     doc.write_text(text)
     append_blocks(root / "logs" / "blocks.jsonl", BLOCKS)
-    with serving_daemon(root) as (process, url):
+    env = {SEARCH_TOKEN_ENV: SEARCH_TOKEN}
+    with serving_daemon(root, "--listen-search", "127.0.0.1:0", env=env) as (process, url):
         yield process, url, read_document(doc).frontmatter.dlm_id
 
 
@@ -187,3 +190,24 @@ def test_retrieved_examples_go_before_the_last_user_turn(served, tiny_model_dir:
         {"role": "user", "content": BLOCKS[retrieved[0]["id"]][0]},
         {"role": "assistant", "content": BLOCKS[retrieved[0]["id"]][1]},
     ]
+
+
+def test_the_learnerd_client_searches_and_chats_sync_and_async(served):
+    process, url, _ = served
+    search_url = process.client().call("GET", "/status")["endpoints"]["search"].removesuffix("/search")
+    kw = {"search_url": search_url, "openai_url": url, "search_token": SEARCH_TOKEN, "openai_token": TOKEN}
+    wait_until(lambda: len(process.client().call("POST", "/search", {"text": "x", "k": 3})) == 3, what="indexed")
+    with LearnerdClient(**kw) as learnerd:
+        hits = learnerd.search("print the working directory", k=1)
+        reply = learnerd.chat("notes", QUESTION, max_tokens=4, temperature=0)
+    assert [(h["id"], h["answer"]) for h in hits] == [("01HSERVECCCCCCCCCCCCCCCCCC", "pwd")]
+
+    async def main():
+        async with AsyncLearnerdClient(**kw) as learnerd:
+            return await learnerd.search("print the working directory", k=1), await learnerd.chat(
+                "notes", QUESTION, max_tokens=4, temperature=0
+            )
+
+    async_hits, async_reply = asyncio.run(main())
+    assert async_hits == hits
+    assert async_reply.choices[0].message.content == reply.choices[0].message.content

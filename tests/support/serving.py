@@ -55,10 +55,13 @@ max_prompts = 1
 
 
 @contextlib.contextmanager
-def serving_daemon(root: Path, *, token: str | None = TOKEN) -> Iterator[tuple[DaemonProcess, str]]:
-    """The daemon, ready, and the base URL of its OpenAI-compatible endpoint (``http://127.0.0.1:PORT/v1``)."""
-    env = {"LEARNERD_OPENAI_TOKEN": token} if token else {}
-    with daemon_process(root, "--listen-openai", "127.0.0.1:0", env=env) as process:
+def serving_daemon(
+    root: Path, *args: str, token: str | None = TOKEN, env: dict[str, str] | None = None
+) -> Iterator[tuple[DaemonProcess, str]]:
+    """The daemon (with ``args``), ready, and the base URL of its OpenAI-compatible endpoint
+    (``http://127.0.0.1:PORT/v1``)."""
+    env = {**({"LEARNERD_OPENAI_TOKEN": token} if token else {}), **(env or {})}
+    with daemon_process(root, "--listen-openai", "127.0.0.1:0", *args, env=env) as process:
         process.wait_ready()
         url = process.client().call("GET", "/status")["endpoints"]["openai"]
         yield process, url
