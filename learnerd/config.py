@@ -7,7 +7,8 @@ Layout of the file (every key optional; unknown keys are refused so a typo never
     docs_dirs = ["~/dlm-docs"]              # directories of .dlm documents
 
     [analyzer]
-    poll_interval_s = 1.0        # full rescan period: the safety net beside file-system events
+    poll_interval_s = 1.0        # log directories appearing; full rescan period when polling only
+    rescan_interval_s = 300.0    # full rescan period while watchfiles runs (the safety net for missed events)
     force_polling = false        # rescans only, no watchfiles (network file systems, containers)
     debounce_ms = 50             # watchfiles' debounce: how long a burst of changes is gathered
     max_line_bytes = 4194304     # longer lines are counted, logged and skipped unread
@@ -158,6 +159,7 @@ class AnalyzerConfig:
     """
 
     poll_interval_s: float = 1.0
+    rescan_interval_s: float = 300.0
     force_polling: bool = False
     debounce_ms: int = 50
     max_line_bytes: int = 4 * 1024 * 1024
@@ -168,6 +170,8 @@ class AnalyzerConfig:
     def validate(self) -> None:
         if not self.poll_interval_s > 0:
             raise ConfigError("analyzer.poll_interval_s must be > 0")
+        if not self.rescan_interval_s > 0:
+            raise ConfigError("analyzer.rescan_interval_s must be > 0")
         if self.debounce_ms < 1:
             raise ConfigError("analyzer.debounce_ms must be >= 1")
         if self.max_line_bytes < 1 or self.batch_max_lines < 1 or self.batch_max_bytes < 1:

@@ -27,20 +27,33 @@ Guarantees:
   large backlog never starves the reconcilers sharing the loop and the SQLite connection. No
   transaction is held across an ``await``.
 - **Bad input never stops ingestion.** Malformed lines (bad UTF-8, bad JSON, missing or ill-typed
-  fields), unknown event types, oversized lines (skipped unread) and unjoinable foyle traces are
-  counted and logged (one structlog event each, with ``file`` and ``line``), and the next line is read.
+  fields, and any exception a line causes: see :func:`learnerd.analyzer.ingest.ingest_line`),
+  unknown event types, oversized lines (skipped unread) and unjoinable foyle traces are counted and
+  logged (one structlog event each, with ``file`` and ``line``), and the next line is read; the last
+  malformed line is kept in the stats for ``ctl status``. Valid JSON from another program (runme's
+  ``level``/``ts``/``msg`` lines) and a whole-file JSON document (a pretty-printed ``.json``: its
+  first line is not JSON by itself, the file up to ``max_line_bytes`` is) are skipped as "not a block
+  log" with one warning per file. A file that fails in any other way (unreadable, or a bug) is
+  logged, counted in ``errors`` and retried later, and the pass goes on to the next file; only a
+  failing database ends a pass.
 
 Discovery and watching: see :mod:`learnerd.analyzer.discovery` for which files count. ``run()``
 watches the existing log directories with watchfiles (inotify and friends, debounced by
-``debounce_ms``) and rescans everything every ``poll_interval_s`` as the safety net, which is also
-how directories created later are found; ``force_polling`` turns the watcher off and leaves the
-rescans.
+``debounce_ms``): an event for a tracked file drains that file, an event for a new log file tracks
+and drains it, and anything else (a new directory, a rotation, a deletion) rescans. So while the
+watcher runs an idle daemon costs O(changes), not O(files): every ``poll_interval_s`` it only checks
+whether a log directory appeared or vanished (then the watcher restarts and a full rescan follows),
+and the full rescan, the safety net for missed events (an inotify queue overflow), runs every
+``rescan_interval_s``. With ``force_polling``, or while the watcher is down, the full rescan runs
+every ``poll_interval_s``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
+import stat
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -54,7 +67,7 @@ from watchfiles import Change, awatch
 
 from learnerd.analyzer import ingest
 from learnerd.analyzer.discovery import discover, find_by_inode, is_log_path
-from learnerd.analyzer.stats import AnalyzerStats, StatsRecorder
+from learnerd.analyzer.stats import AnalyzerStats, LineProblem, StatsRecorder
 from learnerd.analyzer.tail import Batch, read_batch
 from learnerd.config import AnalyzerConfig
 from learnerd.store.db import transaction
@@ -87,6 +100,10 @@ class _Tracked:
     fd: int | None = None
     mid_line: bool | None = None  # None: not known yet (looked up from the byte before offset)
     idle_stat: tuple[int, int] | None = None  # (size, mtime_ns) when the last read found nothing new
+    json_document: bool = False  # the file read from byte 0 is one (pretty-printed) JSON document, not a log
+
+
+_JSON_DOCUMENT = "not a block log: the file is one JSON document (e.g. pretty-printed), not one JSON object per line"
 
 
 class Analyzer:
@@ -127,6 +144,9 @@ class Analyzer:
         self._tracked: dict[str, _Tracked] = {}
         self._open_fds: OrderedDict[int, _Tracked] = OrderedDict()  # LRU of held handles, by id(tracked)
         self._warned_unreadable: set[tuple[str, int]] = set()
+        self._warned_foreign: set[tuple[str, int]] = set()
+        self._watching = False  # the watcher is running: full rescans every rescan_interval_s only
+        self._rescan_soon = False  # the watcher (re)started: rescan once it is armed
         self._watched: tuple[str, ...] = ()
         self._watch_stop: anyio.Event | None = None
         for wm in load_watermarks(conn):
@@ -211,6 +231,7 @@ class Analyzer:
 
     async def _scan_all(self) -> None:
         """One full pass: reconcile tracked files with what is on disk, then drain every log file."""
+        self._stats.add("rescans")
         found = discover(self._roots)
         first_path_of_inode: dict[int, str] = {}
         for path, inode in found.items():
@@ -243,18 +264,32 @@ class Analyzer:
         self._stats.set_files_tracked(len(self._tracked))
 
     async def _on_changes(self, paths: Iterable[str]) -> None:
-        """Handle a watchfiles event batch: drain appended-to files, rescan for anything else."""
+        """Handle a watchfiles event batch: drain appended-to files, track and drain new log files,
+        rescan for anything else (a new directory, a rotation, a deletion)."""
         rescan = False
+        tracked_inodes: set[int] | None = None
         for path in sorted(paths):
             t = self._tracked.get(path)
             try:
-                same = t is not None and os.stat(path, follow_symlinks=False).st_ino == t.inode
+                st: os.stat_result | None = os.stat(path, follow_symlinks=False)
             except OSError:
-                same = False
-            if same and t is not None:
+                st = None
+            if t is not None and st is not None and st.st_ino == t.inode:
                 await self._drain_guarded(t)
-            else:
-                rescan = True  # a new file or directory, a rotation, a deletion
+                continue
+            if t is None and st is None:
+                continue  # came and went, or a path that never was a tracked file
+            if t is None and st is not None and stat.S_ISREG(st.st_mode) and is_log_path(path, self._roots):
+                if tracked_inodes is None:
+                    tracked_inodes = {x.inode for x in self._tracked.values()}
+                if st.st_ino not in tracked_inodes:  # a new log file (not a rename, not a hard link)
+                    t = _Tracked(path, st.st_ino)
+                    self._tracked[path] = t
+                    tracked_inodes.add(st.st_ino)
+                    self._stats.set_files_tracked(len(self._tracked))
+                    await self._drain_guarded(t)
+                    continue
+            rescan = True
         if rescan:
             await self._scan_all()
 
@@ -300,15 +335,35 @@ class Analyzer:
     # ----------------------------------------------------------------- reading
 
     async def _drain_guarded(self, t: _Tracked, fd: int | None = None) -> None:
-        """:meth:`_drain`, with an unreadable file logged (once per file) and skipped."""
+        """:meth:`_drain`, with a file that fails logged (once per file until it reads again), counted
+        in ``errors`` and skipped, so the pass goes on to the next file.
+
+        Raises:
+            sqlite3.Error: the database failed (the whole pass fails and is retried).
+        """
+        key = (t.path, t.inode)
         try:
             await self._drain(t, fd)
-        except OSError as exc:
-            key = (t.path, t.inode)
-            if key not in self._warned_unreadable:
-                self._warned_unreadable.add(key)
+            self._warned_unreadable.discard(key)
+        except Exception as exc:
+            if isinstance(exc, sqlite3.Error):  # outside a line (the watermark, the traces count): the database
+                raise
+            if key in self._warned_unreadable:
+                return
+            self._warned_unreadable.add(key)
+            reason = ingest.failure_reason(exc)
+            if isinstance(exc, OSError):
                 log.warning("log file unreadable; will retry", file=t.path, line=t.line, error=str(exc))
-                self._stats.add("errors")
+            else:
+                log.error(
+                    "log file failed; will retry, other files go on",
+                    file=t.path,
+                    line=t.line,
+                    error=reason,
+                    exc_info=exc,
+                )
+            self._stats.add("errors")
+            self._stats.problem("error", LineProblem(t.path, t.line + 1, reason, self._clock()))
 
     async def _drain(self, t: _Tracked, fd: int | None = None) -> None:
         """Ingest ``t`` batch by batch up to its end (``fd``: read this handle instead of ``t.path``)."""
@@ -332,11 +387,15 @@ class Analyzer:
                 self._restart(t, "log file replaced (its first bytes changed); reading it from the start", st)
         if t.mid_line is None:
             t.mid_line = t.offset > 0 and os.pread(fd, 1, t.offset - 1) != b"\n"
-        self._warned_unreadable.discard((t.path, t.inode))
         cfg = self._config
         end = st.st_size  # a pass stops here: a file that grows as fast as it is read cannot hold it
         while True:
             st = os.fstat(fd)
+            if st.st_size < t.offset:  # truncated while its backlog was being read
+                self._restart(t, "log file truncated; reading it from the start", st)
+                end = st.st_size
+            if t.offset == 0:
+                t.json_document = _is_json_document(fd, st.st_size, cfg.max_line_bytes)
             batch = read_batch(
                 fd,
                 t.offset,
@@ -347,6 +406,10 @@ class Analyzer:
                 max_line_bytes=cfg.max_line_bytes,
             )
             if not batch.lines:
+                if t.fingerprint_len and fingerprint_of(os.pread(fd, t.fingerprint_len, 0)) != t.fingerprint:
+                    self._restart(t, "log file replaced (its first bytes changed); reading it from the start", st)
+                    end = st.st_size
+                    continue
                 t.idle_stat = (st.st_size, st.st_mtime_ns)
                 return
             self._commit(t, fd, batch)
@@ -373,7 +436,10 @@ class Analyzer:
         pending: int | None = None
         with transaction(self._conn):
             for raw in batch.lines:
-                results.append(ingest.ingest_line(self._conn, raw, now))
+                if t.json_document:
+                    results.append(ingest.LineResult(ingest.FOREIGN, reason=_JSON_DOCUMENT))
+                else:
+                    results.append(ingest.ingest_line(self._conn, raw, now))
             put_watermark(self._conn, new, now)
             if any(r.trace_id for r in results):
                 pending = count_partial_traces(self._conn)
@@ -381,7 +447,7 @@ class Analyzer:
         t.offset, t.line, t.mid_line = batch.end_offset, batch.end_line, batch.mid_line
         t.fingerprint, t.fingerprint_len = fingerprint, fp_len
         t.idle_stat = None
-        changed = self._account(t.path, batch, results, batch.end_offset - start_offset)
+        changed = self._account(t, batch, results, batch.end_offset - start_offset)
         if pending is not None:
             self._stats.set_pending_traces(pending)
         for block_id in changed:
@@ -390,9 +456,10 @@ class Analyzer:
             except Exception:
                 log.exception("notify failed", block_id=block_id)
 
-    def _account(self, path: str, batch: Batch, results: Sequence[ingest.LineResult], nbytes: int) -> list[str]:
+    def _account(self, t: _Tracked, batch: Batch, results: Sequence[ingest.LineResult], nbytes: int) -> list[str]:
         """Count and log a committed batch; return the changed block ids, first change first."""
         stats = self._stats
+        path = t.path
         stats.add("lines_read", sum(1 for raw in batch.lines if not raw.continuation))
         stats.add("bytes_read", nbytes)
         changed: dict[str, None] = {}
@@ -400,7 +467,18 @@ class Analyzer:
             changed.update(dict.fromkeys(r.changed))
             if r.outcome == ingest.MALFORMED:
                 stats.add("malformed_lines")
+                stats.problem("malformed", LineProblem(path, raw.number, r.reason, self._clock()))
                 log.warning("malformed log line skipped", file=path, line=raw.number, reason=r.reason)
+            elif r.outcome == ingest.FOREIGN:
+                stats.add("foreign_lines")
+                if (path, t.inode) not in self._warned_foreign:
+                    self._warned_foreign.add((path, t.inode))
+                    log.warning(
+                        "log file holds lines that are not a block log; skipping them (one warning per file)",
+                        file=path,
+                        line=raw.number,
+                        reason=r.reason,
+                    )
             elif r.outcome == ingest.UNKNOWN:
                 stats.add("unknown_events")
                 log.warning("unknown event skipped", file=path, line=raw.number, reason=r.reason)
@@ -477,20 +555,31 @@ class Analyzer:
     # ----------------------------------------------------------------- run() loops
 
     async def _guarded(self, fn: Callable[[], Awaitable[None]]) -> None:
-        """Run a pass under the lock; log and count a failure instead of raising it."""
+        """Run a pass under the lock; log and count a failure instead of raising it (a full rescan
+        follows at the next ``poll_interval_s``)."""
         try:
             async with self._lock:
                 await fn()
         except Exception:
             self._stats.add("errors")
+            self._rescan_soon = True  # retried at the next poll_interval_s, watcher or not
             log.exception("analyzer pass failed; will retry")
 
     async def _poll_loop(self) -> None:
+        """Every ``poll_interval_s``: restart the watcher when a log directory appeared or vanished,
+        and rescan everything when due (see the module docstring)."""
+        cfg = self._config
+        last_full = anyio.current_time()
         while True:
-            await anyio.sleep(self._config.poll_interval_s)
-            if self._existing_roots() != self._watched and self._watch_stop is not None:
+            await anyio.sleep(cfg.poll_interval_s)
+            roots_changed = self._existing_roots() != self._watched
+            if roots_changed and self._watch_stop is not None:
                 self._watch_stop.set()  # a log directory appeared or vanished: restart the watcher
-            await self._guarded(self._scan_all)
+            interval = cfg.rescan_interval_s if self._watching else cfg.poll_interval_s
+            if roots_changed or self._rescan_soon or anyio.current_time() - last_full >= interval:
+                self._rescan_soon = False
+                await self._guarded(self._scan_all)
+                last_full = anyio.current_time()
 
     async def _watch_loop(self) -> None:
         step = min(50, self._config.debounce_ms)
@@ -499,8 +588,12 @@ class Analyzer:
             self._watch_stop = stop
             self._watched = self._existing_roots()
             if not self._watched:
+                self._watching = False
                 await stop.wait()
                 continue
+            if self._watching:
+                self._rescan_soon = True  # a restart: what changed while it was down is found by a rescan
+            self._watching = True
             try:
                 async for changes in awatch(
                     *self._watched,
@@ -513,6 +606,8 @@ class Analyzer:
                     paths = {path for _, path in changes}
                     await self._guarded(lambda paths=paths: self._on_changes(paths))
             except Exception as exc:  # e.g. a watched directory removed; rescans go on meanwhile
+                self._watching = False
+                self._rescan_soon = True
                 self._stats.add("errors")
                 log.warning("file watch failed; restarting it", error=str(exc))
                 await anyio.sleep(self._config.poll_interval_s)
@@ -529,3 +624,24 @@ class Analyzer:
         if is_log_path(path, self._roots):
             return True
         return change == Change.added and os.path.isdir(path)  # a new directory may hold log files
+
+
+def _is_json_document(fd: int, size: int, max_bytes: int) -> bool:
+    """Whether the file is one JSON document spread over lines (a pretty-printed ``.json``): its first
+    line is not JSON by itself, and the whole file (at most ``max_bytes``) is."""
+    if size == 0 or size > max_bytes:
+        return False
+    head = os.pread(fd, min(size, 64 * 1024), 0)
+    first = head.split(b"\n", 1)[0].removeprefix(b"\xef\xbb\xbf")
+    if b"\n" not in head.rstrip() or not first.strip():
+        return False
+    try:
+        json.loads(first)
+        return False  # line 1 is JSON by itself: a JSON-lines log
+    except Exception:  # ValueError, RecursionError: not by itself
+        pass
+    try:
+        json.loads(os.pread(fd, size, 0).removeprefix(b"\xef\xbb\xbf"))
+    except Exception:
+        return False
+    return True

@@ -8,6 +8,10 @@ end in one of the suffixes (``app.log.1``, ``app.log-20240501``, ``app.log.2.gz`
 rotated away under such a name is finished through the analyzer's open handle or found by its
 inode, never re-read from the start. foyle names its logs ``foyle.logs.<timestamp>.json``, and
 learnerd's block logs conventionally end in ``.jsonl``.
+
+Depth: only files at most :data:`MAX_DEPTH` directories below a log directory count (a file directly
+in it is at depth 0). The walk is iterative, so a directory tree of any depth (a hostile 1,000-level
+nest) never exhausts Python's stack; it simply is not descended past that depth.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import os
 from collections.abc import Iterable
 
 LOG_SUFFIXES = (".jsonl", ".json", ".log")
+MAX_DEPTH = 32
+"""Directories below a log directory that are still searched for log files; deeper ones are not."""
 
 
 def is_log_name(name: str) -> bool:
@@ -34,37 +40,40 @@ def is_log_path(path: str, roots: Iterable[str]) -> bool:
         if rel.startswith(os.pardir + os.sep) or rel in (os.curdir, os.pardir):
             continue
         parts = rel.split(os.sep)
-        if all(not p.startswith(".") for p in parts[:-1]) and is_log_name(parts[-1]):
+        if len(parts) - 1 <= MAX_DEPTH and all(not p.startswith(".") for p in parts[:-1]) and is_log_name(parts[-1]):
             return True
     return False
 
 
 def discover(roots: Iterable[str]) -> dict[str, int]:
-    """Every log file under the existing ``roots``: path → inode, in path order.
+    """Every log file under the existing ``roots``, at most :data:`MAX_DEPTH` directories down:
+    path → inode, in path order.
 
-    Directories that do not exist (yet) or cannot be listed are passed over.
+    Directories that do not exist (yet) or cannot be listed are passed over. Iterative (an explicit
+    stack), so the depth of a tree never matters to the call stack.
     """
     found: dict[str, int] = {}
     for root in roots:
-        _walk(root, found)
+        stack = [(root, 0)]
+        while stack:
+            directory, depth = stack.pop()
+            try:
+                with os.scandir(directory) as it:
+                    entries = list(it)
+            except OSError:  # missing, not a directory, unreadable, name too long: the next scan tries again
+                continue
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if depth < MAX_DEPTH:
+                            stack.append((entry.path, depth + 1))
+                    elif entry.is_file(follow_symlinks=False) and is_log_name(entry.name):
+                        found[entry.path] = entry.inode()
+                except OSError:  # vanished while listing
+                    continue
     return dict(sorted(found.items()))
-
-
-def _walk(directory: str, found: dict[str, int]) -> None:
-    try:
-        entries = list(os.scandir(directory))
-    except OSError:  # missing, not a directory, unreadable: the next scan tries again
-        return
-    for entry in entries:
-        if entry.name.startswith("."):
-            continue
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                _walk(entry.path, found)
-            elif entry.is_file(follow_symlinks=False) and is_log_name(entry.name):
-                found[entry.path] = entry.inode()
-        except OSError:  # vanished while listing
-            continue
 
 
 def find_by_inode(directory: str, inode: int) -> str | None:

@@ -14,12 +14,19 @@ Metric names (prometheus-client adds ``_total`` to counters on exposition):
 - ``learnerd_analyzer_oversized_lines_total``: lines over ``max_line_bytes``, skipped unread.
 - ``learnerd_analyzer_skipped_lines_total``: foyle lines (and learnerd's own log lines) that carry
   nothing learnerd uses.
+- ``learnerd_analyzer_foreign_lines_total``: valid JSON from another program (not a block log), and
+  the lines of JSON documents (a pretty-printed ``.json`` file), skipped.
 - ``learnerd_analyzer_unjoinable_traces_total{reason}``: foyle traces or events that name no block.
 - ``learnerd_analyzer_truncations_total``: files read again from the start (shorter than their
   watermark, or rewritten in place).
 - ``learnerd_analyzer_rotations_total``: paths found naming a new file (the old one finished first).
 - ``learnerd_analyzer_deleted_files_total``: tracked files that disappeared.
+- ``learnerd_analyzer_rescans_total``: full rescans of the log directories (listing every directory
+  and checking every tracked file); while the watcher runs, one per ``rescan_interval_s``.
 - ``learnerd_analyzer_errors_total``: passes or files that failed (I/O, database) and will be retried.
+
+The snapshot also names the last malformed line (``last_malformed``: file, line, reason, epoch
+seconds) and the last file that failed (``last_error``), for ``learnerd ctl status``.
 """
 
 from __future__ import annotations
@@ -41,11 +48,24 @@ _COUNTERS = {
     "unknown_events": "Well-formed events of an unknown type or format version.",
     "oversized_lines": "Log lines longer than max_line_bytes, skipped unread.",
     "skipped_lines": "foyle log lines (and learnerd's own) that carry nothing learnerd uses.",
+    "foreign_lines": "Valid JSON lines from another program (not a block log), skipped.",
     "truncations": "Log files read again from the start (truncated or replaced in place).",
     "rotations": "Log paths found naming a new file; the old one was finished first.",
     "deleted_files": "Tracked log files that disappeared.",
+    "rescans": "Full rescans of the log directories.",
     "errors": "Analyzer passes that failed and will be retried.",
 }
+
+
+@dataclass(frozen=True)
+class LineProblem:
+    """Where and why a line (or a file) was refused: ``file`` path, 1-based ``line`` (the line the
+    file's watermark stood at, for a file that failed), ``reason``, ``at`` in epoch seconds."""
+
+    file: str
+    line: int
+    reason: str
+    at: float
 
 
 @dataclass
@@ -63,11 +83,15 @@ class AnalyzerStats:
     unknown_events: int = 0
     oversized_lines: int = 0
     skipped_lines: int = 0
+    foreign_lines: int = 0
     unjoinable_traces: dict[str, int] = field(default_factory=dict)
     truncations: int = 0
     rotations: int = 0
     deleted_files: int = 0
+    rescans: int = 0
     errors: int = 0
+    last_malformed: LineProblem | None = None
+    last_error: LineProblem | None = None
 
 
 class StatsRecorder:
@@ -95,6 +119,10 @@ class StatsRecorder:
     def unjoinable(self, reason: str) -> None:
         self._stats.unjoinable_traces[reason] = self._stats.unjoinable_traces.get(reason, 0) + 1
         self._unjoinable.labels(reason=reason).inc()
+
+    def problem(self, kind: str, problem: LineProblem) -> None:
+        """Remember ``problem`` as the last ``"malformed"`` line or the last ``"error"`` of a file."""
+        setattr(self._stats, f"last_{kind}", problem)
 
     def set_files_tracked(self, n: int) -> None:
         self._stats.files_tracked = n

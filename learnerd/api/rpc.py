@@ -25,7 +25,7 @@ Answers (JSON bodies; every error is ``{"error": "<reason>"}``), checked in this
 
 Differences from dlm, all additive: 413 instead of dlm's 400 for an oversized body; the answer comes
 after an fsync (dlm's queue lives in memory); ``next_cycle_eta_s`` is an estimate
-(:mod:`learnerd.daemon.cycle_eta`; dlm always sends 0); ``queue_depth`` counts probes not yet written
+(:mod:`learnerd.sources.cycle_eta`; dlm always sends 0); ``queue_depth`` counts probes not yet written
 into the document (accepted ones included). Every probe goes to one document, the daemon's
 ``[rpc] document`` — a client cannot choose a file to write.
 """

@@ -13,6 +13,11 @@ from typing import Any, Protocol
 class ControlSurface(Protocol):
     """The admin and search operations, each returning JSON-able data (docs/operations.md)."""
 
+    @property
+    def state(self) -> str:
+        """``starting``, ``running`` or ``draining``."""
+        ...
+
     def status(self) -> dict[str, Any]: ...
 
     def pause(self, controller: str | None = None) -> dict[str, Any]: ...

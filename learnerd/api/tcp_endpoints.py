@@ -17,6 +17,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from learnerd.api.health import HEALTH_PATHS, health_routes
 from learnerd.api.http import (
     Handler,
     access_log_middleware,
@@ -67,6 +68,8 @@ def bearer_middleware(token: str, refuse: Callable[[], web.Response] = _unauthor
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in HEALTH_PATHS:
+            return await handler(request)
         given = request.headers.get("Authorization", "").encode()
         if not hmac.compare_digest(given, expected):
             log.warning(f"{what} request refused: missing or wrong bearer token", remote=request.remote)
@@ -77,17 +80,20 @@ def bearer_middleware(token: str, refuse: Callable[[], web.Response] = _unauthor
 
 
 def search_app(control: ControlSurface, token: str, max_body_bytes: int) -> web.Application:
-    """``POST /search`` only, behind the bearer token (see :func:`learnerd.api.http.search_handler`)."""
+    """``POST /search`` behind the bearer token (:mod:`learnerd.api.search`), and the health probes
+    (:mod:`learnerd.api.health`, no token)."""
     app = web.Application(
         client_max_size=max_body_bytes,
         middlewares=[access_log_middleware("search request", _remote), bearer_middleware(token), error_middleware],
     )
     app.router.add_post("/search", search_handler(control))
+    app.add_routes(health_routes(lambda: control.state))
     return app
 
 
-def metrics_app(registry: CollectorRegistry) -> web.Application:
-    """``GET /metrics`` only: the daemon's one registry."""
+def metrics_app(registry: CollectorRegistry, state: Callable[[], str]) -> web.Application:
+    """``GET /metrics`` (the daemon's one registry) and the health probes (``state()``: the daemon's state)."""
     app = web.Application(middlewares=[access_log_middleware("metrics request", _remote), error_middleware])
     app.router.add_get("/metrics", metrics_handler(registry))
+    app.add_routes(health_routes(state))
     return app

@@ -30,6 +30,10 @@ class DaemonNotRunning(CommandError):
         super().__init__(message, exit_code=NOT_RUNNING)
 
 
+class DaemonStarting(CommandError):
+    """The daemon answered 503: it is up but not ready yet (its embedder is loading)."""
+
+
 class AdminClient:
     """Synchronous requests to the daemon at ``socket_path`` (one connection per request).
 
@@ -87,7 +91,8 @@ class AdminClient:
             raise CommandError(f"the daemon refused uid {os.getuid()}: only its own user and root may use it")
         if status >= 400:
             message = payload.get("error") if isinstance(payload, dict) else payload
-            raise CommandError(f"{method} {path}: {message} (HTTP {status})")
+            kind = DaemonStarting if status == 503 else CommandError
+            raise kind(f"{method} {path}: {message} (HTTP {status})")
         return payload
 
     async def _request(self, method: str, path: str, body: dict[str, Any] | None) -> tuple[int, Any]:

@@ -17,6 +17,7 @@ _ANALYZER_ROWS = (
     ("malformed_lines", "malformed lines skipped"),
     ("unknown_events", "unknown events skipped"),
     ("oversized_lines", "oversized lines skipped"),
+    ("foreign_lines", "foreign lines skipped"),
     ("truncations", "truncations"),
     ("rotations", "rotations"),
     ("errors", "errors (retried)"),
@@ -62,6 +63,11 @@ def _last_error(error: dict[str, Any] | None) -> str:
         return ""
     message = error["message"] if len(error["message"]) <= 60 else error["message"][:59] + "…"
     return f"{error['key']}: {message} ({_when(error['at'])})"
+
+
+def _line_problem(problem: dict[str, Any]) -> str:
+    """``file:line: reason (when)`` for the analyzer's last malformed line or failing file."""
+    return f"{problem['file']}:{problem['line']}: {problem['reason']} ({_when(problem['at'])})"
 
 
 def print_status(status: dict[str, Any]) -> None:
@@ -125,6 +131,9 @@ def print_status(status: dict[str, Any]) -> None:
         table.add_row(label, str(analyzer[key]))
     unjoinable = sum(analyzer.get("unjoinable_traces", {}).values())
     table.add_row("unjoinable foyle traces", str(unjoinable))
+    for key, label in (("last_malformed", "last malformed line"), ("last_error", "last file error")):
+        if analyzer.get(key):
+            table.add_row(label, _line_problem(analyzer[key]))
     out.print(table)
 
     if status.get("backfill"):

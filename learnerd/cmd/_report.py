@@ -36,11 +36,15 @@ def print_summary(summary: RunSummary, as_json: bool, title: str) -> None:
         ("malformed lines skipped", a.malformed_lines),
         ("unknown events skipped", a.unknown_events),
         ("oversized lines skipped", a.oversized_lines),
+        ("foreign lines skipped", a.foreign_lines),
         ("unjoinable foyle traces", sum(a.unjoinable_traces.values())),
         ("embedder calls", summary.embedder_calls),
         ("elapsed", f"{summary.elapsed_s:.1f} s"),
     ]:
         table.add_row(name, str(value))
+    if a.last_malformed is not None:
+        m = a.last_malformed
+        table.add_row("last malformed line", f"{m.file}:{m.line}: {m.reason}")
     for controller, counts in summary.changes.items():
         for change, n in sorted(counts.items()):
             table.add_row(f"{controller}: {change.replace('_', ' ')}", str(n))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 
 from learnerd.cmd._common import CommandError, add_common_options, add_dir_options, load_config_from_args
 from learnerd.cmd._training_options import add_training_options, apply_training_options
@@ -156,6 +157,14 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def sole_exception(group: BaseExceptionGroup) -> BaseException:
+    """The one exception a task group's nested groups wrap, or the group itself when it holds several."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def run(args: argparse.Namespace) -> int:
     import anyio
 
@@ -163,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.daemon.app import Daemon
     from learnerd.daemon.service import ServiceError
     from learnerd.daemon.statelock import StateDirBusy, StateLock
+    from learnerd.ml.embedders import EmbedderError
 
     cfg = load_config_from_args(args)
     rpc_token = apply_training_options(args, cfg)
@@ -178,8 +188,13 @@ def run(args: argparse.Namespace) -> int:
             summary = anyio.run(serve, daemon, args.once, options)
         except HardStop:
             return 130
-        except ServiceError as exc:
+        except (ServiceError, EmbedderError) as exc:
             raise CommandError(str(exc)) from exc
+        except BaseExceptionGroup as group:  # a failure inside the daemon's task group
+            inner = sole_exception(group)
+            if isinstance(inner, EmbedderError):
+                raise CommandError(str(inner)) from inner
+            raise
         except OSError as exc:
             if not cfg.rpc.listen:
                 raise
@@ -190,4 +205,12 @@ def run(args: argparse.Namespace) -> int:
         lock.release()
     if args.once:
         print_summary(summary, args.json, "learnerd run --once")
+        dropped = {name: stats.dropped for name, stats in summary.controllers.items() if stats.dropped}
+        if dropped:
+            counts = ", ".join(f"{n} {name}" for name, n in dropped.items())
+            print(
+                f"learnerd run: error: work dropped after repeated failures ({counts} key(s)); see the log",
+                file=sys.stderr,
+            )
+            return 1
     return 0

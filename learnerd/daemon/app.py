@@ -49,7 +49,8 @@ from learnerd.analyzer.stats import AnalyzerStats
 from learnerd.api.rpc import RpcServer
 from learnerd.config import Config
 from learnerd.daemon import wiring
-from learnerd.ml.embedders import Embedder, embedder_dim, embedder_name, make_embedder
+from learnerd.daemon.metrics import DaemonMetrics
+from learnerd.ml.embedders import Embedder, LazyEmbedder, embedder_dim, embedder_name, make_embedder
 from learnerd.ml.serving import ServedModels
 from learnerd.reconcilers.embeddings import EmbeddingsReconciler
 from learnerd.reconcilers.evaluation import EvaluationReconciler
@@ -110,9 +111,11 @@ CONTROLLERS: tuple[ControllerRow, ...] = (
         enabled=lambda cfg: bool(cfg.export.foyle.dir),
     ),
     ControllerRow("probes", lambda d: wiring.probes_reconciler(d.cfg, d.router)),
-    ControllerRow("evaluation", lambda d: wiring.evaluation_reconciler(d.cfg)),
+    ControllerRow("evaluation", lambda d: wiring.evaluation_reconciler(d.cfg, on_report=d.metrics.evaluated)),
     ControllerRow(
-        "training", lambda d: wiring.training_reconciler(d.cfg, on_committed=d.adapter_committed), stage="training"
+        "training",
+        lambda d: wiring.training_reconciler(d.cfg, on_committed=d.adapter_committed, on_cycle=d.metrics.cycle),
+        stage="training",
     ),
 )
 #: The always-wired queue names in pipeline order (the order they drain in); optional rows join them when enabled.
@@ -176,6 +179,7 @@ class Daemon:
         self.router = wiring.document_router(cfg)
         self._queue_metrics = PrometheusMetricsProvider(self.registry)
         self._controller_metrics = ControllerMetrics(self.registry)
+        self.metrics = DaemonMetrics(self.registry)
         self._rows = [
             row
             for row in CONTROLLERS
@@ -330,10 +334,20 @@ class Daemon:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def _start_embeddings(self, tg: anyio.abc.TaskGroup) -> None:
+    async def _start_embeddings(self, tg: anyio.abc.TaskGroup, *, lazy: bool) -> None:
+        """Load the embedder (``lazy``: MiniLM only at its first use, so a run with nothing to embed never
+        loads it; an OpenAI-compatible endpoint is always checked now, to fail fast), then start the
+        controllers that need it.
+
+        Raises:
+            EmbedderError: the embedder cannot be loaded or the endpoint does not answer.
+        """
         if self.embedder is None:
-            log.info("loading embedder", backend=self.cfg.embeddings.backend)
-            self.embedder = await anyio.to_thread.run_sync(make_embedder, self.cfg.embeddings)
+            if lazy and self.cfg.embeddings.backend == "minilm":
+                self.embedder = LazyEmbedder(self.cfg.embeddings)
+            else:
+                log.info("loading embedder", backend=self.cfg.embeddings.backend)
+                self.embedder = await anyio.to_thread.run_sync(make_embedder, self.cfg.embeddings)
         for row in self._rows:
             if row.needs_embedder:
                 tg.start_soon(self._wire(row).run, name=f"controller-{row.name}")
@@ -357,7 +371,7 @@ class Daemon:
                 await tg.start(self._run_training_intake, training_scope, name="training-intake")
                 if self.rpc is not None:
                     await tg.start(self._run_rpc, rpc_scope, name="rpc-server")
-            await self._start_embeddings(tg)
+            await self._start_embeddings(tg, lazy=not intake)
             try:
                 await body(tg)
             finally:

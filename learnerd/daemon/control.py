@@ -267,7 +267,8 @@ class DaemonControl:
         embedder = self.daemon.embedder
         if embedder is None or self.daemon.embeddings is None:
             raise Unavailable("the embedder is still loading; retry in a few seconds")
-        hits = await anyio.to_thread.run_sync(
-            nearest, embedder, self.daemon.index, text, k, limiter=self._search_limiter
-        )
-        return describe_hits(self.daemon.conn, hits)
+        with self.daemon.metrics.search_duration.time():
+            hits = await anyio.to_thread.run_sync(
+                nearest, embedder, self.daemon.index, text, k, limiter=self._search_limiter
+            )
+            return describe_hits(self.daemon.conn, hits)

@@ -185,7 +185,10 @@ class Service:
         if opts.metrics_addr is not None:
             host, port = opts.metrics_addr
             runner = await self._serve(
-                metrics_app(self.daemon.registry), lambda r: web.TCPSite(r, host, port), f"{host}:{port}", runners
+                metrics_app(self.daemon.registry, lambda: self.control.state),
+                lambda r: web.TCPSite(r, host, port),
+                f"{host}:{port}",
+                runners,
             )
             self.control.endpoints["metrics"] = _url(runner.addresses[0][:2], "/metrics")
         if opts.search_addr is not None:

@@ -15,10 +15,11 @@ from typing import Any
 import structlog
 
 from learnerd.config import Config
+from learnerd.eval.report import Report
 from learnerd.ml.serving import ModelCatalog, ServedModel, ServedModels
 from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.reconcilers.probes import ProbesReconciler
-from learnerd.reconcilers.training import TrainingReconciler
+from learnerd.reconcilers.training import CycleReport, TrainingReconciler
 from learnerd.store.adapters import AdapterStore, AdapterVersion
 from learnerd.store.dlm import DocumentError, read_document
 from learnerd.store.probe_journal import ProbeJournal
@@ -44,14 +45,15 @@ def probes_reconciler(cfg: Config, router: DocumentRouter | None = None, **hooks
     )
 
 
-def evaluation_reconciler(cfg: Config) -> EvaluationReconciler:
-    """The evaluation reconciler of ``cfg``."""
+def evaluation_reconciler(cfg: Config, on_report: Callable[[Path, Report], None] | None = None) -> EvaluationReconciler:
+    """The evaluation reconciler of ``cfg`` (``on_report``: its metrics hook)."""
     return EvaluationReconciler(
         cfg.evaluation,
         adapters=AdapterStore(cfg.layout.adapters_dir),
         models_dir=cfg.layout.models_dir,
         docs_roots=cfg.layout.docs_roots,
         broken_document_retry_s=cfg.probes.broken_document_retry_s,
+        on_report=on_report,
     )
 
 
@@ -104,10 +106,12 @@ def served_model(doc_path: str | os.PathLike[str]) -> ServedModel | None:
 
 
 def training_reconciler(
-    cfg: Config, on_committed: Callable[[str | os.PathLike[str], AdapterVersion], None] | None = None
+    cfg: Config,
+    on_committed: Callable[[str | os.PathLike[str], AdapterVersion], None] | None = None,
+    on_cycle: Callable[[CycleReport], None] | None = None,
 ) -> TrainingReconciler:
     """The training reconciler of ``cfg``: the adapter store (crash leftovers removed first) and the
-    journal of injected probes under the state directory.
+    journal of injected probes under the state directory (``on_committed``, ``on_cycle``: its hooks).
 
     Raises:
         JournalError: the probe journal is damaged.
@@ -123,4 +127,5 @@ def training_reconciler(
         journal=ProbeJournal(layout.probe_journal),
         new_document_base_model=cfg.probes.base_model,
         on_committed=on_committed,  # type: ignore[arg-type]
+        on_cycle=on_cycle,
     )

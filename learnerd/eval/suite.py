@@ -22,7 +22,7 @@ from typing import Any
 from learnerd import __version__
 from learnerd.eval.backend import DifferentialBackend, NonFiniteLogitsError
 from learnerd.eval.inputs import document_inputs
-from learnerd.eval.probes import coherence, delta_kl, internalization, null_adapter, recall
+from learnerd.eval.probes import PROBES
 from learnerd.eval.probes.base import EvalOptions, ProbeContext, errored
 from learnerd.eval.report import ProbeResult, Report
 from learnerd.eval.score import compute_score
@@ -60,13 +60,10 @@ def evaluate(
             document, backend.tokenizer, max_prompts=options.max_prompts, harvest_tag=options.harvest_tag
         )
         ctx = ProbeContext(backend, inputs, options)
-        probes = [
-            null_adapter.run(ctx),
-            *recall.run(ctx),
-            delta_kl.run(ctx),
-            coherence.run(ctx),
-            internalization.run(ctx),
-        ]
+        probes = []
+        for probe in PROBES:
+            outcome = probe.run(ctx)
+            probes.extend(outcome if isinstance(outcome, list) else [outcome])
         null_stats = ctx.null_stats
     return Report(
         sway_version=SWAY_VERSION,

@@ -151,6 +151,25 @@ class OpenAIEmbedder:
             base_url=base_url, api_key=os.environ.get(api_key_env) or "unset", max_retries=2, timeout=60.0
         )
 
+    def check(self, timeout_s: float = 10.0) -> None:
+        """One embedding request, no retries, at most ``timeout_s`` seconds: fail fast at start-up when
+        the endpoint is unreachable or refuses the model, instead of retrying every example for minutes.
+
+        Raises:
+            EmbedderError: the request failed (the message names the endpoint and the settings to fix).
+        """
+        import openai
+
+        try:
+            self._client.with_options(max_retries=0, timeout=timeout_s).embeddings.create(
+                model=self.model, input=["learnerd start-up check"]
+            )
+        except openai.OpenAIError as exc:
+            raise EmbedderError(
+                f"the embeddings endpoint {self._client.base_url} does not answer for model {self.model!r} "
+                f'({exc}); fix [embeddings] base_url / model, or use backend = "minilm"'
+            ) from exc
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` in requests of ``batch_size``: float32 ``(n, dim)``, unit rows."""
         import openai
@@ -190,7 +209,51 @@ def embedder_dim(cfg: EmbeddingsConfig) -> int | None:
 
 
 def make_embedder(cfg: EmbeddingsConfig) -> Embedder:
-    """The embedder the config names (``backend`` = ``minilm`` or ``openai``)."""
+    """The embedder the config names (``backend`` = ``minilm`` or ``openai``); an OpenAI-compatible
+    endpoint is checked with one request (:meth:`OpenAIEmbedder.check`).
+
+    Raises:
+        EmbedderError: the model cannot be loaded, or the endpoint does not answer.
+    """
     if cfg.backend == "openai":
-        return OpenAIEmbedder(cfg.base_url, cfg.model, cfg.api_key_env, cfg.batch_size)
+        embedder = OpenAIEmbedder(cfg.base_url, cfg.model, cfg.api_key_env, cfg.batch_size)
+        embedder.check()
+        return embedder
     return MiniLMEmbedder(cfg.batch_size)
+
+
+class LazyEmbedder:
+    """An embedder loaded at its first :meth:`embed` call (``learnerd run --once`` and ``backfill`` with
+    nothing new to embed never load MiniLM). ``name`` and ``dim`` are known without loading it.
+
+    Thread-safe: the first concurrent calls load it once.
+
+    Raises:
+        EmbedderError: from :meth:`embed`, when loading fails (as :func:`make_embedder`).
+    """
+
+    def __init__(self, cfg: EmbeddingsConfig) -> None:
+        self._cfg = cfg
+        self._lock = threading.Lock()
+        self._loaded: Embedder | None = None
+        self.name = embedder_name(cfg)
+        self.dim = embedder_dim(cfg) or 0
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded is not None
+
+    @property
+    def calls(self) -> int:
+        return self._loaded.calls if self._loaded is not None else 0
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        with self._lock:
+            if self._loaded is None:
+                log.info("loading embedder", backend=self._cfg.backend)
+                self._loaded = make_embedder(self._cfg)
+        vectors = self._loaded.embed(texts)
+        self.dim = vectors.shape[1]
+        return vectors

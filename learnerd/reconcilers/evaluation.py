@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import anyio
@@ -64,6 +64,8 @@ class EvaluationReconciler:
         models_dir: where built-in and converted base models are cached.
         docs_roots: the directories of ``.dlm`` documents (for the resync).
         broken_document_retry_s: a document that does not parse is checked again after this long (seconds).
+        on_report: called with ``(document path, report)`` after each evaluation is written (metrics;
+            must not block).
     """
 
     name = "evaluation"
@@ -76,6 +78,7 @@ class EvaluationReconciler:
         models_dir: Path,
         docs_roots: Sequence[Path],
         broken_document_retry_s: float = 60.0,
+        on_report: Callable[[Path, Report], None] | None = None,
     ) -> None:
         self.settings = settings
         self.options = EvalOptions.from_settings(settings)
@@ -83,6 +86,7 @@ class EvaluationReconciler:
         self._models_dir = models_dir
         self._docs_dirs = list(docs_roots)
         self._retry_s = broken_document_retry_s
+        self._on_report = on_report
         self._limiter = anyio.CapacityLimiter(1)
         self.changes: Counter[str] = Counter()  # versions evaluated, sections harvested, documents written
         self.stuck: dict[str, tuple[str, ...]] = {}  # document key -> stuck probe names, as of its last reconcile
@@ -154,6 +158,8 @@ class EvaluationReconciler:
             )
         write_report(target, report)
         self.changes["versions_evaluated"] += 1
+        if self._on_report is not None:
+            self._on_report(path, report)
         failed = sum(p.verdict == Verdict.FAIL for p in report.probes)
         log.info(
             "evaluation.finished",

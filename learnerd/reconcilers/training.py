@@ -135,6 +135,7 @@ class TrainingReconciler:
         new_document_base_model: ``base_model`` of a document created to receive injected probes.
         on_committed: called with ``(doc_path, version)`` after each commit (must not block; the public
             attribute of the same name may be replaced).
+        on_cycle: called with the :class:`CycleReport` of every cycle, trained or not (metrics; must not block).
         clock: monotonic seconds, for durations.
 
     ``spare`` (a running :class:`~learnerd.ml.train_runner.WarmSpare`, or None) may be set while the
@@ -152,6 +153,7 @@ class TrainingReconciler:
         journal: ProbeJournal | None = None,
         new_document_base_model: str,
         on_committed: Callable[[str, AdapterVersion], None] | None = None,
+        on_cycle: Callable[[CycleReport], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
@@ -161,6 +163,7 @@ class TrainingReconciler:
         self.spare: WarmSpare | None = None
         self._base_model = new_document_base_model
         self.on_committed = on_committed
+        self.on_cycle = on_cycle
         self._clock = clock
         self._replay = ReplayPolicy(settings.replay_ratio, settings.replay_min_rows)
         self._owners: dict[str, str] = {}  # dlm_id -> path of the document trained under it
@@ -332,6 +335,8 @@ class TrainingReconciler:
 
     def _log(self, report: CycleReport) -> None:
         log.info("training.cycle", **report.to_dict())
+        if self.on_cycle is not None:
+            self.on_cycle(report)
 
 
 def _read_rows(path: Path) -> tuple[Document, list[TrainingRow]]:

@@ -31,10 +31,10 @@ import structlog
 from anyio.abc import TaskStatus
 
 from learnerd.config import AnalyzerConfig, TrainingSettings
-from learnerd.daemon.cycle_eta import CycleEta
 from learnerd.ml.train_runner import WarmSpare
 from learnerd.runtime.debounce import Debouncer
 from learnerd.runtime.workqueue import RateLimitingQueue
+from learnerd.sources.cycle_eta import CycleEta
 from learnerd.sources.filewatch import DocumentWatcher
 from learnerd.sources.probe_inbox import ProbeInbox
 from learnerd.store.probe_journal import ProbeJournal

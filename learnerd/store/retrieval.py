@@ -9,11 +9,20 @@ and searches the :class:`~learnerd.store.vector_index.VectorIndex` (CPU-bound; a
 from __future__ import annotations
 
 import sqlite3
-from typing import TypedDict
+from collections.abc import Sequence
+from typing import Protocol, TypedDict
 
-from learnerd.ml.embedders import Embedder
+import numpy as np
+
 from learnerd.store.examples import get_examples
 from learnerd.store.vector_index import VectorIndex
+
+
+class TextEmbedder(Protocol):
+    """What retrieval needs of an embedder (:class:`learnerd.ml.embedders.Embedder` is one): ``embed(texts)``
+    → float32 array of shape ``(len(texts), dim)``, unit rows."""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 class SearchHit(TypedDict):
@@ -26,7 +35,7 @@ class SearchHit(TypedDict):
     score: float
 
 
-def nearest(embedder: Embedder, index: VectorIndex, text: str, k: int) -> list[tuple[str, float]]:
+def nearest(embedder: TextEmbedder, index: VectorIndex, text: str, k: int) -> list[tuple[str, float]]:
     """Embed ``text`` and return the ``k`` (example id, cosine similarity) pairs nearest to it, best first.
 
     Blocking (the embedder's forward pass and the faiss search); fewer than ``k`` pairs when the

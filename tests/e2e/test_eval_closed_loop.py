@@ -66,6 +66,7 @@ def test_the_daemon_raises_the_probe_pass_rate_on_its_own_until_it_settles(tmp_p
         points = history(daemon.evaluation.store, DLM_ID)
         committed = daemon.training.changes["adapters_committed"]
         evaluated = daemon.evaluation.changes["versions_evaluated"]
+        metric = daemon.registry.get_sample_value
     finally:
         daemon.close()
 
@@ -75,6 +76,14 @@ def test_the_daemon_raises_the_probe_pass_rate_on_its_own_until_it_settles(tmp_p
     rates = [p.pass_rate for p in points]
     assert 2 <= len(points) == committed == evaluated, (committed, evaluated, rates)
     assert all(b > a for a, b in pairwise(rates)), rates
+    # the same story in the daemon's metrics
+    assert metric("learnerd_training_cycles_total", {"outcome": "committed"}) == committed
+    assert metric("learnerd_training_cycle_duration_seconds_count") == committed
+    assert metric("learnerd_evaluations_total") == evaluated
+    assert metric("learnerd_adapter_version", {"document": str(doc)}) == points[-1].version
+    assert metric("learnerd_probe_pass_rate", {"document": str(doc)}) == pytest.approx(rates[-1])
+    assert metric("learnerd_evaluation_score", {"document": str(doc)}) == pytest.approx(points[-1].score, abs=1e-4)
+    assert metric("learnerd_training_loss_nats", {"document": str(doc)}) > 0
     assert rates[0] <= 0.5 and rates[-1] >= 0.8, rates
     copies = [s for s in read_document(doc).sections if (s.harvest_source or "").startswith("auto-harvest/")]
     assert len(copies) == points[0].judged - points[0].passed, "every probe failing after cycle 1 got its copy"

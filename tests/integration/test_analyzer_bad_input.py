@@ -43,7 +43,7 @@ async def test_each_bad_line_is_counted_and_logged_and_the_rest_is_ingested(harn
         json.dumps({"learnerd": 1, "type": "renamed", "block_id": "x", "time": 1}).encode() + b"\n",  # 4 unknown
         b'{"learnerd":1,"type":"executed","block_id":"x","time":1,"cell":' + b'"' + b"y" * (10 * MB) + b'"}\n',  # 5
         b"[1, 2, 3]\n",  # 6 not an object
-        b'{"hello": "world"}\n',  # 7 neither format
+        b'{"hello": "world"}\n',  # 7 neither format: another program's JSON, skipped as foreign
         json.dumps({"learnerd": 1, "type": "executed", "block_id": "x", "time": 1}).encode() + b"\n",  # 8 no cell
         b"   \n",  # 9 blank: ignored
         b'{"learnerd": 1, "type": "executed", "block_id": "x", "time": NaN}\n',  # 10 NaN is not JSON
@@ -55,13 +55,15 @@ async def test_each_bad_line_is_counted_and_logged_and_the_rest_is_ingested(harn
         stats = await harness.analyzer().sync()  # default max_line_bytes: 4 MiB < the 10 MB line
     assert list_block_ids(harness.conn) == ["good-1", "good-2"]
     assert stats.lines_read == 12
-    assert (stats.malformed_lines, stats.unknown_events, stats.oversized_lines) == (6, 2, 1)
-    assert _by_event(logs, "malformed log line") == [("bad.jsonl", n) for n in (2, 3, 6, 7, 8, 10)]
+    assert (stats.malformed_lines, stats.unknown_events, stats.oversized_lines, stats.foreign_lines) == (5, 2, 1, 1)
+    assert _by_event(logs, "malformed log line") == [("bad.jsonl", n) for n in (2, 3, 6, 8, 10)]
+    assert _by_event(logs, "log file holds lines that are not a block log") == [("bad.jsonl", 7)]
     assert _by_event(logs, "unknown event") == [("bad.jsonl", 4), ("bad.jsonl", 11)]
     assert _by_event(logs, "oversized log line") == [("bad.jsonl", 5)]
     reasons = {e["line"]: e["reason"] for e in logs if e["event"].startswith("malformed")}
     assert "invalid UTF-8" in reasons[3] and "invalid JSON" in reasons[2] and "cell" in reasons[8]
     assert all(e["log_level"] == "warning" for e in logs if "line" in e and e["event"] != "log file deleted")
+    assert (stats.last_malformed.file, stats.last_malformed.line) == (str(harness.log_dirs[0] / "bad.jsonl"), 10)
 
 
 @pytest.mark.anyio

@@ -84,8 +84,14 @@ async def test_a_log_directory_created_later_is_watched(harness: Harness):
 @pytest.mark.anyio
 async def test_run_survives_a_failing_pass_and_retries(harness: Harness):
     logs = harness.log_dirs[0]
+
+    def database_fails() -> None:
+        raise OSError("injected: disk I/O error")
+
+    # an exception in an SQL function is an sqlite3.OperationalError: the database failing, not the line
+    harness.conn.create_function("database_fails", 0, database_fails)
     harness.conn.execute(
-        "CREATE TRIGGER fail BEFORE INSERT ON blocks WHEN NEW.id = 'boom' BEGIN SELECT RAISE(ABORT, 'injected'); END"
+        "CREATE TRIGGER fail BEFORE INSERT ON blocks WHEN NEW.id = 'boom' BEGIN SELECT database_fails(); END"
     )
     analyzer = harness.analyzer(poll_interval_s=0.2)
     async with anyio.create_task_group() as tg:

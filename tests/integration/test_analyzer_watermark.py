@@ -61,11 +61,17 @@ async def test_a_failure_mid_batch_rolls_back_the_blocks_the_traces_and_the_wate
     lines = [ev(f"b{i}") for i in range(1, 5)] + [foyle_request + "\n", ev("boom")]
     lines += [ev(f"b{i}") for i in range(7, 11)]
     log_file.write_text("".join(lines))
+
+    def database_fails() -> None:
+        raise OSError("injected: disk I/O error")
+
+    # an exception in an SQL function is an sqlite3.OperationalError: the database failing, not the line
+    harness.conn.create_function("database_fails", 0, database_fails)
     harness.conn.execute(
-        "CREATE TRIGGER fail BEFORE INSERT ON blocks WHEN NEW.id = 'boom' BEGIN SELECT RAISE(ABORT, 'injected'); END"
+        "CREATE TRIGGER fail BEFORE INSERT ON blocks WHEN NEW.id = 'boom' BEGIN SELECT database_fails(); END"
     )
     analyzer = harness.analyzer(batch_max_lines=4)
-    with pytest.raises(sqlite3.Error, match="injected"):
+    with pytest.raises(sqlite3.OperationalError):
         await analyzer.sync()
     # The first batch (lines 1-4) committed; the second (5-8) left nothing behind.
     assert list_block_ids(harness.conn) == ["b1", "b2", "b3", "b4"]

@@ -268,6 +268,16 @@ async def test_metrics_on_the_socket_and_over_tcp(short_root: Path, minilm):
         async with aiohttp.ClientSession() as tcp, tcp.get(url) as response:
             assert response.status == 200
             check_client_go_metrics(await response.text())
+        assert "learnerd_build_info{" in socket_text and "process_resident_memory_bytes" in socket_text
+        assert "python_gc_objects_collected_total" in socket_text
+        searches = running.daemon.registry.get_sample_value("learnerd_search_duration_seconds_count")
+        await post_json(s, "/search", {"text": "print the working directory", "k": 1})
+        assert running.daemon.registry.get_sample_value("learnerd_search_duration_seconds_count") == searches + 1
+        base = url.removesuffix("/metrics")
+        async with aiohttp.ClientSession() as tcp:
+            for path, body in (("/healthz", {"status": "ok"}), ("/readyz", {"status": "ready"})):
+                async with tcp.get(base + path) as response:
+                    assert response.status == 200 and await response.json() == body
         async with aiohttp.ClientSession() as tcp, tcp.get(url.replace("/metrics", "/status")) as response:
             assert response.status == 404, "only /metrics is served over TCP"
 

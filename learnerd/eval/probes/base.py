@@ -30,16 +30,6 @@ FOLLOW_UPS: tuple[str, ...] = (
 )
 """The user turns the multi-turn probe cycles through after the first answer."""
 
-CATEGORY: Mapping[str, str] = {
-    "probe_recall": "adherence",
-    "delta_kl": "adherence",
-    "multi_turn_coherence_decay": "adherence",
-    "section_internalization": "attribution",
-    "null_adapter": "baseline",
-    "preflight": "baseline",
-}
-"""The score category of each probe kind (sway's categories)."""
-
 ViewFactory = Callable[[], AbstractContextManager[View]]
 """Opens the view a probe measures as its fine-tuned side: the adapter, or a null adapter."""
 

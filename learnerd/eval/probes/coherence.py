@@ -27,6 +27,7 @@ from learnerd.ml.divergence import divergence
 from learnerd.ml.rows import ChatMessage
 
 KIND = "multi_turn_coherence_decay"
+CATEGORY = "adherence"  # sway's score category
 NO_CHAT_TEMPLATE = "the base model's tokenizer has no chat template; a multi-turn dialogue needs one"
 
 

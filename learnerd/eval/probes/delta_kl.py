@@ -27,6 +27,7 @@ from learnerd.eval.report import ProbeResult, Verdict
 from learnerd.ml.divergence import LN2, divergence
 
 KIND = "delta_kl"
+CATEGORY = "adherence"  # sway's score category
 
 
 def per_prompt(ctx: ProbeContext, ft_view: ViewFactory) -> list[float]:

@@ -35,6 +35,7 @@ from learnerd.eval.probes.base import NotApplicable, ProbeContext, ViewFactory, 
 from learnerd.eval.report import ProbeResult, Verdict
 
 KIND = "section_internalization"
+CATEGORY = "attribution"  # sway's score category
 
 
 def _items(ctx: ProbeContext) -> list[tuple[tuple[Scored, ...], tuple[Scored, ...]]]:

@@ -24,6 +24,7 @@ from learnerd.eval.probes.base import NotApplicable, ProbeContext, ViewFactory, 
 from learnerd.eval.report import ProbeResult, Verdict
 
 KIND = "null_adapter"
+CATEGORY = "baseline"  # sway's score category
 NAME = "null_baseline"
 STD_FLOOR = 1e-6
 CALIBRATED: dict[str, Callable[[ProbeContext, ViewFactory], float]] = {

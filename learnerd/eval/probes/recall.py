@@ -24,6 +24,7 @@ from learnerd.eval.probes.base import ProbeContext, errored, result, skipped
 from learnerd.eval.report import ProbeResult, Verdict
 
 KIND = "probe_recall"
+CATEGORY = "adherence"  # sway's score category
 ANSWER_SLACK_TOKENS = 8
 
 

@@ -22,18 +22,27 @@ Both histograms use component-base's buckets, ``ExponentialBuckets(10e-9, 10, 10
 
 Where client-go refreshes the two "unfinished" gauges from a goroutine every 500 ms, here a custom
 collector computes them when the registry is scraped, from the start times of the keys in flight:
-exact at scrape time, and no polling task to start or stop. The collector copies its inputs before
-iterating, so a scrape from prometheus-client's own HTTP thread is safe.
+exact at scrape time, and no polling task to start or stop.
+
+The hot path records into plain numbers owned by each queue (a counter is an ``int``, a histogram a
+list of bucket counts found with :func:`bisect.bisect_left`, as prometheus-client's ``le`` bounds are
+inclusive); one custom collector (prometheus-client's ``Collector`` API) turns them into the families
+when the registry is scraped. Recording on the event loop then costs no lock and no allocation per
+operation — prometheus-client's own ``Counter`` / ``Histogram`` children take a lock per call, which
+halved the daemon's queue throughput (``benchmarks/bench_workqueue.py``). The collector copies its
+inputs before iterating, so a scrape from prometheus-client's own HTTP thread is safe.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Hashable, Iterator
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from learnerd.runtime.workqueue.clock import Clock
 
@@ -93,80 +102,124 @@ class NoopMetricsProvider:
         return NOOP_QUEUE_METRICS
 
 
-class _PrometheusQueueMetrics:
-    """One queue's children of the provider's families, plus the timestamps the durations need."""
+class _Histogram:
+    """Bucket counts of one queue's durations: ``counts[i]`` observations in ``(bounds[i-1], bounds[i]]``,
+    the last one above every bound (``+Inf``); ``total`` is their sum in seconds."""
 
-    def __init__(self, provider: PrometheusMetricsProvider, name: str, clock: Clock) -> None:
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)
+        self.total = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.total += seconds
+
+    def samples(self) -> tuple[list[tuple[str, float]], float]:
+        """Cumulative ``(le, count)`` buckets as the exposition format wants them, and the sum."""
+        counts, total = list(self.counts), self.total
+        buckets, running = [], 0
+        for bound, count in zip((*LATENCY_BUCKETS, float("inf")), counts, strict=True):
+            running += count
+            buckets.append((floatToGoString(bound), running))
+        return buckets, total
+
+
+class _PrometheusQueueMetrics:
+    """One queue's numbers (see the module docstring), plus the timestamps the durations need."""
+
+    def __init__(self, name: str, clock: Clock) -> None:
         self.name = name
         self.clock = clock
-        self._depth = provider.depth.labels(name)
-        self._adds = provider.adds.labels(name)
-        self._queue_duration = provider.queue_duration.labels(name)
-        self._work_duration = provider.work_duration.labels(name)
-        self._retries = provider.retries.labels(name)
+        self.depth = 0
+        self.adds = 0
+        self.retries = 0
+        self.queue_duration = _Histogram()
+        self.work_duration = _Histogram()
         self._added_at: dict[Hashable, float] = {}
         self.started_at: dict[Hashable, float] = {}
 
     def add(self, key: Hashable) -> None:
-        self._adds.inc()
-        self._depth.inc()
+        self.adds += 1
+        self.depth += 1
         self._added_at.setdefault(key, self.clock.now())
 
     def get(self, key: Hashable) -> None:
         now = self.clock.now()
-        self._depth.dec()
+        self.depth -= 1
         self.started_at[key] = now
         added = self._added_at.pop(key, None)
         if added is not None:
-            self._queue_duration.observe(now - added)
+            self.queue_duration.observe(now - added)
 
     def done(self, key: Hashable) -> None:
         started = self.started_at.pop(key, None)
         if started is not None:
-            self._work_duration.observe(self.clock.now() - started)
+            self.work_duration.observe(self.clock.now() - started)
 
     def retry(self) -> None:
-        self._retries.inc()
+        self.retries += 1
 
 
-class _InFlightCollector(Collector):
-    """Computes ``workqueue_unfinished_work_seconds`` and ``..._longest_running_processor_seconds`` per scrape."""
+class _WorkqueueCollector(Collector):
+    """Every workqueue family, from the queues' numbers, at scrape time."""
 
     def __init__(self) -> None:
         self.queues: list[_PrometheusQueueMetrics] = []
 
     @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
-        unfinished = GaugeMetricFamily(
-            "workqueue_unfinished_work_seconds",
-            "Seconds of work in progress not yet observed by work_duration; a steady rise means stuck workers.",
-            labels=["name"],
+    def _families() -> tuple[Metric, ...]:
+        return (
+            GaugeMetricFamily("workqueue_depth", "Current depth of the workqueue.", labels=["name"]),
+            CounterMetricFamily("workqueue_adds", "Adds handled by the workqueue.", labels=["name"]),
+            HistogramMetricFamily(
+                "workqueue_queue_duration_seconds",
+                "Seconds a key waits in the workqueue before a worker takes it.",
+                labels=["name"],
+            ),
+            HistogramMetricFamily(
+                "workqueue_work_duration_seconds",
+                "Seconds a worker takes to process a key from the workqueue.",
+                labels=["name"],
+            ),
+            CounterMetricFamily("workqueue_retries", "Retries handled by the workqueue.", labels=["name"]),
+            GaugeMetricFamily(
+                "workqueue_unfinished_work_seconds",
+                "Seconds of work in progress not yet observed by work_duration; a steady rise means stuck workers.",
+                labels=["name"],
+            ),
+            GaugeMetricFamily(
+                "workqueue_longest_running_processor_seconds",
+                "Seconds the longest-running key of the workqueue has been in processing.",
+                labels=["name"],
+            ),
         )
-        longest = GaugeMetricFamily(
-            "workqueue_longest_running_processor_seconds",
-            "Seconds the longest-running key of the workqueue has been in processing.",
-            labels=["name"],
-        )
-        return unfinished, longest
 
     def describe(self) -> Iterator[Metric]:
         yield from self._families()
 
     def collect(self) -> Iterator[Metric]:
-        unfinished, longest = self._families()
+        depth, adds, queue_duration, work_duration, retries, unfinished, longest = self._families()
         for queue in tuple(self.queues):
+            labels = [queue.name]
+            depth.add_metric(labels, queue.depth)  # type: ignore[attr-defined]
+            adds.add_metric(labels, queue.adds)  # type: ignore[attr-defined]
+            retries.add_metric(labels, queue.retries)  # type: ignore[attr-defined]
+            for family, histogram in ((queue_duration, queue.queue_duration), (work_duration, queue.work_duration)):
+                buckets, total = histogram.samples()
+                family.add_metric(labels, buckets, total)  # type: ignore[attr-defined]
             now = queue.clock.now()
             ages = [now - started for started in tuple(queue.started_at.values())]
-            unfinished.add_metric([queue.name], sum(ages))
-            longest.add_metric([queue.name], max(ages, default=0.0))
-        yield unfinished
-        yield longest
+            unfinished.add_metric(labels, sum(ages))  # type: ignore[attr-defined]
+            longest.add_metric(labels, max(ages, default=0.0))  # type: ignore[attr-defined]
+        yield from (depth, adds, queue_duration, work_duration, retries, unfinished, longest)
 
 
 class PrometheusMetricsProvider:
     """Client-go's workqueue metrics on ``registry`` (see the module docstring for the families).
 
-    Create one per registry: the families are registered in the constructor, so a second provider
+    Create one per registry: the collector is registered in the constructor, so a second provider
     on the same registry raises ``ValueError`` (prometheus-client's duplicate-timeseries error).
 
     Args:
@@ -174,25 +227,8 @@ class PrometheusMetricsProvider:
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.depth = Gauge("workqueue_depth", "Current depth of the workqueue.", ["name"], registry=registry)
-        self.adds = Counter("workqueue_adds", "Adds handled by the workqueue.", ["name"], registry=registry)
-        self.queue_duration = Histogram(
-            "workqueue_queue_duration_seconds",
-            "Seconds a key waits in the workqueue before a worker takes it.",
-            ["name"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        )
-        self.work_duration = Histogram(
-            "workqueue_work_duration_seconds",
-            "Seconds a worker takes to process a key from the workqueue.",
-            ["name"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        )
-        self.retries = Counter("workqueue_retries", "Retries handled by the workqueue.", ["name"], registry=registry)
-        self._in_flight = _InFlightCollector()
-        registry.register(self._in_flight)
+        self._collector = _WorkqueueCollector()
+        registry.register(self._collector)
 
     def queue_metrics(self, name: str, clock: Clock) -> QueueMetrics:
         """Metrics of the queue ``name``.
@@ -200,8 +236,8 @@ class PrometheusMetricsProvider:
         Raises:
             ValueError: a queue called ``name`` already reports to this provider.
         """
-        if any(q.name == name for q in self._in_flight.queues):
+        if any(q.name == name for q in self._collector.queues):
             raise ValueError(f"a workqueue named {name!r} already reports to this metrics provider")
-        metrics = _PrometheusQueueMetrics(self, name, clock)
-        self._in_flight.queues.append(metrics)
+        metrics = _PrometheusQueueMetrics(name, clock)
+        self._collector.queues.append(metrics)
         return metrics

@@ -28,6 +28,14 @@ joined by LF (dlm reads CRLF and CR as LF, strips a BOM); media sections (image,
 ``path`` attribute instead, as dlm does before their blob is ingested. These ids are the ones sway reports
 in ``section_internalization`` evidence.
 
+A person's text appended at the end of a document falls, by this grammar, inside its last section. So
+learnerd never leaves one of its auto-written sections last: after each edit that writes auto sections, a
+document whose last section is one ends with an empty ``::prose::`` fence (the *end guard*; dlm reads
+whitespace-only prose as no section at all), and text written after it is prose. New auto sections go
+before an end guard nothing has been written after. For a document written before the guard existed,
+an auto section being replaced whose body is what learnerd writes for it followed by more lines keeps
+those lines: they become a ``::prose::`` section right after it.
+
 Round trip: a :class:`Document` remembers the exact text of every part it did not change, so
 ``parse_bytes(b).to_bytes() == b`` for every document that parses, whatever its line ends or BOM; new
 or edited sections use the document's own line end (that of its first line).
@@ -207,8 +215,12 @@ class Document:
     # -- edits (each returns a new Document) ------------------------------------------------------
 
     def append_section(self, section: Section) -> Document:
-        """``section`` added at the end of the document."""
-        return self._with_chunks([*self._chunks, _Chunk(section, None, True)])
+        """``section`` added at the end of the document (before an end guard nothing follows; an auto
+        section gets one after it)."""
+        chunks = list(self._chunks)
+        guard = chunks.pop() if chunks and _is_end_guard(chunks[-1]) else None
+        chunks.append(_Chunk(section, None, True))
+        return self._with_chunks(_guard_end([*chunks, guard] if guard is not None else chunks))
 
     def upsert_auto_section(self, section: Section) -> Document:
         """Replace the section carrying ``section``'s harvest source in place (dropping any duplicate of
@@ -247,13 +259,32 @@ class Document:
                 chunks.append(c)
             elif source in wanted and source not in placed:
                 placed.add(source)
-                chunks.append(c if same(c.section, wanted[source]) else _Chunk(wanted[source], None, True))
+                if same(c.section, wanted[source]):
+                    chunks.append(c)
+                    continue
+                chunks.append(_Chunk(wanted[source], None, True))
+                appended = _appended_lines(c.section, wanted[source])
+                if appended:  # a person's text written after learnerd's section: kept, as prose
+                    chunks.append(_Chunk(Section("prose", appended), None, True))
+        guard = chunks.pop() if chunks and _is_end_guard(chunks[-1]) else None
         chunks += [_Chunk(s, None, True) for source, s in wanted.items() if source not in placed]
-        return self._with_chunks(chunks)
+        if guard is not None:
+            chunks.append(guard)
+        return self._with_chunks(_guard_end(chunks))
 
     def remove_sections(self, predicate: Callable[[Section], bool]) -> Document:
-        """Every section for which ``predicate`` is true removed; the rest byte-identical."""
-        return self._with_chunks([c for c in self._chunks if not (c.visible and predicate(c.section))])
+        """Every section for which ``predicate`` is true removed; the rest byte-identical (an end guard
+        that followed a removed auto section and now follows none goes with it)."""
+        chunks = [c for c in self._chunks if not (c.visible and predicate(c.section))]
+        old = self._chunks
+        if (
+            len(old) >= 2
+            and _is_end_guard(old[-1])
+            and old[-2].section.harvest_source is not None
+            and (len(chunks) < 2 or chunks[-2] is not old[-2])
+        ):
+            chunks = _guard_end(chunks[:-1])
+        return self._with_chunks(chunks)
 
     def remove_auto_sections(self, source: str) -> Document:
         """Every section whose harvest source is exactly ``source`` removed."""
@@ -277,6 +308,34 @@ class Document:
                 c = replace(c, source=text + self.newline)  # a section that ended the file now has a successor
             fixed.append(c)
         return replace(self, _head=head, _chunks=tuple(fixed))
+
+
+def _is_end_guard(chunk: _Chunk) -> bool:
+    """An empty ``::prose::`` section (see the module docstring); not one once text follows its fence."""
+    s = chunk.section
+    return not chunk.visible and s.type == "prose" and s.fenced and s.adapter is None
+
+
+def _guard_end(chunks: list[_Chunk]) -> list[_Chunk]:
+    """``chunks``, ending with an end guard when the last visible section is an auto-written one."""
+    last = next((c for c in reversed(chunks) if c.visible), None)
+    if last is None or last.section.harvest_source is None or _is_end_guard(chunks[-1]):
+        return chunks
+    return [*chunks, _Chunk(Section("prose"), None, False)]
+
+
+def _appended_lines(present: Section, wanted: Section) -> tuple[str, ...]:
+    """The lines after ``wanted``'s body in ``present``'s, when ``present`` is ``wanted`` (trailing blank
+    lines aside, markers alike) with text written after it; else ``()``."""
+    if present.markers != wanted.markers:
+        return ()
+    body = list(wanted.body)
+    while body and present.body[: len(body)] != tuple(body) and not body[-1].strip():
+        body.pop()  # present may lack wanted's trailing blank lines
+    if present.body[: len(body)] != tuple(body):
+        return ()
+    rest = present.body[len(body) :]
+    return rest if any(line.strip() for line in rest) else ()
 
 
 def _same_section(a: Section, b: Section) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from learnerd.daemon.cycle_eta import PRIOR_CYCLE_S, WINDOW, CycleEta
+from learnerd.sources.cycle_eta import PRIOR_CYCLE_S, WINDOW, CycleEta
 
 
 def eta(*, debounce=None, queued=0, in_flight=None, recent=(), workers=1, now=100.0) -> CycleEta:

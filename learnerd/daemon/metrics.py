@@ -1,0 +1,114 @@
+"""learnerd's own Prometheus metrics, beside the workqueue and controller families.
+
+* ``learnerd_build_info{version, python}`` (gauge, 1): the running build;
+* ``process_*``, ``python_info``, ``python_gc_*``: prometheus-client's process, platform and GC collectors;
+* ``learnerd_training_cycles_total{outcome}``: training cycles, ``committed`` or ``nothing to train``;
+* ``learnerd_training_cycle_duration_seconds``: wall seconds of each trained cycle (histogram);
+* ``learnerd_training_loss_nats{document}``: final training loss, nats per token, of each document's last cycle;
+* ``learnerd_adapter_version{document}``: the adapter version last committed for each document;
+* ``learnerd_evaluations_total``, ``learnerd_evaluation_duration_seconds`` (histogram): evaluations written;
+* ``learnerd_evaluation_score{document}``: sway's overall score of the document's last evaluation, in [0, 1];
+* ``learnerd_probe_pass_rate{document}``: passing / judged ``probe_recall`` probes of that evaluation;
+* ``learnerd_search_duration_seconds``: seconds per ``POST /search`` answered from the live index (histogram).
+
+The ``document`` label is the document's path, as the training and evaluation keys are.
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+
+from learnerd import __version__
+from learnerd.eval.report import Report
+from learnerd.eval.score import recall_counts
+from learnerd.reconcilers.training import CycleReport
+
+#: Training cycles last seconds to hours.
+CYCLE_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0)
+#: A search is milliseconds; a loaded machine makes it seconds.
+SEARCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class DaemonMetrics:
+    """The families above, registered on ``registry`` (one per registry: a second raises ``ValueError``)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+        GCCollector(registry=registry)
+        Gauge(
+            "learnerd_build_info", "The running learnerd build (always 1).", ["version", "python"], registry=registry
+        ).labels(__version__, platform.python_version()).set(1)
+        self.training_cycles = Counter(
+            "learnerd_training_cycles", "Training cycles by outcome.", ["outcome"], registry=registry
+        )
+        self.training_duration = Histogram(
+            "learnerd_training_cycle_duration_seconds",
+            "Wall seconds of each trained cycle.",
+            buckets=CYCLE_BUCKETS,
+            registry=registry,
+        )
+        self.training_loss = Gauge(
+            "learnerd_training_loss_nats",
+            "Final training loss (nats per token) of the document's last trained cycle.",
+            ["document"],
+            registry=registry,
+        )
+        self.adapter_version = Gauge(
+            "learnerd_adapter_version",
+            "Adapter version last committed for the document.",
+            ["document"],
+            registry=registry,
+        )
+        self.evaluations = Counter("learnerd_evaluations", "Evaluation reports written.", registry=registry)
+        self.evaluation_duration = Histogram(
+            "learnerd_evaluation_duration_seconds",
+            "Wall seconds of each evaluation.",
+            buckets=CYCLE_BUCKETS,
+            registry=registry,
+        )
+        self.evaluation_score = Gauge(
+            "learnerd_evaluation_score",
+            "sway's overall score of the document's last evaluation, in [0, 1].",
+            ["document"],
+            registry=registry,
+        )
+        self.probe_pass_rate = Gauge(
+            "learnerd_probe_pass_rate",
+            "Passing / judged probe_recall probes of the document's last evaluation.",
+            ["document"],
+            registry=registry,
+        )
+        self.search_duration = Histogram(
+            "learnerd_search_duration_seconds",
+            "Seconds per search answered from the live index.",
+            buckets=SEARCH_BUCKETS,
+            registry=registry,
+        )
+
+    def cycle(self, report: CycleReport) -> None:
+        """The training reconciler's ``on_cycle`` hook."""
+        outcome, result = report.outcome, report.outcome.result
+        trained = outcome.version is not None and result is not None
+        self.training_cycles.labels("committed" if trained else "nothing to train").inc()
+        if trained:
+            document = str(report.path)
+            self.training_duration.observe(report.duration_s)
+            self.training_loss.labels(document).set(result.final_loss)
+            self.adapter_version.labels(document).set(outcome.version.number)
+
+    def evaluated(self, path: Path, report: Report) -> None:
+        """The evaluation reconciler's ``on_report`` hook."""
+        document = str(path)
+        self.evaluations.inc()
+        self.evaluation_duration.observe(report.wall_seconds)
+        self.evaluation_score.labels(document).set(report.score.overall)
+        passed, judged = recall_counts(report.probes)
+        if judged:
+            self.probe_pass_rate.labels(document).set(passed / judged)

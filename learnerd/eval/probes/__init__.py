@@ -1,0 +1,21 @@
+"""The evaluation probes (sway's probe kinds), one module each, and their registry.
+
+A probe module declares ``KIND`` (sway's probe name), ``CATEGORY`` (sway's score category: adherence,
+attribution, baseline) and ``run(ctx) -> ProbeResult | list[ProbeResult]``; one that supports null-adapter
+calibration also offers ``raw_value(ctx, view_factory) -> float`` (:mod:`.null_adapter` calibrates it).
+Adding a probe: one module here and one entry in :data:`PROBES` (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import ModuleType
+
+from learnerd.eval.probes import coherence, delta_kl, internalization, null_adapter, recall
+
+#: The probes in the order a run executes them: the null-adapter calibration first (its statistics feed
+#: the z-scores of the others).
+PROBES: tuple[ModuleType, ...] = (null_adapter, recall, delta_kl, coherence, internalization)
+
+#: The score category of each probe kind, ``preflight`` (the finite check before any probe) included.
+CATEGORY: Mapping[str, str] = {"preflight": "baseline", **{probe.KIND: probe.CATEGORY for probe in PROBES}}

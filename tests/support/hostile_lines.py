@@ -1,0 +1,136 @@
+"""Hypothesis strategies for hostile log lines, shared by the property test and ``benchmarks/fuzz_log_lines.py``.
+
+A line is bytes without its LF: arbitrary bytes, or the JSON text of an arbitrary JSON value (big
+integers, lone surrogate escapes, nesting deeper than Python's recursion limit), or an object shaped
+like a block-log event or a foyle line whose fields hold arbitrary JSON. :func:`check_file` writes
+them between good lines, ingests the file with a real analyzer and checks that every good line was
+ingested and every hostile line was accounted for exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hypothesis import strategies as st
+
+from learnerd.analyzer import Analyzer, AnalyzerStats
+from learnerd.analyzer.blocklog import event_line
+from learnerd.store.blocks import Cell, list_block_ids
+
+FOYLE_FUNCTIONS = (
+    "github.com/jlewi/foyle/app/pkg/agent.(*Agent).Generate",
+    "github.com/jlewi/foyle/app/pkg/executor.(*Executor).Execute",
+    "github.com/jlewi/foyle/app/pkg/agent.(*Agent).LogEvents",
+)
+
+# every code point, lone surrogates included (json.dumps writes them as "\ud800" escapes)
+any_text = st.text(st.characters(exclude_categories=()), max_size=12)
+big_ints = st.integers() | st.integers(min_value=2**63 - 2, max_value=2**63 + 2) | st.integers(min_value=2**64)
+scalars = (
+    st.none()
+    | st.booleans()
+    | big_ints
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | any_text
+    | st.just(10**400)
+)
+json_values = st.recursive(
+    scalars,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(any_text, children, max_size=4),
+    max_leaves=16,
+)
+
+
+def _cells(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    cell = st.fixed_dictionaries({"kind": st.sampled_from(["code", "markup"]) | children, "text": any_text | children})
+    return cell | children
+
+
+block_log_like = st.fixed_dictionaries(
+    {
+        "learnerd": st.just(1) | big_ints | json_values,
+        "type": st.sampled_from(["context", "generated", "executed"]) | any_text,
+        "block_id": any_text | json_values,
+        "time": st.floats(min_value=0, max_value=4e9) | big_ints | any_text | json_values,
+    },
+    optional={
+        "cells": st.lists(_cells(json_values), max_size=3) | json_values,
+        "cell": _cells(json_values),
+        "exit_code": big_ints | json_values,
+        "eval_mode": json_values,
+    },
+)
+foyle_like = st.fixed_dictionaries(
+    {"message": any_text, "function": st.sampled_from(FOYLE_FUNCTIONS) | any_text},
+    optional={
+        "traceId": any_text | json_values,
+        "time": st.floats(min_value=0, max_value=4e9) | json_values,
+        "request": st.fixed_dictionaries({}, optional={"doc": json_values, "block": json_values}) | json_values,
+        "response": st.fixed_dictionaries({}, optional={"blocks": json_values, "outputs": json_values}),
+        "event": json_values,
+        "evalMode": json_values,
+    },
+)
+deep_nesting = st.integers(min_value=500, max_value=20_000).map(lambda n: b"[" * n + b"]" * n)
+
+
+def _dumps(value: Any, ensure_ascii: bool) -> bytes:
+    return json.dumps(value, ensure_ascii=ensure_ascii).encode("utf-8", "surrogatepass")
+
+
+json_lines = st.builds(_dumps, json_values | block_log_like | foyle_like, st.booleans())
+hostile_lines = (st.binary(max_size=64) | json_lines | deep_nesting).map(lambda b: b.replace(b"\n", b""))
+"""One hostile line: bytes without LF."""
+
+
+def good_line(n: int) -> bytes:
+    """A valid block-log event for the block ``good-<n>`` (with its LF)."""
+    return event_line("executed", f"good-{n}", 1.0, cell=Cell("code", "ls", "bash"), exit_code=0).encode()
+
+
+def is_json_object(data: bytes) -> bool:
+    """Whether ``data`` is, by itself, a JSON object as the analyzer reads one (strict: no NaN)."""
+
+    def refuse(name: str) -> Any:
+        raise ValueError(name)
+
+    try:
+        return isinstance(json.loads(data, parse_constant=refuse), dict)
+    except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError, too deep
+        return False
+
+
+def refused(stats: AnalyzerStats) -> int:
+    """Lines the analyzer refused or set aside, whatever the counter."""
+    set_aside = stats.skipped_lines + stats.pending_traces + sum(stats.unjoinable_traces.values())
+    return stats.malformed_lines + stats.unknown_events + stats.oversized_lines + stats.foreign_lines + set_aside
+
+
+async def check_file(analyzer: Analyzer, conn: Any, path: Path, bad: list[bytes], first_good: int) -> AnalyzerStats:
+    """Write good, bad[0], good, bad[1], ..., good to ``path`` (a new file in a log directory), ingest
+    it with ``analyzer`` and assert what must hold; return the stats before the file for the next call.
+
+    Holds: no error, every line read, every good line's block present, every hostile line that is not
+    a JSON object counted as malformed (the last one named with its line), and no hostile line counted
+    more than once.
+    """
+    before = analyzer.stats
+    data = bytearray(good_line(first_good))
+    for i, line in enumerate(bad, start=1):
+        data += line + b"\n" + good_line(first_good + i)
+    path.write_bytes(bytes(data))
+    after = await analyzer.sync()
+    assert after.errors == before.errors, after.last_error
+    assert after.lines_read - before.lines_read == 2 * len(bad) + 1
+    ids = set(list_block_ids(conn))
+    assert {f"good-{first_good + i}" for i in range(len(bad) + 1)} <= ids
+    not_objects = [i for i, line in enumerate(bad) if line.strip() and not is_json_object(line)]
+    malformed = after.malformed_lines - before.malformed_lines
+    assert malformed >= len(not_objects)
+    assert refused(after) - refused(before) <= sum(1 for line in bad if line.strip())
+    if not_objects and malformed == len(not_objects):
+        assert after.last_malformed is not None
+        assert (after.last_malformed.file, after.last_malformed.line) == (str(path), 2 * not_objects[-1] + 2)
+    return after
