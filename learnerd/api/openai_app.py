@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from pydantic import ValidationError
 
 from learnerd.api.errors import ControlError, Unavailable
+from learnerd.api.health import health_routes
 from learnerd.api.http import Handler, access_log_middleware
 from learnerd.api.openai_models import ChatCompletionRequest, ModelCard, Usage, error_body
 from learnerd.api.surface import ControlSurface
@@ -386,8 +387,8 @@ def openai_app(
     registry: CollectorRegistry,
     token: str | None,
 ) -> web.Application:
-    """The endpoint's aiohttp application; ``token`` None serves without authentication (loopback only:
-    the caller checks)."""
+    """The endpoint's aiohttp application, with the health probes (:mod:`learnerd.api.health`, no token);
+    ``token`` None serves without authentication (loopback only: the caller checks)."""
     middlewares: list[Any] = [access_log_middleware("openai request", lambda r: {"remote": r.remote})]
     if token is not None:
         middlewares.append(bearer_middleware(token, lambda: _error(401, *_UNAUTHORIZED), what="openai"))
@@ -396,5 +397,6 @@ def openai_app(
     endpoint = OpenAIEndpoint(catalog, served, control, settings, ServeMetrics(registry))
     app.router.add_get("/v1/models", endpoint.list_models)
     app.router.add_post("/v1/chat/completions", endpoint.chat_completions)
+    app.add_routes(health_routes(lambda: control.state))
     app.router.add_route("*", "/{tail:.*}", _not_found)
     return app

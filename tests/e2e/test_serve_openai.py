@@ -137,6 +137,8 @@ def test_hostile_requests_get_4xx_never_5xx(served):
                 assert r.status == 413
             async with s.get(f"{url}/nothing-here", headers=auth) as r:
                 assert r.status == 404
+            async with s.get(url.removesuffix("/v1") + "/healthz") as r:  # probes need no token
+                assert r.status == 200
 
             body = {"model": "notes", "messages": QUESTION, "max_tokens": 4, "temperature": 0}
 
