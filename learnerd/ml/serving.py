@@ -220,7 +220,7 @@ class ServedModels:
                 self._held[adapter_name(version)] += 1
         self._pending += 1
         future = self._executor.submit(self._run, job)
-        future.add_done_callback(lambda _: job.loop.call_soon_threadsafe(self._job_done))
+        future.add_done_callback(lambda f: f.cancelled() and self._end(job, Finished("cancelled", 0, 0, None, 0.0)))
         return job
 
     def _job_done(self) -> None:
@@ -305,26 +305,31 @@ class ServedModels:
 
     def _run(self, job: Job) -> None:
         base: _Base | None = None
+        finished = Finished("cancelled", 0, 0, None, 0.0)
         try:
-            if job.cancelled.is_set():
-                job.emit(Finished("cancelled", 0, 0, None, 0.0))
-                return
-            base = self._base(job.model)
-            processor = self._logits_processor(job.model, base.loaded.tokenizer)
-            started = time.perf_counter()
-            with self._activate(base, job.version) as model:
-                finished = _generate(job, model, base, processor)
-            finished.generate_s = time.perf_counter() - started
-            self._recent_job_s = 0.8 * self._recent_job_s + 0.2 * finished.generate_s
-            job.emit(finished)
+            if not job.cancelled.is_set():
+                base = self._base(job.model)
+                processor = self._logits_processor(job.model, base.loaded.tokenizer)
+                started = time.perf_counter()
+                with self._activate(base, job.version) as model:
+                    finished = _generate(job, model, base, processor)
+                finished.generate_s = time.perf_counter() - started
+                self._recent_job_s = 0.8 * self._recent_job_s + 0.2 * finished.generate_s
         except Exception as exc:
-            job.emit(Finished("error", 0, 0, None, 0.0, error=exc))
+            finished = Finished("error", 0, 0, None, 0.0, error=exc)
         finally:
             if base is not None:
                 self._release(base, job.version)
             elif job.version is not None:
                 with self._lock:
                     self._held[adapter_name(job.version)] -= 1
+            self._end(job, finished)
+
+    def _end(self, job: Job, finished: Finished) -> None:
+        """The job leaves the queue (counted first, so its client can submit again at once), then ends."""
+        with contextlib.suppress(RuntimeError):  # the event loop is gone (shutdown)
+            job.loop.call_soon_threadsafe(self._job_done)
+            job.emit(finished)
 
 
 @contextlib.contextmanager
