@@ -218,7 +218,12 @@ class OpenAIEndpoint:
         if k > 0:
             last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
             if last_user is not None:
-                hits = await self.control.search(messages[last_user].content, k)
+                try:
+                    hits = await self.control.search(messages[last_user].content, k)
+                except Unavailable as exc:
+                    raise OpenAIError(503, str(exc), "server_error", "unavailable") from None
+                except ControlError as exc:
+                    raise OpenAIError(400, f"learnerd.rag_k: {exc}") from None
                 shots = [
                     t for h in hits for t in (ChatMessage("user", h["query"]), ChatMessage("assistant", h["answer"]))
                 ]
