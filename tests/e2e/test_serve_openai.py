@@ -117,6 +117,9 @@ def test_errors_have_openai_statuses(served):
     assert err.value.body["code"] == "model_not_found"
     with pytest.raises(openai.BadRequestError):
         api.chat.completions.create(model="notes", messages=[])
+    for extension in ({"rag_k": 1000}, {"rag_k": -1}, {"unknown": 1}):  # k over [admin] max_k, negative, a typo
+        with pytest.raises(openai.BadRequestError):
+            api.chat.completions.create(model="notes", messages=QUESTION, extra_body={"learnerd": extension})
     huge = api.chat.completions.create(model="notes", messages=QUESTION, max_tokens=10**9, temperature=0)
     assert huge.usage.completion_tokens <= 16 and huge.model_extra["learnerd"]["max_tokens"] == 16
 
