@@ -1,156 +1,196 @@
 """learnerd's configuration: one TOML file plus command-line flags, with defaults that need neither.
 
-Layout of the file (every key optional; unknown keys are refused so a typo never goes unnoticed)::
-
-    state_dir = "~/.local/state/learnerd"   # SQLite database, adapters, journals, admin socket
-    log_dirs = ["~/assistant-logs"]         # directories whose log files the analyzer tails
-    docs_dirs = ["~/dlm-docs"]              # directories of .dlm documents
-
-    [analyzer]
-    poll_interval_s = 1.0        # log directories appearing; full rescan period when polling only
-    rescan_interval_s = 300.0    # full rescan period while watchfiles runs (the safety net for missed events)
-    force_polling = false        # rescans only, no watchfiles (network file systems, containers)
-    debounce_ms = 50             # watchfiles' debounce: how long a burst of changes is gathered
-    max_line_bytes = 4194304     # longer lines are counted, logged and skipped unread
-    batch_max_lines = 1000       # lines per transaction (one transaction = blocks + watermark)
-    batch_max_bytes = 1048576    # bytes per transaction (a single longer line is its own batch)
-    max_open_files = 128         # log files held open (to finish rotated or deleted files)
-
-    [examples]
-    learn_only_corrections = false   # foyle's original rule: learn only when executed != generated
-    max_query_chars = 2000
-
-    [embeddings]
-    backend = "minilm"           # or "openai" (any OpenAI-compatible /v1/embeddings endpoint)
-    model = "all-MiniLM-L6-v2"
-    base_url = ""
-    api_key_env = "OPENAI_API_KEY"
-    batch_size = 64
-
-    [probes]                     # where learned examples become ### Q !probe sections
-    document = "learned.dlm"     # relative to the first docs_dirs entry (else <state_dir>/docs), or absolute
-    by_language = {}             # example language -> document, e.g. { python = "python.dlm" }
-    base_model = "learnerd/tiny-llama"  # base_model of a document learnerd creates: built-in or a local HF model dir
-    broken_document_retry_s = 60.0   # re-check a document that does not parse this often
-    rewrite_interval_s = 1.0     # a document is rewritten at most this often: a burst of examples is one write
-
-    [workqueue]                  # client-go's DefaultControllerRateLimiter
-    base_delay_s = 0.005
-    max_delay_s = 1000.0
-    qps = 10.0
-    burst = 100
-
-    [controllers.examples]       # also embeddings, probes, training, evaluation
-    workers = 2
-    timeout_s = 60.0
-    max_retries = 15
-
-    [shutdown]
-    drain_timeout_s = 30.0       # SIGTERM / `ctl drain`: finish in-flight work for at most this long
-
-    [logging]
-    level = ""                   # debug, info, warning, error, critical; "" = the --log-level flag (else info)
-    format = "auto"              # auto (JSON lines unless stderr is a terminal), json or console
-
-    [admin]                      # the admin socket is always <state_dir>/learnerd.sock
-    metrics_addr = ""            # HOST:PORT serving GET /metrics over TCP ("" = off); --metrics-addr
-    search_addr = ""             # HOST:PORT serving POST /search over TCP behind a bearer token; --listen-search
-    max_body_bytes = 65536       # request bodies larger than this are refused (413)
-    max_k = 100                  # the largest k a search may ask for
-
-    [training]                   # LoRA training cycles (hyperparameters come from each document)
-    enabled = true               # false: the daemon never trains (run and run --once: the pipeline only)
-    replay_ratio = 2.0           # an incremental cycle replays ceil(ratio × new rows) unchanged rows ...
-    replay_min_rows = 32         # ... but at least this many (when the document has them); dlm's budget
-    num_threads = 0              # torch threads in the training process; 0 = torch's default
-    niceness = 10                # added to the training process's nice value: the event loop keeps its CPU
-    warm_spare = true            # keep one training process started ahead of need (learnerd run)
-    debounce_s = 2.0             # a changed .dlm document is trained after this long without a change ...
-    debounce_max_s = 60.0        # ... or at the latest this long after its first unanswered change
-    rescan_interval_s = 10.0     # full rescan of the documents: the safety net beside file-system events
-    broken_document_retry_s = 30.0   # a document that does not parse (mid-edit) is checked again this often
-
-    [controllers.training]       # one cycle at a time by default; a cycle may run for hours
-    workers = 1
-    timeout_s = 21600.0
-
-    [rpc]                        # live probe injection (dlm's inject_probe); --listen-rpc HOST:PORT
-    listen = ""                  # HOST:PORT; empty: no RPC server. The token is $LEARNERD_PROBE_TOKEN
-    document = ""                # the document injected probes go to; empty: the [probes] document
-    capacity = 1000              # probes accepted but not yet written into the document; beyond: HTTP 429
-
-    [steering]                   # `learnerd evolve`: per-cluster logit deltas (learnerd.steering)
-    clusters = 10                # K: k-means clusters of the vocabulary, numbered 2..K+1 (0 = EOS, 1 = numbers)
-    pca_dim = 32                 # embedding dimensions kept by PCA before k-means
-    minibatch_size = 8           # pool questions answered per iteration
-    iterations = 20              # iterations of a run (a resumed run continues to this total)
-    scale = 100.0                # tokens: shortness = 1 / (1 + mean_len / scale)
-    delta_bound = 10.0           # every delta must lie in [-bound, bound] (logits)
-    max_new_tokens = 128         # longest answer generated (tokens)
-    seed = 0                     # k-means, minibatch sampling and the offline reflector
-    pool = ""                    # JSONL of {question, answer} rows; "" = the document's probes
-    reflector = "offline"        # or "openai" (any OpenAI-compatible chat-completions endpoint)
-    reflector_base_url = ""      # "" = the openai client's default (api.openai.com)
-    reflector_model = "gpt-4o"
-    reflector_max_attempts = 3   # requests per iteration before an invalid reply is an error
-    offline_step = 1.0           # the offline reflector's initial step size (logits)
-    judge = "match"              # or "llm" (an OpenAI-compatible endpoint judges each answer)
-    judge_base_url = ""
-    judge_model = "gpt-4o"
-    numeric_tolerance = 0.01     # relative tolerance of the match judge's number comparison
-    api_key_env = "OPENAI_API_KEY"   # environment variable holding the reflector's and judge's key
-
-    [evaluation]                 # sway-style evaluation of every committed adapter version
-    auto_harvest = false         # write failing probes back into the document (which retrains it)
-    harvest_tag = "auto-harvest" # marker source prefix of harvested sections: "<tag>/<probe>"
-    min_confidence = 0.0         # harvest only failures at least this far from the reference (1 - similarity)
-    max_failing_cycles = 3       # a probe still failing after this many cycles with its harvested copy is
-                                 # reported as stuck and never harvested again (until it passes once)
-    null_runs = 3                # noise adapters the z-scores are calibrated on (0: fixed thresholds)
-    max_prompts = 8              # prompts per divergence probe
-    max_turns = 4                # dialogue length of the multi-turn probe (2..8)
-    half_life_target = 2.0       # the multi-turn probe passes at a half-life of at least this many turns
-
-    [serve]                      # OpenAI-compatible serving (learnerd.api.openai_app); --listen-openai HOST:PORT
-    listen = ""                  # HOST:PORT; empty: off. Bearer token $LEARNERD_OPENAI_TOKEN (required off loopback)
-    base_models = []             # base models listed besides the documents' bases ([] = the [probes] base)
-    queue_size = 16              # chat completions queued or generating; beyond: HTTP 429 with Retry-After
-    max_tokens = 512             # a request's max_tokens is clamped to this many tokens
-    max_body_bytes = 1048576     # larger request bodies are refused (413)
-    rag_k = 0                    # retrieved examples before the last user turn (0 = off; per request: learnerd.rag_k)
-    steering = false             # apply `learnerd evolve`'s deltas_best.json of the document's run, when there is one
-
-    [export.foyle]               # foyle's Example protobuf files (<id>.example.binpb), off by default
-    dir = ""                     # e.g. "~/.foyle/training"; needs foyle's embedding model (backend "openai")
+The file's layout, every key with its default and meaning, is :data:`REFERENCE` (``learnerd init`` writes
+it, commented out, into a new config). Every key is optional; unknown keys are refused so a typo never goes
+unnoticed.
 
 Relative paths in the file are resolved against the file's own directory; ``~`` and ``$VARS`` are expanded.
+Every section is a pydantic model declared once here: a value of the wrong type, out of its range or not
+finite (nan, inf) is refused with a one-line :class:`ConfigError` naming the file, the key and the range.
+Controller tables are ``examples``, ``embeddings``, ``probes``, ``evaluation`` and ``training`` only.
+
+Where the file is found (:func:`find_config`): ``--config``, else ``$LEARNERD_CONFIG``, else
+``$XDG_CONFIG_HOME/learnerd/config.toml`` (``~/.config`` when unset), else ``/etc/learnerd/config.toml``,
+else the built-in defaults.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
+import stat
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
+
+from annotated_types import Ge, Gt, Le, Lt
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 if TYPE_CHECKING:
     from learnerd.store.layout import StateLayout
+
+REFERENCE = """\
+state_dir = "~/.local/state/learnerd"   # SQLite database, adapters, journals, admin socket
+log_dirs = ["~/assistant-logs"]         # directories whose log files the analyzer tails
+docs_dirs = ["~/dlm-docs"]              # directories of .dlm documents
+
+[analyzer]
+poll_interval_s = 1.0        # log directories appearing; full rescan period when polling only
+rescan_interval_s = 300.0    # full rescan period while watchfiles runs (the safety net for missed events)
+force_polling = false        # rescans only, no watchfiles (network file systems, containers)
+debounce_ms = 50             # watchfiles' debounce: how long a burst of changes is gathered
+max_line_bytes = 4194304     # longer lines are counted, logged and skipped unread
+batch_max_lines = 1000       # lines per transaction (one transaction = blocks + watermark)
+batch_max_bytes = 1048576    # bytes per transaction (a single longer line is its own batch)
+max_open_files = 128         # log files held open (to finish rotated or deleted files)
+
+[examples]
+learn_only_corrections = false   # foyle's original rule: learn only when executed != generated
+max_query_chars = 2000
+
+[embeddings]
+backend = "minilm"           # or "openai" (any OpenAI-compatible /v1/embeddings endpoint)
+model = "all-MiniLM-L6-v2"
+base_url = ""
+api_key_env = "OPENAI_API_KEY"
+batch_size = 64
+
+[probes]                     # where learned examples become ### Q !probe sections
+document = "learned.dlm"     # relative to the first docs_dirs entry (else <state_dir>/docs), or absolute
+by_language = {}             # example language -> document, e.g. { python = "python.dlm" }
+base_model = "learnerd/tiny-llama"  # base_model of a document learnerd creates: built-in or a local HF model dir
+broken_document_retry_s = 60.0   # re-check a document that does not parse this often
+rewrite_interval_s = 1.0     # a document is rewritten at most this often: a burst of examples is one write
+
+[workqueue]                  # client-go's DefaultControllerRateLimiter
+base_delay_s = 0.005
+max_delay_s = 1000.0
+qps = 10.0
+burst = 100
+
+[controllers.examples]       # also embeddings, probes, training, evaluation
+workers = 2
+timeout_s = 60.0
+max_retries = 15
+
+[shutdown]
+drain_timeout_s = 30.0       # SIGTERM / `ctl drain`: finish in-flight work for at most this long
+
+[logging]
+level = ""                   # debug, info, warning, error, critical; "" = the --log-level flag (else info)
+format = "auto"              # auto (JSON lines unless stderr is a terminal), json or console
+
+[admin]                      # the admin socket is always <state_dir>/learnerd.sock
+metrics_addr = ""            # HOST:PORT serving GET /metrics over TCP ("" = off); --metrics-addr
+search_addr = ""             # HOST:PORT serving POST /search over TCP behind a bearer token; --listen-search
+max_body_bytes = 65536       # request bodies larger than this are refused (413)
+max_k = 100                  # the largest k a search may ask for
+
+[training]                   # LoRA training cycles (hyperparameters come from each document)
+enabled = true               # false: the daemon never trains (run and run --once: the pipeline only)
+replay_ratio = 2.0           # an incremental cycle replays ceil(ratio × new rows) unchanged rows ...
+replay_min_rows = 32         # ... but at least this many (when the document has them); dlm's budget
+num_threads = 0              # torch threads in the training process; 0 = torch's default
+niceness = 10                # added to the training process's nice value: the event loop keeps its CPU
+warm_spare = true            # keep one training process started ahead of need (learnerd run)
+debounce_s = 2.0             # a changed .dlm document is trained after this long without a change ...
+debounce_max_s = 60.0        # ... or at the latest this long after its first unanswered change
+rescan_interval_s = 10.0     # full rescan of the documents: the safety net beside file-system events
+broken_document_retry_s = 30.0   # a document that does not parse (mid-edit) is checked again this often
+
+[controllers.training]       # one cycle at a time by default; a cycle may run for hours
+workers = 1
+timeout_s = 21600.0
+
+[rpc]                        # live probe injection (dlm's inject_probe); --listen-rpc HOST:PORT
+listen = ""                  # HOST:PORT; empty: no RPC server. The token is $LEARNERD_PROBE_TOKEN
+document = ""                # the document injected probes go to; empty: the [probes] document
+capacity = 1000              # probes accepted but not yet written into the document; beyond: HTTP 429
+
+[steering]                   # `learnerd evolve`: per-cluster logit deltas (learnerd.steering)
+clusters = 10                # K: k-means clusters of the vocabulary, numbered 2..K+1 (0 = EOS, 1 = numbers)
+pca_dim = 32                 # embedding dimensions kept by PCA before k-means
+minibatch_size = 8           # pool questions answered per iteration
+iterations = 20              # iterations of a run (a resumed run continues to this total)
+scale = 100.0                # tokens: shortness = 1 / (1 + mean_len / scale)
+delta_bound = 10.0           # every delta must lie in [-bound, bound] (logits)
+max_new_tokens = 128         # longest answer generated (tokens)
+seed = 0                     # k-means, minibatch sampling and the offline reflector
+pool = ""                    # JSONL of {question, answer} rows; "" = the document's probes
+reflector = "offline"        # or "openai" (any OpenAI-compatible chat-completions endpoint)
+reflector_base_url = ""      # "" = the openai client's default (api.openai.com)
+reflector_model = "gpt-4o"
+reflector_max_attempts = 3   # requests per iteration before an invalid reply is an error
+offline_step = 1.0           # the offline reflector's initial step size (logits)
+judge = "match"              # or "llm" (an OpenAI-compatible endpoint judges each answer)
+judge_base_url = ""
+judge_model = "gpt-4o"
+numeric_tolerance = 0.01     # relative tolerance of the match judge's number comparison
+api_key_env = "OPENAI_API_KEY"   # environment variable holding the reflector's and judge's key
+
+[evaluation]                 # sway-style evaluation of every committed adapter version
+auto_harvest = false         # write failing probes back into the document (which retrains it)
+harvest_tag = "auto-harvest" # marker source prefix of harvested sections: "<tag>/<probe>"
+min_confidence = 0.0         # harvest only failures at least this far from the reference (1 - similarity)
+max_failing_cycles = 3       # a probe still failing after this many cycles with its harvested copy is
+                             # reported as stuck and never harvested again (until it passes once)
+null_runs = 3                # noise adapters the z-scores are calibrated on (0: fixed thresholds)
+max_prompts = 8              # prompts per divergence probe
+max_turns = 4                # dialogue length of the multi-turn probe (2..8)
+half_life_target = 2.0       # the multi-turn probe passes at a half-life of at least this many turns
+
+[serve]                      # OpenAI-compatible serving (learnerd.api.openai_app); --listen-openai HOST:PORT
+listen = ""                  # HOST:PORT; empty: off. Bearer token $LEARNERD_OPENAI_TOKEN (required off loopback)
+base_models = []             # base models listed besides the documents' bases ([] = the [probes] base)
+queue_size = 16              # chat completions queued or generating; beyond: HTTP 429 with Retry-After
+max_tokens = 512             # a request's max_tokens is clamped to this many tokens
+max_body_bytes = 1048576     # larger request bodies are refused (413)
+rag_k = 0                    # retrieved examples before the last user turn (0 = off; per request: learnerd.rag_k)
+steering = false             # apply `learnerd evolve`'s deltas_best.json of the document's run, when there is one
+
+[export.foyle]               # foyle's Example protobuf files (<id>.example.binpb), off by default
+dir = ""                     # e.g. "~/.foyle/training"; needs foyle's embedding model (backend "openai")
+"""
+"""Every key of the file with its default value and meaning (valid TOML; ``~`` paths are examples)."""
 
 
 class ConfigError(ValueError):
     """Raised for an unreadable config file, an unknown key or a value of the wrong type or range."""
 
 
+RPC_TOKEN_ENV = "LEARNERD_PROBE_TOKEN"
+"""The environment variable holding the RPC server's bearer token (dlm's is ``DLM_PROBE_TOKEN``)."""
+
+
+CONFIG_ENV = "LEARNERD_CONFIG"
+"""The environment variable naming the config file (``--config`` wins)."""
+
+
+class Environment(BaseSettings):
+    """What learnerd reads from the environment (pydantic-settings): the config file's name, the XDG
+    config and state directories and the RPC server's bearer token. Read when asked, never cached."""
+
+    model_config = SettingsConfigDict(extra="ignore", case_sensitive=True)
+
+    learnerd_config: str = Field("", validation_alias=CONFIG_ENV)
+    xdg_config_home: str = Field("", validation_alias="XDG_CONFIG_HOME")
+    xdg_state_home: str = Field("", validation_alias="XDG_STATE_HOME")
+    probe_token: str = Field("", validation_alias=RPC_TOKEN_ENV)
+
+
 def default_state_dir() -> Path:
     """``$XDG_STATE_HOME/learnerd``, or ``~/.local/state/learnerd`` when XDG_STATE_HOME is unset."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    base = Environment().xdg_state_home or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(base) / "learnerd"
 
 
-@dataclass
-class AnalyzerConfig:
+class _Section(BaseModel):
+    """A config table: unknown keys refused, no type coercion (TOML's int may stand for a float), no nan/inf."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class AnalyzerConfig(_Section):
     """The analyzer's knobs (see :mod:`learnerd.analyzer.analyzer`). Sizes in bytes, times in seconds.
 
     ``max_line_bytes`` defaults to 4 MiB: five times the longest line foyle's author observed in real
@@ -158,132 +198,96 @@ class AnalyzerConfig:
     line stays cheap.
     """
 
-    poll_interval_s: float = 1.0
-    rescan_interval_s: float = 300.0
+    poll_interval_s: float = Field(1.0, gt=0)
+    rescan_interval_s: float = Field(300.0, gt=0)
     force_polling: bool = False
-    debounce_ms: int = 50
-    max_line_bytes: int = 4 * 1024 * 1024
-    batch_max_lines: int = 1000
-    batch_max_bytes: int = 1024 * 1024
-    max_open_files: int = 128
-
-    def validate(self) -> None:
-        if not self.poll_interval_s > 0:
-            raise ConfigError("analyzer.poll_interval_s must be > 0")
-        if not self.rescan_interval_s > 0:
-            raise ConfigError("analyzer.rescan_interval_s must be > 0")
-        if self.debounce_ms < 1:
-            raise ConfigError("analyzer.debounce_ms must be >= 1")
-        if self.max_line_bytes < 1 or self.batch_max_lines < 1 or self.batch_max_bytes < 1:
-            raise ConfigError("analyzer: max_line_bytes, batch_max_lines and batch_max_bytes must be >= 1")
-        if self.max_open_files < 1:
-            raise ConfigError("analyzer.max_open_files must be >= 1")
+    debounce_ms: int = Field(50, ge=1)
+    max_line_bytes: int = Field(4 * 1024 * 1024, ge=1)
+    batch_max_lines: int = Field(1000, ge=1)
+    batch_max_bytes: int = Field(1024 * 1024, ge=1)
+    max_open_files: int = Field(128, ge=1)
 
 
-@dataclass
-class ExamplesConfig:
+class ExamplesConfig(_Section):
     learn_only_corrections: bool = False
-    max_query_chars: int = 2000
+    max_query_chars: int = Field(2000, ge=1)
 
 
-@dataclass
-class EmbeddingsConfig:
-    backend: str = "minilm"
+class EmbeddingsConfig(_Section):
+    backend: Literal["minilm", "openai"] = "minilm"
     model: str = "all-MiniLM-L6-v2"
     base_url: str = ""
     api_key_env: str = "OPENAI_API_KEY"
-    batch_size: int = 64
+    batch_size: int = Field(64, ge=1, le=4096)
 
-    def validate(self) -> None:
-        if self.backend not in ("minilm", "openai"):
-            raise ConfigError(f"embeddings.backend must be 'minilm' or 'openai', not {self.backend!r}")
+    @model_validator(mode="after")
+    def _openai_needs_a_url(self) -> EmbeddingsConfig:
         if self.backend == "openai" and not self.base_url:
-            raise ConfigError("embeddings.backend = 'openai' needs embeddings.base_url")
-        if not 1 <= self.batch_size <= 4096:
-            raise ConfigError(f"embeddings.batch_size must be in 1..4096, not {self.batch_size}")
+            raise ValueError("embeddings.backend = 'openai' needs embeddings.base_url")
+        return self
 
 
-@dataclass
-class ProbesConfig:
-    document: str = "learned.dlm"
-    by_language: dict[str, str] = field(default_factory=dict)
-    base_model: str = "learnerd/tiny-llama"
-    broken_document_retry_s: float = 60.0
-    rewrite_interval_s: float = 1.0
+class ProbesConfig(_Section):
+    document: str = Field("learned.dlm", min_length=1)
+    by_language: dict[str, str] = Field(default_factory=dict)
+    base_model: str = Field("learnerd/tiny-llama", min_length=1)
+    broken_document_retry_s: float = Field(60.0, gt=0)
+    rewrite_interval_s: float = Field(1.0, ge=0)
 
-    def validate(self) -> None:
-        if self.rewrite_interval_s < 0:
-            raise ConfigError("probes.rewrite_interval_s must be >= 0")
-        if not isinstance(self.by_language, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in self.by_language.items()
-        ):
-            raise ConfigError('probes.by_language must be a table of language = "document" strings')
-        if not all([self.document, *self.by_language.values()]):
-            raise ConfigError("probes: document names must not be empty")
-        if not self.base_model:
-            raise ConfigError("probes.base_model must not be empty")
-        if self.broken_document_retry_s <= 0:
-            raise ConfigError("probes.broken_document_retry_s must be > 0")
+    @field_validator("by_language")
+    @classmethod
+    def _no_empty_document(cls, value: dict[str, str]) -> dict[str, str]:
+        if not all(value.values()):
+            raise ValueError("probes.by_language: document names must not be empty")
+        return value
 
 
-@dataclass
-class WorkqueueConfig:
+class WorkqueueConfig(_Section):
     """Rate-limiter settings; defaults are client-go's ``DefaultControllerRateLimiter``."""
 
-    base_delay_s: float = 0.005
-    max_delay_s: float = 1000.0
-    qps: float = 10.0
-    burst: int = 100
+    base_delay_s: float = Field(0.005, gt=0)
+    max_delay_s: float = Field(1000.0, gt=0)
+    qps: float = Field(10.0, gt=0)
+    burst: int = Field(100, ge=1)
 
-    def validate(self) -> None:
-        if not 0 < self.base_delay_s <= self.max_delay_s:
-            raise ConfigError("workqueue: need 0 < base_delay_s <= max_delay_s")
-        if self.qps <= 0 or self.burst < 1:
-            raise ConfigError("workqueue: need qps > 0 and burst >= 1")
+    @model_validator(mode="after")
+    def _delays_ordered(self) -> WorkqueueConfig:
+        if self.base_delay_s > self.max_delay_s:
+            raise ValueError(
+                f"workqueue: need base_delay_s <= max_delay_s, not {self.base_delay_s} > {self.max_delay_s}"
+            )
+        return self
 
 
-@dataclass
-class ControllerConfig:
-    workers: int = 2
-    timeout_s: float = 60.0
-    max_retries: int = 15
+class ControllerConfig(_Section):
+    workers: int = Field(2, ge=1)
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(15, ge=0)
 
-    def validate(self) -> None:
-        if self.workers < 1 or self.timeout_s <= 0 or self.max_retries < 0:
-            raise ConfigError("controllers.*: need workers >= 1, timeout_s > 0, max_retries >= 0")
+
+CONTROLLER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "examples": {"workers": 2},
+    "embeddings": {"workers": 1, "timeout_s": 300.0},
+    "probes": {},
+    "evaluation": {"workers": 1, "timeout_s": 3600.0},
+    "training": {"workers": 1, "timeout_s": 6 * 3600.0},
+}
+"""The controllers a ``[controllers.NAME]`` table may name, and the defaults its keys start from."""
 
 
 def _default_controllers() -> dict[str, ControllerConfig]:
-    return {
-        "examples": ControllerConfig(workers=2),
-        "embeddings": ControllerConfig(workers=1, timeout_s=300.0),
-        "evaluation": ControllerConfig(workers=1, timeout_s=3600.0),
-        "training": ControllerConfig(workers=1, timeout_s=6 * 3600.0),
-    }
+    return {name: ControllerConfig(**values) for name, values in CONTROLLER_DEFAULTS.items() if values}
 
 
-@dataclass
-class ShutdownConfig:
-    drain_timeout_s: float = 30.0
-
-    def validate(self) -> None:
-        if not self.drain_timeout_s > 0:
-            raise ConfigError("shutdown.drain_timeout_s must be > 0")
+class ShutdownConfig(_Section):
+    drain_timeout_s: float = Field(30.0, gt=0)
 
 
-@dataclass
-class LoggingConfig:
+class LoggingConfig(_Section):
     """``level`` "" leaves the level to the ``--log-level`` flag (default info); a reload applies a set level."""
 
-    level: str = ""
-    format: str = "auto"
-
-    def validate(self) -> None:
-        levels = ("debug", "info", "warning", "error", "critical")
-        if self.level not in ("", *levels):
-            raise ConfigError(f"logging.level must be one of {', '.join(levels)}, not {self.level!r}")
-        if self.format not in ("auto", "json", "console"):
-            raise ConfigError(f"logging.format must be auto, json or console, not {self.format!r}")
+    level: Literal["", "debug", "info", "warning", "error", "critical"] = ""
+    format: Literal["auto", "json", "console"] = "auto"
 
 
 def parse_host_port(text: str, where: str = "address") -> tuple[str, int]:
@@ -301,206 +305,218 @@ def parse_host_port(text: str, where: str = "address") -> tuple[str, int]:
     return host, int(port)
 
 
-@dataclass
-class AdminConfig:
+def _host_port_or_empty(section: str):
+    """A field validator: ``""`` or a valid ``HOST:PORT``."""
+
+    def check(cls: type, value: str, info: ValidationInfo) -> str:
+        if value:
+            parse_host_port(value, f"{section}.{info.field_name}")
+        return value
+
+    return classmethod(check)
+
+
+class AdminConfig(_Section):
     """The optional TCP endpoints beside the admin socket, and limits on what requests may ask."""
 
     metrics_addr: str = ""
     search_addr: str = ""
-    max_body_bytes: int = 64 * 1024
-    max_k: int = 100
+    max_body_bytes: int = Field(64 * 1024, ge=1024)
+    max_k: int = Field(100, ge=1)
 
-    def validate(self) -> None:
-        for name in ("metrics_addr", "search_addr"):
-            if value := getattr(self, name):
-                parse_host_port(value, f"admin.{name}")
-        if self.max_body_bytes < 1024:
-            raise ConfigError("admin.max_body_bytes must be >= 1024")
-        if self.max_k < 1:
-            raise ConfigError("admin.max_k must be >= 1")
+    _addresses = field_validator("metrics_addr", "search_addr")(_host_port_or_empty("admin"))
 
 
-@dataclass
-class TrainingSettings:
+class TrainingSettings(_Section):
     """Daemon-wide settings of training cycles; per-document hyperparameters live in the ``.dlm`` file.
     Times in seconds."""
 
     enabled: bool = True
-    replay_ratio: float = 2.0
-    replay_min_rows: int = 32
-    num_threads: int = 0
-    niceness: int = 10
+    replay_ratio: float = Field(2.0, ge=0, le=100)
+    replay_min_rows: int = Field(32, ge=0)
+    num_threads: int = Field(0, ge=0)
+    niceness: int = Field(10, ge=0, le=19)
     warm_spare: bool = True
-    debounce_s: float = 2.0
-    debounce_max_s: float = 60.0
-    rescan_interval_s: float = 10.0
-    broken_document_retry_s: float = 30.0
+    debounce_s: float = Field(2.0, gt=0)
+    debounce_max_s: float = Field(60.0, gt=0)
+    rescan_interval_s: float = Field(10.0, gt=0)
+    broken_document_retry_s: float = Field(30.0, gt=0)
 
-    def validate(self) -> None:
-        if not 0 <= self.replay_ratio <= 100 or self.replay_min_rows < 0:
-            raise ConfigError("training: need 0 <= replay_ratio <= 100 and replay_min_rows >= 0")
-        if self.num_threads < 0:
-            raise ConfigError("training.num_threads must be >= 0 (0: torch's default)")
-        if not 0 <= self.niceness <= 19:
-            raise ConfigError("training.niceness must be in 0..19")
-        if not 0 < self.debounce_s <= self.debounce_max_s:
-            raise ConfigError("training: need 0 < debounce_s <= debounce_max_s")
-        if self.rescan_interval_s <= 0 or self.broken_document_retry_s <= 0:
-            raise ConfigError("training: rescan_interval_s and broken_document_retry_s must be > 0")
+    @model_validator(mode="after")
+    def _debounce_ordered(self) -> TrainingSettings:
+        if self.debounce_s > self.debounce_max_s:
+            raise ValueError(
+                f"training: need debounce_s <= debounce_max_s, not {self.debounce_s} > {self.debounce_max_s}"
+            )
+        return self
 
 
-RPC_TOKEN_ENV = "LEARNERD_PROBE_TOKEN"
-"""The environment variable holding the RPC server's bearer token (dlm's is ``DLM_PROBE_TOKEN``)."""
-
-
-@dataclass
-class RpcConfig:
+class RpcConfig(_Section):
     """The probe-injection RPC server (``learnerd.api.rpc``). ``listen`` is ``HOST:PORT`` (empty: off)."""
 
     listen: str = ""
     document: str = ""
-    capacity: int = 1000
+    capacity: int = Field(1000, ge=1)
 
-    def validate(self) -> None:
-        if self.listen:
-            parse_host_port(self.listen, "rpc.listen")
-        if self.capacity < 1:
-            raise ConfigError("rpc.capacity must be >= 1")
+    _listen = field_validator("listen")(_host_port_or_empty("rpc"))
 
     def address(self) -> tuple[str, int] | None:
         """``(host, port)`` of ``listen``, or None when the server is off."""
         return parse_host_port(self.listen, "rpc.listen") if self.listen else None
 
 
-@dataclass
-class SteeringConfig:
+class EvolutionSettings(_Section):
+    """The evolution loop's knobs (:func:`learnerd.steering.evolve.run_evolution`): lengths in tokens,
+    deltas in logits. :class:`SteeringConfig` (``[steering]``) adds the rest of ``learnerd evolve``'s."""
+
+    iterations: int = Field(20, ge=1)
+    minibatch_size: int = Field(8, ge=1)
+    scale: float = Field(100.0, gt=0)
+    delta_bound: float = Field(10.0, gt=0)
+    max_new_tokens: int = Field(128, ge=1)
+    seed: int = 0
+
+
+class SteeringConfig(EvolutionSettings):
     """``learnerd evolve``'s settings (see :mod:`learnerd.steering.evolve`); lengths in tokens, deltas in logits."""
 
-    clusters: int = 10
-    pca_dim: int = 32
-    minibatch_size: int = 8
-    iterations: int = 20
-    scale: float = 100.0
-    delta_bound: float = 10.0
-    max_new_tokens: int = 128
-    seed: int = 0
+    clusters: int = Field(10, ge=1, le=1000)
+    pca_dim: int = Field(32, ge=1)
     pool: str = ""
-    reflector: str = "offline"
+    reflector: Literal["offline", "openai"] = "offline"
     reflector_base_url: str = ""
     reflector_model: str = "gpt-4o"
-    reflector_max_attempts: int = 3
-    offline_step: float = 1.0
-    judge: str = "match"
+    reflector_max_attempts: int = Field(3, ge=1)
+    offline_step: float = Field(1.0, gt=0)
+    judge: Literal["match", "llm"] = "match"
     judge_base_url: str = ""
     judge_model: str = "gpt-4o"
-    numeric_tolerance: float = 0.01
+    numeric_tolerance: float = Field(0.01, ge=0, lt=1)
     api_key_env: str = "OPENAI_API_KEY"
 
-    def validate(self) -> None:
-        if not 1 <= self.clusters <= 1000:
-            raise ConfigError(f"steering.clusters must be in 1..1000, not {self.clusters}")
-        if self.pca_dim < 1 or self.minibatch_size < 1 or self.iterations < 1 or self.max_new_tokens < 1:
-            raise ConfigError("steering: pca_dim, minibatch_size, iterations and max_new_tokens must be >= 1")
-        if not (self.scale > 0 and self.delta_bound > 0 and self.offline_step > 0):
-            raise ConfigError("steering: scale, delta_bound and offline_step must be > 0")
-        if self.reflector_max_attempts < 1:
-            raise ConfigError("steering.reflector_max_attempts must be >= 1")
-        if self.reflector not in ("offline", "openai"):
-            raise ConfigError(f"steering.reflector must be 'offline' or 'openai', not {self.reflector!r}")
-        if self.judge not in ("match", "llm"):
-            raise ConfigError(f"steering.judge must be 'match' or 'llm', not {self.judge!r}")
-        if not 0 <= self.numeric_tolerance < 1:
-            raise ConfigError("steering.numeric_tolerance must be in [0, 1)")
+    @field_validator("pool")
+    @classmethod
+    def _pool_relative_to_the_file(cls, value: str, info: ValidationInfo) -> str:
+        base = (info.context or {}).get("base")
+        return str(_resolve_path(value, base)) if value and base is not None else value
 
 
-@dataclass
-class EvaluationSettings:
-    """The evaluation reconciler's settings (``learnerd.reconcilers.evaluation``, ``learnerd.eval``)."""
+class EvaluationSettings(_Section):
+    """The evaluation reconciler's settings (``learnerd.reconcilers.evaluation``, ``learnerd.eval``);
+    :class:`learnerd.eval.probe.EvalOptions` adds the probes' own knobs."""
 
     auto_harvest: bool = False
-    harvest_tag: str = "auto-harvest"
-    min_confidence: float = 0.0
-    max_failing_cycles: int = 3
-    null_runs: int = 3
-    max_prompts: int = 8
-    max_turns: int = 4
-    half_life_target: float = 2.0
+    harvest_tag: str = Field("auto-harvest", min_length=1)
+    min_confidence: float = Field(0.0, ge=0, le=1)
+    max_failing_cycles: int = Field(3, ge=1)
+    null_runs: int = Field(3, ge=0, le=20)
+    max_prompts: int = Field(8, ge=1)
+    max_turns: int = Field(4, ge=2, le=8)
+    half_life_target: float = Field(2.0, gt=0)
 
-    def validate(self) -> None:
-        if not self.harvest_tag or '"' in self.harvest_tag or "/" in self.harvest_tag:
-            raise ConfigError('evaluation.harvest_tag must be non-empty, without "/" or a double quote')
-        if not 0.0 <= self.min_confidence <= 1.0:
-            raise ConfigError("evaluation.min_confidence must be in [0, 1]")
-        if self.max_failing_cycles < 1 or not 0 <= self.null_runs <= 20 or self.max_prompts < 1:
-            raise ConfigError("evaluation: need max_failing_cycles >= 1, null_runs in 0..20, max_prompts >= 1")
-        if not 2 <= self.max_turns <= 8 or self.half_life_target <= 0:
-            raise ConfigError("evaluation: need max_turns in 2..8 and half_life_target > 0")
+    @field_validator("harvest_tag")
+    @classmethod
+    def _tag_is_a_path_segment(cls, value: str) -> str:
+        if '"' in value or "/" in value:
+            raise ValueError(f'evaluation.harvest_tag must be non-empty, without "/" or a double quote, not {value!r}')
+        return value
 
 
 OPENAI_TOKEN_ENV = "LEARNERD_OPENAI_TOKEN"
 """The environment variable holding the OpenAI-compatible endpoint's bearer token."""
 
 
-@dataclass
-class ServeConfig:
+class ServeConfig(_Section):
     """OpenAI-compatible serving (``learnerd.api.openai_app``, ``learnerd.ml.serving``); sizes in tokens and bytes."""
 
     listen: str = ""
-    base_models: list[str] = field(default_factory=list)
-    queue_size: int = 16
-    max_tokens: int = 512
-    max_body_bytes: int = 1024 * 1024
-    rag_k: int = 0
+    base_models: list[str] = Field(default_factory=list)
+    queue_size: int = Field(16, ge=1)
+    max_tokens: int = Field(512, ge=1)
+    max_body_bytes: int = Field(1024 * 1024, ge=1024)
+    rag_k: int = Field(0, ge=0)
     steering: bool = False
 
-    def validate(self) -> None:
-        if self.listen:
-            parse_host_port(self.listen, "serve.listen")
-        if not isinstance(self.base_models, list) or not all(isinstance(m, str) and m for m in self.base_models):
-            raise ConfigError("serve.base_models must be a list of non-empty strings")
-        if self.queue_size < 1 or self.max_tokens < 1 or self.rag_k < 0:
-            raise ConfigError("serve: need queue_size >= 1, max_tokens >= 1 and rag_k >= 0")
-        if self.max_body_bytes < 1024:
-            raise ConfigError("serve.max_body_bytes must be >= 1024")
+    _listen = field_validator("listen")(_host_port_or_empty("serve"))
+
+    @field_validator("base_models")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        if not all(value):
+            raise ValueError("serve.base_models: names must not be empty")
+        return value
 
 
-@dataclass
-class FoyleExportConfig:
-    """``[export.foyle]``: write every example as foyle's ``Example`` protobuf into ``dir`` ("" = off)."""
+class FoyleExportConfig(_Section):
+    """``[export.foyle]``: write every example as foyle's ``Example`` protobuf into ``dir`` ("" = off);
+    a relative ``dir`` is resolved against the config file's directory."""
 
     dir: str = ""
 
+    @field_validator("dir")
+    @classmethod
+    def _dir_relative_to_the_file(cls, value: str, info: ValidationInfo) -> str:
+        base = (info.context or {}).get("base")
+        return str(_resolve_path(value, base)) if value and base is not None else value
 
-@dataclass
-class ExportConfig:
+
+class ExportConfig(_Section):
     """``[export.*]``: copies of the learned examples in other tools' formats."""
 
-    foyle: FoyleExportConfig = field(default_factory=FoyleExportConfig)
+    foyle: FoyleExportConfig = Field(default_factory=FoyleExportConfig)
 
 
-@dataclass
-class Config:
+class Config(_Section):
     """The whole configuration. ``path`` is the file it came from, or None for pure defaults."""
 
-    state_dir: Path = field(default_factory=default_state_dir)
-    log_dirs: list[Path] = field(default_factory=list)
-    docs_dirs: list[Path] = field(default_factory=list)
-    analyzer: AnalyzerConfig = field(default_factory=AnalyzerConfig)
-    examples: ExamplesConfig = field(default_factory=ExamplesConfig)
-    embeddings: EmbeddingsConfig = field(default_factory=EmbeddingsConfig)
-    probes: ProbesConfig = field(default_factory=ProbesConfig)
-    workqueue: WorkqueueConfig = field(default_factory=WorkqueueConfig)
-    controllers: dict[str, ControllerConfig] = field(default_factory=_default_controllers)
-    shutdown: ShutdownConfig = field(default_factory=ShutdownConfig)
-    training: TrainingSettings = field(default_factory=TrainingSettings)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
-    admin: AdminConfig = field(default_factory=AdminConfig)
-    steering: SteeringConfig = field(default_factory=SteeringConfig)
-    evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
-    rpc: RpcConfig = field(default_factory=RpcConfig)
-    serve: ServeConfig = field(default_factory=ServeConfig)
-    export: ExportConfig = field(default_factory=ExportConfig)
+    state_dir: Path = Field(default_factory=default_state_dir)
+    log_dirs: list[Path] = Field(default_factory=list)
+    docs_dirs: list[Path] = Field(default_factory=list)
+    analyzer: AnalyzerConfig = Field(default_factory=AnalyzerConfig)
+    examples: ExamplesConfig = Field(default_factory=ExamplesConfig)
+    embeddings: EmbeddingsConfig = Field(default_factory=EmbeddingsConfig)
+    probes: ProbesConfig = Field(default_factory=ProbesConfig)
+    workqueue: WorkqueueConfig = Field(default_factory=WorkqueueConfig)
+    controllers: dict[str, ControllerConfig] = Field(default_factory=_default_controllers)
+    shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
+    training: TrainingSettings = Field(default_factory=TrainingSettings)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    admin: AdminConfig = Field(default_factory=AdminConfig)
+    steering: SteeringConfig = Field(default_factory=SteeringConfig)
+    evaluation: EvaluationSettings = Field(default_factory=EvaluationSettings)
+    rpc: RpcConfig = Field(default_factory=RpcConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
+    export: ExportConfig = Field(default_factory=ExportConfig)
     path: Path | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_toml(cls, data: Any, info: ValidationInfo) -> Any:
+        """From a file (a ``base`` in the context): resolve paths, start controllers from their defaults."""
+        if info.context is None or not isinstance(data, dict):
+            return data
+        if "path" in data:
+            raise ValueError("unknown top-level key(s): path")
+        data = dict(data)
+        base = info.context["base"]
+        if isinstance(data.get("state_dir"), str):
+            data["state_dir"] = _resolve_path(data["state_dir"], base)
+        for key in ("log_dirs", "docs_dirs"):
+            if isinstance(data.get(key), list):
+                data[key] = [_resolve_path(v, base) if isinstance(v, str) else v for v in data[key]]
+        if isinstance(data.get("controllers"), dict):
+            unknown = sorted(set(data["controllers"]) - CONTROLLER_DEFAULTS.keys())
+            if unknown:
+                raise ValueError(
+                    f"unknown controller(s) [controllers.{'], [controllers.'.join(unknown)}]: "
+                    f"the controllers are {', '.join(CONTROLLER_DEFAULTS)}"
+                )
+            controllers = {name: dict(values) for name, values in CONTROLLER_DEFAULTS.items() if values}
+            for name, section in data["controllers"].items():
+                controllers[name] = {**controllers.get(name, {}), **section} if isinstance(section, dict) else section
+            data["controllers"] = controllers
+        data["path"] = info.context.get("path")
+        return data
 
     @property
     def layout(self) -> StateLayout:
@@ -509,41 +525,9 @@ class Config:
 
         return StateLayout(self.state_dir, tuple(self.docs_dirs))
 
-    @property
-    def db_path(self) -> Path:
-        return self.state_dir / "learnerd.db"
-
-    @property
-    def adapters_dir(self) -> Path:
-        """Root of the versioned adapter store (``learnerd.store.adapters``)."""
-        return self.state_dir / "adapters"
-
-    @property
-    def models_dir(self) -> Path:
-        """Where built-in base models are built and cached (``learnerd.ml.tiny_model``)."""
-        return self.state_dir / "models"
-
-    @property
-    def socket_path(self) -> Path:
-        """The admin socket of the daemon running on this state directory."""
-        return self.state_dir / "learnerd.sock"
-
-    @property
-    def steering_dir(self) -> Path:
-        """Vocabulary-cluster caches and ``learnerd evolve`` run directories (``learnerd.steering``)."""
-        return self.state_dir / "steering"
-
     def controller(self, name: str) -> ControllerConfig:
         """The settings of controller ``name``; defaults when the file does not mention it."""
         return self.controllers.get(name) or ControllerConfig()
-
-    def validate(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if hasattr(value, "validate"):
-                value.validate()
-        for c in self.controllers.values():
-            c.validate()
 
 
 def _resolve_path(raw: str, base: Path) -> Path:
@@ -551,85 +535,170 @@ def _resolve_path(raw: str, base: Path) -> Path:
     return p if p.is_absolute() else (base / p).resolve()
 
 
-def _build_section(cls: type, raw: Any, where: str, base: Any = None) -> Any:
-    """``cls`` from the TOML table ``raw``; keys it leaves out keep the values of ``base`` (else the defaults)."""
-    if not isinstance(raw, dict):
-        raise ConfigError(f"[{where}] must be a table")
-    hints = get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(raw) - names)
-    if unknown:
-        raise ConfigError(f"unknown key(s) in [{where}]: {', '.join(unknown)}")
-    values = {}
-    for key, value in raw.items():
-        want = hints[key]
-        if want is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if want in (int, float, str, bool) and (
-            not isinstance(value, want) or (want is int and isinstance(value, bool))
-        ):
-            raise ConfigError(f"{where}.{key} must be {want.__name__}, not {type(value).__name__}")
-        values[key] = value
-    return dataclasses.replace(base, **values) if base is not None else cls(**values)
+# ---------------------------------------------------------------------------------------- error messages
+
+_TYPE_NAMES = {
+    "int_type": "int",
+    "float_type": "float",
+    "string_type": "str",
+    "bool_type": "bool",
+    "dict_type": "a table",
+    "list_type": "a list",
+    "is_instance_of": "a string",
+}
+
+
+def _field_at(loc: tuple[Any, ...]) -> Any:
+    """The pydantic ``FieldInfo`` that ``loc`` (an error location in :class:`Config`) names, or None."""
+    model: Any = Config
+    info = None
+    steps = iter(loc)
+    for name in steps:
+        if model is None or name not in model.model_fields:
+            return None
+        info = model.model_fields[name]
+        annotation = info.annotation
+        if get_origin(annotation) is dict:  # [controllers.NAME]: skip NAME
+            next(steps, None)
+            annotation = get_args(annotation)[1]
+        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    return info
+
+
+def _range(key: str, info: Any) -> str:
+    """``"1 <= clusters <= 1000"`` from the bounds of a field."""
+    low = high = ""
+    for bound in getattr(info, "metadata", []):
+        if isinstance(bound, Ge):
+            low = f"{bound.ge} <= "
+        elif isinstance(bound, Gt):
+            low = f"{bound.gt} < "
+        elif isinstance(bound, Le):
+            high = f" <= {bound.le}"
+        elif isinstance(bound, Lt):
+            high = f" < {bound.lt}"
+    if low and not high:  # "workers >= 1" reads better than "1 <= workers"
+        op, value = low.split()[1], low.split()[0]
+        return f"{key} {'>=' if op == '<=' else '>'} {value}"
+    return f"{low}{key}{high}"
+
+
+def _describe(error: dict[str, Any], root: str) -> str:
+    """One pydantic error as one clear sentence naming the key (and the allowed range)."""
+    loc = tuple(error["loc"])
+    kind, value = error["type"], error.get("input")
+    dotted = ".".join(str(part) for part in loc)
+    key = str(loc[-1]) if loc else ""
+    if kind == "value_error":
+        return str(error["ctx"]["error"])
+    if kind == "finite_number":
+        return f"{dotted} must be a finite number, not {value!r}"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        return f"{dotted} = {value!r} is out of range: need {_range(key, _field_at(loc))}"
+    if kind in ("string_too_short", "too_short"):
+        return f"{dotted} must not be empty"
+    if kind == "literal_error":
+        return f"{dotted} must be {error['ctx']['expected']}, not {value!r}"
+    if kind == "model_type":
+        return f"[{dotted}] must be a table, not {type(value).__name__}"
+    if kind in _TYPE_NAMES:
+        return f"{dotted} must be {_TYPE_NAMES[kind]}, not {type(value).__name__}"
+    return f"{dotted or root}: {error['msg']}"
+
+
+def _config_error(exc: ValidationError, where: str) -> ConfigError:
+    """One :class:`ConfigError` from every error of ``exc``; unknown keys grouped per table."""
+    unknown: dict[tuple[Any, ...], list[str]] = {}
+    messages: list[str] = []
+    for error in exc.errors(include_url=False):
+        if error["type"] == "extra_forbidden":
+            unknown.setdefault(tuple(error["loc"][:-1]), []).append(str(error["loc"][-1]))
+        else:
+            messages.append(_describe(error, exc.title))
+    for table, keys in unknown.items():
+        name = ".".join(str(part) for part in table)
+        head = f"unknown key(s) in [{name}]" if table else "unknown top-level key(s)"
+        messages.insert(0, f"{head}: {', '.join(sorted(keys))}")
+    text = "; ".join(messages)
+    return ConfigError(f"{where}: {text}" if where else text)
+
+
+# ---------------------------------------------------------------------------------------- loading
+
+SYSTEM_CONFIG = Path("/etc/learnerd/config.toml")
+
+
+def config_candidates(env: Environment | None = None) -> list[Path]:
+    """The files :func:`find_config` tries after ``--config`` and ``$LEARNERD_CONFIG``, in order:
+    ``$XDG_CONFIG_HOME/learnerd/config.toml`` (``~/.config`` when unset), ``/etc/learnerd/config.toml``."""
+    env = env or Environment()
+    xdg = Path(env.xdg_config_home or Path("~/.config").expanduser())
+    return [xdg / "learnerd" / "config.toml", SYSTEM_CONFIG]
+
+
+def find_config(explicit: str | os.PathLike[str] | None = None, env: Environment | None = None) -> Path | None:
+    """The config file to read: ``explicit`` (``--config``), else ``$LEARNERD_CONFIG``, else the first of
+    :func:`config_candidates` that exists; None when there is none (the built-in defaults apply)."""
+    env = env or Environment()
+    if explicit:
+        return Path(explicit)
+    if env.learnerd_config:
+        return Path(env.learnerd_config)
+    return next((p for p in config_candidates(env) if p.exists()), None)
+
+
+def check_directories(cfg: Config) -> None:
+    """Refuse a ``state_dir``, ``log_dirs`` or ``docs_dirs`` entry that exists but is not a directory
+    (a missing one is created when needed).
+
+    Raises:
+        ConfigError: names the setting and the path.
+    """
+    named = [("state_dir", cfg.state_dir)]
+    named += [(f"log_dirs[{i}]", p) for i, p in enumerate(cfg.log_dirs)]
+    named += [(f"docs_dirs[{i}]", p) for i, p in enumerate(cfg.docs_dirs)]
+    where = f"{cfg.path}: " if cfg.path else ""
+    for key, path in named:
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"{where}{key} {path} is not a directory")
 
 
 def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     """Read ``path`` (TOML) into a validated :class:`Config`; ``None`` gives the defaults.
 
     Raises:
-        ConfigError: the file is missing or not TOML, or a key is unknown or of the wrong type.
+        ConfigError: the file is missing, unreadable, not a regular file (a directory, a FIFO: never
+            opened, so a FIFO cannot block) or not TOML, or a key is unknown, of the wrong type, out of
+            range or not finite. The message names the file.
     """
     if path is None:
-        cfg = Config()
-        cfg.validate()
-        return cfg
-    file = Path(path).expanduser().resolve()
+        return Config()
+    file = Path(path).expanduser().absolute()
     try:
-        raw = tomllib.loads(file.read_text(encoding="utf-8"))
+        mode = file.stat().st_mode
+        if not stat.S_ISREG(mode):
+            what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise ConfigError(f"config file {file} is {what}")
+        text = file.read_text(encoding="utf-8")
+        raw = tomllib.loads(text)
     except FileNotFoundError as exc:
         raise ConfigError(f"config file not found: {file}") from exc
+    except OSError as exc:
+        raise ConfigError(f"config file {file} cannot be read: {exc.strerror or exc}") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from exc
     return config_from_dict(raw, base=file.parent, path=file)
 
 
-def config_from_dict(raw: dict[str, Any], base: Path, path: Path | None = None) -> Config:
-    """Build a validated :class:`Config` from parsed TOML; relative paths resolve against ``base``."""
-    cfg = Config(path=path)
-    hints = get_type_hints(Config)
-    top = {f.name for f in dataclasses.fields(Config)} - {"path"}
-    unknown = sorted(set(raw) - top)
-    if unknown:
-        raise ConfigError(f"unknown top-level key(s): {', '.join(unknown)}")
-    for key, value in raw.items():
-        if key == "state_dir":
-            if not isinstance(value, str):
-                raise ConfigError("state_dir must be a string")
-            cfg.state_dir = _resolve_path(value, base)
-        elif key in ("log_dirs", "docs_dirs"):
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise ConfigError(f"{key} must be a list of strings")
-            setattr(cfg, key, [_resolve_path(v, base) for v in value])
-        elif key == "controllers":
-            if not isinstance(value, dict):
-                raise ConfigError("[controllers] must be a table of tables")
-            merged = _default_controllers()
-            for name, section in value.items():
-                merged[name] = _build_section(ControllerConfig, section, f"controllers.{name}", merged.get(name))
-            cfg.controllers = merged
-        elif key == "export":
-            if not isinstance(value, dict):
-                raise ConfigError("[export] must be a table of tables")
-            unknown = sorted(set(value) - {"foyle"})
-            if unknown:
-                raise ConfigError(f"unknown key(s) in [export]: {', '.join(unknown)}")
-            foyle = _build_section(FoyleExportConfig, value.get("foyle", {}), "export.foyle")
-            if foyle.dir:
-                foyle.dir = str(_resolve_path(foyle.dir, base))
-            cfg.export = ExportConfig(foyle=foyle)
-        else:
-            setattr(cfg, key, _build_section(hints[key], value, key))
-    if cfg.steering.pool:
-        cfg.steering.pool = str(_resolve_path(cfg.steering.pool, base))
-    cfg.validate()
-    return cfg
+def config_from_dict(raw: dict[str, Any], base: Path | None, path: Path | None = None) -> Config:
+    """Build a validated :class:`Config` from parsed TOML; relative paths resolve against ``base``
+    (the current directory when None).
+
+    Raises:
+        ConfigError: one line naming ``path`` (when given), each bad key and its allowed range.
+    """
+    context = {"base": base if base is not None else Path.cwd(), "path": path}
+    try:
+        return Config.model_validate(raw, context=context)
+    except ValidationError as exc:
+        raise _config_error(exc, str(path) if path else "") from None

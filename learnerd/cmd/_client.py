@@ -121,7 +121,7 @@ def _owner(path: Path) -> str:
 
 def client_for(cfg: Any) -> AdminClient:
     """The client of the daemon running on ``cfg.state_dir``."""
-    return AdminClient(cfg.socket_path)
+    return AdminClient(cfg.layout.socket_path)
 
 
 def follow_backfill(client: AdminClient, since: float, show_progress: bool, poll_s: float = 0.2) -> dict[str, Any]:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
-from learnerd.config import Config, ConfigError, load_config
+from learnerd.config import Config, ConfigError, check_directories, find_config, load_config
 from learnerd.daemon.logging import LEVELS, configure_logging, json_choice
 
 
@@ -23,8 +22,9 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config",
         metavar="PATH",
-        default=os.environ.get("LEARNERD_CONFIG"),
-        help="TOML config file (default: $LEARNERD_CONFIG, else built-in defaults)",
+        default=None,
+        help="TOML config file (default: $LEARNERD_CONFIG, else $XDG_CONFIG_HOME/learnerd/config.toml, else "
+        "/etc/learnerd/config.toml, else built-in defaults)",
     )
     parser.add_argument("--state-dir", metavar="DIR", help="state directory (overrides the config file)")
     parser.add_argument(
@@ -33,17 +33,22 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
 
 
 def read_config(args: argparse.Namespace) -> Config:
-    """The config named by ``--config`` with ``--state-dir`` (and ``--log-dir`` / ``--docs-dir`` where the
-    command has them) applied. No side effects: a reload calls it again.
+    """The config :func:`~learnerd.config.find_config` finds (``--config`` first) with ``--state-dir`` (and
+    ``--log-dir`` / ``--docs-dir`` where the command has them) applied. No side effects: a reload calls it
+    again, on the file the first call found.
 
     Raises:
-        ConfigError: the config file is missing or invalid.
+        ConfigError: the config file is missing or invalid, or a directory setting names a file.
     """
+    if args.config is None:
+        found = find_config()
+        args.config = str(found) if found is not None else None
     cfg = load_config(args.config)
     if args.state_dir:
         cfg.state_dir = Path(args.state_dir).expanduser().resolve()
     cfg.log_dirs = [*cfg.log_dirs, *(Path(d).expanduser().resolve() for d in getattr(args, "log_dir", []))]
     cfg.docs_dirs = [*cfg.docs_dirs, *(Path(d).expanduser().resolve() for d in getattr(args, "docs_dir", []))]
+    check_directories(cfg)
     return cfg
 
 

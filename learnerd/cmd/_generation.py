@@ -82,10 +82,12 @@ def load_document_model(
     key = doc_key or document.frontmatter.dlm_id
     hf_logging.disable_progress_bar()  # "Loading weights" bars would interleave with the command's output
     try:
-        base = load_base(document.frontmatter.base_model, cache_dir=cfg.models_dir, relative_to=document.path.parent)
+        base = load_base(
+            document.frontmatter.base_model, cache_dir=cfg.layout.models_dir, relative_to=document.path.parent
+        )
     except BaseModelError as exc:
         raise CommandError(f"{document.path}: {exc}") from None
-    store = AdapterStore(cfg.adapters_dir)
+    store = AdapterStore(cfg.layout.adapters_dir)
     try:
         if adapter == "none":
             version = None

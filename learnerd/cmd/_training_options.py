@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 
+from learnerd.api.tcp_endpoints import MIN_TOKEN_CHARS
 from learnerd.cmd._common import CommandError
 from learnerd.config import RPC_TOKEN_ENV as TOKEN_ENV
-from learnerd.config import Config, ConfigError, parse_host_port
+from learnerd.config import Config, ConfigError, Environment, parse_host_port
 
 
 def add_training_options(parser: argparse.ArgumentParser) -> None:
@@ -23,8 +23,9 @@ def apply_training_options(args: argparse.Namespace, cfg: Config) -> str | None:
     """Apply ``--no-train`` / ``--listen-rpc`` to ``cfg``; return the RPC token (None when RPC is off).
 
     Raises:
-        CommandError: a malformed address (exit 2); RPC without ``$LEARNERD_PROBE_TOKEN`` or with
-            training off (exit 1).
+        CommandError: a malformed address (exit 2); RPC without ``$LEARNERD_PROBE_TOKEN``, with a token
+            shorter than :data:`~learnerd.api.tcp_endpoints.MIN_TOKEN_CHARS` (the search token's floor),
+            or with training off (exit 1).
     """
     if args.no_train:
         cfg.training.enabled = False
@@ -36,9 +37,11 @@ def apply_training_options(args: argparse.Namespace, cfg: Config) -> str | None:
         cfg.rpc.listen = args.listen_rpc
     if not cfg.rpc.listen:
         return None
-    token = os.environ.get(TOKEN_ENV, "")
+    token = Environment().probe_token
     if not token:
         raise CommandError(f"the RPC server needs a bearer token: set {TOKEN_ENV} (refusing to start without it)")
+    if len(token) < MIN_TOKEN_CHARS:
+        raise CommandError(f"${TOKEN_ENV} must be at least {MIN_TOKEN_CHARS} characters long")
     if not cfg.training.enabled:
         raise CommandError("the RPC server feeds training: it cannot run with --no-train / [training] enabled = false")
     return token

@@ -36,8 +36,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-
     from rich.console import Console
 
     from learnerd.eval.history import adapter_key
@@ -51,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("--null-runs must be in 0..20")
     try:
         document = read_document(args.doc)
-        store = AdapterStore(cfg.adapters_dir)
+        store = AdapterStore(cfg.layout.adapters_dir)
         key = adapter_key(document)
         if args.history:
             return _history(console, store, key, args)
@@ -70,12 +68,11 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.eval.summary import render_report
     from learnerd.ml.base_model import resolve_base_model
 
-    options = EvalOptions.from_settings(cfg.evaluation)
-    if args.null_runs is not None:
-        options = dataclasses.replace(options, null_runs=args.null_runs)
+    overrides = {"null_runs": args.null_runs} if args.null_runs is not None else {}
+    options = EvalOptions.from_settings(cfg.evaluation, **overrides)
     try:
         base = resolve_base_model(
-            document.frontmatter.base_model, cache_dir=cfg.models_dir, relative_to=args.doc.parent
+            document.frontmatter.base_model, cache_dir=cfg.layout.models_dir, relative_to=args.doc.parent
         )
         report = evaluate_version(document, version, base, options=options)
     except (BaseModelError, DocumentError) as exc:

@@ -27,7 +27,7 @@ from typing import Any
 
 from learnerd.cmd._common import CommandError, add_common_options, apply_logging, load_config_from_args
 from learnerd.cmd._generation import add_generation_options, load_document_model, load_steering_processor, read_dlm
-from learnerd.config import ConfigError, SteeringConfig
+from learnerd.config import ConfigError, SteeringConfig, config_from_dict
 
 # flag dest -> [steering] key; a flag left out keeps the config's value
 _OVERRIDES = (
@@ -81,12 +81,10 @@ def steering_settings(cfg_steering: SteeringConfig, args: argparse.Namespace) ->
     changes = {name: getattr(args, name) for name in _OVERRIDES if getattr(args, name, None) is not None}
     if changes.get("pool"):
         changes["pool"] = str(Path(changes["pool"]).expanduser().resolve())
-    settings = dataclasses.replace(cfg_steering, **changes)
     try:
-        settings.validate()
+        return config_from_dict({"steering": {**cfg_steering.model_dump(), **changes}}, base=None).steering
     except ConfigError as exc:
         raise CommandError(str(exc), exit_code=2) from None
-    return settings
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     document = read_dlm(args.doc)
     pool = _load_pool(settings, document)
     loaded = load_document_model(cfg, document, args.adapter, args.doc_key)
-    run_dir = (args.run_dir or cfg.steering_dir / "runs" / loaded.doc_key).expanduser().resolve()
+    run_dir = (args.run_dir or cfg.layout.steering_dir / "runs" / loaded.doc_key).expanduser().resolve()
     from learnerd.steering.evolve import SteeredModel
 
     model = SteeredModel(
@@ -161,7 +159,7 @@ def _clusters(console: Any, cfg: Any, settings: SteeringConfig, loaded: Any) -> 
                 k=settings.clusters,
                 seed=settings.seed,
                 eos_ids=eos_token_ids(loaded.tokenizer, loaded.model.generation_config),
-                cache_root=cfg.steering_dir / "clusters",
+                cache_root=cfg.layout.steering_dir / "clusters",
                 pca_dim=settings.pca_dim,
                 on_progress=lambda done, total: progress.update(task, completed=done, total=total),
             )
@@ -172,19 +170,11 @@ def _clusters(console: Any, cfg: Any, settings: SteeringConfig, loaded: Any) -> 
 def _evolve(console, args, cfg, run_dir: Path, model, clusters, pool, judge, settings: SteeringConfig, describe) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from learnerd.steering.evolve import EvolutionError, EvolutionSettings, run_evolution
+    from learnerd.steering.evolve import EvolutionError, run_evolution
     from learnerd.steering.judges import JudgeError
     from learnerd.steering.reflectors import ReflectorError
 
     stop = threading.Event()
-    loop_settings = EvolutionSettings(
-        iterations=settings.iterations,
-        minibatch_size=settings.minibatch_size,
-        scale=settings.scale,
-        delta_bound=settings.delta_bound,
-        max_new_tokens=settings.max_new_tokens,
-        seed=settings.seed,
-    )
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     previous = {}
 
@@ -220,7 +210,7 @@ def _evolve(console, args, cfg, run_dir: Path, model, clusters, pool, judge, set
                     pool=pool,
                     judge=judge,
                     reflector=_make_reflector(settings),
-                    settings=loop_settings,
+                    settings=settings,
                     extra_parameters=describe,
                     stop=stop,
                     on_answer=on_answer,

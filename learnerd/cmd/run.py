@@ -157,6 +157,36 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def warn_if_nothing_is_watched(cfg) -> None:
+    """Log a warning when ``log_dirs`` is empty: the daemon would run, and ``--once`` succeed, on zero lines
+    without a word."""
+    import structlog
+
+    if cfg.log_dirs:
+        return
+    where = f"in {cfg.path}" if cfg.path else "(no config file was found: see learnerd init)"
+    structlog.get_logger(__name__).warning(
+        f"no log directory is watched: set log_dirs {where} or pass --log-dir DIR", config=str(cfg.path or "")
+    )
+
+
+def _open_daemon(cfg, rpc_token):
+    """``Daemon(cfg)``; a damaged or foreign database file is a :class:`CommandError`, not a traceback."""
+    import sqlite3
+
+    from learnerd.daemon.app import Daemon
+    from learnerd.store.db import SchemaError
+
+    try:
+        return Daemon(cfg, rpc_token=rpc_token)
+    except SchemaError as exc:
+        raise CommandError(str(exc)) from None
+    except sqlite3.DatabaseError as exc:
+        raise CommandError(
+            f"{cfg.layout.db_path}: cannot use the database ({exc}); move the file aside to start afresh"
+        ) from None
+
+
 def sole_exception(group: BaseExceptionGroup) -> BaseException:
     """The one exception a task group's nested groups wrap, or the group itself when it holds several."""
     exc: BaseException = group
@@ -169,12 +199,12 @@ def run(args: argparse.Namespace) -> int:
     import anyio
 
     from learnerd.cmd._report import print_summary
-    from learnerd.daemon.app import Daemon
     from learnerd.daemon.service import ServiceError
     from learnerd.daemon.statelock import StateDirBusy, StateLock
     from learnerd.ml.embedders import EmbedderError
 
     cfg = load_config_from_args(args)
+    warn_if_nothing_is_watched(cfg)
     rpc_token = apply_training_options(args, cfg)
     options = None if args.once else service_options(cfg, args)
     try:
@@ -183,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     except StateDirBusy as exc:
         raise CommandError(str(exc)) from exc
     try:
-        daemon = Daemon(cfg, rpc_token=rpc_token)
+        daemon = _open_daemon(cfg, rpc_token)
         try:
             summary = anyio.run(serve, daemon, args.once, options)
         except HardStop:

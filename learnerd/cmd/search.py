@@ -42,9 +42,9 @@ def search_offline(cfg, text: str, k: int) -> list[dict]:
     from learnerd.store.embeddings import load_index
     from learnerd.store.retrieval import describe_hits, nearest
 
-    if not cfg.db_path.exists():
-        raise CommandError(f"no learnerd database at {cfg.db_path}: run `learnerd run` first")
-    conn = db.connect(cfg.db_path, readonly=True)
+    if not cfg.layout.db_path.exists():
+        raise CommandError(f"no learnerd database at {cfg.layout.db_path}: run `learnerd run` first")
+    conn = db.connect(cfg.layout.db_path, readonly=True)
     try:
         embedder = make_embedder(cfg.embeddings)
         index = load_index(conn, embedder.name, embedder.dim or None)

@@ -9,6 +9,7 @@ are :mod:`learnerd.api.errors` subclasses that it maps to status codes.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from learnerd.daemon.reload import apply_config
 from learnerd.runtime.workqueue import ControllerRateLimiter
 from learnerd.sources.backfill_job import BackfillTracker
 from learnerd.store.adapters import AdapterStore
+from learnerd.store.atomic import atomic_write_text
 from learnerd.store.blocks import count_blocks, list_block_ids
 from learnerd.store.embeddings import count_vectors
 from learnerd.store.examples import count_examples
@@ -86,11 +88,38 @@ class DaemonControl:
         self._task_group = task_group
 
     def mark_running(self) -> None:
-        """Start-up is over (every controller exists): re-apply a ``pause`` of all controllers."""
+        """Start-up is over (every controller exists): pause the controllers paused before the last restart
+        (:attr:`~learnerd.store.layout.StateLayout.paused_controllers`), and re-apply a ``pause`` of all controllers."""
         self._running = True
+        for name in self._load_paused():
+            if name in self.daemon.controllers and not self.daemon.controllers[name].paused:
+                self.daemon.controllers[name].pause()
+                log.warning("controller paused before the restart stays paused (learnerd ctl resume)", controller=name)
         if self._pause_all:
             for controller in self.daemon.controllers.values():
                 controller.pause()
+            self._save_paused()
+
+    def _load_paused(self) -> list[str]:
+        path = self.daemon.cfg.layout.paused_controllers
+        try:
+            names = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            log.warning("ignoring an unreadable list of paused controllers", path=str(path), error=str(exc))
+            return []
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            log.warning("ignoring a list of paused controllers that is not a JSON array of names", path=str(path))
+            return []
+        return names
+
+    def _save_paused(self) -> None:
+        names = sorted(name for name, paused in self._paused().items() if paused)
+        try:
+            atomic_write_text(self.daemon.cfg.layout.paused_controllers, json.dumps(names) + "\n")
+        except OSError as exc:
+            log.warning("the paused controllers are not saved: a restart resumes them", error=str(exc))
 
     @property
     def state(self) -> str:
@@ -134,7 +163,7 @@ class DaemonControl:
                 "examples": count_examples(daemon.conn),
                 "vectors": count_vectors(daemon.conn),
                 "indexed": len(daemon.index),
-                "adapters": count_adapters(cfg.adapters_dir),
+                "adapters": count_adapters(cfg.layout.adapters_dir),
             },
             "controllers": controllers,
             "analyzer": dataclasses.asdict(daemon.analyzer.stats),
@@ -155,7 +184,8 @@ class DaemonControl:
         return {name: c.paused for name, c in self.daemon.controllers.items()}
 
     def pause(self, controller: str | None = None) -> dict[str, Any]:
-        """Stop handing keys to the workers of ``controller`` (None: all); intake keeps queueing.
+        """Stop handing keys to the workers of ``controller`` (None: all); intake keeps queueing. The paused
+        set is saved in the state directory: a restart keeps it.
 
         Raises:
             NotFound: no such controller.
@@ -165,6 +195,7 @@ class DaemonControl:
             log.info("controller paused", controller=name)
         if controller is None:
             self._pause_all = True
+        self._save_paused()
         return {"paused": self._paused()}
 
     def resume(self, controller: str | None = None) -> dict[str, Any]:
@@ -178,6 +209,7 @@ class DaemonControl:
             log.info("controller resumed", controller=name)
         if controller is None:
             self._pause_all = False
+        self._save_paused()
         return {"paused": self._paused()}
 
     def requeue(self, controller: str, key: str) -> dict[str, Any]:

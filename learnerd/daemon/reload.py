@@ -16,12 +16,12 @@ restart and is not applied: the daemon keeps running on the values it started wi
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import structlog
+from pydantic import BaseModel
 
 from learnerd.config import Config
 from learnerd.daemon.logging import configure_logging, current_level, json_choice, set_log_level
@@ -45,8 +45,8 @@ class ReloadResult:
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if dataclasses.is_dataclass(value):
-        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, BaseModel):
+        value = {name: getattr(value, name) for name in type(value).model_fields}
     if isinstance(value, dict) and not (prefix.endswith("by_language.")):
         out: dict[str, Any] = {}
         for key, item in value.items():
@@ -61,8 +61,8 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def diff_configs(old: Config, new: Config) -> dict[str, tuple[Any, Any]]:
     """Every setting that differs, as ``{"workqueue.qps": (10.0, 3.5), …}`` (the ``path`` is ignored)."""
-    a = _flatten(dataclasses.replace(old, path=None))
-    b = _flatten(dataclasses.replace(new, path=None))
+    a = _flatten(old.model_copy(update={"path": None}))
+    b = _flatten(new.model_copy(update={"path": None}))
     return {key: (a.get(key), b.get(key)) for key in sorted(a.keys() | b.keys()) if a.get(key) != b.get(key)}
 
 
@@ -83,6 +83,11 @@ def apply_config(daemon: Any, new: Config) -> ReloadResult:
     cfg: Config = daemon.cfg
     result = ReloadResult(config_path=str(new.path) if new.path else "")
     result.changed = diff_configs(cfg, new)
+    # The level is compared as it takes effect: "" in the file leaves the current level alone.
+    result.changed.pop("logging.level", None)
+    level = new.logging.level or current_level()
+    if level != current_level():  # also when the file's level replaces one set by `ctl log-level`
+        result.changed["logging.level"] = (current_level(), level)
     result.needs_restart = [key for key in result.changed if not is_live_setting(key)]
     result.applied = [key for key in result.changed if is_live_setting(key)]
 
@@ -96,16 +101,11 @@ def apply_config(daemon: Any, new: Config) -> ReloadResult:
         fresh = new.controller(name)
         controller.configure(timeout_s=fresh.timeout_s, max_retries=fresh.max_retries)
     cfg.controllers = {
-        name: dataclasses.replace(new.controller(name), workers=cfg.controller(name).workers)
+        name: new.controller(name).model_copy(update={"workers": cfg.controller(name).workers})
         for name in cfg.controllers.keys() | new.controllers.keys()
     }
     cfg.shutdown = new.shutdown
 
-    level = new.logging.level or current_level()
-    if level != current_level() and "logging.level" not in result.applied:
-        # the file's level replaces one set by `ctl log-level`
-        result.applied.append("logging.level")
-        result.changed["logging.level"] = (current_level(), level)
     # Logged before the new level applies: the reload is reported at the level in force when it came.
     log.info("config reloaded", config=result.config_path, applied=result.applied, needs_restart=result.needs_restart)
     if result.needs_restart:

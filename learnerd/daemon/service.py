@@ -103,7 +103,7 @@ class Service:
             stop,
             reload_config=self.options.reload_config,
             endpoints={
-                "admin_socket": str(daemon.cfg.socket_path),
+                "admin_socket": str(daemon.cfg.layout.socket_path),
                 "metrics": _url(self.options.metrics_addr, "/metrics"),
                 "search": _url(self.options.search_addr, "/search"),
                 "openai": _url(self.options.openai_addr, "/v1"),
@@ -113,12 +113,16 @@ class Service:
         self.catalog = wiring.model_catalog(daemon.cfg)
 
     def reload(self) -> dict[str, Any] | None:
-        """Reload the config (SIGHUP); errors are logged, never raised. Returns the reload's result."""
+        """Reload the config (SIGHUP); errors are logged, never raised: whatever goes wrong, the daemon keeps
+        running on the config it has. Returns the reload's result, None when nothing was applied."""
         sd_notify.reloading()
         try:
             return self.control.reload()
         except ControlError as exc:
             log.error("reload refused", error=str(exc))
+            return None
+        except Exception:  # a reload must never end the process (SIGHUP)
+            log.exception("reload failed; keeping the running config")
             return None
         finally:
             sd_notify.notify("READY=1", f"STATUS={self._status_line()}")
@@ -140,7 +144,7 @@ class Service:
         cfg = self.daemon.cfg
         try:
             secure_state_dir(cfg.state_dir)
-            admin = bind_admin_socket(cfg.socket_path)
+            admin = bind_admin_socket(cfg.layout.socket_path)
         except (SocketInUse, UnsafeStateDir, OSError) as exc:
             raise ServiceError(f"cannot serve the admin socket: {exc}") from exc
         runners: list[web.AppRunner] = []

@@ -64,7 +64,7 @@ def served_models(cfg: Config) -> ServedModels:
         AdapterStore(cfg.layout.adapters_dir),
         cfg.layout.models_dir,
         capacity=cfg.serve.queue_size,
-        steering=_best_deltas(cfg.steering_dir / "runs") if cfg.serve.steering else None,
+        steering=_best_deltas(cfg.layout.steering_dir / "runs") if cfg.serve.steering else None,
     )
 
 

@@ -21,19 +21,26 @@ Required (refused when missing or mistyped): the top-level ``schema_version``, `
 (with ``overall``), ``probes``; per probe ``name`` (unique), ``kind``, ``verdict``, ``score``, ``raw``,
 ``evidence``, ``message``. The rest is optional; keys this model does not know are kept in ``extra``
 and written back by :func:`dump_report`. Per-probe ``evidence`` is free-form (its shape depends on
-``kind``) and is not validated here.
+``kind``) and is not validated here. The classes are pydantic dataclasses: a file is validated by pydantic in
+strict JSON mode (no string for a number, no boolean for a number), and pydantic's errors are reported as
+:class:`ReportError` with the JSON path of the bad value.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic.dataclasses import dataclass
+from pydantic_core import PydanticCustomError
 
 from learnerd.store.atomic import atomic_write_text
 
@@ -63,17 +70,57 @@ class ReportError(ValueError):
         super().__init__(f"{where}: {field + ': ' if field else ''}{message}")
 
 
+def _number(value: Any) -> Any:
+    if isinstance(value, bool | str):  # JSON's true and "0.5" are no numbers
+        raise ValueError(f"must be a number, not {_json_type(value)}")
+    return value
+
+
+def _number_or_null(value: Any) -> Any:
+    if isinstance(value, bool | str):
+        raise ValueError(f"must be a number or null, not {_json_type(value)}")
+    return value
+
+
+def _timestamp(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"must be an ISO-8601 timestamp, not {value!r}") from None
+
+
+def _integer(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"must be an integer, not {_json_type(value)}")
+    return value
+
+
+Number = Annotated[float, BeforeValidator(_number)]
+"""A JSON number (not a boolean, not a numeric string); nan and inf pass (sway writes them as null)."""
+NumberOrNull = Annotated[float | None, BeforeValidator(_number_or_null)]
+Timestamp = Annotated[datetime, BeforeValidator(_timestamp)]
+"""An ISO-8601 string (``datetime.fromisoformat``)."""
+Integer = Annotated[int, BeforeValidator(_integer)]
+
+
 @dataclass(frozen=True)
 class Score:
     """The composite score: ``overall`` in [0, 1], its ``band`` (noise / partial / healthy / suspicious),
     per-category ``components`` and ``weights``, and one-line ``findings``."""
 
-    overall: float
+    overall: Number
     band: str = ""
-    components: Mapping[str, float] = field(default_factory=dict)
-    weights: Mapping[str, float] = field(default_factory=dict)
+    components: Mapping[str, Number] = field(default_factory=dict)
+    weights: Mapping[str, Number] = field(default_factory=dict)
     findings: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unknown_keys_to_extra(cls, data: Any) -> Any:
+        return _split_extra(cls, data)
 
 
 @dataclass(frozen=True)
@@ -85,16 +132,24 @@ class ProbeResult:
     name: str
     kind: str
     verdict: Verdict
-    score: float | None
-    raw: float | None
+    score: NumberOrNull
+    raw: NumberOrNull
     evidence: Mapping[str, Any] = field(default_factory=dict)
     message: str = ""
-    z_score: float | None = None
-    base_value: float | None = None
-    ft_value: float | None = None
-    duration_s: float = 0.0
-    ci_95: tuple[float, float] | None = None
+    z_score: NumberOrNull = None
+    base_value: NumberOrNull = None
+    ft_value: NumberOrNull = None
+    duration_s: Number = 0.0
+    ci_95: tuple[Number, Number] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unknown_keys_to_extra(cls, data: Any) -> Any:
+        for key in ("evidence", "message"):  # defaults for learnerd's own results, required in a report
+            if isinstance(data, dict) and key not in data:
+                raise PydanticCustomError("missing_key", "missing", {"key": key})
+        return _split_extra(cls, data)
 
 
 @dataclass(frozen=True)
@@ -105,17 +160,30 @@ class Report:
     sway_version: str
     base_model_id: str
     adapter_id: str
-    started_at: datetime
-    finished_at: datetime
-    wall_seconds: float
+    started_at: Timestamp
+    finished_at: Timestamp
+    wall_seconds: Number
     score: Score
     probes: tuple[ProbeResult, ...]
-    schema_version: int = SCHEMA_VERSION
+    schema_version: Integer = SCHEMA_VERSION
     spec_path: str = ""
     determinism: Mapping[str, Any] | None = None
     backend_stats: Mapping[str, Any] = field(default_factory=dict)
     null_stats: Mapping[str, Any] = field(default_factory=dict)
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unknown_keys_to_extra(cls, data: Any) -> Any:
+        return _split_extra(cls, data)
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_schema(cls, version: int) -> int:
+        if version != SCHEMA_VERSION:
+            newer = " (newer than this learnerd reads)" if version > SCHEMA_VERSION else ""
+            raise ValueError(f"is {version}{newer}; learnerd reads schema_version {SCHEMA_VERSION}")
+        return version
 
 
 # -- loading --------------------------------------------------------------------------------------
@@ -146,136 +214,71 @@ def parse_report(text: str, *, source: str | Path | None = None) -> Report:
         raise ReportError(f"not valid JSON: {exc.msg} (column {exc.colno})", source=source, line=exc.lineno) from None
     except RecursionError:
         raise ReportError("not valid JSON: nested too deeply", source=source) from None
-    return _Reader(source).report(data)
+    if not isinstance(data, dict):
+        raise ReportError(f"must be an object, not {_json_type(data)}", source=source, field="(top level)")
+    try:
+        report = _REPORT.validate_python(data)
+    except ValidationError as exc:
+        raise _report_error(exc, source) from None
+    seen: set[str] = set()
+    for i, p in enumerate(report.probes):
+        if not p.name:
+            raise ReportError("must not be empty", source=source, field=f"probes[{i}].name")
+        if p.name in seen:
+            raise ReportError(f"{p.name!r} is not unique", source=source, field=f"probes[{i}].name")
+        seen.add(p.name)
+    return report
 
 
-class _Reader:
-    def __init__(self, source: str | Path | None) -> None:
-        self.source = source
+def _split_extra(cls: type, data: Any) -> Any:
+    """A JSON object with the keys ``cls`` does not declare moved into its ``extra``."""
+    if not isinstance(data, dict):
+        return data
+    known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+    return {**{k: v for k, v in data.items() if k in known}, "extra": {k: v for k, v in data.items() if k not in known}}
 
-    def fail(self, where: str, message: str) -> ReportError:
-        return ReportError(message, source=self.source, field=where)
 
-    def obj(self, value: Any, where: str) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(where, f"must be an object, not {_json_type(value)}")
-        return value
+_REPORT = TypeAdapter(Report)
 
-    def req(self, data: dict[str, Any], key: str, where: str) -> Any:
-        if key not in data:
-            raise self.fail(f"{where}.{key}" if where else key, "missing")
-        return data[key]
+_KINDS = {
+    "float_type": "a number",
+    "string_type": "a string",
+    "bool_type": "a boolean",
+    "list_type": "an array",
+    "tuple_type": "an array",
+    "dict_type": "an object",
+    "mapping_type": "an object",
+    "dataclass_type": "an object",
+}
 
-    def string(self, value: Any, where: str) -> str:
-        if not isinstance(value, str):
-            raise self.fail(where, f"must be a string, not {_json_type(value)}")
-        return value
 
-    def number(self, value: Any, where: str, *, nullable: bool = False) -> float | None:
-        if value is None and nullable:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.fail(where, f"must be a number{' or null' if nullable else ''}, not {_json_type(value)}")
-        return float(value)
+def _path(loc: tuple[Any, ...]) -> str:
+    """``("probes", 2, "verdict")`` → ``"probes[2].verdict"``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f"{'.' if out else ''}{part}"
+    return out
 
-    def timestamp(self, value: Any, where: str) -> datetime:
-        try:
-            return datetime.fromisoformat(self.string(value, where))
-        except ValueError:
-            raise self.fail(where, f"must be an ISO-8601 timestamp, not {value!r}") from None
 
-    def report(self, data: Any) -> Report:
-        top = self.obj(data, "(top level)")
-        version = self.req(top, "schema_version", "")
-        if isinstance(version, bool) or not isinstance(version, int):
-            raise self.fail("schema_version", f"must be an integer, not {_json_type(version)}")
-        if version != SCHEMA_VERSION:
-            newer = " (newer than this learnerd reads)" if version > SCHEMA_VERSION else ""
-            raise self.fail("schema_version", f"is {version}{newer}; learnerd reads schema_version {SCHEMA_VERSION}")
-        probes_raw = self.req(top, "probes", "")
-        if not isinstance(probes_raw, list):
-            raise self.fail("probes", f"must be an array, not {_json_type(probes_raw)}")
-        probes = tuple(self.probe(p, f"probes[{i}]") for i, p in enumerate(probes_raw))
-        seen: set[str] = set()
-        for i, p in enumerate(probes):
-            if p.name in seen:
-                raise self.fail(f"probes[{i}].name", f"{p.name!r} is not unique")
-            seen.add(p.name)
-        determinism = top.get("determinism")
-        if determinism is not None:
-            self.obj(determinism, "determinism")
-        known = {
-            "schema_version", "sway_version", "base_model_id", "adapter_id", "started_at", "finished_at",
-            "wall_seconds", "score", "probes", "spec_path", "determinism", "backend_stats", "null_stats",
-        }  # fmt: skip
-        return Report(
-            schema_version=version,
-            sway_version=self.string(self.req(top, "sway_version", ""), "sway_version"),
-            base_model_id=self.string(self.req(top, "base_model_id", ""), "base_model_id"),
-            adapter_id=self.string(self.req(top, "adapter_id", ""), "adapter_id"),
-            started_at=self.timestamp(self.req(top, "started_at", ""), "started_at"),
-            finished_at=self.timestamp(self.req(top, "finished_at", ""), "finished_at"),
-            wall_seconds=self.number(self.req(top, "wall_seconds", ""), "wall_seconds") or 0.0,
-            score=self.score(self.req(top, "score", ""), "score"),
-            probes=probes,
-            spec_path=self.string(top.get("spec_path", ""), "spec_path"),
-            determinism=determinism,
-            backend_stats=self.obj(top.get("backend_stats", {}), "backend_stats"),
-            null_stats=self.obj(top.get("null_stats", {}), "null_stats"),
-            extra={k: v for k, v in top.items() if k not in known},
-        )
-
-    def score(self, value: Any, where: str) -> Score:
-        data = self.obj(value, where)
-        findings = data.get("findings", [])
-        if not isinstance(findings, list) or not all(isinstance(f, str) for f in findings):
-            raise self.fail(f"{where}.findings", "must be an array of strings")
-        maps = {}
-        for key in ("components", "weights"):
-            m = self.obj(data.get(key, {}), f"{where}.{key}")
-            maps[key] = {k: self.number(v, f"{where}.{key}.{k}") for k, v in m.items()}
-        return Score(
-            overall=self.number(self.req(data, "overall", where), f"{where}.overall") or 0.0,
-            band=self.string(data.get("band", ""), f"{where}.band"),
-            components=maps["components"],
-            weights=maps["weights"],
-            findings=tuple(findings),
-            extra={k: v for k, v in data.items() if k not in ("overall", "band", "components", "weights", "findings")},
-        )
-
-    def probe(self, value: Any, where: str) -> ProbeResult:
-        data = self.obj(value, where)
-        verdict_raw = self.req(data, "verdict", where)
-        try:
-            verdict = Verdict(verdict_raw)
-        except ValueError:
-            allowed = "/".join(v.value for v in Verdict)
-            raise self.fail(f"{where}.verdict", f"must be one of {allowed}, not {verdict_raw!r}") from None
-        name = self.string(self.req(data, "name", where), f"{where}.name")
-        if not name:
-            raise self.fail(f"{where}.name", "must not be empty")
-        ci = data.get("ci_95")
-        if ci is not None:
-            if not isinstance(ci, list) or len(ci) != 2:
-                raise self.fail(f"{where}.ci_95", "must be [lo, hi] or null")
-            ci = (self.number(ci[0], f"{where}.ci_95[0]"), self.number(ci[1], f"{where}.ci_95[1]"))
-        known = {"name", "kind", "verdict", "score", "raw", "evidence", "message", "z_score", "base_value",
-                 "ft_value", "duration_s", "ci_95"}  # fmt: skip
-        return ProbeResult(
-            name=name,
-            kind=self.string(self.req(data, "kind", where), f"{where}.kind"),
-            verdict=verdict,
-            score=self.number(self.req(data, "score", where), f"{where}.score", nullable=True),
-            raw=self.number(self.req(data, "raw", where), f"{where}.raw", nullable=True),
-            evidence=self.obj(self.req(data, "evidence", where), f"{where}.evidence"),
-            message=self.string(self.req(data, "message", where), f"{where}.message"),
-            z_score=self.number(data.get("z_score"), f"{where}.z_score", nullable=True),
-            base_value=self.number(data.get("base_value"), f"{where}.base_value", nullable=True),
-            ft_value=self.number(data.get("ft_value"), f"{where}.ft_value", nullable=True),
-            duration_s=self.number(data.get("duration_s", 0.0), f"{where}.duration_s") or 0.0,
-            ci_95=ci,
-            extra={k: v for k, v in data.items() if k not in known},
-        )
+def _report_error(exc: ValidationError, source: str | Path | None) -> ReportError:
+    """The first of pydantic's errors as a :class:`ReportError` naming the JSON path of the bad value."""
+    error = exc.errors(include_url=False)[0]
+    where, kind, value = _path(tuple(error["loc"])), error["type"], error.get("input")
+    if kind == "missing_key":
+        where = _path((*error["loc"], error["ctx"]["key"]))
+    if kind in ("missing", "missing_key"):
+        message = "missing"
+    elif kind == "value_error":
+        message = str(error["ctx"]["error"])
+    elif kind == "enum":
+        message = f"must be one of {'/'.join(v.value for v in Verdict)}, not {value!r}"
+    elif kind in ("too_short", "too_long") and where.endswith("ci_95"):
+        message = "must be [lo, hi] or null"
+    elif kind in _KINDS:
+        message = f"must be {_KINDS[kind]}, not {_json_type(value)}"
+    else:
+        message = error["msg"]
+    return ReportError(message, source=source, field=where or "(top level)")
 
 
 def _json_type(value: Any) -> str:

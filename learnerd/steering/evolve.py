@@ -12,7 +12,7 @@ Iteration ``i`` (0-based; iteration 0 evaluates zero deltas, the unsteered model
    (``correctness`` = the ratio of correct responses);
 5. if the composite beats the best so far (strictly), write ``deltas_best.json``;
 6. render the reflector's messages (responses, verdicts, deltas, scores, cluster descriptions, the
-   evolving summary: the last ``summary_window`` summaries), log them and write
+   evolving summary: the last :data:`SUMMARY_WINDOW` summaries), log them and write
    ``reflector_message_NNN.txt``; ask the reflector for the next deltas and a summary (validated);
 7. append the iteration to ``history.json``, write the proposal to ``deltas_current.json``, redraw
    ``evolution.png``.
@@ -56,6 +56,7 @@ from typing import Any, Literal
 import structlog
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
+from learnerd.config import EvolutionSettings
 from learnerd.ml.generate import Reply, greedy_reply
 from learnerd.steering.clusters import VocabularyClusters, map_bytes, save_clusters
 from learnerd.steering.judges import Judge
@@ -91,23 +92,12 @@ PLOT_FILE = "evolution.png"
 SCHEMA_VERSION = 1
 SHORTNESS_WEIGHT = 0.4
 CORRECTNESS_WEIGHT = 0.6
+SUMMARY_WINDOW = 20
+"""The evolving summary is made of the last this many iteration summaries."""
 
 
 class EvolutionError(RuntimeError):
     """The run directory belongs to another run (parameters differ) or its history is unreadable."""
-
-
-@dataclass(frozen=True)
-class EvolutionSettings:
-    """The loop's knobs: lengths in tokens, deltas in logits (``[steering]`` in the config)."""
-
-    iterations: int = 20
-    minibatch_size: int = 8
-    scale: float = 100.0
-    delta_bound: float = 10.0
-    max_new_tokens: int = 128
-    seed: int = 0
-    summary_window: int = 20
 
 
 @dataclass(frozen=True)
@@ -263,7 +253,7 @@ def run_evolution(
             responses=tuple(records),
             scores=scores,
             cluster_descriptions=clusters.descriptions,
-            summary=_evolving_summary(history, settings.summary_window),
+            summary=_evolving_summary(history, SUMMARY_WINDOW),
             trials=trials,
             cluster_ids=ids,
             bound=settings.delta_bound,

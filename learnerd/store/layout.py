@@ -8,6 +8,8 @@
         adapters/<dlm_id>/vNNNN/      the versioned adapter store (``learnerd.store.adapters``)
         models/                       built and converted base models (``learnerd.ml``)
         journals/injected-probes.jsonl  probes accepted over RPC, not yet in their document
+        paused-controllers.json       the controllers ``learnerd ctl pause`` paused (kept across restarts)
+        steering/                     vocabulary clusters and ``learnerd evolve`` runs
         docs/                         the documents learnerd writes when no ``docs_dirs`` is configured
 """
 
@@ -34,7 +36,8 @@ class StateLayout:
         return self.root / "learnerd.db"
 
     @property
-    def admin_socket(self) -> Path:
+    def socket_path(self) -> Path:
+        """The admin API's Unix socket."""
         return self.root / "learnerd.sock"
 
     @property
@@ -51,6 +54,17 @@ class StateLayout:
     def probe_journal(self) -> Path:
         """The journal of probes accepted over RPC (``learnerd.store.probe_journal``)."""
         return self.root / "journals" / "injected-probes.jsonl"
+
+    @property
+    def paused_controllers(self) -> Path:
+        """The controllers ``learnerd ctl pause`` paused, a JSON array of names: they stay paused across a
+        restart until ``learnerd ctl resume``."""
+        return self.root / "paused-controllers.json"
+
+    @property
+    def steering_dir(self) -> Path:
+        """Vocabulary-cluster caches and ``learnerd evolve`` run directories (``learnerd.steering``)."""
+        return self.root / "steering"
 
     @property
     def docs_roots(self) -> tuple[Path, ...]:

@@ -45,7 +45,7 @@ async def test_an_edit_under_the_running_daemon_trains_a_new_version(tmp_path: P
         hook(doc, version)
 
     daemon.training.on_committed = observe
-    store = AdapterStore(cfg.adapters_dir)
+    store = AdapterStore(cfg.layout.adapters_dir)
     doc = tmp_path / "docs" / "notes.dlm"
     stop = anyio.Event()
     training = daemon.controllers["training"]

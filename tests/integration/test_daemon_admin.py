@@ -48,7 +48,7 @@ async def test_status_shows_the_daemon_its_controllers_and_counts(short_root: Pa
         assert stat.S_IMODE(os.lstat(cfg.state_dir).st_mode) == 0o700
         st = os.lstat(running.socket)
         assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
-        versions = cfg.adapters_dir / "learned" / "versions"
+        versions = cfg.layout.adapters_dir / "learned" / "versions"
         (versions / "v0001").mkdir(parents=True)
         (versions / "v0002").mkdir()
         (versions / ".staging-k3j2x").mkdir()  # a version being written does not count
@@ -61,7 +61,7 @@ async def test_status_shows_the_daemon_its_controllers_and_counts(short_root: Pa
     assert status["version"] and status["uptime_s"] >= 0 and status["config_path"] is None
     assert status["state_dir"] == str(cfg.state_dir)
     assert status["endpoints"] == {
-        "admin_socket": str(cfg.socket_path),
+        "admin_socket": str(cfg.layout.socket_path),
         "metrics": None,
         "search": None,
         "openai": None,

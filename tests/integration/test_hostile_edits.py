@@ -27,7 +27,7 @@ def _cfg(tmp_path: Path):
 
 def setup(tmp_path: Path):
     cfg = _cfg(tmp_path)
-    conn = connect(cfg.db_path)
+    conn = connect(cfg.layout.db_path)
     with transaction(conn):
         for e in EXAMPLES:
             put_example(conn, e)

@@ -27,7 +27,7 @@ def make(tmp_path: Path, **probes: object) -> tuple[ProbesReconciler, sqlite3.Co
     cfg = config_from_dict(
         {"state_dir": "state", "docs_dirs": ["docs"], **({"probes": probes} if probes else {})}, base=tmp_path
     )
-    conn = connect(cfg.db_path)
+    conn = connect(cfg.layout.db_path)
     return probes_reconciler(cfg), conn, tmp_path / "docs" / "learned.dlm"
 
 
@@ -150,7 +150,7 @@ def test_async_reconcile_and_a_broken_document_is_retried_later(tmp_path: Path) 
 
 def test_a_save_by_a_persons_editor_during_the_write_loses_neither_change(tmp_path: Path) -> None:
     cfg = config_from_dict({"state_dir": "state", "docs_dirs": ["docs"]}, base=tmp_path)
-    conn = connect(cfg.db_path)
+    conn = connect(cfg.layout.db_path)
     doc = tmp_path / "docs" / "learned.dlm"
     put(conn, *EXAMPLES[:2])
     probes_reconciler(cfg).reconcile_sync(str(doc))
@@ -192,7 +192,7 @@ async def test_a_burst_of_examples_is_one_rewrite_per_interval(tmp_path: Path) -
     cfg = config_from_dict(
         {"state_dir": "state", "docs_dirs": ["docs"], "probes": {"rewrite_interval_s": 5.0}}, base=tmp_path
     )
-    conn = connect(cfg.db_path)
+    conn = connect(cfg.layout.db_path)
     now = [100.0]
     rec = probes_reconciler(cfg, monotonic=lambda: now[0])
     key = str(rec.route(EXAMPLES[0]))

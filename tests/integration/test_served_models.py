@@ -50,7 +50,7 @@ def end_of_sequence_deltas(cfg: Config, tiny_model_dir: Path) -> Path:
     token_clusters = np.full(len(tokenizer), 2, dtype=np.int32)
     token_clusters[list(eos)] = 0
     clusters = VocabularyClusters(token_clusters, 1, tokenizer_identity(tokenizer), "none", 0, 1, eos, {})
-    run = cfg.steering_dir / "runs" / DOC_KEY
+    run = cfg.layout.steering_dir / "runs" / DOC_KEY
     clusters = save_clusters(clusters, run)
     write_steering(run / BEST_FILE, {0: 50.0, 1: 0.0, 2: 0.0}, clusters)
     return run / BEST_FILE

@@ -82,7 +82,7 @@ class Running:
 
     @property
     def socket(self) -> Path:
-        return self.daemon.cfg.socket_path
+        return self.daemon.cfg.layout.socket_path
 
     def session(self) -> aiohttp.ClientSession:
         return admin_session(self.socket)

@@ -23,14 +23,20 @@ def test_relative_paths_resolve_against_the_files_directory(tmp_path):
     cfg = load_config(write(tmp_path, 'state_dir = "state"\nlog_dirs = ["logs", "/abs/logs"]\n'))
     assert cfg.state_dir == tmp_path / "state"
     assert cfg.log_dirs == [tmp_path / "logs", Path("/abs/logs")]
-    assert cfg.db_path == tmp_path / "state" / "learnerd.db"
+    assert cfg.layout.db_path == tmp_path / "state" / "learnerd.db"
 
 
 def test_a_controller_section_keeps_the_defaults_it_does_not_mention(tmp_path):
-    cfg = load_config(write(tmp_path, "[controllers.training]\nworkers = 2\n[controllers.custom]\nworkers = 3\n"))
+    cfg = load_config(write(tmp_path, "[controllers.training]\nworkers = 2\n[controllers.probes]\nworkers = 3\n"))
     assert cfg.controller("training").workers == 2
     assert cfg.controller("training").timeout_s == 6 * 3600.0, "not reset to the generic 60 s"
-    assert cfg.controller("custom").workers == 3 and cfg.controller("custom").timeout_s == 60.0
+    assert cfg.controller("probes").workers == 3 and cfg.controller("probes").timeout_s == 60.0
+
+
+def test_a_controller_table_must_name_a_controller(tmp_path):
+    names = "examples, embeddings, probes, evaluation, training"
+    with pytest.raises(ConfigError, match=rf"\[controllers.custom\].*{names}"):
+        load_config(write(tmp_path, "[controllers.custom]\nworkers = 3\n"))
 
 
 @pytest.mark.parametrize(

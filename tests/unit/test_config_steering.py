@@ -11,7 +11,7 @@ def test_defaults():
     cfg = config_from_dict({}, base=None)
     assert cfg.steering == SteeringConfig()
     assert (cfg.steering.clusters, cfg.steering.reflector, cfg.steering.judge) == (10, "offline", "match")
-    assert cfg.steering_dir == cfg.state_dir / "steering"
+    assert cfg.layout.steering_dir == cfg.state_dir / "steering"
 
 
 def test_values_and_relative_pool(tmp_path):
@@ -41,3 +41,18 @@ def test_values_and_relative_pool(tmp_path):
 def test_invalid(section, match, tmp_path):
     with pytest.raises(ConfigError, match=match):
         config_from_dict({"steering": section}, base=tmp_path)
+
+
+def test_flags_are_validated_like_the_file(tmp_path):
+    from learnerd.cmd._common import CommandError
+    from learnerd.cmd.evolve import steering_settings
+    from learnerd.cmd.main import build_parser
+
+    base = config_from_dict({"steering": {"clusters": 4}}, base=tmp_path).steering
+    args = build_parser().parse_args(["evolve", "doc.dlm", "--scale", "50", "--pool", str(tmp_path / "p.jsonl")])
+    settings = steering_settings(base, args)
+    assert (settings.clusters, settings.scale, settings.pool) == (4, 50.0, str(tmp_path / "p.jsonl"))
+    for flags, words in ((["--clusters", "0"], "steering.clusters"), (["--scale", "nan"], "finite")):
+        with pytest.raises(CommandError, match=words) as info:
+            steering_settings(base, build_parser().parse_args(["evolve", "doc.dlm", *flags]))
+        assert info.value.exit_code == 2

@@ -12,7 +12,9 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field
 
 from learnerd.config import EvaluationSettings
 from learnerd.eval.backend import DifferentialBackend, View
@@ -38,58 +40,40 @@ class NotApplicable(Exception):
     """The probe cannot run on this document or base (the message is the reason); it is skipped."""
 
 
-@dataclass(frozen=True)
-class EvalOptions:
-    """The knobs of an evaluation (defaults follow sway's where it has one).
+class EvalOptions(EvaluationSettings):
+    """The knobs of an evaluation: the ``[evaluation]`` settings plus the probes' own (defaults follow
+    sway's where it has one). Validated by pydantic like the config (a value out of range raises
+    ``pydantic.ValidationError``, a ``ValueError``).
 
     Divergences are in nats; ``top_k`` tokens per next-token distribution.
     """
 
-    top_k: int = 256
-    max_prompts: int = 8
-    harvest_tag: str = "auto-harvest"
+    model_config = ConfigDict(frozen=True)
+
+    top_k: int = Field(256, ge=1)
     # probe_recall
-    min_similarity: float = 0.9
-    max_answer_tokens: int = 128
+    min_similarity: float = Field(0.9, ge=0, le=1)
+    max_answer_tokens: int = Field(128, ge=1)
     # delta_kl
-    delta_divergence: str = "js"
+    delta_divergence: Literal["js", "kl"] = "js"
     assert_z_gte: float = 3.0
     assert_mean_gte: float = 0.02
     # multi_turn_coherence_decay
-    max_turns: int = 4
-    dialogue_prompts: int = 2
-    turn_max_new_tokens: int = 48
-    half_life_target: float = 2.0
-    follow_ups: tuple[str, ...] = FOLLOW_UPS
+    dialogue_prompts: int = Field(2, ge=1)
+    turn_max_new_tokens: int = Field(48, ge=1)
+    follow_ups: tuple[str, ...] = Field(FOLLOW_UPS, min_length=1)
     # section_internalization
     section_threshold: float = 0.05
-    passing_section_frac: float = 0.5
-    leak_sections: int = 8
+    passing_section_frac: float = Field(0.5, ge=0, le=1)
+    leak_sections: int = Field(8, ge=0)
     # null_adapter
-    null_runs: int = 3
-    null_init_scale: float = 0.02
+    null_init_scale: float = Field(0.02, gt=0)
     null_seed_base: int = 1000
 
-    def __post_init__(self) -> None:
-        if not 2 <= self.max_turns <= 8:
-            raise ValueError(f"max_turns must be in 2..8, not {self.max_turns}")
-        if self.delta_divergence not in ("js", "kl"):
-            raise ValueError(f"delta_divergence must be js or kl, not {self.delta_divergence!r}")
-        if not 0.0 <= self.min_similarity <= 1.0:
-            raise ValueError("min_similarity must be in [0, 1]")
-        if self.null_runs < 0 or self.top_k < 1 or self.max_prompts < 1 or not self.follow_ups:
-            raise ValueError("need null_runs >= 0, top_k >= 1, max_prompts >= 1 and at least one follow-up")
-
     @classmethod
-    def from_settings(cls, settings: EvaluationSettings) -> EvalOptions:
-        """The options the ``[evaluation]`` config section sets; defaults for the rest."""
-        return cls(
-            harvest_tag=settings.harvest_tag,
-            null_runs=settings.null_runs,
-            max_prompts=settings.max_prompts,
-            max_turns=settings.max_turns,
-            half_life_target=settings.half_life_target,
-        )
+    def from_settings(cls, settings: EvaluationSettings, **overrides: Any) -> EvalOptions:
+        """The options the ``[evaluation]`` config section sets (with ``overrides``); defaults for the rest."""
+        return cls.model_validate({**settings.model_dump(), **overrides})
 
 
 @dataclass

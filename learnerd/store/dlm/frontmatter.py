@@ -8,15 +8,14 @@ still loads, and never rewrites the frontmatter text of an existing document (by
 
 from __future__ import annotations
 
-import os
 import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from ulid import ULID
 
 from learnerd.store.dlm.errors import DocumentError
 from learnerd.store.dlm.training import TrainingConfig, TrainingConfigError
@@ -25,14 +24,12 @@ from learnerd.store.dlm.training import TrainingConfig, TrainingConfigError
 CURRENT_DLM_VERSION = 15
 
 _ULID_RE = re.compile(r"^[0-9A-HJ-KM-NP-TV-Z]{26}$")  # Crockford base32 without I, L, O, U
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
 def new_ulid(now_s: float | None = None) -> str:
-    """A fresh 26-character ULID: 48-bit Unix time in milliseconds, then 80 random bits, Crockford base32."""
-    ms = int((time.time() if now_s is None else now_s) * 1000)
-    value = (ms << 80) | int.from_bytes(os.urandom(10), "big")
-    return "".join(_CROCKFORD[(value >> (5 * i)) & 31] for i in range(25, -1, -1))
+    """A fresh 26-character ULID (python-ulid): 48-bit Unix time in milliseconds (``now_s``: epoch seconds,
+    default now), then 80 random bits, Crockford base32 (https://github.com/ulid/spec)."""
+    return str(ULID() if now_s is None else ULID.from_timestamp(now_s))
 
 
 @dataclass(frozen=True)

@@ -10,22 +10,23 @@ LoRA rank ``lora_r`` 8 (1..256), ``lora_alpha`` 16, ``lora_dropout`` 0.05 (0..0.
 learnerd adds one key dlm does not have: ``max_steps``, a budget of optimizer steps per training cycle
 that replaces ``num_epochs`` when set (``None`` by default).
 
-Numbers are coerced the way pydantic's lax mode does it, which matters for YAML 1.1: PyYAML reads
-``learning_rate: 2e-4`` (no dot) as the *string* ``"2e-4"``. Keys dlm knows but that are not single-adapter
-fields (``preference``, ``cpt``, ``adapters``, ``sources``, ...: :data:`DLM_BLOCK_KEYS`) and keys nobody
-knows are kept, unvalidated, in :attr:`TrainingConfig.extra`, so a document written by a newer dlm still
-parses; :meth:`TrainingConfig.unknown_keys` names the ones dlm would refuse, and learnerd's trainer
-(``learnerd.ml.hyperparams.check_trainable``) refuses them too, so a typo never trains silently.
+The block is a pydantic model in lax mode (but booleans are no numbers, and nan and inf are refused), which
+matters for YAML 1.1: PyYAML reads ``learning_rate: 2e-4`` (no dot) as the *string* ``"2e-4"``. Keys dlm knows
+but that are not single-adapter fields (``preference``, ``cpt``, ``adapters``, ``sources``, ...:
+:data:`DLM_BLOCK_KEYS`) and keys nobody knows are kept, unvalidated, in :attr:`TrainingConfig.extra`, so a
+document written by a newer dlm still parses; :meth:`TrainingConfig.unknown_keys` names the ones dlm would
+refuse, and learnerd's trainer (``learnerd.ml.hyperparams.check_trainable``) refuses them too, so a typo never
+trains silently.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from annotated_types import Ge, Gt, Le, Lt
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 AUTO_MICRO_BATCH_SIZE = 8
 """Rows per forward pass when ``micro_batch_size`` is ``"auto"`` (dlm asks its hardware doctor)."""
@@ -42,93 +43,11 @@ class TrainingConfigError(ValueError):
         self.key = key
 
 
-class _Invalid(ValueError):
-    """A value failed its check; the caller adds the field name."""
+_NUMBERS = ("lora_r", "lora_alpha", "lora_dropout", "sequence_len", "learning_rate", "num_epochs")
+_NUMBERS += ("warmup_ratio", "seed", "max_steps")
 
 
-def _int(lo: int | None = None, hi: int | None = None) -> Callable[[Any], int]:
-    def check(v: Any) -> int:
-        if isinstance(v, bool):
-            raise _Invalid(f"must be an integer, not {v!r}")
-        if (isinstance(v, float) and v.is_integer()) or (isinstance(v, str) and re.fullmatch(r"\s*[+-]?\d+\s*", v)):
-            v = int(v)
-        if not isinstance(v, int):
-            raise _Invalid(f"must be an integer, not {v!r}")
-        if (lo is not None and v < lo) or (hi is not None and v > hi):
-            raise _Invalid(f"must be in {lo if lo is not None else '-inf'}..{hi if hi is not None else 'inf'}, not {v}")
-        return v
-
-    return check
-
-
-def _float(lo: float, hi: float | None = None, *, lo_open: bool = False) -> Callable[[Any], float]:
-    def check(v: Any) -> float:
-        if isinstance(v, bool):
-            raise _Invalid(f"must be a number, not {v!r}")
-        if isinstance(v, str):
-            try:
-                v = float(v)
-            except ValueError:
-                raise _Invalid(f"must be a number, not {v!r}") from None
-        if not isinstance(v, int | float) or not math.isfinite(v):
-            raise _Invalid(f"must be a finite number, not {v!r}")
-        if v < lo or (lo_open and v == lo) or (hi is not None and v > hi):
-            raise _Invalid(
-                f"must be {'>' if lo_open else '>='} {lo}{f' and <= {hi}' if hi is not None else ''}, not {v}"
-            )
-        return float(v)
-
-    return check
-
-
-def _choice(*allowed: str | None) -> Callable[[Any], Any]:
-    def check(v: Any) -> Any:
-        if v not in allowed or isinstance(v, bool):
-            raise _Invalid(f"must be one of {', '.join(repr(a) for a in allowed)}, not {v!r}")
-        return v
-
-    return check
-
-
-def _auto_or_positive_int(v: Any) -> str | int:
-    return "auto" if v == "auto" else _int(1)(v)
-
-
-def _optional_positive_int(v: Any) -> int | None:
-    return None if v is None else _int(1)(v)
-
-
-def _target_modules(v: Any) -> str | tuple[str, ...]:
-    if v == "auto":
-        return "auto"
-    if isinstance(v, list | tuple) and v and all(isinstance(m, str) and m for m in v):
-        return tuple(v)
-    raise _Invalid(f"must be 'auto' or a non-empty list of module names, not {v!r}")
-
-
-#: field name -> check (returns the coerced value or raises ``_Invalid``); the defaults are the dataclass's.
-_CHECKS: dict[str, Callable[[Any], Any]] = {
-    "adapter": _choice("lora", "qlora", "dora"),
-    "lora_r": _int(1, 256),
-    "lora_alpha": _int(1),
-    "lora_dropout": _float(0.0, 0.5),
-    "target_modules": _target_modules,
-    "sequence_len": _int(64, 32768),
-    "micro_batch_size": _auto_or_positive_int,
-    "grad_accum": _auto_or_positive_int,
-    "learning_rate": _float(0.0, lo_open=True),
-    "num_epochs": _int(1),
-    "optimizer": _choice("adamw_torch", "adamw_bnb_8bit", "paged_adamw_8bit", "galore_adamw", "galore_adamw_8bit"),
-    "lr_scheduler": _choice("cosine", "linear", "constant"),
-    "warmup_ratio": _float(0.0, 0.5),
-    "precision": _choice(None, "bf16", "fp16", "fp32"),
-    "seed": _int(),
-    "max_steps": _optional_positive_int,
-}
-
-
-@dataclass(frozen=True)
-class TrainingConfig:
+class TrainingConfig(BaseModel):
     """One document's training hyperparameters, validated (and coerced) on construction.
 
     See the module docstring for the fields, their units and their source. ``extra`` holds every other
@@ -139,30 +58,65 @@ class TrainingConfig:
             e.g. ``training.lora_r must be in 1..256, not 0``).
     """
 
-    adapter: str = "lora"
-    lora_r: int = 8
-    lora_alpha: int = 16
-    lora_dropout: float = 0.05
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    adapter: Literal["lora", "qlora", "dora"] = "lora"
+    lora_r: int = Field(8, ge=1, le=256)
+    lora_alpha: int = Field(16, ge=1)
+    lora_dropout: float = Field(0.05, ge=0.0, le=0.5)
     target_modules: str | tuple[str, ...] = "auto"
-    sequence_len: int = 2048
+    sequence_len: int = Field(2048, ge=64, le=32768)
     micro_batch_size: str | int = "auto"
     grad_accum: str | int = "auto"
-    learning_rate: float = 2e-4
-    num_epochs: int = 3
-    optimizer: str = "adamw_torch"
-    lr_scheduler: str = "cosine"
-    warmup_ratio: float = 0.1
-    precision: str | None = None
+    learning_rate: float = Field(2e-4, gt=0.0)
+    num_epochs: int = Field(3, ge=1)
+    optimizer: Literal["adamw_torch", "adamw_bnb_8bit", "paged_adamw_8bit", "galore_adamw", "galore_adamw_8bit"] = (
+        "adamw_torch"
+    )
+    lr_scheduler: Literal["cosine", "linear", "constant"] = "cosine"
+    warmup_ratio: float = Field(0.1, ge=0.0, le=0.5)
+    precision: Literal[None, "bf16", "fp16", "fp32"] = None
     seed: int = 42
-    max_steps: int | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    max_steps: int | None = Field(None, ge=1)
+    extra: dict[str, Any] = Field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        for name, check in _CHECKS.items():
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _training_error(exc) from None
+
+    @field_validator(*_NUMBERS, mode="before")
+    @classmethod
+    def _no_booleans(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError(f"must be a number, not {value!r}")
+        return value
+
+    @field_validator("target_modules", mode="before")
+    @classmethod
+    def _auto_or_module_names(cls, value: Any) -> Any:
+        if value == "auto":
+            return value
+        if isinstance(value, list | tuple) and value and all(isinstance(m, str) and m for m in value):
+            return tuple(value)
+        raise ValueError(f"must be 'auto' or a non-empty list of module names, not {value!r}")
+
+    @field_validator("micro_batch_size", "grad_accum", mode="before")
+    @classmethod
+    def _auto_or_positive_int(cls, value: Any) -> Any:
+        if value == "auto":
+            return value
+        if not isinstance(value, bool):
             try:
-                object.__setattr__(self, name, check(getattr(self, name)))
-            except _Invalid as exc:
-                raise TrainingConfigError(f"training.{name} {exc}", key=name) from None
+                number = int(value) if isinstance(value, int | str) else value
+            except ValueError:
+                number = None
+            if isinstance(number, float) and number.is_integer():
+                number = int(number)
+            if isinstance(number, int) and number >= 1:
+                return number
+        raise ValueError(f"must be 'auto' or an integer >= 1, not {value!r}")
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any] | None) -> TrainingConfig:
@@ -175,8 +129,9 @@ class TrainingConfig:
             return cls()
         if not isinstance(raw, Mapping):
             raise TrainingConfigError(f"training must be a mapping, not {type(raw).__name__}")
-        known = {k: v for k, v in raw.items() if k in _CHECKS}
-        return cls(**known, extra={k: v for k, v in raw.items() if k not in _CHECKS})
+        fields = cls.model_fields.keys() - {"extra"}
+        known = {k: v for k, v in raw.items() if k in fields}
+        return cls(**known, extra={k: v for k, v in raw.items() if k not in fields})
 
     def unknown_keys(self) -> tuple[str, ...]:
         """Keys of ``extra`` that dlm does not know either (most likely typos), sorted."""
@@ -215,7 +170,46 @@ class TrainingConfig:
     def to_dict(self) -> dict[str, Any]:
         """The block as a JSON-ready mapping (``extra`` keys at the top level, ``target_modules`` as a
         list); :meth:`from_mapping` reads it back to an equal config."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        out = self.model_dump(exclude={"extra"})
         if isinstance(self.target_modules, tuple):
             out["target_modules"] = list(self.target_modules)
         return {**out, **self.extra}
+
+
+def _bounds(key: str) -> str:
+    """``"in 1..256"`` (an integer field) or ``">= 0.0 and <= 0.5"`` (a number) from a field's bounds."""
+    info = TrainingConfig.model_fields[key]
+    low = high = None
+    for bound in info.metadata:
+        if isinstance(bound, Ge | Gt):
+            low = (">=" if isinstance(bound, Ge) else ">", bound.ge if isinstance(bound, Ge) else bound.gt)
+        elif isinstance(bound, Le | Lt):
+            high = ("<=" if isinstance(bound, Le) else "<", bound.le if isinstance(bound, Le) else bound.lt)
+    if info.annotation in (int, int | None) and (low is None or low[0] == ">=") and (high is None or high[0] == "<="):
+        return f"in {low[1] if low else '-inf'}..{high[1] if high else 'inf'}"
+    parts = [f"{bound[0]} {bound[1]}" for bound in (low, high) if bound]
+    return " and ".join(parts)
+
+
+def _training_error(exc: ValidationError) -> TrainingConfigError:
+    """The first error of ``exc`` as ``training.KEY must …, not VALUE`` (the form learnerd has always used)."""
+    error = exc.errors(include_url=False)[0]
+    key = str(error["loc"][0]) if error["loc"] else None
+    kind, value = error["type"], error.get("input")
+    if kind == "value_error":
+        text = str(error["ctx"]["error"])
+    elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        text = f"must be {_bounds(key)}, not {value}"
+    elif kind == "finite_number":
+        text = f"must be a finite number, not {value!r}"
+    elif kind.startswith("int_"):
+        text = f"must be an integer, not {value!r}"
+    elif kind.startswith("float_"):
+        text = f"must be a number, not {value!r}"
+    elif kind == "literal_error":
+        text = f"must be one of {error['ctx']['expected']}, not {value!r}"
+    elif kind == "extra_forbidden":
+        text = "is not a field (from_mapping keeps other keys in extra)"
+    else:
+        text = f"{error['msg'].lower()}, not {value!r}"
+    return TrainingConfigError(f"training.{key} {text}" if key else f"training: {text}", key=key)

@@ -1,0 +1,118 @@
+"""Where learnerd finds its config, the warning when nothing is watched, and ``learnerd init`` (issue 15,
+item 6)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+import structlog
+from pydantic import BaseModel
+
+from learnerd.cmd._common import read_config
+from learnerd.cmd.main import build_parser, main
+from learnerd.cmd.run import warn_if_nothing_is_watched
+from learnerd.config import REFERENCE, Config, config_candidates, config_from_dict, load_config
+from learnerd.store.dlm import TrainingConfig, read_document
+
+pytestmark = pytest.mark.usefixtures("restore_log_level")
+
+
+def ctl_args(*extra: str):
+    return build_parser().parse_args(["ctl", "status", *extra])
+
+
+@pytest.fixture
+def homes(tmp_path: Path, monkeypatch) -> Path:
+    """``$XDG_CONFIG_HOME`` in ``tmp_path``, no ``$LEARNERD_CONFIG``."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("LEARNERD_CONFIG", raising=False)
+    return tmp_path
+
+
+def write_config(path: Path, state: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'state_dir = "{state}"\n')
+    return path
+
+
+def test_the_xdg_config_is_found_without_flags(homes: Path):
+    xdg = write_config(homes / "xdg" / "learnerd" / "config.toml", "from-xdg")
+    cfg = read_config(ctl_args())
+    assert cfg.path == xdg and cfg.state_dir == xdg.parent / "from-xdg"
+
+
+def test_the_flag_wins_over_the_environment_which_wins_over_xdg(homes: Path, monkeypatch):
+    write_config(homes / "xdg" / "learnerd" / "config.toml", "from-xdg")
+    env = write_config(homes / "env.toml", "from-env")
+    flag = write_config(homes / "flag.toml", "from-flag")
+    monkeypatch.setenv("LEARNERD_CONFIG", str(env))
+    assert read_config(ctl_args()).path == env
+    assert read_config(ctl_args("--config", str(flag))).path == flag
+
+
+def test_the_candidates_are_xdg_then_etc(homes: Path, monkeypatch):
+    assert config_candidates() == [homes / "xdg" / "learnerd" / "config.toml", Path("/etc/learnerd/config.toml")]
+    monkeypatch.delenv("XDG_CONFIG_HOME")
+    assert config_candidates()[0] == Path("~/.config/learnerd/config.toml").expanduser()
+
+
+def test_nothing_found_gives_the_defaults(homes: Path):
+    cfg = read_config(ctl_args())
+    if Path("/etc/learnerd/config.toml").exists():
+        pytest.skip("this machine has /etc/learnerd/config.toml")
+    assert cfg.path is None and cfg.log_dirs == []
+
+
+def test_a_config_without_log_dirs_is_warned_about(tmp_path: Path):
+    cfg = config_from_dict({}, base=tmp_path, path=tmp_path / "c.toml")
+    with structlog.testing.capture_logs() as logs:
+        warn_if_nothing_is_watched(cfg)
+        warn_if_nothing_is_watched(config_from_dict({"log_dirs": ["logs"]}, base=tmp_path))
+    assert [e["log_level"] for e in logs] == ["warning"]
+    assert "no log directory is watched" in logs[0]["event"] and str(tmp_path / "c.toml") in logs[0]["event"]
+
+
+def test_init_writes_a_commented_config_and_a_valid_document(homes: Path, capsys):
+    target = homes / "project"
+    assert main(["init", str(target), "--log-dir", str(homes / "logs")]) == 0
+    out = capsys.readouterr().out
+    config, document = target / "config.toml", target / "docs" / "learned.dlm"
+    assert f"next: learnerd run --config {config}" in out
+
+    cfg = load_config(config)
+    assert cfg.log_dirs == [homes / "logs"] and cfg.docs_dirs == [target / "docs"]
+    lines = config.read_text().splitlines()
+    commented = "".join(line.removeprefix("#").removeprefix(" ") + "\n" for line in lines if line.startswith("#"))
+    assert REFERENCE in commented, "every setting is listed, commented out"
+
+    doc = read_document(document)
+    block = doc.frontmatter.raw["training"]
+    assert TrainingConfig.from_mapping(block) == TrainingConfig() and {"lora_r", "learning_rate"} <= set(block)
+    assert doc.frontmatter.base_model == Config().probes.base_model
+
+    before = config.read_text()
+    assert main(["init", str(target)]) == 1
+    assert "already exists" in capsys.readouterr().err and config.read_text() == before
+
+    assert main(["init", str(homes / "other")]) == 0
+    assert read_document(homes / "other" / "docs" / "learned.dlm").frontmatter.dlm_id != doc.frontmatter.dlm_id
+
+
+def test_init_into_the_xdg_directory_needs_no_flag_next(homes: Path, capsys):
+    assert main(["init"]) == 0
+    out = capsys.readouterr().out
+    assert "next: learnerd run --log-dir DIR" in out and "add your assistant's log directory" in out
+    assert read_config(ctl_args()).path == homes / "xdg" / "learnerd" / "config.toml"
+
+
+def test_the_reference_lists_every_setting_at_its_default(tmp_path: Path):
+    raw = tomllib.loads(REFERENCE)
+    cfg, defaults = config_from_dict(raw, base=tmp_path), Config()
+    for name in Config.model_fields:
+        value = getattr(defaults, name)
+        if isinstance(value, BaseModel):
+            assert set(raw[name]) == set(type(value).model_fields), name
+            assert getattr(cfg, name) == value, name
+    assert cfg.controllers == defaults.controllers
