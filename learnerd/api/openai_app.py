@@ -13,7 +13,8 @@ puts its few-shot examples in the prompt. Every response carries ``"learnerd": {
 Errors have OpenAI's body, ``{"error": {"message", "type", "param", "code"}}``: 400 bad JSON or fields,
 a prompt longer than the context; 401 no or wrong bearer token; 404 unknown model or path; 413 a body
 over ``[serve] max_body_bytes``; 429 with ``Retry-After`` when ``[serve] queue_size`` completions are
-queued or generating; 503 while the embedder loads (retrieval) or when the model cannot be loaded.
+queued or generating; 503 (``Retry-After``) while the daemon starts or drains, and when the model cannot be
+loaded.
 ``max_tokens`` is clamped to ``[serve] max_tokens``.
 """
 
@@ -180,6 +181,10 @@ class OpenAIEndpoint:
         status = 500
         model_label = "unknown"
         try:
+            if self.control.state != "running":  # models load only once start-up is over (see /readyz)
+                raise OpenAIError(
+                    503, f"learnerd is {self.control.state}", "server_error", "unavailable", {"Retry-After": "5"}
+                )
             prepared = await self._prepare(request)
             model_label = prepared.model_id
             response = await self._answer(request, prepared, received)

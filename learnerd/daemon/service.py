@@ -162,10 +162,11 @@ class Service:
                     status = self._status_line()
                     sd_notify.notify("READY=1", f"STATUS={status}")
                     log.info("learnerd ready", status=status, **self.control.endpoints)
+                    if self.daemon.served is not None and self.options.openai_addr is not None:
+                        # after the embedder's load: two threads importing transformers at once can fail
+                        tg.start_soon(self._warm_models, name="warm-models")
                     task_status.started()
 
-                if self.daemon.served is not None and self.options.openai_addr is not None:
-                    tg.start_soon(self._warm_models, name="warm-models")
                 summary = await self.daemon.run(self.stop, started)
                 tg.cancel_scope.cancel()
             return summary
