@@ -135,6 +135,9 @@ min_confidence = 0.0         # harvest only failures at least this far from the 
 max_failing_cycles = 3       # a probe still failing after this many cycles with its harvested copy is
                              # reported as stuck and never harvested again (until it passes once)
 null_runs = 3                # noise adapters the z-scores are calibrated on (0: fixed thresholds)
+calibration = "sway"         # "sway": delta_kl's null on sway's sentinel prompts, noise filled in module
+                             # order (z-scores compare with sway's); "document": on the document's prompts
+num_threads = 0              # torch threads while evaluating; 0 = the cores idle now (at least 1)
 max_prompts = 8              # prompts per divergence probe
 max_turns = 4                # dialogue length of the multi-turn probe (2..8)
 half_life_target = 2.0       # the multi-turn probe passes at a half-life of at least this many turns
@@ -410,6 +413,8 @@ class EvaluationSettings(_Section):
     min_confidence: float = Field(0.0, ge=0, le=1)
     max_failing_cycles: int = Field(3, ge=1)
     null_runs: int = Field(3, ge=0, le=20)
+    calibration: Literal["sway", "document"] = "sway"
+    num_threads: int = Field(0, ge=0)
     max_prompts: int = Field(8, ge=1)
     max_turns: int = Field(4, ge=2, le=8)
     half_life_target: float = Field(2.0, gt=0)

@@ -2,18 +2,25 @@
 
 Runs every probe (``probe_recall``, ``delta_kl``, ``multi_turn_coherence_decay``,
 ``section_internalization``, with ``null_adapter`` calibration) on the current adapter version of ``DOC``,
-or ``--adapter vN``; writes the sway schema-1 report beside that version (``versions/vNNNN/eval.json``, the
-file the daemon's evaluation reconciler also writes) and to ``--json PATH``, and prints a one-screen
-summary. ``--history`` instead prints the probe pass rate and score of every evaluated version and plots
-them into a PNG (``--plot PATH``; default ``<adapters>/<dlm_id>/eval-history.png``).
+or ``--adapter vN``, showing a progress bar on a terminal; writes the sway schema-1 report beside that
+version (``versions/vNNNN/eval.json``, the file the daemon's evaluation reconciler also writes) and to
+``--output PATH``, and prints a one-screen summary whose score line explains the band — or, with
+``--json``, the report itself on stdout. ``--junit PATH`` also writes JUnit XML as sway does.
+``--history`` instead prints the probe pass rate and score of every evaluated version (``--json``: as a
+JSON list) and plots them into a PNG (``--plot PATH``; default ``<adapters>/<dlm_id>/eval-history.png``).
 
-Exit status: 0 when the evaluation ran (whatever the verdicts), 1 when it could not (a missing or
-malformed document, no adapter, an unusable base model).
+Exit status: 0 when the evaluation ran and passed its gates; 1 when it could not run (a missing or
+malformed document, no adapter, an unusable base model), or when a gate failed: ``--fail-under SCORE``
+(the overall score is below SCORE) or ``--require-pass`` (a probe failed or errored).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args
@@ -27,8 +34,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("doc", metavar="DOC", type=Path, help=".dlm document whose adapter to evaluate")
     p.add_argument("--adapter", metavar="vN", default="current", help="adapter version (default: current)")
-    p.add_argument("--json", metavar="PATH", type=Path, help="also write the report here")
+    p.add_argument("--output", "-o", metavar="PATH", type=Path, help="also write the report here")
+    p.add_argument("--json", action="store_true", help="print the report (or --history) as JSON on stdout")
+    p.add_argument("--junit", metavar="PATH", type=Path, help="also write the report as JUnit XML (sway's layout)")
+    p.add_argument("--fail-under", metavar="SCORE", type=float, help="exit 1 when the overall score is below SCORE")
+    p.add_argument("--require-pass", action="store_true", help="exit 1 when a probe failed or errored")
     p.add_argument("--null-runs", type=int, metavar="N", help="noise adapters to calibrate on (default: config)")
+    p.add_argument(
+        "--calibration",
+        choices=("sway", "document"),
+        help="null calibration: sway's sentinel prompts and noise order (default), or the document's prompts",
+    )
+    p.add_argument("--threads", type=int, metavar="N", help="torch threads (default: config; 0: the idle cores)")
     p.add_argument("--history", action="store_true", help="show pass rate and score per version instead, and plot")
     p.add_argument("--plot", metavar="PNG", type=Path, help="where --history writes its plot")
     add_common_options(p)
@@ -45,8 +62,13 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = load_config_from_args(args)
     console = Console(highlight=False)
+    errors = Console(stderr=True, highlight=False)
     if args.null_runs is not None and not 0 <= args.null_runs <= 20:
         raise CommandError("--null-runs must be in 0..20")
+    if args.fail_under is not None and not 0.0 <= args.fail_under <= 1.0:
+        raise CommandError("--fail-under must be in [0, 1]")
+    if args.threads is not None and args.threads < 0:
+        raise CommandError("--threads must be >= 0 (0: the idle cores)")
     try:
         document = read_document(args.doc)
         store = AdapterStore(cfg.layout.adapters_dir)
@@ -62,27 +84,74 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"{args.doc}: {exc.strerror or exc}") from None
 
     from learnerd.eval.history import report_path
+    from learnerd.eval.junit import write_junit
     from learnerd.eval.probes.base import EvalOptions
-    from learnerd.eval.report import write_report
-    from learnerd.eval.suite import evaluate_version
+    from learnerd.eval.report import dump_report, write_report
+    from learnerd.eval.suite import evaluate_version, total_steps
     from learnerd.eval.summary import render_report
+    from learnerd.eval.threads import set_torch_threads
     from learnerd.ml.base_model import resolve_base_model
 
-    overrides = {"null_runs": args.null_runs} if args.null_runs is not None else {}
-    options = EvalOptions.from_settings(cfg.evaluation, **overrides)
+    overrides = {"null_runs": args.null_runs, "calibration": args.calibration}
+    options = EvalOptions.from_settings(cfg.evaluation, **{k: v for k, v in overrides.items() if v is not None})
+    set_torch_threads(cfg.evaluation.num_threads if args.threads is None else args.threads)
     try:
         base = resolve_base_model(
             document.frontmatter.base_model, cache_dir=cfg.layout.models_dir, relative_to=args.doc.parent
         )
-        report = evaluate_version(document, version, base, options=options)
+        with _progress_bar(errors, total_steps(options), f"evaluating {args.doc.name}") as advance:
+            report = evaluate_version(document, version, base, options=options, progress=advance)
     except (BaseModelError, DocumentError) as exc:
         raise CommandError(str(exc)) from None
-    targets = [report_path(version), *([args.json] if args.json else [])]
-    for target in targets:
-        write_report(target, report)
-    render_report(report, console, title=f"{args.doc} — adapter {version.name}")
-    console.print("report: " + ", ".join(str(t) for t in targets), markup=False)
-    return 0
+    targets = [report_path(version), *([args.output] if args.output else [])]
+    try:
+        for target in targets:
+            write_report(target, report)
+        if args.junit:
+            write_junit(args.junit, report)
+    except OSError as exc:
+        raise CommandError(f"cannot write the report: {exc}") from None
+    written = ", ".join(str(t) for t in [*targets, *([args.junit] if args.junit else [])])
+    if args.json:
+        sys.stdout.write(dump_report(report))
+        errors.print(f"report: {written}", markup=False)
+    else:
+        render_report(report, console, title=f"{args.doc} — adapter {version.name}")
+        console.print(f"report: {written}", markup=False)
+    return _gate(report, args, errors)
+
+
+def _gate(report, args: argparse.Namespace, console) -> int:
+    """1 when ``--fail-under`` or ``--require-pass`` fails (saying why on stderr), else 0."""
+    from learnerd.eval.report import Verdict
+
+    failures = []
+    if args.fail_under is not None and report.score.overall < args.fail_under:
+        failures.append(f"overall score {report.score.overall:.3f} < {args.fail_under:g}")
+    if args.require_pass:
+        bad = [p.name for p in report.probes if p.verdict in (Verdict.FAIL, Verdict.ERROR)]
+        if bad:
+            shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+            failures.append(f"{len(bad)} probe(s) failed or errored: {shown}")
+    for failure in failures:
+        console.print(f"gate failed: {failure}", markup=False)
+    return 1 if failures else 0
+
+
+@contextmanager
+def _progress_bar(console, total: int, description: str) -> Iterator[Callable[[str], None]]:
+    """A rich progress bar on ``console`` when it is a terminal (removed when done); yields the callback
+    that advances it by one step."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
+        task = progress.add_task(description, total=total)
+
+        def advance(step: str) -> None:
+            progress.update(task, advance=1, description=f"{description}: {step}")
+
+        yield advance
 
 
 def _history(console, store, key: str, args: argparse.Namespace) -> int:
@@ -92,8 +161,13 @@ def _history(console, store, key: str, args: argparse.Namespace) -> int:
     points = history(store, key)
     if not points:
         raise CommandError(f"{args.doc}: no evaluated adapter version yet (run learnerd eval {args.doc})")
-    render_history(points, console, title=f"evaluation history of {args.doc}")
     plot = args.plot or store.doc_dir(key) / "eval-history.png"
     plot_history(points, plot, title=f"{args.doc.name}: probe pass rate per adapter version")
+    if args.json:
+        rows = [{**vars(p), "pass_rate": p.pass_rate} for p in points]
+        sys.stdout.write(json.dumps(rows, indent=2, sort_keys=True) + "\n")
+        print(f"plot: {plot}", file=sys.stderr)
+        return 0
+    render_history(points, console, title=f"evaluation history of {args.doc}")
     console.print(f"plot: {plot}", markup=False)
     return 0

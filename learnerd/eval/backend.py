@@ -11,7 +11,12 @@ Each :class:`View` gives, for token ids the caller built (see :mod:`learnerd.eva
 
 * :meth:`View.next_token_dist` — the top-k of the next-token distribution, tail mass kept;
 * :meth:`View.logprob` — the log-likelihood of a continuation given a context, in nats;
-* :meth:`View.generate` — greedy decoding until an end-of-sequence id.
+* :meth:`View.generate` — greedy decoding until an end-of-sequence id;
+
+and their batched forms (``next_token_dists``, ``logprobs``, ``generate_many``), which run many inputs per
+forward pass: padded batches of at most :data:`MAX_BATCH_TOKENS` tokens and :data:`LOGITS_BATCH_BYTES` of
+logits. Before every batch the backend checks its cancel event (a ``threading.Event`` another thread may
+set) and raises :class:`EvaluationCancelled`, so a running evaluation stops within one batch.
 
 Every forward pass checks that the logits are finite: a NaN or inf raises :class:`NonFiniteLogitsError`
 naming the view, so no probe ever computes on garbage. Log-softmax runs in float64. Results of the base
@@ -22,7 +27,8 @@ other side's forward passes. Not thread-safe: one evaluation at a time per backe
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +40,15 @@ from learnerd.store.adapters import AdapterVersion, load_adapter
 
 NULL_INIT_SCALE = 0.02
 """Standard deviation of a null adapter's ``lora_A`` / ``lora_B`` entries (sway's ``init_scale``)."""
+LOGITS_BATCH_BYTES = 128 * 2**20
+"""Bytes of float32 logits one batched forward pass may produce (``padded tokens × vocabulary × 4``)."""
+MAX_BATCH_TOKENS = 8192
+"""Padded tokens per batch at most, whatever the vocabulary (bounds the attention's memory too)."""
+
+
+class EvaluationCancelled(BaseException):
+    """The evaluation was asked to stop (its cancel event was set). A ``BaseException``, like
+    ``asyncio.CancelledError``, so no probe's error handling turns it into an ``error`` result."""
 
 
 class NonFiniteLogitsError(RuntimeError):
@@ -46,12 +61,15 @@ class DifferentialBackend:
     Args:
         model: a ``PeftModel`` (eval mode) whose adapter is the one under evaluation.
         tokenizer: its tokenizer.
+        cancel: when set (from any thread), the next batch raises :class:`EvaluationCancelled`.
     """
 
-    def __init__(self, model: Any, tokenizer: Any) -> None:
+    def __init__(self, model: Any, tokenizer: Any, *, cancel: threading.Event | None = None) -> None:
         self.model = model
         self.tokenizer = tokenizer
+        self.cancel = cancel or threading.Event()
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.batch_tokens = max(1, min(MAX_BATCH_TOKENS, LOGITS_BATCH_BYTES // (4 * self.vocab_size)))
         generation = getattr(model, "generation_config", None)
         eos = getattr(generation, "eos_token_id", None) if generation is not None else None
         if eos is None:
@@ -63,7 +81,9 @@ class DifferentialBackend:
         self.forward_passes = 0
 
     @classmethod
-    def load(cls, base: BaseModelRef, version: AdapterVersion) -> DifferentialBackend:
+    def load(
+        cls, base: BaseModelRef, version: AdapterVersion, *, cancel: threading.Event | None = None
+    ) -> DifferentialBackend:
         """Load ``base`` (offline, float32) and attach ``version``'s adapter.
 
         Raises:
@@ -71,7 +91,12 @@ class DifferentialBackend:
             OSError / ValueError: peft cannot load the adapter directory.
         """
         model, tokenizer = load_model_directory(base.path, name=base.name)
-        return cls(load_adapter(model, version), tokenizer)
+        return cls(load_adapter(model, version), tokenizer, cancel=cancel)
+
+    def check_cancelled(self) -> None:
+        """Raise :class:`EvaluationCancelled` when the cancel event is set (checked before every batch)."""
+        if self.cancel.is_set():
+            raise EvaluationCancelled("evaluation cancelled")
 
     @contextlib.contextmanager
     def as_base(self) -> Iterator[View]:
@@ -86,17 +111,24 @@ class DifferentialBackend:
             yield View(self, "ft")
 
     @contextlib.contextmanager
-    def as_null_adapter(self, seed: int, init_scale: float = NULL_INIT_SCALE) -> Iterator[View]:
+    def as_null_adapter(
+        self, seed: int, init_scale: float = NULL_INIT_SCALE, *, module_order: bool = True
+    ) -> Iterator[View]:
         """A view through a random-noise adapter of the trained one's shape: every ``lora_A`` / ``lora_B``
-        entry drawn from N(0, ``init_scale``²) by a generator seeded with ``seed``; restored on exit."""
+        entry drawn from N(0, ``init_scale``²) by one generator seeded with ``seed``; restored on exit.
+
+        The tensors are filled in module order (``named_parameters()``, as sway 0.1.0's
+        ``as_null_adapter`` does, so equal seeds give sway's noise), or in parameter-name order with
+        ``module_order=False``."""
         import torch
 
         generator = torch.Generator().manual_seed(int(seed))
         saved: list[tuple[Any, Any]] = []
+        named = list(self.model.named_parameters())
         with self._entered(f"null:{seed}"):
             try:
                 with torch.no_grad():
-                    for name, param in sorted(self.model.named_parameters()):
+                    for name, param in named if module_order else sorted(named, key=lambda np_: np_[0]):
                         if "lora_A" in name or "lora_B" in name:
                             saved.append((param, param.detach().clone()))
                             noise = torch.randn(param.shape, generator=generator, dtype=torch.float32)
@@ -129,9 +161,27 @@ class DifferentialBackend:
             self._active = None
 
 
+def _batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Indices into ``lengths`` grouped into batches, longest first, each padding to at most ``max_tokens``
+    tokens (``batch size × longest length``); a sequence longer than that is a batch of its own."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    out: list[list[int]] = []
+    for i in order:
+        if out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= max_tokens:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
 @dataclass
 class View:
-    """One side of a :class:`DifferentialBackend`; valid only inside the ``with`` that made it."""
+    """One side of a :class:`DifferentialBackend`; valid only inside the ``with`` that made it.
+
+    The ``*_many`` methods run their inputs in batches (right-padded forwards, left-padded generation) of
+    at most :attr:`DifferentialBackend.batch_tokens` padded tokens; the single-input methods are batches
+    of one. Batching changes float32 results only by summation order (≈ 1e-6 relative).
+    """
 
     backend: DifferentialBackend
     name: str
@@ -147,79 +197,200 @@ class View:
         Raises:
             NonFiniteLogitsError: the logits hold NaN or inf.
         """
-        key = ("dist", tuple(ids), top_k)
-        if self._cached and key in self.backend._base_cache:
-            return self.backend._base_cache[key]
+        return self.next_token_dists([ids], top_k)[0]
+
+    def next_token_dists(self, prompts: Sequence[Sequence[int]], top_k: int = 256) -> list[TokenDist]:
+        """:meth:`next_token_dist` of each of ``prompts``, in order, in batched forward passes.
+
+        Raises:
+            ValueError: a prompt is empty.
+            NonFiniteLogitsError: the logits hold NaN or inf.
+            EvaluationCancelled: the backend's cancel event was set.
+        """
         import torch
 
-        logprobs = torch.log_softmax(self._logits(ids)[-1].double(), dim=-1)
-        k = min(top_k, logprobs.shape[0])
-        top = torch.topk(logprobs, k)
-        dist = TokenDist(
-            top.indices.numpy().astype(np.int64), top.values.numpy().astype(np.float64), self.backend.vocab_size
-        )
-        if self._cached:
-            self.backend._base_cache[key] = dist
-        return dist
+        keys = [("dist", tuple(p), top_k) for p in prompts]
+
+        def compute(i: int, logits: Any) -> TokenDist:
+            logprobs = torch.log_softmax(logits[-1].double(), dim=-1)
+            top = torch.topk(logprobs, min(top_k, logprobs.shape[0]))
+            return TokenDist(
+                top.indices.numpy().astype(np.int64), top.values.numpy().astype(np.float64), self.backend.vocab_size
+            )
+
+        return self._map(keys, [list(p) for p in prompts], compute)
 
     def logprob(self, context: Sequence[int], target: Sequence[int]) -> float:
-        """``Σ_t ln p(target[t] | context + target[:t])`` in nats (<= 0).
+        """``Σ_t ln p(target[t] | context + target[:t])`` in nats (<= 0), summed in float64.
 
         Raises:
             ValueError: ``context`` or ``target`` is empty.
             NonFiniteLogitsError: the logits hold NaN or inf.
         """
-        if not context or not target:
+        return self.logprobs([(context, target)])[0]
+
+    def logprobs(self, items: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[float]:
+        """:meth:`logprob` of each ``(context, target)`` of ``items``, in order, in batched forward passes.
+
+        Items that share a context share its forward pass: each batch runs its distinct contexts once
+        (right-padded, keeping their key/value cache), then every target after its own context's cache
+        (position ids continuing the context, the context's padding masked out).
+
+        Raises:
+            ValueError: a context or target is empty.
+            NonFiniteLogitsError: the logits hold NaN or inf.
+            EvaluationCancelled: the backend's cancel event was set.
+        """
+        if any(not c or not t for c, t in items):
             raise ValueError("logprob needs a non-empty context and target")
-        key = ("logprob", tuple(context), tuple(target))
-        if self._cached and key in self.backend._base_cache:
-            return self.backend._base_cache[key]
+        keys = [("logprob", tuple(c), tuple(t)) for c, t in items]
+        cache = self.backend._base_cache if self._cached else {}
+        results: dict[int, float] = {i: cache[k] for i, k in enumerate(keys) if k in cache}
+        pending = [i for i in range(len(items)) if i not in results]
+        lengths = [len(items[i][0]) + len(items[i][1]) for i in pending]
+        for batch in _batches(lengths, self.backend.batch_tokens):
+            members = [pending[j] for j in batch]
+            for i, value in zip(members, self._shared_context_logprobs([items[i] for i in members]), strict=True):
+                results[i] = value
+                if self._cached:
+                    cache[keys[i]] = value
+        return [results[i] for i in range(len(items))]
+
+    def _shared_context_logprobs(self, items: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[float]:
+        """The log-likelihoods of one batch of ``(context, target)`` items: two forward passes."""
         import torch
 
-        logits = self._logits([*context, *target])[len(context) - 1 : -1]
-        logprobs = torch.log_softmax(logits.double(), dim=-1)
-        value = float(logprobs.gather(1, torch.tensor(list(target)).unsqueeze(1)).sum())
-        if self._cached:
-            self.backend._base_cache[key] = value
-        return value
+        self.backend.check_cancelled()
+        contexts = list(dict.fromkeys(tuple(c) for c, _ in items))
+        which = [contexts.index(tuple(c)) for c, _ in items]
+        pad = self.backend._pad_id
+        width = max(map(len, contexts))
+        ctx_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in contexts])
+        ctx_ids = torch.tensor([list(c) + [pad] * (width - len(c)) for c in contexts])
+        with torch.no_grad():
+            out = self.backend.model(input_ids=ctx_ids, attention_mask=ctx_mask, use_cache=True)
+        self.backend.forward_passes += 1
+        firsts = [out.logits[g, len(contexts[g]) - 1] for g in which]  # (V,): predicts each target's first token
+        tails = [list(t[:-1]) for _, t in items]  # what predicts each target's later tokens
+        tail_width = max(map(len, tails))
+        tail_logits = None
+        if tail_width:
+            past = out.past_key_values
+            past.reorder_cache(torch.tensor(which))  # one copy of its context's cache per item
+            tail_ids = torch.tensor([t + [pad] * (tail_width - len(t)) for t in tails])
+            tail_mask = torch.tensor([[1] * len(t) + [0] * (tail_width - len(t)) for t in tails])
+            positions = torch.tensor([[len(contexts[g]) + j for j in range(tail_width)] for g in which])
+            with torch.no_grad():
+                tail_logits = self.backend.model(
+                    input_ids=tail_ids,
+                    attention_mask=torch.cat([ctx_mask[which], tail_mask], dim=1),
+                    position_ids=positions,
+                    past_key_values=past,
+                ).logits
+            self.backend.forward_passes += 1
+        values = []
+        for row, (_, target) in enumerate(items):
+            rest = tail_logits[row, : len(target) - 1] if tail_logits is not None else firsts[row][None][:0]
+            logits = torch.cat([firsts[row].unsqueeze(0), rest], dim=0)  # (len(target), V)
+            bad = int((~torch.isfinite(logits)).sum())
+            if bad:
+                raise NonFiniteLogitsError(
+                    f"the {self.name} view produced {bad} non-finite logit(s) scoring a continuation; "
+                    "the adapter or the base model is broken"
+                )
+            logprobs = torch.log_softmax(logits.double(), dim=-1)
+            values.append(float(logprobs.gather(1, torch.tensor(list(target)).unsqueeze(1)).sum()))
+        return values
 
     def generate(self, ids: Sequence[int], max_new_tokens: int) -> list[int]:
         """Greedy continuation of ``ids``: at most ``max_new_tokens`` new ids, stopping at (and
         dropping) the model's end-of-sequence ids.
 
         Raises:
-            NonFiniteLogitsError: the logits of the prompt hold NaN or inf.
+            NonFiniteLogitsError: the logits hold NaN or inf.
+        """
+        return self.generate_many([ids], [max_new_tokens])[0]
+
+    def generate_many(self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int]) -> list[list[int]]:
+        """:meth:`generate` of each prompt with its own token budget, in left-padded batches (HF
+        ``generate`` derives the position ids from the attention mask).
+
+        Raises:
+            ValueError: a prompt is empty, or the budgets do not match the prompts.
+            NonFiniteLogitsError: the logits of a decoding step hold NaN or inf.
+            EvaluationCancelled: the backend's cancel event was set.
         """
         import torch
 
-        self._logits(ids)  # the finite check; generate() itself would argmax over NaN silently
-        input_ids = torch.tensor([list(ids)])
-        with torch.no_grad():
-            out = self.backend.model.generate(
-                input_ids=input_ids,
-                attention_mask=torch.ones_like(input_ids),
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                pad_token_id=self.backend._pad_id,
-            )
-        new = out[0, len(ids) :].tolist()
-        for i, token in enumerate(new):
-            if token in self.backend.eos_ids:
-                return new[:i]
-        return new
+        if len(prompts) != len(max_new_tokens) or any(not p for p in prompts):
+            raise ValueError("generate_many needs one non-empty prompt per token budget")
+        out: list[list[int]] = [[] for _ in prompts]
+        lengths = [len(p) + b for p, b in zip(prompts, max_new_tokens, strict=True)]
+        for batch in _batches(lengths, self.backend.batch_tokens):
+            self.backend.check_cancelled()
+            width = max(len(prompts[i]) for i in batch)
+            pad = self.backend._pad_id
+            input_ids = torch.tensor([[pad] * (width - len(prompts[i])) + list(prompts[i]) for i in batch])
+            mask = torch.tensor([[0] * (width - len(prompts[i])) + [1] * len(prompts[i]) for i in batch])
+            with torch.no_grad():
+                gen = self.backend.model.generate(
+                    input_ids=input_ids,
+                    attention_mask=mask,
+                    max_new_tokens=max(max_new_tokens[i] for i in batch),
+                    do_sample=False,
+                    pad_token_id=pad,
+                    return_dict_in_generate=True,
+                    output_logits=True,
+                )
+            self.backend.forward_passes += len(gen.logits)
+            for step, logits in enumerate(gen.logits):
+                bad = int((~torch.isfinite(logits)).sum())
+                if bad:
+                    raise NonFiniteLogitsError(
+                        f"the {self.name} view produced {bad} non-finite logit(s) at decoding step {step}; "
+                        "the adapter or the base model is broken"
+                    )
+            for row, i in enumerate(batch):
+                new = gen.sequences[row, width:].tolist()[: max_new_tokens[i]]
+                stop = next((j for j, token in enumerate(new) if token in self.backend.eos_ids), len(new))
+                out[i] = new[:stop]
+        return out
 
-    def _logits(self, ids: Sequence[int]) -> Any:
+    def _map(
+        self, keys: Sequence[tuple[Any, ...]], sequences: Sequence[list[int]], compute: Callable[[int, Any], Any]
+    ) -> list[Any]:
+        """``compute(i, logits of sequence i's real tokens, float32 (T_i, V))`` for each sequence, through
+        the base view's cache; the uncached ones in batched forward passes."""
+        cache = self.backend._base_cache if self._cached else {}
+        results: dict[int, Any] = {i: cache[k] for i, k in enumerate(keys) if k in cache}
+        pending = [i for i in range(len(keys)) if i not in results]
+        for batch in _batches([len(sequences[i]) for i in pending], self.backend.batch_tokens):
+            members = [pending[j] for j in batch]
+            for i, logits in zip(members, self._logits([sequences[i] for i in members]), strict=True):
+                results[i] = compute(i, logits)
+                if self._cached:
+                    cache[keys[i]] = results[i]
+        return [results[i] for i in range(len(keys))]
+
+    def _logits(self, sequences: Sequence[list[int]]) -> list[Any]:
+        """One right-padded forward pass; each sequence's logits over its own tokens, float32 ``(T_i, V)``."""
         import torch
 
-        if not ids:
+        if any(not s for s in sequences):
             raise ValueError("empty input")
+        self.backend.check_cancelled()
+        width = max(len(s) for s in sequences)
+        pad = self.backend._pad_id
+        input_ids = torch.tensor([s + [pad] * (width - len(s)) for s in sequences])
+        mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in sequences])
         with torch.no_grad():
-            logits = self.backend.model(input_ids=torch.tensor([list(ids)])).logits[0]
+            logits = self.backend.model(input_ids=input_ids, attention_mask=mask).logits
         self.backend.forward_passes += 1
-        bad = int((~torch.isfinite(logits)).sum())
+        out = [logits[row, : len(s)] for row, s in enumerate(sequences)]
+        bad = sum(int((~torch.isfinite(x)).sum()) for x in out)
         if bad:
             raise NonFiniteLogitsError(
-                f"the {self.name} view produced {bad} non-finite logit(s) over {len(ids)} input tokens; "
-                "the adapter or the base model is broken"
+                f"the {self.name} view produced {bad} non-finite logit(s) over {sum(map(len, sequences))} input "
+                "tokens; the adapter or the base model is broken"
             )
-        return logits
+        return out

@@ -4,7 +4,8 @@ Each probe falls in a category (:data:`~learnerd.eval.probes.CATEGORY`); a categ
 its probes' scores weighted by ``evidence.weight`` (default 1), skipped and errored probes left out; the
 overall score is the mean of the categories that have a scored probe, weighted by :data:`DEFAULT_WEIGHTS`
 (sway's defaults; ``baseline`` weighs 0). Bands: below 0.3 ``noise``, below 0.6 ``partial``, up to 0.85
-``healthy``, above ``suspicious`` (sway's: possibly memorised rather than learned).
+``healthy``, above ``suspicious`` (sway's: possibly memorised rather than learned); :func:`explain_band`
+says so in words, with what put the score there.
 """
 
 from __future__ import annotations
@@ -32,6 +33,31 @@ def band(overall: float) -> str:
     if overall < 0.6:
         return "partial"
     return "healthy" if overall <= 0.85 else "suspicious"
+
+
+BAND_MEANING = {
+    "noise": "below 0.3: indistinguishable from a noise adapter",
+    "partial": "0.3 to 0.6: a partial fit",
+    "healthy": "0.6 to 0.85: healthy",
+    "suspicious": "above 0.85: sway's flag for a possible overfit or memorisation",
+}
+"""What each of sway's bands means (sway 0.1.0 ``core/result.py`` ``SwayScore.band_for``)."""
+
+
+def explain_band(score: Score, probes: Sequence[ProbeResult]) -> str:
+    """The band of ``score`` with what it means and what put the score there: the components, and for
+    ``suspicious`` the probe recall — an adapter trained to recite its probes lands there by design.
+
+    Example: ``suspicious (above 0.85: sway's flag for a possible overfit or memorisation; adherence 0.93,
+    attribution 1.00; probe recall 17/18: expected for an adapter trained on its probes)``.
+    """
+    parts = [BAND_MEANING.get(score.band, score.band)]
+    if score.components:
+        parts.append(", ".join(f"{c} {v:.2f}" for c, v in score.components.items() if score.weights.get(c, 0.0) > 0))
+    passed, judged = recall_counts(probes)
+    if score.band == "suspicious" and judged:
+        parts.append(f"probe recall {passed}/{judged}: expected for an adapter trained on its probes")
+    return f"{score.band} ({'; '.join(p for p in parts if p)})"
 
 
 def recall_counts(probes: Iterable[ProbeResult]) -> tuple[int, int]:

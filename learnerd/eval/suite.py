@@ -15,14 +15,15 @@ and the base's identity.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from learnerd import __version__
 from learnerd.eval.backend import DifferentialBackend, NonFiniteLogitsError
 from learnerd.eval.inputs import document_inputs
-from learnerd.eval.probes import PROBES
+from learnerd.eval.probes import PROBES, null_adapter
 from learnerd.eval.probes.base import EvalOptions, ProbeContext, errored
 from learnerd.eval.report import ProbeResult, Report
 from learnerd.eval.score import compute_score
@@ -33,6 +34,12 @@ from learnerd.store.dlm import Document
 SWAY_VERSION = "0.1.0"
 
 
+def total_steps(options: EvalOptions) -> int:
+    """How many times an evaluation with ``options`` reports progress: once per calibrated probe kind and
+    noise seed, and once after each probe."""
+    return len(null_adapter.CALIBRATED) * options.null_runs + len(PROBES)
+
+
 def evaluate(
     backend: DifferentialBackend,
     document: Document,
@@ -41,11 +48,14 @@ def evaluate(
     adapter_id: str,
     options: EvalOptions | None = None,
     extra: Mapping[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Report:
-    """Evaluate ``backend``'s adapter on ``document``'s probes, prompts and sections.
+    """Evaluate ``backend``'s adapter on ``document``'s probes, prompts and sections. ``progress`` is
+    called with a description after each of the :func:`total_steps` steps.
 
     Raises:
         DocumentError: an instruction section of ``document`` breaks the Q/A grammar.
+        EvaluationCancelled: ``backend.cancel`` was set; the evaluation stopped at its next batch.
     """
     options = options or EvalOptions()
     started_at, t0 = dt.datetime.now(dt.UTC), time.perf_counter()
@@ -59,11 +69,12 @@ def evaluate(
         inputs = document_inputs(
             document, backend.tokenizer, max_prompts=options.max_prompts, harvest_tag=options.harvest_tag
         )
-        ctx = ProbeContext(backend, inputs, options)
+        ctx = ProbeContext(backend, inputs, options, progress=progress or (lambda description: None))
         probes = []
         for probe in PROBES:
             outcome = probe.run(ctx)
             probes.extend(outcome if isinstance(outcome, list) else [outcome])
+            ctx.step(probe.KIND)
         null_stats = ctx.null_stats
     return Report(
         sway_version=SWAY_VERSION,
@@ -87,15 +98,24 @@ def evaluate(
 
 
 def evaluate_version(
-    document: Document, version: AdapterVersion, base: BaseModelRef, *, options: EvalOptions | None = None
+    document: Document,
+    version: AdapterVersion,
+    base: BaseModelRef,
+    *,
+    options: EvalOptions | None = None,
+    progress: Callable[[str], None] | None = None,
+    cancel: threading.Event | None = None,
 ) -> Report:
-    """Load ``base`` with ``version``'s adapter and :func:`evaluate` it on ``document``.
+    """Load ``base`` with ``version``'s adapter and :func:`evaluate` it on ``document``; setting ``cancel``
+    (from another thread) stops it at the next batch.
 
     Raises:
         BaseModelError: the base cannot be loaded.
         DocumentError: as :func:`evaluate`.
+        EvaluationCancelled: ``cancel`` was set.
     """
-    backend = DifferentialBackend.load(base, version)
+    backend = DifferentialBackend.load(base, version, cancel=cancel)
+    backend.check_cancelled()
     extra = {
         "learnerd": {
             "dlm_id": document.frontmatter.dlm_id,
@@ -110,4 +130,5 @@ def evaluate_version(
         adapter_id=str(version.path),
         options=options,
         extra=extra,
+        progress=progress,
     )

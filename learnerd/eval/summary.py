@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from learnerd.eval.history import HistoryPoint
 from learnerd.eval.probes.recall import KIND as RECALL
 from learnerd.eval.report import ProbeResult, Report, Verdict
-from learnerd.eval.score import recall_counts
+from learnerd.eval.score import explain_band, recall_counts
 
 STYLE = {
     Verdict.PASS: "green",
@@ -32,7 +33,7 @@ def _verdict(v: Verdict) -> str:
 
 def render_report(report: Report, console: Console, *, title: str = "") -> None:
     """A table of the probes — the recall probes folded into one row plus their worst failures — then
-    the overall score, band and findings."""
+    the overall score with its band explained (:func:`~learnerd.eval.score.explain_band`) and the findings."""
     table = Table(title=title or f"evaluation of {report.adapter_id}", title_justify="left")
     for col, justify in (("probe", "left"), ("kind", "left"), ("verdict", "left"), ("score", "right"),
                          ("raw", "right"), ("z", "right"), ("message", "left")):  # fmt: skip
@@ -53,7 +54,8 @@ def render_report(report: Report, console: Console, *, title: str = "") -> None:
             _recall_rows(table, recall)
     console.print(table)
     s = report.score
-    console.print(f"overall score [bold]{s.overall:.3f}[/] ({s.band}) in {report.wall_seconds:.1f} s")
+    band = escape(explain_band(s, report.probes))
+    console.print(f"overall score [bold]{s.overall:.3f}[/], {band}, in {report.wall_seconds:.1f} s")
     for finding in s.findings:
         console.print(f"  - {finding}", markup=False)
 

@@ -5,8 +5,12 @@ configured — its failures flow back into the document. Key: a document path.
 the adapter store (key: the document's ``dlm_id``, :func:`~learnerd.eval.history.adapter_key`) and:
 
 1. if that version has no report (``versions/vNNNN/eval.json``), evaluates it against the document as
-   it is now (:func:`~learnerd.eval.suite.evaluate_version`, in a worker thread, one at a time), adds the
-   *stuck* probes to the report's findings and writes the report atomically;
+   it is now (:func:`~learnerd.eval.suite.evaluate_version`, in a worker thread, one at a time, on
+   ``[evaluation] num_threads`` torch threads), adds the *stuck* probes to the report's findings and writes
+   the report atomically. It logs ``evaluation.started``, one ``evaluation.progress`` per step
+   (``step`` of ``of``) and ``evaluation.finished``. When the reconcile is cancelled (the controller's
+   timeout, a drain or the daemon stopping), the worker thread stops at its next batch — within about
+   a second on the tiny model — before the reconcile returns, and nothing is written;
 2. with ``[evaluation] auto_harvest = true``, applies the report's failing probes to the document through
    :func:`~learnerd.eval.harvest.auto_harvest` — the code ``learnerd harvest`` runs — in ``reinforce`` mode:
    a failing ``!probe`` of the document gets one plain ``### Q`` copy of itself, and copies whose probe a
@@ -32,6 +36,7 @@ version)`` hook enqueues the document after each committed version.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,13 +51,16 @@ from learnerd.eval.history import adapter_key, report_path, version_reports
 from learnerd.eval.probes.base import EvalOptions
 from learnerd.eval.probes.recall import KIND as RECALL
 from learnerd.eval.report import Report, ReportError, Verdict, load_report, write_report
-from learnerd.eval.suite import evaluate_version
+from learnerd.eval.suite import evaluate_version, total_steps
+from learnerd.eval.threads import set_torch_threads
 from learnerd.ml.base_model import BaseModelError, resolve_base_model
 from learnerd.runtime.reconcile import Result, TerminalError
 from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
 from learnerd.store.dlm import Document, DocumentError, read_document
 
 log = structlog.get_logger(__name__)
+CANCEL_POLL_S = 0.05
+"""How often a cancelled reconcile checks whether its evaluation thread has stopped (seconds)."""
 
 
 class EvaluationReconciler:
@@ -104,8 +112,25 @@ class EvaluationReconciler:
         return keys
 
     async def reconcile(self, key: str) -> Result:
+        cancel, finished = threading.Event(), threading.Event()
+
+        def work() -> None:
+            try:
+                self.reconcile_sync(key, cancel=cancel)
+            finally:
+                finished.set()
+
         try:
-            await anyio.to_thread.run_sync(self.reconcile_sync, key, limiter=self._limiter)
+            async with self._limiter:
+                try:
+                    await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+                except anyio.get_cancelled_exc_class():
+                    cancel.set()  # the thread stops at its next batch; wait for it, so nothing outlives us
+                    with anyio.CancelScope(shield=True):
+                        while not finished.is_set():
+                            await anyio.sleep(CANCEL_POLL_S)
+                    log.info("evaluation.cancelled", path=key)
+                    raise
         except DocumentError as exc:
             log.warning("evaluation.document_invalid", path=key, error=str(exc), retry_s=self._retry_s)
             return Result(requeue_after=self._retry_s)
@@ -113,14 +138,16 @@ class EvaluationReconciler:
             raise TerminalError(f"{key}: {exc}") from exc
         return Result()
 
-    def reconcile_sync(self, key: str) -> Report | None:
+    def reconcile_sync(self, key: str, *, cancel: threading.Event | None = None) -> Report | None:
         """The blocking reconcile (see the module docstring); the current version's report, or None when
-        there is nothing to evaluate.
+        there is nothing to evaluate. Setting ``cancel`` stops a running evaluation at its next batch,
+        before anything is written.
 
         Raises:
             DocumentError: the document does not parse.
             BaseModelError: its base model cannot be resolved or loaded.
             AdapterStoreError, OSError: the store or the file system failed.
+            EvaluationCancelled: ``cancel`` was set during the evaluation.
         """
         path = Path(key)
         if not path.exists():
@@ -130,12 +157,14 @@ class EvaluationReconciler:
         version = self.store.current(doc_key)
         if version is None:
             return None
-        report = self._report(path, document, version)
+        report = self._report(path, document, version, cancel)
         if self.settings.auto_harvest:
             self._harvest(path, report)
         return report
 
-    def _report(self, path: Path, document: Document, version: AdapterVersion) -> Report:
+    def _report(
+        self, path: Path, document: Document, version: AdapterVersion, cancel: threading.Event | None
+    ) -> Report:
         target = report_path(version)
         if target.exists():
             try:
@@ -143,8 +172,17 @@ class EvaluationReconciler:
             except ReportError as exc:
                 log.warning("evaluation.report_unreadable", path=str(target), error=str(exc))
         base = resolve_base_model(document.frontmatter.base_model, cache_dir=self._models_dir, relative_to=path.parent)
-        log.info("evaluation.started", path=str(path), version=version.name)
-        report = evaluate_version(document, version, base, options=self.options)
+        threads = set_torch_threads(self.settings.num_threads)
+        total = total_steps(self.options)
+        log.info("evaluation.started", path=str(path), version=version.name, steps=total, threads=threads)
+        done = 0
+
+        def progress(step: str) -> None:
+            nonlocal done
+            done += 1
+            log.info("evaluation.progress", path=str(path), version=version.name, step=done, of=total, done=step)
+
+        report = evaluate_version(document, version, base, options=self.options, progress=progress, cancel=cancel)
         stuck = stuck_probes(self.store, version.doc_key, report, self.settings.max_failing_cycles)
         if stuck:
             note = (

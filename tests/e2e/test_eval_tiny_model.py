@@ -121,7 +121,7 @@ def test_learnerd_eval_without_a_chat_template_skips_the_dialogue(tmp_path, mode
     anyio.run(train_document, AdapterStore(state / "adapters"), doc, models_dir)
     out = tmp_path / "report.json"
     proc = run_cli(
-        "eval", str(doc), "--state-dir", str(state), "--json", str(out), "--null-runs", "2", "--log-level", "warning"
+        "eval", str(doc), "--state-dir", str(state), "--output", str(out), "--null-runs", "2", "--log-level", "warning"
     )
     report = load_report(out)
     (mt,) = [p for p in report.probes if p.kind == "multi_turn_coherence_decay"]

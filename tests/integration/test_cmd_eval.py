@@ -1,11 +1,20 @@
-"""``learnerd eval`` refuses what it cannot evaluate with one line and exit status 1."""
+"""``learnerd eval`` refuses what it cannot evaluate with one line and exit status 1; its CI gates, its JSON
+on stdout and its JUnit XML."""
 
 from __future__ import annotations
 
+import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import SimpleNamespace
+
+import anyio
+import pytest
 
 from learnerd.store.adapters import AdapterStore
-from tests.support.evaluation import DLM_ID, commit_version, run_cli
+from tests.qa_pairs import QA_PAIRS
+from tests.support.evaluation import DLM_ID, commit_version, qa_document, run_cli, state_with_models
+from tests.support.training import train_document
 
 DOC = f"---\ndlm_id: {DLM_ID}\nbase_model: learnerd/tiny-llama\n---\nSome prose.\n"
 
@@ -24,3 +33,39 @@ def test_refusals(tmp_path: Path):
     malformed = run_cli("eval", str(doc), "--state-dir", str(state), check=False)
     assert malformed.returncode == 1 and f"{doc}:2" in malformed.stderr and "dlm_id" in malformed.stderr
     assert run_cli("eval", str(doc), "--null-runs", "99", check=False).returncode == 1
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, models_dir):
+    """Four probes trained a few steps: an adapter that answers some of them wrongly."""
+    tmp = tmp_path_factory.mktemp("gates")
+    state = state_with_models(tmp, models_dir)
+    doc = tmp / "qa.dlm"
+    doc.write_text(qa_document(QA_PAIRS[:4], epochs=1, per_section=2))
+    anyio.run(train_document, AdapterStore(state / "adapters"), doc, models_dir)
+    return SimpleNamespace(doc=doc, state=state)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_gates_json_on_stdout_output_and_junit(trained, tmp_path):
+    out, junit = tmp_path / "report.json", tmp_path / "junit.xml"
+    common = ("--state-dir", str(trained.state), "--null-runs", "2", "--log-level", "warning")
+    gated = run_cli(
+        "eval", str(trained.doc), "--json", "--output", str(out), "--junit", str(junit),
+        "--fail-under", "0.99", "--require-pass", *common, check=False,
+    )  # fmt: skip
+    assert gated.returncode == 1, gated.stderr
+    report = json.loads(gated.stdout)  # stdout is the report and nothing else
+    assert report == json.loads(out.read_text()) and report["schema_version"] == 1
+    failed = [p["name"] for p in report["probes"] if p["verdict"] in ("fail", "error")]
+    assert f"gate failed: overall score {report['score']['overall']:.3f} < 0.99" in gated.stderr
+    assert f"gate failed: {len(failed)} probe(s) failed or errored: {failed[0]}" in gated.stderr
+    suite = ET.parse(junit).getroot()
+    assert suite.get("tests") == str(len(report["probes"])) and suite.get("failures") == str(
+        sum(p["verdict"] == "fail" for p in report["probes"])
+    )
+    passing = run_cli("eval", str(trained.doc), "--fail-under", "0", *common)
+    assert f"overall score {report['score']['overall']:.3f}, {report['score']['band']} (" in passing.stdout
+    history = run_cli("eval", str(trained.doc), "--history", "--json", "--state-dir", str(trained.state))
+    (point,) = json.loads(history.stdout)
+    assert point["name"] == "v0001" and point["band"] == report["score"]["band"]

@@ -58,3 +58,12 @@ def test_bad_files_are_refused_with_the_reason(tmp_path, text, message):
 def test_a_missing_file_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "nope.toml")
+
+
+def test_evaluation_calibration_and_threads(tmp_path):
+    cfg = load_config(write(tmp_path, '[evaluation]\ncalibration = "document"\nnum_threads = 2\n'))
+    assert cfg.evaluation.calibration == "document" and cfg.evaluation.num_threads == 2
+    assert load_config(None).evaluation.calibration == "sway"  # sway's z-scores by default
+    for bad in ('calibration = "mine"', "num_threads = -1"):
+        with pytest.raises(ConfigError, match="evaluation"):
+            load_config(write(tmp_path, f"[evaluation]\n{bad}\n"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from learnerd.eval.report import ProbeResult, Verdict
-from learnerd.eval.score import band, compute_score, recall_counts
+from learnerd.eval.score import band, compute_score, explain_band, recall_counts
 
 
 def probe(name, kind, verdict, score, weight=None):
@@ -45,3 +45,16 @@ def test_bands(overall, expected):
 def test_nothing_scored_is_zero():
     score = compute_score([probe("mt", "multi_turn_coherence_decay", "skip", None)])
     assert (score.overall, score.band, score.components) == (0.0, "noise", {})
+
+
+def test_a_suspicious_band_says_why():
+    recall = [probe(f"r{i}", "probe_recall", "pass" if i < 17 else "fail", 1.0 if i < 17 else 0.4) for i in range(18)]
+    probes = [*recall, probe("dk", "delta_kl", "pass", 0.99), probe("sis", "section_internalization", "pass", 1.0)]
+    score = compute_score(probes)
+    assert score.band == "suspicious"  # sway's name stays in the report
+    line = explain_band(score, probes)
+    assert line.startswith("suspicious (above 0.85: sway's flag for a possible overfit or memorisation")
+    assert "probe recall 17/18: expected for an adapter trained on its probes" in line
+    assert f"attribution {score.components['attribution']:.2f}" in line and "baseline" not in line
+    healthy = compute_score([probe("dk", "delta_kl", "pass", 0.7)])
+    assert explain_band(healthy, []) == "healthy (0.6 to 0.85: healthy; adherence 0.70)"

@@ -79,18 +79,37 @@ class EvalOptions(EvaluationSettings):
 @dataclass
 class ProbeContext:
     """What a probe reads: the backend, the document's encoded inputs, the options, and the null-adapter
-    statistics per probe kind (``{"mean", "std", "n"}``) once calibration ran."""
+    statistics per probe kind (``{"mean", "std", "n", "degenerate"}``) once calibration ran.
+
+    ``progress`` is called with a short description after each step of work (:func:`learnerd.eval.suite.total_steps`
+    of them in a whole evaluation); it is where a progress bar or a log event hooks in.
+    """
 
     backend: DifferentialBackend
     inputs: DocumentInputs
     options: EvalOptions = field(default_factory=EvalOptions)
     null_stats: dict[str, dict[str, float]] = field(default_factory=dict)
+    progress: Callable[[str], None] = field(default_factory=lambda: _no_progress)
+
+    def step(self, description: str) -> None:
+        """One step of work done: report it, then stop here if the evaluation was cancelled.
+
+        Raises:
+            EvaluationCancelled: the backend's cancel event is set.
+        """
+        self.progress(description)
+        self.backend.check_cancelled()
+
+
+def _no_progress(description: str) -> None:
+    return None
 
 
 def z_score(ctx: ProbeContext, kind: str, raw: float) -> float | None:
-    """Standard deviations of ``raw`` above the null-adapter mean of ``kind``, or None uncalibrated."""
+    """Standard deviations of ``raw`` above the null-adapter mean of ``kind``; None uncalibrated, or when the
+    null samples were degenerate (one sample, or all equal: sway's rule, ``probes/_zscore.py``)."""
     null = ctx.null_stats.get(kind)
-    if null is None or not null.get("std", 0.0) > 0.0:
+    if null is None or not null.get("std", 0.0) > 0.0 or null.get("degenerate", 0.0) >= 0.5:
         return None
     return (raw - null["mean"]) / null["std"]
 

@@ -1,11 +1,11 @@
 """``multi_turn_coherence_decay``: does the adapter's influence survive a dialogue, or fade turn by turn?
 
-After sway's probe of the same name. For each of the first ``dialogue_prompts`` questions of the document,
-the fine-tuned view rolls a dialogue through the chat template: it answers the question greedily, then a
-follow-up (cycled from ``follow_ups``) is asked, and so on up to ``max_turns`` user turns. At each turn
-``t = 2..max_turns``, before the model answers, the divergence KL(ft ‖ base) of the next-token
-distributions is measured on the same history (both views see the fine-tuned model's own earlier answers).
-The per-turn means are fitted with :func:`~learnerd.eval.half_life.fit_half_life`; ``raw`` is the
+After sway's probe of the same name. For each of the first ``dialogue_prompts`` questions of the document (all
+dialogues in one batch per turn), the fine-tuned view rolls a dialogue through the chat template: it answers
+the question greedily, then a follow-up (cycled from ``follow_ups``) is asked, and so on up to ``max_turns``
+user turns. At each turn ``t = 2..max_turns``, before the model answers, the divergence KL(ft ‖ base) of the
+next-token distributions is measured on the same history (both views see the fine-tuned model's own earlier
+answers). The per-turn means are fitted with :func:`~learnerd.eval.half_life.fit_half_life`; ``raw`` is the
 half-life in turns.
 
 Verdicts: ``ok`` passes when the half-life is at least ``half_life_target`` (default 2 turns; score
@@ -43,24 +43,27 @@ def per_turn(ctx: ProbeContext) -> tuple[list[float], int]:
     questions = [p.text for p in ctx.inputs.prompts if p.source != "prose"][: opts.dialogue_prompts]
     if not questions:
         raise NotApplicable("the document has no question to open a dialogue with")
-    curves: list[list[float]] = [[] for _ in range(2, opts.max_turns + 1)]
+    curves: list[list[float]] = []
+    dialogues = [[ChatMessage("user", q)] for q in questions]
 
-    def reply(ft: View, ids: tuple[int, ...]) -> ChatMessage:
-        return ChatMessage("assistant", encoder.decode(ft.generate(ids, opts.turn_max_new_tokens)))
+    def reply(ft: View, prompts: list[tuple[int, ...]]) -> None:
+        answers = ft.generate_many(prompts, [opts.turn_max_new_tokens] * len(prompts))
+        for messages, ids in zip(dialogues, answers, strict=True):
+            messages.append(ChatMessage("assistant", encoder.decode(ids)))
 
-    for question in questions:
-        messages = [ChatMessage("user", question)]
-        with backend.as_finetuned() as ft:
-            messages.append(reply(ft, encoder.prompt(question)))
-        for i, turn in enumerate(range(2, opts.max_turns + 1)):
+    with backend.as_finetuned() as ft:
+        reply(ft, [encoder.prompt(q) for q in questions])
+    for i, turn in enumerate(range(2, opts.max_turns + 1)):
+        for messages in dialogues:
             messages.append(ChatMessage("user", opts.follow_ups[i % len(opts.follow_ups)]))
-            ids = encoder.dialogue(messages)
-            with backend.as_base() as base:
-                base_dist = base.next_token_dist(ids, opts.top_k)
-            with backend.as_finetuned() as ft:
-                curves[i].append(divergence(base_dist, ft.next_token_dist(ids, opts.top_k), "kl"))
-                if turn < opts.max_turns:
-                    messages.append(reply(ft, ids))
+        prompts = [encoder.dialogue(messages) for messages in dialogues]
+        with backend.as_base() as base:
+            base_dists = base.next_token_dists(prompts, opts.top_k)
+        with backend.as_finetuned() as ft:
+            ft_dists = ft.next_token_dists(prompts, opts.top_k)
+            curves.append([divergence(b, f, "kl") for b, f in zip(base_dists, ft_dists, strict=True)])
+            if turn < opts.max_turns:
+                reply(ft, prompts)
     return [statistics.fmean(c) for c in curves], len(questions)
 
 

@@ -5,6 +5,10 @@ of the document's prompts (sway's A1 probe).
 (:mod:`learnerd.ml.divergence`). With null-adapter statistics the verdict is ``z >= assert_z_gte``
 (default 3σ) and ``score = sigmoid(z / 3)``; without, ``raw >= assert_mean_gte`` and ``score = raw / ln 2``
 (JS) or ``1 − e^−raw`` (KL). A zero divergence means the adapter changes nothing.
+
+Null calibration (:mod:`learnerd.eval.null_adapter`) measures the same divergence with noise adapters: by
+default (``calibration = "sway"``) on sway's fixed :data:`SENTINEL_PROMPTS`, as sway 0.1.0 does, so the
+z-scores compare with sway's reports; with ``calibration = "document"`` on the document's own prompts.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Sequence
 
 from learnerd.eval.probes.base import (
     NotApplicable,
@@ -30,28 +35,45 @@ KIND = "delta_kl"
 CATEGORY = "adherence"  # sway's score category
 
 
-def per_prompt(ctx: ProbeContext, ft_view: ViewFactory) -> list[float]:
-    """The divergence after each prompt, base against ``ft_view``.
+SENTINEL_PROMPTS: tuple[str, ...] = (
+    "The capital of",
+    "Once upon a time",
+    "An interesting fact is",
+    "The next step is to",
+)
+"""The fixed prompts sway 0.1.0 calibrates ``delta_kl``'s null adapters on (``probes/base.py``
+``SENTINEL_PROMPTS``), encoded as plain text, as sway's HF backend encodes prompts."""
+
+
+def per_prompt(
+    ctx: ProbeContext, ft_view: ViewFactory, prompt_ids: Sequence[Sequence[int]] | None = None
+) -> list[float]:
+    """The divergence after each prompt (the document's, or ``prompt_ids``), base against ``ft_view``.
 
     Raises:
         NotApplicable: the document gives no prompt.
         DivergenceError / NonFiniteLogitsError: a view's distribution is unusable.
     """
-    prompts = ctx.inputs.prompts
-    if not prompts:
-        raise NotApplicable("the document has no question or prose to prompt with")
+    if prompt_ids is None:
+        if not ctx.inputs.prompts:
+            raise NotApplicable("the document has no question or prose to prompt with")
+        prompt_ids = [p.ids for p in ctx.inputs.prompts]
     top_k = ctx.options.top_k
     with ctx.backend.as_base() as base:
-        base_dists = [base.next_token_dist(p.ids, top_k) for p in prompts]
+        base_dists = base.next_token_dists(prompt_ids, top_k)
     with ft_view() as ft:
-        ft_dists = [ft.next_token_dist(p.ids, top_k) for p in prompts]
+        ft_dists = ft.next_token_dists(prompt_ids, top_k)
     kind = ctx.options.delta_divergence
     return [divergence(b, f, kind) for b, f in zip(base_dists, ft_dists, strict=True)]  # type: ignore[arg-type]
 
 
 def raw_value(ctx: ProbeContext, ft_view: ViewFactory) -> float:
-    """The probe's raw metric (mean divergence, nats) with ``ft_view`` as the fine-tuned side."""
-    return statistics.fmean(per_prompt(ctx, ft_view))
+    """The probe's raw metric (mean divergence, nats) with ``ft_view`` as the fine-tuned side: on the
+    document's prompts, or — ``calibration = "sway"``, for a null adapter — on :data:`SENTINEL_PROMPTS`."""
+    prompt_ids = None
+    if ctx.options.calibration == "sway":
+        prompt_ids = [ctx.inputs.encoder.text_prompt(p) for p in SENTINEL_PROMPTS]
+    return statistics.fmean(per_prompt(ctx, ft_view, prompt_ids))
 
 
 def run(ctx: ProbeContext) -> ProbeResult:

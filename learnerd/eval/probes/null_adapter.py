@@ -2,8 +2,12 @@
 
 For each calibrated probe kind and each of ``null_runs`` seeds (``null_seed_base + i``), the probe's raw
 metric is computed with the fine-tuned side replaced by a random-noise adapter of the trained one's shape
-(:meth:`~learnerd.eval.backend.DifferentialBackend.as_null_adapter`). The per-kind ``mean``, population
-``std`` (floored at 1e-6 so identical samples cannot divide by zero) and ``n`` go to ``ctx.null_stats``,
+(:meth:`~learnerd.eval.backend.DifferentialBackend.as_null_adapter`). ``calibration = "sway"`` (the
+default) does it as sway 0.1.0 does: the noise fills the LoRA tensors in module order and ``delta_kl`` is
+calibrated on sway's sentinel prompts, so equal raw values give sway's z-scores; ``"document"`` fills them
+in parameter-name order and calibrates on the document's prompts. The per-kind ``mean``, population
+``std`` (floored at 1e-6), ``n`` and ``degenerate`` (1.0 when there is one sample or all are equal: no
+z-score is computed then, sway's rule) go to ``ctx.null_stats``,
 where later probes read them, and to the report's top-level ``null_stats``. Calibrated kinds:
 ``delta_kl`` and ``section_internalization``; the recall and multi-turn probes have no meaningful noise
 baseline (a noise adapter recalls nothing and holds no dialogue).
@@ -41,19 +45,30 @@ def run(ctx: ProbeContext) -> ProbeResult:
     started = time.perf_counter()
     samples: dict[str, list[float]] = {}
     not_calibrated: dict[str, str] = {}
+    module_order = opts.calibration == "sway"
     for kind, raw_value in CALIBRATED.items():
-        try:
-            samples[kind] = [
-                raw_value(ctx, partial(ctx.backend.as_null_adapter, opts.null_seed_base + i, opts.null_init_scale))
-                for i in range(opts.null_runs)
-            ]
-        except NotApplicable as exc:
-            not_calibrated[kind] = str(exc)
-        except Exception as exc:
-            not_calibrated[kind] = f"{type(exc).__name__}: {exc}"
+        values: list[float] = []
+        for i in range(opts.null_runs):
+            seed = opts.null_seed_base + i
+            if kind not in not_calibrated:
+                try:
+                    view = partial(ctx.backend.as_null_adapter, seed, opts.null_init_scale, module_order=module_order)
+                    values.append(raw_value(ctx, view))
+                except NotApplicable as exc:
+                    not_calibrated[kind] = str(exc)
+                except Exception as exc:
+                    not_calibrated[kind] = f"{type(exc).__name__}: {exc}"
+            ctx.step(f"null adapter {seed}: {kind}")
+        if kind not in not_calibrated:
+            samples[kind] = values
     for kind, values in samples.items():
         std = statistics.pstdev(values) if len(values) > 1 else 0.0
-        ctx.null_stats[kind] = {"mean": statistics.fmean(values), "std": max(std, STD_FLOOR), "n": float(len(values))}
+        ctx.null_stats[kind] = {
+            "mean": statistics.fmean(values),
+            "std": max(std, STD_FLOOR),
+            "n": float(len(values)),
+            "degenerate": 1.0 if len(values) <= 1 or std == 0.0 else 0.0,
+        }
     evidence = {
         "null_stats": {k: dict(v) for k, v in ctx.null_stats.items()},
         "per_kind_raw_samples": samples,
@@ -62,6 +77,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
         "runs": opts.null_runs,
         "init_scale": opts.null_init_scale,
         "seed_base": opts.null_seed_base,
+        "calibration": opts.calibration,
         "weight": 1.0,
     }
     message = f"{len(samples)} kind(s) calibrated over {opts.null_runs} noise adapter(s)"

@@ -3,7 +3,8 @@
 One result per distinct probe pair (named :func:`~learnerd.eval.inputs.probe_name`), so each failing
 probe carries its own ``evidence.prompt`` / ``evidence.reference`` — what ``learnerd harvest`` reads. The
 fine-tuned view answers greedily (at most the reference's token count + 8 new tokens); the base view
-answers the same way, for contrast. Texts are compared after collapsing whitespace: an exact match
+answers the same way, for contrast. Each view answers all probes in batches; a probe's ``duration_s`` is
+its share of the batches' time. Texts are compared after collapsing whitespace: an exact match
 passes, and so does a character-level similarity (``difflib.SequenceMatcher.ratio``, 2·matches / total
 length) of at least ``min_similarity``.
 
@@ -16,6 +17,7 @@ how far its answer is from the reference (harvest's ``--min-confidence`` filters
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import time
 
@@ -39,29 +41,40 @@ def similarity(a: str, b: str) -> float:
 
 
 def run(ctx: ProbeContext) -> list[ProbeResult]:
-    """One result per distinct probe pair; a single skipped result when the document has none."""
+    """One result per distinct probe pair; a single skipped result when the document has none. The
+    answers of each view are generated in batches (:meth:`~learnerd.eval.backend.View.generate_many`)."""
     if not ctx.inputs.probes:
         return [skipped(KIND, KIND, "the document has no ### Q !probe pairs")]
     weight = 1.0 / len(ctx.inputs.probes)
-    out = []
-    for probe in ctx.inputs.probes:
-        started = time.perf_counter()
-        try:
-            out.append(_one(ctx, probe, weight, started))
-        except Exception as exc:  # one broken probe must not sink the others
-            out.append(errored(probe.name, KIND, exc, started))
-    return out
-
-
-def _one(ctx: ProbeContext, probe: ProbePair, weight: float, started: float) -> ProbeResult:
     encoder, backend = ctx.inputs.encoder, ctx.backend
-    prompt = encoder.prompt(probe.question)
-    reference_tokens = len(encoder.pair(probe.question, probe.answer).target)
-    budget = min(ctx.options.max_answer_tokens, reference_tokens + ANSWER_SLACK_TOKENS)
-    with backend.as_finetuned() as ft:
-        generated = encoder.decode(ft.generate(prompt, budget))
-    with backend.as_base() as base:
-        base_generated = encoder.decode(base.generate(prompt, budget))
+    started = time.perf_counter()
+    out: dict[str, ProbeResult] = {}
+    asks: list[tuple[ProbePair, tuple[int, ...], int]] = []
+    for probe in ctx.inputs.probes:
+        try:
+            reference_tokens = len(encoder.pair(probe.question, probe.answer).target)
+            budget = min(ctx.options.max_answer_tokens, reference_tokens + ANSWER_SLACK_TOKENS)
+            asks.append((probe, encoder.prompt(probe.question), budget))
+        except Exception as exc:  # one broken probe must not sink the others
+            out[probe.name] = errored(probe.name, KIND, exc, started)
+    prompts, budgets = [a[1] for a in asks], [a[2] for a in asks]
+    answers: dict[str, list[str]] = {}
+    try:
+        for view, name in ((backend.as_finetuned, "ft"), (backend.as_base, "base")):
+            with view() as v:
+                answers[name] = [encoder.decode(ids) for ids in v.generate_many(prompts, budgets)]
+    except Exception as exc:
+        for probe, _, _ in asks:
+            out[probe.name] = errored(probe.name, KIND, exc, started)
+        return [out[p.name] for p in ctx.inputs.probes]
+    for (probe, _, _), generated, base_generated in zip(asks, answers["ft"], answers["base"], strict=True):
+        out[probe.name] = _judge(ctx, probe, generated, base_generated, weight, started, len(asks))
+    return [out[p.name] for p in ctx.inputs.probes]
+
+
+def _judge(
+    ctx: ProbeContext, probe: ProbePair, generated: str, base_generated: str, weight: float, started: float, n: int
+) -> ProbeResult:
     exact = normalize(generated) == normalize(probe.answer)
     sim = 1.0 if exact else similarity(generated, probe.answer)
     base_sim = similarity(base_generated, probe.answer)
@@ -84,10 +97,11 @@ def _one(ctx: ProbeContext, probe: ProbePair, weight: float, started: float) -> 
         evidence["confidence"] = 1.0 - sim
         message = f"answered {_clip(generated)!r}, expected {_clip(probe.answer)!r} (similarity {sim:.2f})"
     verdict = Verdict.PASS if passed else Verdict.FAIL
-    return result(
+    result_ = result(
         probe.name, KIND, verdict, score=sim, raw=sim, evidence=evidence, message=message, started=started,
         base_value=base_sim, ft_value=sim,
     )  # fmt: skip
+    return dataclasses.replace(result_, duration_s=result_.duration_s / n)  # the batch's time, shared
 
 
 def _clip(text: str, limit: int = 40) -> str:

@@ -1,0 +1,66 @@
+"""The evaluation reconciler on a real adapter: progress events while it runs, and a cancelled reconcile
+stops its evaluation thread at the next batch before it returns, writing nothing."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+import structlog
+
+from learnerd.config import Config
+from learnerd.daemon.wiring import evaluation_reconciler
+from learnerd.eval.history import report_path
+from learnerd.eval.probes.base import EvalOptions
+from learnerd.eval.suite import total_steps
+from learnerd.store.adapters import AdapterStore
+from tests.qa_pairs import QA_PAIRS
+from tests.support.evaluation import qa_document, state_with_models
+from tests.support.training import train_document
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("one_torch_thread")]
+
+
+@pytest.fixture
+def trained(tmp_path, models_dir):
+    state = state_with_models(tmp_path, models_dir)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    doc = docs / "qa.dlm"
+    doc.write_text(qa_document(QA_PAIRS[:4], epochs=1, per_section=2))
+    outcome = anyio.run(train_document, AdapterStore(state / "adapters"), doc, models_dir)
+    config = Config(state_dir=state, docs_dirs=[docs])
+    config.evaluation.num_threads = 1
+    return config, doc, outcome.version
+
+
+def events(logs: list[dict], name: str) -> list[dict]:
+    return [e for e in logs if e["event"] == name]
+
+
+async def test_progress_events_then_a_report(trained):
+    config, doc, version = trained
+    config.evaluation.null_runs = 1
+    with structlog.testing.capture_logs() as logs:
+        await evaluation_reconciler(config).reconcile(str(doc))
+    steps = events(logs, "evaluation.progress")
+    total = total_steps(EvalOptions(null_runs=1))
+    assert [e["step"] for e in steps] == list(range(1, total + 1)) and {e["of"] for e in steps} == {total}
+    assert [e["done"] for e in steps][-3:] == ["delta_kl", "multi_turn_coherence_decay", "section_internalization"]
+    assert events(logs, "evaluation.started")[0]["threads"] == 1
+    assert report_path(version).is_file() and events(logs, "evaluation.finished")
+
+
+async def test_a_cancelled_evaluation_stops_before_the_reconcile_returns(trained):
+    config, doc, version = trained
+    reconciler = evaluation_reconciler(config)
+    with structlog.testing.capture_logs() as logs:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reconciler.reconcile, str(doc))
+            while not events(logs, "evaluation.progress"):  # the evaluation is under way
+                await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+        await anyio.sleep(1.0)  # a thread left running would go on logging progress here, then write the report
+    names = [e["event"] for e in logs]
+    assert names[-1] == "evaluation.cancelled"  # logged once the thread stopped: nothing ran after it
+    assert len(events(logs, "evaluation.progress")) < total_steps(reconciler.options)
+    assert not events(logs, "evaluation.finished") and not report_path(version).exists()
