@@ -6,7 +6,8 @@
    first new token; tokens/s = new tokens ÷ the whole call);
 2. **endpoint**: the same prompts, greedy, streamed through the official ``openai`` client from a
    ``learnerd run`` subprocess (one warm-up request first; tokens/s = ``usage.completion_tokens`` ÷ the
-   request's wall time, so HTTP, SSE and detokenisation are inside);
+   request's wall time, so HTTP, SSE and detokenisation are inside); the two contenders alternate prompt
+   by prompt for ``--rounds`` rounds, so both see the same machine load;
 3. **search while generating**: ``POST /search`` round trips (k = 3, over a few learned examples) idle, then
    while ``--streams`` clients stream completions back to back.
 
@@ -63,49 +64,47 @@ BLOCKS = {
 }
 
 
-def in_process(model_name: str, models_dir: Path, prompts: list[str], max_tokens: int) -> list[tuple[float, float]]:
-    """``(ttft_s, tokens_per_s)`` per prompt with bare ``model.generate``."""
-    import torch
-    from transformers.generation.streamers import BaseStreamer
+class InProcess:
+    """The baseline: the base model loaded in this process, answered with bare ``model.generate``."""
 
-    class Timer(BaseStreamer):
-        def __init__(self) -> None:
-            self.seen: list[float] = []
+    def __init__(self, model_name: str, models_dir: Path) -> None:
+        base = load_base(model_name, cache_dir=models_dir)
+        self.model, self.tokenizer = base.model, base.tokenizer
 
-        def put(self, value) -> None:
-            self.seen.append(time.perf_counter())
+    def once(self, prompt: str, max_tokens: int) -> tuple[float, float, int]:
+        """``(ttft_s, tokens_per_s, new tokens)`` of one greedy answer."""
+        import torch
+        from transformers.generation.streamers import BaseStreamer
 
-        def end(self) -> None:
-            pass
+        seen: list[float] = []
 
-    base = load_base(model_name, cache_dir=models_dir)
-    model, tokenizer = base.model, base.tokenizer
-    results = []
-    for i, prompt in enumerate([prompts[0], *prompts]):  # the first is a warm-up, as on the endpoint
+        class Timer(BaseStreamer):
+            def put(self, value) -> None:
+                seen.append(time.perf_counter())  # the first put() is the prompt, the second the first new token
+
+            def end(self) -> None:
+                pass
+
+        tokenizer = self.tokenizer
         ids = render_chat(tokenizer, [ChatMessage("user", prompt)], add_generation_prompt=True)
-        timer = Timer()
-
         input_ids = torch.tensor([ids])
         started = time.perf_counter()
         with torch.no_grad():
-            out = model.generate(
+            out = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=torch.ones_like(input_ids),
                 max_new_tokens=max_tokens,
                 do_sample=False,
                 pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
-                streamer=timer,
+                streamer=Timer(),
             )
         elapsed = time.perf_counter() - started
         new = out.shape[1] - len(ids)
-        seen = timer.seen  # the first put() is the prompt, the second the first new token
-        if i > 0:
-            results.append((seen[1] - started if len(seen) > 1 else elapsed, new / elapsed))
-    return results
+        return (seen[1] if len(seen) > 1 else started + elapsed) - started, new / elapsed, new
 
 
-def stream_once(api: openai.OpenAI, model: str, prompt: str, max_tokens: int) -> tuple[float, float]:
-    """``(ttft_s, tokens_per_s)`` of one streamed completion."""
+def stream_once(api: openai.OpenAI, model: str, prompt: str, max_tokens: int) -> tuple[float, float, int]:
+    """``(ttft_s, tokens_per_s, completion tokens)`` of one streamed completion."""
     started = time.perf_counter()
     first = None
     usage = None
@@ -122,7 +121,7 @@ def stream_once(api: openai.OpenAI, model: str, prompt: str, max_tokens: int) ->
         if chunk.usage is not None:
             usage = chunk.usage
     elapsed = time.perf_counter() - started
-    return (first or elapsed) - started, usage.completion_tokens / elapsed
+    return (first or started + elapsed) - started, usage.completion_tokens / elapsed, usage.completion_tokens
 
 
 def search_latencies(url: str, seconds: float) -> list[float]:
@@ -170,6 +169,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--streams", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the prompts")
     parser.add_argument("--seconds", type=float, default=10.0, help="search timing per phase")
     parser.add_argument("--threads", type=int, default=0, help="torch threads of both contenders (0: torch's default)")
     args = parser.parse_args()
@@ -193,7 +193,7 @@ def main() -> None:
                 f.write(event_line("context", block_id, 1.7e9, cells=[Cell("markup", query)]))
                 f.write(event_line("executed", block_id, 1.7e9 + 1, cell=Cell("code", answer, "bash"), exit_code=0))
         try:
-            baseline = in_process(model, root / "state" / "models", prompts, args.max_tokens)
+            local = InProcess(model, root / "state" / "models")
         except BaseModelError as exc:
             print(str(exc), file=sys.stderr)
             sys.exit(2)
@@ -215,8 +215,13 @@ def main() -> None:
             search_url = f"http://127.0.0.1:{search_port}/search"
             wait_for(lambda: api.models.list() is not None, 300, "the endpoint")
             wait_for(lambda: len(json.loads(_post(search_url))) == 3, 300, "three examples indexed")
-            stream_once(api, model, prompts[0], args.max_tokens)  # warm-up
-            served = [stream_once(api, model, p, args.max_tokens) for p in prompts]
+            local.once(prompts[0], args.max_tokens)  # warm-ups
+            stream_once(api, model, prompts[0], args.max_tokens)
+            baseline, served = [], []
+            for _ in range(args.rounds):  # interleaved: both contenders see the same machine load
+                for p in prompts:
+                    baseline.append(local.once(p, args.max_tokens))
+                    served.append(stream_once(api, model, p, args.max_tokens))
 
             idle = search_latencies(search_url, args.seconds)
             stop = threading.Event()
@@ -240,7 +245,9 @@ def main() -> None:
     def med(rows: list[tuple[float, float]], i: int) -> float:
         return statistics.median(r[i] for r in rows)
 
-    print(f"model {model}, {len(prompts)} prompts, max_tokens {args.max_tokens}, greedy")
+    tokens = (statistics.mean(r[2] for r in baseline), statistics.mean(r[2] for r in served))
+    print(f"model {model}, {len(prompts)} prompts × {args.rounds} rounds, max_tokens {args.max_tokens}, greedy")
+    print(f"mean new tokens: in process {tokens[0]:.1f}, endpoint {tokens[1]:.1f}")
     print(f"{'':24}{'in process':>12}{'endpoint':>12}{'ratio':>8}")
     tps = (med(baseline, 1), med(served, 1))
     ttft = (med(baseline, 0) * 1000, med(served, 0) * 1000)
