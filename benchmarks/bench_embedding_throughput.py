@@ -22,14 +22,12 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.tldr_to_blocklog import convert
+from benchmarks.tldr_to_blocklog import PEER_TLDR, TLDR_INPUT, convert, positive, require_tldr
 from learnerd.config import Config
 from learnerd.daemon.app import Daemon
 from learnerd.daemon.logging import configure_logging
 from learnerd.ml.embedders import MiniLMEmbedder
 from learnerd.store.examples import list_examples
-
-PEER_TLDR = Path(__file__).resolve().parents[2] / "shared" / "peer-data" / "tldr"
 
 
 def through_daemon(logs: Path, embedder: MiniLMEmbedder) -> tuple[float, list[str]]:
@@ -58,11 +56,12 @@ def direct(embedder: MiniLMEmbedder, texts: list[str]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=2000, help="tldr blocks to learn (whole pages)")
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--tldr", type=Path, default=PEER_TLDR)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=TLDR_INPUT)
+    parser.add_argument("--blocks", type=positive, default=2000, help="tldr blocks to learn (whole pages)")
+    parser.add_argument("--repeats", type=positive, default=2)
+    parser.add_argument("--tldr", type=Path, default=PEER_TLDR, help="the tldr pages (see below)")
     args = parser.parse_args()
+    require_tldr(args.tldr, parser.prog)
     configure_logging("warning")
     embedder = MiniLMEmbedder(batch_size=64)
     with tempfile.TemporaryDirectory() as tmp:

@@ -35,6 +35,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+INPUT = (
+    "Input: dlm-sway 0.1.0 (pip install dlm-sway==0.1.0; the test extra); absent, exits 2. "
+    "Base: the built-in tiny model, or --base DIR."
+)
+
 TOPICS = ("the river", "a mountain", "the old library", "our garden", "the train station", "a small boat",
           "the market", "winter", "the north wind", "a lighthouse")  # fmt: skip
 
@@ -130,7 +135,7 @@ def rel(a: float, b: float) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=INPUT)
     parser.add_argument("--prompts", type=int, default=20)
     parser.add_argument("--null-runs", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)

@@ -25,14 +25,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.tldr_to_blocklog import block_lines, iter_blocks
+from benchmarks.tldr_to_blocklog import PEER_TLDR, TLDR_INPUT, block_lines, iter_blocks, positive, require_tldr
 from learnerd.config import Config
 from learnerd.daemon.app import Daemon
 from learnerd.daemon.logging import configure_logging
 from learnerd.ml.embedders import MiniLMEmbedder
 from learnerd.store.vector_index import VectorIndex
-
-PEER_TLDR = Path(__file__).resolve().parents[2] / "shared" / "peer-data" / "tldr"
 
 
 def percentiles(values: list[float]) -> tuple[float, float]:
@@ -70,10 +68,11 @@ def direct(embedder: MiniLMEmbedder, blocks: list) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=200)
-    parser.add_argument("--tldr", type=Path, default=PEER_TLDR)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=TLDR_INPUT)
+    parser.add_argument("--events", type=positive, default=200)
+    parser.add_argument("--tldr", type=Path, default=PEER_TLDR, help="the tldr pages (see below)")
     args = parser.parse_args()
+    require_tldr(args.tldr, parser.prog)
     configure_logging("warning")
     rng = random.Random(7)
     blocks = list(iter_blocks(args.tldr, limit=args.events))[: args.events]

@@ -14,6 +14,8 @@ Prints both in CPU seconds per minute and as % of one core, and their ratio (bas
 The contenders run ``--repeats`` times, interleaved; the lowest figure of each counts.
 
 Run: ``python benchmarks/bench_idle.py [--files 10000] [--window 30]`` (about 2 × repeats × window s).
+
+Input: none (it writes its own log files).
 """
 
 from __future__ import annotations
@@ -57,8 +59,11 @@ async def idle_cpu(conn, logs: Path, config: AnalyzerConfig, window: float) -> t
     return cpu, rescans
 
 
+INPUT = "Input: none (it writes its own log files)."
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=INPUT)
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--dirs", type=int, default=100)
     parser.add_argument("--window", type=float, default=30.0, help="idle seconds measured per run")

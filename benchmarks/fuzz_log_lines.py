@@ -13,6 +13,8 @@ prints the number of hostile lines tried, the failures (a failure raises, with h
 example) and the rate. ``--seed`` makes a run repeatable.
 
 Run: ``python benchmarks/fuzz_log_lines.py [--examples 2000] [--seed 0]``
+
+Input: none beyond a checkout with the test extra (hypothesis, tests/support/hostile_lines.py).
 """
 
 from __future__ import annotations
@@ -34,9 +36,11 @@ from learnerd.daemon.logging import configure_logging
 from learnerd.store.db import connect
 from tests.support.hostile_lines import check_file, hostile_lines
 
+INPUT = "Input: none beyond a checkout with the test extra (hypothesis, tests/support/hostile_lines.py)."
+
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=INPUT)
     parser.add_argument("--examples", type=int, default=2000, help="hypothesis examples (files) to try")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()

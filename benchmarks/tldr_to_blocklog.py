@@ -11,6 +11,9 @@ at most ``--per-file`` blocks per ``.jsonl`` file.
 
 ``--limit N`` takes whole pages, in order, until at least N blocks: the tests' fixed subset is
 ``--limit 1000``.
+
+Input: the tldr pages (``TLDR_DIR/common/*.md``, ``TLDR_DIR/linux/*.md``; the project keeps them in
+``../shared/peer-data/tldr`` beside the checkout). Without them it says so and exits 2.
 """
 
 from __future__ import annotations
@@ -29,6 +32,12 @@ from learnerd.analyzer.blocklog import event_line
 from learnerd.store.blocks import Cell
 
 EPOCH = 1_700_000_000.0
+#: Where the tldr benchmarks look for the pages by default: the peer data beside the checkout.
+PEER_TLDR = Path(__file__).resolve().parents[2] / "shared" / "peer-data" / "tldr"
+TLDR_INPUT = (
+    "Input: the tldr pages, TLDR_DIR/common/*.md and TLDR_DIR/linux/*.md (default --tldr: "
+    "../shared/peer-data/tldr beside the checkout); exits 2 without them."
+)
 _EXAMPLE = re.compile(r"^- (?P<desc>.+?)\s*$")
 _COMMAND = re.compile(r"^`(?P<cmd>.+)`\s*$")
 
@@ -97,13 +106,35 @@ def convert(tldr_dir: Path, out_dir: Path, limit: int | None = None, per_file: i
     return n
 
 
+def require_tldr(tldr_dir: Path, prog: str) -> Path:
+    """``tldr_dir`` when it holds tldr pages; otherwise say what is missing on stderr and exit 2."""
+    if not any(any((tldr_dir / platform).glob("*.md")) for platform in ("common", "linux")):
+        print(
+            f"{prog}: no tldr pages under {tldr_dir} (expected common/*.md or linux/*.md). This benchmark needs "
+            "the tldr pages: put the project's peer data at ../shared/peer-data beside the checkout, or point "
+            "--tldr (or the TLDR_DIR argument) at a clone of tldr-pages/tldr's pages/ folder.",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    return tldr_dir
+
+
+def positive(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=TLDR_INPUT)
     parser.add_argument("tldr_dir", type=Path)
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--limit", type=int, default=None, help="stop after the page that reaches N blocks")
     parser.add_argument("--per-file", type=int, default=5000)
     args = parser.parse_args()
+    require_tldr(args.tldr_dir, parser.prog)
     n = convert(args.tldr_dir, args.out_dir, args.limit, args.per_file)
     print(f"wrote {n} blocks ({2 * n} events) to {args.out_dir}")
 

@@ -63,6 +63,18 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
+@pytest.fixture(scope="session")
+def dlm_release(tmp_path_factory: pytest.TempPathFactory):
+    """The released dlm (document-language-model 0.10.0 from PyPI) in a virtualenv of its own
+    (:mod:`tests.support.dlm_release`), installed once per session. Skips only where pip cannot install it."""
+    from tests.support.dlm_release import DlmUnavailable, install
+
+    try:
+        return install(tmp_path_factory.mktemp("dlm-release") / "venv")
+    except DlmUnavailable as exc:
+        pytest.skip(f"the released dlm cannot be installed here: {exc}")
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     """Async tests (``@pytest.mark.anyio``) run on asyncio, as the daemon does."""

@@ -1,7 +1,8 @@
 """The admin API: HTTP with JSON bodies on the Unix socket ``<state_dir>/learnerd.sock``.
 
 Only the daemon's own user and root are served: every request's connection is checked with
-``SO_PEERCRED`` (:mod:`learnerd.api.peercred`); anyone else gets 403 and one warning in the log.
+``SO_PEERCRED`` (:mod:`learnerd.api.peercred`); anyone else gets 403 and a warning in the log
+(one per 10 s at most, with the count of those not logged).
 (The socket is 0600 in a 0700 directory, so the file system already keeps others out; the check
 holds even where those modes were loosened.)
 
@@ -26,16 +27,16 @@ GET      /metrics                                                   Prometheus t
 POST     /search        ``{"text": str, "k": int = 3}``             ``[{id, query, answer, language, score}]``
 =======  =============  ==========================================  =========================================
 
-Errors are ``{"error": "message"}`` with 400 (bad body), 403 (not allowed), 404 (unknown controller
-or path), 409 (draining, starting, a backfill running, no config file), 413 (body too large) or
-503 (the embedder is still loading).
+Errors are ``{"error": "message"}`` with 400 (bad body: also too deeply nested, a huge number, a lone
+surrogate; :mod:`learnerd.api.json_body`), 403 (not allowed), 404 (unknown controller, requeue key or path), 408 (body
+too slow), 409 (draining, starting, a backfill running, no config file), 413 (body too large), 429
+(too many searches queued; ``Retry-After``) or 503 (the embedder is still loading).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
@@ -48,12 +49,11 @@ from learnerd.api.http import (
     json_response,
     metrics_handler,
     read_json,
+    throttle_of,
 )
 from learnerd.api.peercred import PeerCred, is_allowed, peer_cred
 from learnerd.api.search import search_handler
 from learnerd.api.surface import ControlSurface
-
-log = structlog.get_logger(__name__)
 
 _PEER = web.RequestKey("learnerd.peer", object)
 
@@ -78,7 +78,8 @@ def _peer_fields(request: web.Request) -> dict[str, Any]:
 async def peer_check_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     peer = _peer(request)
     if peer is None or not is_allowed(peer.uid):
-        log.warning(
+        throttle_of(request).warning(
+            "refused",
             "admin request refused: peer is not this user or root",
             peer_uid=getattr(peer, "uid", None),
             peer_pid=getattr(peer, "pid", None),
@@ -124,7 +125,7 @@ def admin_app(control: ControlSurface, registry: CollectorRegistry, max_body_byt
 
     app = web.Application(
         client_max_size=max_body_bytes,
-        middlewares=[access_log_middleware("admin request", _peer_fields), peer_check_middleware, error_middleware],
+        middlewares=[access_log_middleware("admin request", _peer_fields), error_middleware, peer_check_middleware],
     )
     app.router.add_get("/status", status)
     app.router.add_post("/pause", pause)

@@ -11,14 +11,19 @@ Answers (JSON bodies; every error is ``{"error": "<reason>"}``), checked in this
 
 * **404** — any path but ``/rpc`` (and **405** for ``/rpc`` with a method other than POST);
 * **401** — the ``Authorization`` header is missing, not ``Bearer``, or the token is wrong (compared
-  with :func:`hmac.compare_digest`, in constant time for a token of the right length);
+  with :func:`hmac.compare_digest` on the header's bytes, in constant time for a token of the right
+  length; a byte that is not UTF-8 is a wrong token);
 * **413** — the body is larger than 64 KiB (65,536 bytes: a declared ``Content-Length`` is refused
   before reading, a chunked body as soon as it passes the cap);
-* **400** — an empty body, not JSON, not an object, ``params`` not an object, ``prompt`` or
-  ``reference`` not a non-empty string, ``tags`` not a list of strings, or a pair that a ``### Q`` /
-  ``### A`` section cannot carry exactly (see ``learnerd.store.dlm.probe_section``; dlm would mangle it);
+* **408** — the body did not arrive within the body deadline (``ServerLimits.body_timeout_s``);
+* **400** — an empty body, not JSON (or hostile JSON: nested deeper than 32 levels, an integer of more
+  than 20 digits, a non-finite number, a lone UTF-16 surrogate; :mod:`learnerd.api.json_body`), not an
+  object, ``params`` not an object, ``prompt`` or ``reference`` not a non-empty string, ``tags`` not a
+  list of strings, or a pair that a ``### Q`` / ``### A`` section cannot carry exactly (see
+  ``learnerd.store.dlm.probe_section``; dlm would mangle it). Each probe is checked and encoded alone
+  before it joins a group commit, so a bad one is refused alone;
 * **404** — ``method`` is not ``inject_probe``;
-* **429** — the inbox is full: ``{"error": ..., "queue_depth": n}``;
+* **429** — the inbox is full: ``{"error": ..., "queue_depth": n}`` with ``Retry-After``;
 * **503** — the daemon is stopping or the journal write failed (not accepted; retry later);
 * **200** — ``{"accepted": true, "next_cycle_eta_s": <int seconds>, "queue_depth": <int>}``, sent only
   after the probe is fsynced in the journal.
@@ -28,21 +33,40 @@ after an fsync (dlm's queue lives in memory); ``next_cycle_eta_s`` is an estimat
 (:mod:`learnerd.sources.cycle_eta`; dlm always sends 0); ``queue_depth`` counts probes not yet written
 into the document (accepted ones included). Every probe goes to one document, the daemon's
 ``[rpc] document`` — a client cannot choose a file to write.
+
+Connections are bounded like every listener's (:class:`learnerd.api.http.ServerLimits`: idle and
+header timeout, connection cap); any other failure of a request is answered by
+:func:`learnerd.api.http.error_middleware`.
 """
 
 from __future__ import annotations
 
-import hmac
-import json
 import math
 import time
 from collections.abc import Callable
-from typing import Any
 
 import anyio
 import structlog
 from aiohttp import web
 
+from learnerd.api.errors import (
+    BadRequest,
+    MethodNotAllowed,
+    NotFound,
+    TooManyRequests,
+    Unauthorized,
+    Unavailable,
+)
+from learnerd.api.http import (
+    ServerLimits,
+    bearer_matches,
+    error_middleware,
+    json_response,
+    read_body,
+    setup_runner,
+    throttle_of,
+)
+from learnerd.api.json_body import parse_json_body
 from learnerd.config import RPC_TOKEN_ENV
 from learnerd.sources.probe_inbox import InboxClosed, InboxFull, ProbeInbox
 from learnerd.store.dlm import UnrepresentableError, probe_section
@@ -65,6 +89,7 @@ class RpcServer:
         token: the bearer token clients must present; non-empty.
         document: the absolute path of the document injected probes are written into.
         eta: seconds until the next cycle of a document has finished (``next_cycle_eta_s``).
+        limits: what a client may hold of the listener (timeouts, connection cap).
 
     Raises:
         ValueError: an empty token.
@@ -79,6 +104,7 @@ class RpcServer:
         eta: Callable[[str], float],
         host: str = "127.0.0.1",
         port: int = 0,
+        limits: ServerLimits | None = None,
     ) -> None:
         if not token:
             raise ValueError(f"the RPC server needs a bearer token; set {RPC_TOKEN_ENV}")
@@ -88,7 +114,8 @@ class RpcServer:
         self._eta = eta
         self.host = host
         self.port = port
-        self.app = web.Application()
+        self.limits = limits or ServerLimits()
+        self.app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[error_middleware])
         self.app.router.add_post(RPC_PATH, self._handle)
         self.app.router.add_route("*", "/{tail:.*}", self._not_found)
 
@@ -98,8 +125,8 @@ class RpcServer:
         Raises:
             OSError: the address cannot be bound.
         """
-        runner = web.AppRunner(self.app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
-        await runner.setup()
+        where = f"{self.host}:{self.port}"
+        runner = await setup_runner(self.app, self.limits, where=where, shutdown_timeout_s=SHUTDOWN_TIMEOUT_S)
         try:
             site = web.TCPSite(runner, self.host, self.port)
             await site.start()
@@ -113,21 +140,16 @@ class RpcServer:
 
     async def _not_found(self, request: web.Request) -> web.Response:
         if request.path == RPC_PATH:
-            return _error(405, f"{request.method} not allowed; use POST", headers={"Allow": "POST"})
-        return _error(404, f"unknown path {request.path}")
+            raise MethodNotAllowed(f"{request.method} not allowed; use POST", headers={"Allow": "POST"})
+        raise NotFound(f"unknown path {request.path}")
 
     async def _handle(self, request: web.Request) -> web.Response:
-        if not self._authorized(request.headers.get("Authorization", "")):
-            return _error(401, "missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
-        if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-            return _error(413, f"body exceeds {MAX_BODY_BYTES} bytes")
-        body = await _read_capped(request)
-        if body is None:
-            return _error(413, f"body exceeds {MAX_BODY_BYTES} bytes")
-        parsed = _parse(body)
-        if isinstance(parsed, web.Response):
-            return parsed
-        prompt, reference, tags = parsed
+        if not bearer_matches(request, self._token):
+            throttle_of(request).warning(
+                "refused", "rpc request refused: missing or wrong bearer token", remote=request.remote
+            )
+            raise Unauthorized("missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
+        prompt, reference, tags = _parse(await read_body(request))
         probe = InjectedProbe(
             id=InjectedProbe.new_id(),
             document=self._document,
@@ -140,59 +162,46 @@ class RpcServer:
         try:
             probe_section(prompt, reference, source=probe.harvest_source)
         except UnrepresentableError as exc:
-            return _error(400, f"the probe cannot be written as a ### Q / ### A section: {exc}")
+            raise BadRequest(f"the probe cannot be written as a ### Q / ### A section: {exc}") from None
         try:
             depth = await self._inbox.submit(probe)
         except InboxFull as exc:
-            return _error(429, str(exc), queue_depth=self._inbox.depth)
+            raise TooManyRequests(str(exc), queue_depth=self._inbox.depth) from None
+        except ValueError as exc:  # the probe cannot be journaled (checked alone, before its group commit)
+            raise BadRequest(f"probe not accepted: {exc}") from None
         except (InboxClosed, OSError) as exc:
-            return _error(503, f"probe not accepted: {exc}")
+            raise Unavailable(f"probe not accepted: {exc}") from None
         eta = self._eta(self._document)
         log.debug("rpc.probe_accepted", probe_id=probe.id, tags=list(tags), queue_depth=depth)
-        return web.json_response({"accepted": True, "next_cycle_eta_s": math.ceil(eta), "queue_depth": depth})
-
-    def _authorized(self, header: str) -> bool:
-        scheme, _, presented = header.partition(" ")
-        if scheme.lower() != "bearer":
-            return False
-        return hmac.compare_digest(presented.strip().encode("utf-8"), self._token)
+        return json_response({"accepted": True, "next_cycle_eta_s": math.ceil(eta), "queue_depth": depth})
 
 
-async def _read_capped(request: web.Request) -> bytes | None:
-    """The body, or None once it passes :data:`MAX_BODY_BYTES` (the rest is not read)."""
-    body = bytearray()
-    while chunk := await request.content.read(MAX_BODY_BYTES + 1 - len(body)):
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            return None
-    return bytes(body)
+def _parse(body: bytes) -> tuple[str, str, tuple[str, ...]]:
+    """``(prompt, reference, tags)`` of an ``inject_probe`` request body: the RPC body parser.
 
-
-def _parse(body: bytes) -> tuple[str, str, tuple[str, ...]] | web.Response:
-    """``(prompt, reference, tags)`` of an ``inject_probe`` request, or the error response (400 / 404)."""
+    Raises:
+        BadRequest: empty, not a JSON object (:func:`~learnerd.api.json_body.parse_json_body`'s limits),
+            or the params are not what ``inject_probe`` takes. NotFound: another ``method``.
+    """
     if not body:
-        return _error(400, "empty body")
+        raise BadRequest("empty body")
     try:
-        payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return _error(400, f"malformed JSON: {exc}")
+        payload = parse_json_body(body)
+    except BadRequest as exc:
+        raise BadRequest(f"malformed JSON: {exc}") from None
     if not isinstance(payload, dict):
-        return _error(400, "payload must be a JSON object")
+        raise BadRequest("payload must be a JSON object")
     method = payload.get("method")
     if method != METHOD_INJECT_PROBE:
-        return _error(404, f"unknown method {method!r}")
+        raise NotFound(f"unknown method {method!r}")
     params = payload.get("params", {})
     if not isinstance(params, dict):
-        return _error(400, "`params` must be an object")
+        raise BadRequest("`params` must be an object")
     prompt, reference, tags = params.get("prompt"), params.get("reference"), params.get("tags", [])
     if not isinstance(prompt, str) or not prompt.strip():
-        return _error(400, "`params.prompt` must be a non-empty string")
+        raise BadRequest("`params.prompt` must be a non-empty string")
     if not isinstance(reference, str) or not reference.strip():
-        return _error(400, "`params.reference` must be a non-empty string")
+        raise BadRequest("`params.reference` must be a non-empty string")
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        return _error(400, "`params.tags` must be a list of strings")
+        raise BadRequest("`params.tags` must be a list of strings")
     return prompt.strip(), reference.strip(), tuple(tags)
-
-
-def _error(status: int, message: str, *, headers: dict[str, str] | None = None, **extra: Any) -> web.Response:
-    return web.json_response({"error": message, **extra}, status=status, headers=headers)

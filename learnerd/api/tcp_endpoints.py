@@ -3,17 +3,15 @@ for assistants (``--listen-search``, behind a bearer token).
 
 The search endpoint wants ``Authorization: Bearer <token>`` with the token from
 ``$LEARNERD_SEARCH_TOKEN`` (compared in constant time, :func:`hmac.compare_digest`); anything else
-gets 401 and one warning in the log. Bodies over ``[admin] max_body_bytes`` get 413. It is plain
+gets 401 and a warning in the log (one per 10 s at most). Bodies over ``[admin] max_body_bytes`` get 413. It is plain
 HTTP: bind it to 127.0.0.1, or put a TLS-terminating proxy in front of it.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Callable
 from typing import Any
 
-import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
@@ -21,14 +19,14 @@ from learnerd.api.health import HEALTH_PATHS, health_routes
 from learnerd.api.http import (
     Handler,
     access_log_middleware,
+    bearer_matches,
     error_middleware,
     error_response,
     metrics_handler,
+    throttle_of,
 )
 from learnerd.api.search import search_handler
 from learnerd.api.surface import ControlSurface
-
-log = structlog.get_logger(__name__)
 
 #: The environment variable holding the search endpoint's bearer token.
 SEARCH_TOKEN_ENV = "LEARNERD_SEARCH_TOKEN"
@@ -62,17 +60,18 @@ def _unauthorized() -> web.Response:
 
 
 def bearer_middleware(token: str, refuse: Callable[[], web.Response] = _unauthorized, what: str = "search") -> Any:
-    """Refuse (``refuse()``, a 401) every request whose ``Authorization`` is not ``Bearer <token>``
-    (compared in constant time); the warning logged names the endpoint, ``what``."""
-    expected = f"Bearer {token}".encode()
+    """Refuse (``refuse()``, a 401) every request whose ``Authorization`` is not ``Bearer <token>`` (one
+    warning per 10 s, naming the endpoint, ``what``)."""
+    expected = token.encode()
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in HEALTH_PATHS:
             return await handler(request)
-        given = request.headers.get("Authorization", "").encode()
-        if not hmac.compare_digest(given, expected):
-            log.warning(f"{what} request refused: missing or wrong bearer token", remote=request.remote)
+        if not bearer_matches(request, expected):
+            throttle_of(request).warning(
+                "refused", f"{what} request refused: missing or wrong bearer token", remote=request.remote
+            )
             return refuse()
         return await handler(request)
 
@@ -84,7 +83,7 @@ def search_app(control: ControlSurface, token: str, max_body_bytes: int) -> web.
     (:mod:`learnerd.api.health`, no token)."""
     app = web.Application(
         client_max_size=max_body_bytes,
-        middlewares=[access_log_middleware("search request", _remote), bearer_middleware(token), error_middleware],
+        middlewares=[access_log_middleware("search request", _remote), error_middleware, bearer_middleware(token)],
     )
     app.router.add_post("/search", search_handler(control))
     app.add_routes(health_routes(lambda: control.state))

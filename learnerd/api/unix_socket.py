@@ -40,10 +40,6 @@ class SocketInUse(RuntimeError):
     """The admin socket's path is served by a live process, or is something other than a socket."""
 
 
-class UnsafeStateDir(RuntimeError):
-    """The state directory is not a directory owned by this user."""
-
-
 @dataclass
 class AdminSocket:
     """A bound, listening admin socket; ``inode`` is its file's, so :func:`remove_admin_socket`
@@ -52,23 +48,6 @@ class AdminSocket:
     sock: socket.socket
     path: Path
     inode: int
-
-
-def secure_state_dir(path: Path) -> None:
-    """Create ``path`` (mode 0700) or make sure it is a directory owned by us, and set it to 0700.
-
-    Raises:
-        UnsafeStateDir: ``path`` is a symlink, not a directory, or owned by another user.
-    """
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeStateDir(f"state directory {path} is not a directory (a symlink is not accepted either)")
-    if st.st_uid != os.getuid():
-        raise UnsafeStateDir(f"state directory {path} belongs to uid {st.st_uid}, not to this user ({os.getuid()})")
-    if stat.S_IMODE(st.st_mode) != 0o700:
-        log.warning("state directory was not 0700; tightened", dir=str(path), mode=oct(stat.S_IMODE(st.st_mode)))
-        os.chmod(path, 0o700)
 
 
 def _check_length(path: Path) -> None:
@@ -108,7 +87,7 @@ def _probe_existing(path: Path) -> None:
 def bind_admin_socket(path: Path, backlog: int = 64) -> AdminSocket:
     """Bind and listen on ``path`` (mode 0600 from its first moment); replace a stale socket file.
 
-    Call with the state directory secured (:func:`secure_state_dir`) and its lock held.
+    Call with the state directory secured (:func:`learnerd.store.state_dir.secure_state_dir`) and its lock held.
 
     Returns:
         the listening, non-blocking socket.

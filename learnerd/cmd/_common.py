@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from learnerd.config import Config, ConfigError, check_directories, find_config, load_config
@@ -79,26 +80,36 @@ def apply_logging(args: argparse.Namespace, cfg: Config) -> None:
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])\s*")
+_SPHINX_ROLE = re.compile(r":[a-z]+:`(~?)([^`]+)`")
+
+
+def plain(doc: str | None) -> str:
+    """The first paragraph of a module docstring as plain text for ``--help``: Sphinx roles
+    (``:mod:`x.y```, ``:func:`~x.y```) become the name, reST literals lose their backquotes."""
+    first = (doc or "").strip().split("\n\n")[0]
+    first = _SPHINX_ROLE.sub(lambda m: m[2].rsplit(".", 1)[-1] if m[1] else m[2], first)
+    return " ".join(first.replace("``", "").split())
 
 
 def parse_since(text: str, now: float) -> float:
     """A point in time as epoch seconds, from ISO 8601 (``2024-05-01``, ``2024-05-01T12:00:00Z``; a
-    naive time is UTC) or from a duration back from ``now`` (``90s``, ``30m``, ``6h``, ``2d``, ``1w``).
+    naive time is UTC) or from a duration back from ``now``: one or more parts of a number and a unit,
+    ``s`` / ``m`` / ``h`` / ``d`` / ``w`` (``90s``, ``6h``, ``2h30m``, ``1d 12h``, ``1.5h``).
 
     Raises:
         CommandError: neither form (exit status 2).
     """
     import datetime as dt
-    import re
 
     text = text.strip()
-    if m := re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw])", text):
-        return now - float(m[1]) * _UNITS[m[2]]
+    if text and _DURATION_PART.sub("", text) == "" and text[0].isdigit():
+        return now - sum(float(n) * _UNITS[unit] for n, unit in _DURATION_PART.findall(text))
     try:
         parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
     except ValueError:
         raise CommandError(
-            f"--since {text!r}: use ISO 8601 (2024-05-01T12:00:00Z) or a duration (90s, 30m, 6h, 2d, 1w)",
+            f"--since {text!r}: use ISO 8601 (2024-05-01T12:00:00Z) or a duration (90s, 30m, 6h, 2h30m, 2d, 1w)",
             exit_code=2,
         ) from None
     if parsed.tzinfo is None:

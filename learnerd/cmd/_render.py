@@ -37,6 +37,31 @@ def print_json(data: Any) -> None:
     print()
 
 
+def metrics_json(text: str) -> dict[str, Any]:
+    """Prometheus text exposition (format 0.0.4) as JSON-able data, parsed by ``prometheus_client``'s own
+    parser: metric family name -> ``{"type", "help", "samples": [{"name", "labels", "value"}]}``; a value
+    that is not finite becomes the string Prometheus writes for it (``"NaN"``, ``"+Inf"``, ``"-Inf"``).
+
+    Raises:
+        ValueError: ``text`` is not in the exposition format.
+    """
+    import math
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def value(v: float) -> float | str:
+        return v if math.isfinite(v) else ("NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf"))
+
+    return {
+        family.name: {
+            "type": family.type,
+            "help": family.documentation,
+            "samples": [{"name": x.name, "labels": dict(x.labels), "value": value(x.value)} for x in family.samples],
+        }
+        for family in text_string_to_metric_families(text)
+    }
+
+
 def duration(seconds: float) -> str:
     """``93784`` → ``"1d 2h 3m"``; under a minute: ``"42s"``."""
     seconds = int(seconds)

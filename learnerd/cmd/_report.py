@@ -48,6 +48,8 @@ def print_summary(summary: RunSummary, as_json: bool, title: str) -> None:
     for controller, counts in summary.changes.items():
         for change, n in sorted(counts.items()):
             table.add_row(f"{controller}: {change.replace('_', ' ')}", str(n))
+    if summary.refused_examples:
+        table.add_row("probes: examples refused (see --json)", str(len(summary.refused_examples)))
     for name, stats in summary.controllers.items():
         if stats.failures or stats.dropped or stats.terminal:
             table.add_row(

@@ -18,12 +18,13 @@ from learnerd.cmd._common import (
     add_dir_options,
     load_config_from_args,
     parse_since,
+    plain,
 )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("backfill", help="re-reconcile every block with updated_at >= T")
-    p.add_argument("--since", required=True, metavar="T", help="ISO 8601 time, or a duration back from now (6h, 2d)")
+    p = sub.add_parser("backfill", help="re-reconcile every block with updated_at >= T", description=plain(__doc__))
+    p.add_argument("--since", required=True, metavar="T", help="ISO 8601 time, or a duration back (6h, 2h30m, 2d)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_dir_options(p)
     add_common_options(p)
@@ -37,11 +38,12 @@ def backfill_offline(cfg, since: float, show_progress: bool):
 
     from learnerd.daemon.app import Daemon
     from learnerd.daemon.statelock import StateDirBusy, StateLock
+    from learnerd.store.state_dir import UnsafeStateDir
 
     lock = StateLock(cfg.state_dir)
     try:
         lock.acquire()
-    except StateDirBusy as exc:
+    except (StateDirBusy, UnsafeStateDir) as exc:
         raise CommandError(str(exc)) from exc
     try:
         daemon = Daemon(cfg)

@@ -10,16 +10,18 @@ from __future__ import annotations
 import argparse
 import time
 
-from learnerd.cmd._common import add_common_options, load_config_from_args, parse_since
+from learnerd.cmd._common import add_common_options, load_config_from_args, parse_since, plain
 from learnerd.daemon.logging import LEVELS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("ctl", help="status and steering of the running daemon (admin socket)")
+    p = sub.add_parser(
+        "ctl", help="status and steering of the running daemon (admin socket)", description=plain(__doc__)
+    )
     commands = p.add_subparsers(dest="ctl_command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
-        c = commands.add_parser(name, help=help)
+        c = commands.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
         c.add_argument("--json", action="store_true", help="print the daemon's JSON answer")
         add_common_options(c)
         return c
@@ -33,14 +35,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("controller")
     c.add_argument("key")
     c = command("backfill", help="re-reconcile every block with updated_at >= T, in the daemon")
-    c.add_argument("--since", required=True, metavar="T", help="ISO 8601 time, or a duration back from now (6h, 2d)")
+    c.add_argument("--since", required=True, metavar="T", help="ISO 8601 time, or a duration back (6h, 2h30m, 2d)")
     c.add_argument("--no-wait", action="store_true", help="start it and return; see `ctl status` for progress")
     c = command("drain", help="finish in-flight work, stop intake, exit")
     c.add_argument("--wait", action="store_true", help="return once the daemon has exited")
     command("reload", help="re-read the config file (as SIGHUP does)")
     c = command("log-level", help="show or change the log level")
     c.add_argument("level", nargs="?", choices=LEVELS, help="the new level (omit to show it)")
-    command("metrics", help="the Prometheus metrics, as text")
+    command("metrics", help="the Prometheus metrics, as text (--json: metric family -> type, help, samples)")
     p.set_defaults(func=run)
 
 
@@ -85,8 +87,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             answer = client.call("GET", "/log-level")
         show = _render.print_log_level
-    else:  # metrics: Prometheus text, printed as it is (also with --json)
-        print(client.call("GET", "/metrics"), end="")
-        return 0
+    else:  # metrics: Prometheus text as it is, or parsed into JSON
+        text = client.call("GET", "/metrics")
+        if not args.json:
+            print(text, end="")
+            return 0
+        answer, show = _render.metrics_json(text), _render.print_json
     (_render.print_json if args.json else show)(answer)
     return 0

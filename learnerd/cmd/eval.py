@@ -23,14 +23,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args
+from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args, plain
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "eval",
         help="evaluate a .dlm document's adapter (sway-compatible probes and report)",
-        description=__doc__.split("\n\n")[0],
+        description=plain(__doc__),
     )
     p.add_argument("doc", metavar="DOC", type=Path, help=".dlm document whose adapter to evaluate")
     p.add_argument("--adapter", metavar="vN", default="current", help="adapter version (default: current)")

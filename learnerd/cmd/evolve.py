@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from learnerd.cmd._common import CommandError, add_common_options, apply_logging, load_config_from_args
+from learnerd.cmd._common import CommandError, add_common_options, apply_logging, load_config_from_args, plain
 from learnerd.cmd._generation import add_generation_options, load_document_model, load_steering_processor, read_dlm
 from learnerd.config import ConfigError, SteeringConfig, config_from_dict
 
@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "evolve",
         help="tune per-cluster logit deltas: shorter answers, as correct (decode-time steering)",
-        description=__doc__.split("\n\n")[0],
+        description=plain(__doc__),
     )
     p.add_argument("doc", metavar="DOC", type=Path, help="the .dlm document (model, adapter, probes)")
     p.add_argument("--run-dir", type=Path, metavar="DIR", help="run directory (default: <state_dir>/steering/runs/KEY)")
@@ -71,6 +71,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--judge-model", metavar="NAME", help="chat model of the llm judge")
     p.add_argument("--judge-base-url", metavar="URL", help="OpenAI-compatible endpoint of the judge")
     p.add_argument("--apply-best", action="store_true", help="answer the pool with the best deltas; no evolution")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the outcome as JSON on stdout (the run: status, iterations, best; --apply-best: apply_best.json)",
+    )
     add_generation_options(p)
     add_common_options(p)
     p.set_defaults(func=run)
@@ -107,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     judge = _make_judge(settings)
     if args.apply_best:
         return _apply_best(
-            console, args.steering or run_dir / "deltas_best.json", run_dir, model, pool, judge, settings
+            console, args.steering or run_dir / "deltas_best.json", run_dir, model, pool, judge, settings, args.json
         )
     clusters = _clusters(console, cfg, settings, loaded)
     return _evolve(console, args, cfg, run_dir, model, clusters, pool, judge, settings, loaded.describe())
@@ -223,6 +228,17 @@ def _evolve(console, args, cfg, run_dir: Path, model, clusters, pool, judge, set
             signal.signal(signum, handler)
         apply_logging(args, cfg)
     best = outcome.best
+    if args.json:
+        import json
+
+        summary = {
+            "status": outcome.status,
+            "iterations": len(outcome.history),
+            "of": settings.iterations,
+            "run_dir": str(run_dir),
+            "best": best,
+        }
+        print(json.dumps(summary, indent=2, ensure_ascii=False, default=str))
     verb = "finished" if outcome.status == "finished" else "stopped after"
     console.print(f"{verb} {len(outcome.history)} of {settings.iterations} iterations in {run_dir}")
     if best is not None:
@@ -236,7 +252,9 @@ def _evolve(console, args, cfg, run_dir: Path, model, clusters, pool, judge, set
     return 0
 
 
-def _apply_best(console, steering_path: Path, run_dir: Path, model, pool, judge, settings: SteeringConfig) -> int:
+def _apply_best(
+    console, steering_path: Path, run_dir: Path, model, pool, judge, settings: SteeringConfig, as_json: bool = False
+) -> int:
     import json
 
     from rich.console import Console
@@ -261,15 +279,15 @@ def _apply_best(console, steering_path: Path, run_dir: Path, model, pool, judge,
     for column in ("question", "steered answer", "ok", "unsteered answer", "ok"):
         table.add_column(column, overflow="fold")
     mark = {True: "✓", False: "✗"}
-    for steered, plain in zip(results["steered"]["answers"], results["unsteered"]["answers"], strict=True):
+    for steered, unsteered in zip(results["steered"]["answers"], results["unsteered"]["answers"], strict=True):
         table.add_row(
             steered["question"],
             steered["response"],
             mark[steered["correct"]],
-            plain["response"],
-            mark[plain["correct"]],
+            unsteered["response"],
+            mark[unsteered["correct"]],
         )
-    out = Console(highlight=False)
+    out = Console(highlight=False, stderr=as_json)  # --json: stdout carries the JSON only
     out.print(table)
     for label in ("steered", "unsteered"):
         r = results[label]
@@ -280,4 +298,6 @@ def _apply_best(console, steering_path: Path, run_dir: Path, model, pool, judge,
     run_dir.mkdir(parents=True, exist_ok=True)
     payload = {"steering": str(steering_path), "scale": settings.scale, **results}
     atomic_write_text(run_dir / "apply_best.json", json.dumps(payload, indent=2, ensure_ascii=False) + "\n")
+    if as_json:
+        print(json.dumps(payload, indent=2, ensure_ascii=False))
     return 0

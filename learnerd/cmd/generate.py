@@ -1,6 +1,7 @@
 """``learnerd generate DOC "prompt"``: one greedy answer from a document's model (its current adapter by
 default), optionally steered by a steering file (``--steering PATH``, e.g. ``learnerd evolve``'s
-``deltas_best.json``). Prints the answer on stdout.
+``deltas_best.json``). Prints the answer on stdout (``--json``: an object with the answer, its length in
+tokens, the base model and the adapter version).
 """
 
 from __future__ import annotations
@@ -8,15 +9,20 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args
+from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args, plain
 from learnerd.cmd._generation import add_generation_options, load_document_model, load_steering_processor, read_dlm
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("generate", help="a greedy answer from a document's model (adapter, optional steering)")
+    p = sub.add_parser(
+        "generate",
+        help="a greedy answer from a document's model (adapter, optional steering)",
+        description=plain(__doc__),
+    )
     p.add_argument("doc", metavar="DOC", type=Path, help="the .dlm document (base model, adapter, system prompt)")
     p.add_argument("prompt", help="the user turn to answer")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="longest answer (default: 128)")
+    p.add_argument("--json", action="store_true", help="print the answer, its token count and the model as JSON")
     add_generation_options(p)
     add_common_options(p)
     p.set_defaults(func=run, log_level="warning")
@@ -46,5 +52,12 @@ def run(args: argparse.Namespace) -> int:
         )
     except RowEncodingError as exc:
         raise CommandError(f"{args.doc}: {exc}") from None
-    print(reply.text)
+    if args.json:
+        import json
+
+        steering = str(args.steering) if args.steering is not None else None
+        answer = {"text": reply.text, "tokens": len(reply.token_ids), **loaded.describe(), "steering": steering}
+        print(json.dumps(answer, ensure_ascii=False, indent=2))
+    else:
+        print(reply.text)
     return 0

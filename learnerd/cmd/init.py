@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--log-dir", action="append", default=[], metavar="DIR", help="a directory of assistant logs (repeatable)"
     )
     p.add_argument("--base-model", metavar="MODEL", help="base_model of the document (default: [probes] base_model)")
+    p.add_argument("--json", action="store_true", help="print what was written and the next command as JSON")
     p.set_defaults(func=run)
 
 
@@ -81,12 +82,17 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CommandError(f"cannot write into {target}: {exc.strerror or exc}") from None
 
-    print(f"wrote {config}")
-    print(f"wrote {document} (dlm_id {doc.frontmatter.dlm_id})")
     found = config == default_config and not os.environ.get(CONFIG_ENV)
     command = "learnerd run" if found else f"learnerd run --config {shlex.quote(str(config))}"
     if not log_dirs:
-        print(f"no log directory yet: add your assistant's log directory to log_dirs in {config}, or run")
         command += " --log-dir DIR"
+    if args.json:
+        written = {"config": str(config), "document": str(document), "dlm_id": doc.frontmatter.dlm_id}
+        print(json.dumps({**written, "log_dirs": log_dirs, "next": command}, indent=2))
+        return 0
+    print(f"wrote {config}")
+    print(f"wrote {document} (dlm_id {doc.frontmatter.dlm_id})")
+    if not log_dirs:
+        print(f"no log directory yet: add your assistant's log directory to log_dirs in {config}, or run")
     print(f"next: {command}")
     return 0

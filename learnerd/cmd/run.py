@@ -23,12 +23,14 @@ import argparse
 import signal
 import sys
 
-from learnerd.cmd._common import CommandError, add_common_options, add_dir_options, load_config_from_args
+from learnerd.cmd._common import CommandError, add_common_options, add_dir_options, load_config_from_args, plain
 from learnerd.cmd._training_options import add_training_options, apply_training_options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="run the daemon (or --once: ingest, reconcile, drain, exit)")
+    p = sub.add_parser(
+        "run", help="run the daemon (or --once: ingest, reconcile, drain, exit)", description=plain(__doc__)
+    )
     p.add_argument("--once", action="store_true", help="ingest what is there, drain all queues, print a summary, exit")
     add_dir_options(p)
     add_training_options(p)
@@ -202,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.daemon.service import ServiceError
     from learnerd.daemon.statelock import StateDirBusy, StateLock
     from learnerd.ml.embedders import EmbedderError
+    from learnerd.store.state_dir import UnsafeStateDir
 
     cfg = load_config_from_args(args)
     warn_if_nothing_is_watched(cfg)
@@ -210,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         lock = StateLock(cfg.state_dir)
         lock.acquire()
-    except StateDirBusy as exc:
+    except (StateDirBusy, UnsafeStateDir) as exc:
         raise CommandError(str(exc)) from exc
     try:
         daemon = _open_daemon(cfg, rpc_token)

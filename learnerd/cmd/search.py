@@ -12,11 +12,13 @@ import argparse
 import json
 import sys
 
-from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args
+from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args, plain
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("search", help="top-k learned examples for a text (few-shot retrieval)")
+    p = sub.add_parser(
+        "search", help="top-k learned examples for a text (few-shot retrieval)", description=plain(__doc__)
+    )
     p.add_argument("text", help="the context to find examples for")
     p.add_argument("-k", type=int, default=3, help="how many examples (default: 3)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -18,11 +18,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args
+from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args, plain
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="run one training cycle of a .dlm document in the foreground")
+    p = sub.add_parser(
+        "train", help="run one training cycle of a .dlm document in the foreground", description=plain(__doc__)
+    )
     p.add_argument("document", metavar="DOC", help="the .dlm document")
     p.add_argument("--fresh", action="store_true", help="train a new adapter on every row (no incremental resume)")
     p.add_argument("--threads", type=int, metavar="N", help="torch threads for training (overrides the config)")
@@ -41,6 +43,7 @@ def train(args: argparse.Namespace) -> int:
     from learnerd.reconcilers.training import DuplicateDocumentError
     from learnerd.store.dlm import DocumentError, TrainingConfigError
     from learnerd.store.probe_journal import JournalError
+    from learnerd.store.state_dir import UnsafeStateDir
 
     cfg = load_config_from_args(args)
     if args.threads is not None:
@@ -52,7 +55,7 @@ def train(args: argparse.Namespace) -> int:
     lock = StateLock(cfg.state_dir)
     try:
         lock.acquire()
-    except StateDirBusy as exc:
+    except (StateDirBusy, UnsafeStateDir) as exc:
         raise CommandError(f"{exc} (a running daemon trains its documents itself)") from exc
     try:
         try:

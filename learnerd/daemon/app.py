@@ -68,6 +68,7 @@ from learnerd.store.adapters import AdapterVersion
 from learnerd.store.blocks import count_blocks, list_block_ids
 from learnerd.store.embeddings import count_vectors, load_index
 from learnerd.store.examples import Example, count_examples, get_examples
+from learnerd.store.state_dir import secure_state_dir
 
 log = structlog.get_logger(__name__)
 
@@ -126,7 +127,9 @@ TRAINING = "training"
 
 @dataclass
 class RunSummary:
-    """What a run did: table sizes at the end, ingestion counters, per-controller stats and changes."""
+    """What a run did: table sizes at the end, ingestion counters, per-controller stats and changes, and
+    ``refused_examples``: the examples the probes reconciler wrote no section for, each
+    ``{"example_id", "document", "reason"}`` (:meth:`~learnerd.reconcilers.probes.ProbesReconciler.refusals`)."""
 
     blocks: int
     examples: int
@@ -136,6 +139,7 @@ class RunSummary:
     analyzer: AnalyzerStats
     controllers: dict[str, ControllerStats]
     changes: dict[str, dict[str, int]] = field(default_factory=dict)
+    refused_examples: list[dict[str, str]] = field(default_factory=list)
 
     def changed_anything(self) -> bool:
         return any(v for counts in self.changes.values() for v in counts.values())
@@ -145,7 +149,8 @@ class Daemon:
     """learnerd's process: store, analyzer, workqueues and controllers, wired together.
 
     Args:
-        cfg: the configuration; ``state_dir`` is created (mode 0700) if missing.
+        cfg: the configuration; ``state_dir`` is secured before anything is created in it
+            (:func:`~learnerd.store.state_dir.secure_state_dir`: created 0700 if missing).
         embedder: an already loaded embedder (tests share one); by default the configured one is
             loaded in a worker thread at start, while ingestion already runs.
         registry: the prometheus registry every metric goes on (a fresh one by default).
@@ -153,8 +158,9 @@ class Daemon:
         rpc_token: the bearer token of the RPC server (needed when ``[rpc] listen`` is set).
 
     Raises:
+        UnsafeStateDir: the state directory is not ours, or holds another user's files.
         ValueError: ``[rpc] listen`` is set without a token, or with training disabled.
-        JournalError: the probe journal is damaged.
+        JournalError: the probe journal is damaged, or names a document outside the document roots.
 
     Use :meth:`run` (until ``stop`` is set), :meth:`run_once` or :meth:`backfill`, then :meth:`close`.
     """
@@ -172,7 +178,7 @@ class Daemon:
         self.clock = clock
         self.registry = registry or CollectorRegistry()
         layout = cfg.layout
-        layout.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        secure_state_dir(layout.root)
         self.conn = db.connect(layout.db_path)
         self.embedder = embedder
         self.index = load_index(self.conn, embedder_name(cfg.embeddings), embedder_dim(cfg.embeddings))
@@ -508,6 +514,7 @@ class Daemon:
             analyzer=self.analyzer.stats,
             controllers={name: c.stats() for name, c in self.controllers.items()},
             changes={name: dict(r.changes) for name, r in self.reconcilers.items()},
+            refused_examples=self.probes.refusals() if "probes" in self.reconcilers else [],
         )
 
     def close(self) -> None:

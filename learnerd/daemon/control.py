@@ -20,9 +20,9 @@ import anyio.abc
 import structlog
 
 import learnerd
-from learnerd.api.errors import BadRequest, Conflict, NotFound, Unavailable
+from learnerd.api.errors import BadRequest, Conflict, NotFound, TooManyRequests, Unavailable
 from learnerd.config import Config, ConfigError
-from learnerd.daemon.app import Daemon
+from learnerd.daemon.app import TRAINING, Daemon
 from learnerd.daemon.logging import current_level, parse_level, set_log_level
 from learnerd.daemon.reload import apply_config
 from learnerd.runtime.workqueue import ControllerRateLimiter
@@ -44,6 +44,10 @@ def count_adapters(adapters_dir: os.PathLike[str] | str) -> int:
     return sum(len(store.list_versions(key)) for key in store.doc_keys())
 
 
+SEARCH_WORKERS = 4
+"""Searches embedded and looked up at once (worker threads)."""
+
+
 class DaemonControl:
     """Status and steering of ``daemon`` while :class:`~learnerd.daemon.service.Service` runs it.
 
@@ -54,6 +58,8 @@ class DaemonControl:
             daemon was started without a config file.
         endpoints: addresses served, for the status (``admin_socket``, ``metrics``, ``search``).
         max_k: the largest ``k`` a search may ask for.
+        max_pending_searches: searches running or waiting at most (:data:`SEARCH_WORKERS` run at once);
+            one more is refused with 429 and ``Retry-After`` rather than queued without bound.
     """
 
     def __init__(
@@ -64,6 +70,7 @@ class DaemonControl:
         reload_config: Callable[[], Config] | None = None,
         endpoints: dict[str, str | None] | None = None,
         max_k: int = 100,
+        max_pending_searches: int = 32,
     ) -> None:
         self.daemon = daemon
         self.stop = stop
@@ -73,7 +80,9 @@ class DaemonControl:
         self._started = time.monotonic()
         self._running = False
         self._pause_all = False
-        self._search_limiter = anyio.CapacityLimiter(4)
+        self._search_limiter = anyio.CapacityLimiter(SEARCH_WORKERS)
+        self.max_pending_searches = max_pending_searches
+        self._pending_searches = 0
         self._task_group: anyio.abc.TaskGroup | None = None
         self.backfill_tracker = BackfillTracker(
             reconciled=lambda: daemon.controllers["examples"].stats().reconciles,
@@ -212,16 +221,30 @@ class DaemonControl:
         self._save_paused()
         return {"paused": self._paused()}
 
+    def _known_keys(self, controller: str) -> set[str]:
+        """The keys ``controller`` reconciles: its reconciler's ``resync_keys()``, and for training also the
+        documents the training intake watches."""
+        keys = set(self.daemon.reconcilers[controller].resync_keys())
+        intake = self.daemon.training_intake
+        if controller == TRAINING and intake is not None:
+            keys |= {str(p) for p in intake.watcher.documents()}
+        return keys
+
     def requeue(self, controller: str, key: str) -> dict[str, Any]:
         """Queue ``key`` on ``controller`` now, with its failure backoff reset.
 
         Raises:
-            NotFound: no such controller. Conflict: the daemon is draining.
+            NotFound: no such controller, or ``key`` is none of the keys the controller reconciles (its
+                resync list: a block id for examples / embeddings, a document path for probes,
+                evaluation and training). Conflict: the daemon is draining.
         """
         self._controllers(controller)
         queue = self.daemon.queues[controller]
         if queue.shutting_down or self.stop.is_set():
             raise Conflict("the daemon is draining; nothing new is queued")
+        if key not in self._known_keys(controller):
+            what = "block id" if controller in ("examples", "embeddings") else "document path"
+            raise NotFound(f"controller {controller!r} has no key {key!r} (its keys are {what}s; see ctl status)")
         queue.forget(key)
         queue.add(key)
         log.info("key requeued", controller=controller, key=key)
@@ -291,6 +314,7 @@ class DaemonControl:
 
         Raises:
             BadRequest: empty ``text`` or ``k`` outside 1..max_k. Unavailable: the embedder is loading.
+            TooManyRequests: ``max_pending_searches`` are already running or waiting (retry in 1 s).
         """
         if not text.strip():
             raise BadRequest("text must not be empty")
@@ -299,8 +323,14 @@ class DaemonControl:
         embedder = self.daemon.embedder
         if embedder is None or self.daemon.embeddings is None:
             raise Unavailable("the embedder is still loading; retry in a few seconds")
-        with self.daemon.metrics.search_duration.time():
-            hits = await anyio.to_thread.run_sync(
-                nearest, embedder, self.daemon.index, text, k, limiter=self._search_limiter
-            )
-            return describe_hits(self.daemon.conn, hits)
+        if self._pending_searches >= self.max_pending_searches:
+            raise TooManyRequests(f"{self._pending_searches} searches are already queued; retry shortly")
+        self._pending_searches += 1
+        try:
+            with self.daemon.metrics.search_duration.time():
+                hits = await anyio.to_thread.run_sync(
+                    nearest, embedder, self.daemon.index, text, k, limiter=self._search_limiter
+                )
+                return describe_hits(self.daemon.conn, hits)
+        finally:
+            self._pending_searches -= 1

@@ -16,7 +16,7 @@ Signals are not handled here (``learnerd run`` does, in one place); the caller o
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -26,15 +26,14 @@ from aiohttp import web
 
 from learnerd.api.admin import admin_app
 from learnerd.api.errors import ControlError
+from learnerd.api.http import ServerLimits, setup_runner
 from learnerd.api.openai_app import openai_app
 from learnerd.api.tcp_endpoints import metrics_app, search_app
 from learnerd.api.unix_socket import (
     AdminSocket,
     SocketInUse,
-    UnsafeStateDir,
     bind_admin_socket,
     remove_admin_socket,
-    secure_state_dir,
 )
 from learnerd.config import Config
 from learnerd.daemon import sd_notify, wiring
@@ -43,6 +42,7 @@ from learnerd.daemon.control import DaemonControl
 from learnerd.daemon.logging import adopt_library_loggers
 from learnerd.store.embeddings import count_vectors
 from learnerd.store.examples import count_examples
+from learnerd.store.state_dir import UnsafeStateDir, secure_state_dir
 
 log = structlog.get_logger(__name__)
 
@@ -62,7 +62,8 @@ class ServiceOptions:
     :func:`~learnerd.api.tcp_endpoints.check_token`); ``openai_addr`` serves the OpenAI-compatible
     endpoint, behind ``openai_token`` when set (the caller refuses a non-loopback address without one);
     ``reload_config`` re-reads the config file with the command line's overrides (None: started without
-    a config file, reload refused).
+    a config file, reload refused); ``limits`` bound what a client may hold of each listener (timeouts,
+    connection cap).
     """
 
     metrics_addr: tuple[str, int] | None = None
@@ -71,6 +72,7 @@ class ServiceOptions:
     openai_addr: tuple[str, int] | None = None
     openai_token: str | None = None
     reload_config: Callable[[], Config] | None = None
+    limits: ServerLimits = field(default_factory=ServerLimits)
 
 
 def _url(addr: tuple[str, int] | None, path: str) -> str | None:
@@ -186,6 +188,7 @@ class Service:
             lambda r: web.SockSite(r, admin.sock),
             str(admin.path),
             runners,
+            opts.limits,
         )
         if opts.metrics_addr is not None:
             host, port = opts.metrics_addr
@@ -194,6 +197,7 @@ class Service:
                 lambda r: web.TCPSite(r, host, port),
                 f"{host}:{port}",
                 runners,
+                opts.limits,
             )
             self.control.endpoints["metrics"] = _url(runner.addresses[0][:2], "/metrics")
         if opts.search_addr is not None:
@@ -203,6 +207,7 @@ class Service:
                 lambda r: web.TCPSite(r, s_host, s_port),
                 f"{s_host}:{s_port}",
                 runners,
+                opts.limits,
             )
             self.control.endpoints["search"] = _url(runner.addresses[0][:2], "/search")
         if opts.openai_addr is not None and self.daemon.served is not None:
@@ -210,7 +215,9 @@ class Service:
             app = openai_app(
                 self.catalog, self.daemon.served, self.control, cfg.serve, self.daemon.registry, opts.openai_token
             )
-            runner = await self._serve(app, lambda r: web.TCPSite(r, o_host, o_port), f"{o_host}:{o_port}", runners)
+            runner = await self._serve(
+                app, lambda r: web.TCPSite(r, o_host, o_port), f"{o_host}:{o_port}", runners, opts.limits
+            )
             self.control.endpoints["openai"] = _url(runner.addresses[0][:2], "/v1")
 
     async def _warm_models(self) -> None:
@@ -226,9 +233,9 @@ class Service:
         make_site: Callable[[web.AppRunner], web.BaseSite],
         where: str,
         runners: list[web.AppRunner],
+        limits: ServerLimits,
     ) -> web.AppRunner:
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=HTTP_SHUTDOWN_TIMEOUT_S)
-        await runner.setup()
+        runner = await setup_runner(app, limits, where=where, shutdown_timeout_s=HTTP_SHUTDOWN_TIMEOUT_S)
         runners.append(runner)
         try:
             await make_site(runner).start()

@@ -12,6 +12,8 @@ import fcntl
 import os
 from pathlib import Path
 
+from learnerd.store.state_dir import secure_state_dir
+
 
 class StateDirBusy(RuntimeError):
     """Another learnerd process holds the state directory."""
@@ -25,8 +27,14 @@ class StateLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        """Take the lock or raise :class:`StateDirBusy` naming the holder's pid."""
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        """Secure the state directory, then take the lock.
+
+        Raises:
+            UnsafeStateDir: the directory is not ours or holds another user's files
+                (:func:`~learnerd.store.state_dir.secure_state_dir`); nothing was created in it.
+            StateDirBusy: another process holds the lock (its pid is named).
+        """
+        secure_state_dir(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -23,7 +23,7 @@ from learnerd.reconcilers.training import CycleReport, TrainingReconciler
 from learnerd.store.adapters import AdapterStore, AdapterVersion
 from learnerd.store.dlm import DocumentError, read_document
 from learnerd.store.probe_journal import ProbeJournal
-from learnerd.store.routing import DocumentRouter
+from learnerd.store.routing import DocumentRouter, DocumentScope
 
 log = structlog.get_logger(__name__)
 
@@ -111,12 +111,15 @@ def training_reconciler(
     on_cycle: Callable[[CycleReport], None] | None = None,
 ) -> TrainingReconciler:
     """The training reconciler of ``cfg``: the adapter store (crash leftovers removed first) and the
-    journal of injected probes under the state directory (``on_committed``, ``on_cycle``: its hooks).
+    journal of injected probes under the state directory, whose probes may name only documents under
+    ``docs_dirs`` or the ``[rpc] document`` (``on_committed``, ``on_cycle``: its hooks).
 
     Raises:
-        JournalError: the probe journal is damaged.
+        JournalError: the probe journal is damaged, or names a document out of that scope.
     """
     layout = cfg.layout
+    router = document_router(cfg)
+    scope = DocumentScope(layout.docs_roots, [router.resolve(cfg.rpc.document or cfg.probes.document)])
     adapters = AdapterStore(layout.adapters_dir)
     for leftover in adapters.recover():
         log.warning("removed an adapter version left half-written by a crash", path=str(leftover))
@@ -124,7 +127,7 @@ def training_reconciler(
         adapters,
         cfg.training,
         models_dir=layout.models_dir,
-        journal=ProbeJournal(layout.probe_journal),
+        journal=ProbeJournal(layout.probe_journal, document_allowed=scope),
         new_document_base_model=cfg.probes.base_model,
         on_committed=on_committed,  # type: ignore[arg-type]
         on_cycle=on_cycle,

@@ -6,9 +6,10 @@ what they do carry:
 
 * a failing probe's ``evidence.prompt`` + ``evidence.reference`` → one candidate (dlm's rule;
   ``evidence.confidence`` in [0, 1], default 1.0, is compared with ``min_confidence``);
-* ``calibration_drift``'s ``evidence.worst_offenders[]`` (``prompt``, ``gold``): general-knowledge items
-  whose per-token log-probability regressed by more than the probe's threshold (sway lists only those,
-  so they are harvested whatever the probe's verdict) → knowledge-retention candidates;
+* a *failing* ``calibration_drift``'s ``evidence.worst_offenders[]`` (``prompt``, ``gold``): the
+  general-knowledge items whose per-token log-probability regressed most → knowledge-retention
+  candidates. Like every candidate, only from a failing probe (dlm reads failing probes only): a passing
+  probe lists its worst items too, and they are general knowledge, not the document's subject;
 * a failing ``section_internalization``'s ``evidence.per_section[]`` entries with ``passed: false``
   → :class:`UndertrainedSection` findings: the document's own sections (by section id) the adapter did
   not learn. They need more training, not a new section, so they are reported and never written.
@@ -16,8 +17,8 @@ what they do carry:
 A failing probe that yields none of these has no reference: ``strict`` refuses the whole harvest
 (:class:`NoReferenceError`), lax lists it in :attr:`HarvestPlan.unharvestable`. Each candidate becomes
 :func:`~learnerd.store.dlm.edit.probe_section` with marker source ``"<tag>/<probe name>"``, appended at
-the end of the document unless a section with the same id is already there (the id of dlm's own layout,
-without the final blank line, counts too). :func:`auto_harvest` is the library entry point the
+the end of the document unless a section with the same id is already there (the id of the layout older
+learnerd releases wrote, with a final blank line, counts too). :func:`auto_harvest` is the library entry point the
 evaluation reconciler calls; ``learnerd harvest`` is a thin CLI over it.
 
 ``reinforce`` (a learnerd extension, used by the evaluation reconciler): a candidate whose pair the
@@ -33,13 +34,14 @@ answer is not trained forever.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from learnerd.eval.report import Report, Verdict
+from learnerd.eval.report import SCHEMA_VERSION, Verdict
 from learnerd.store.dlm import (
     Document,
     DocumentError,
@@ -47,6 +49,7 @@ from learnerd.store.dlm import (
     UnrepresentableError,
     WriteOutcome,
     probe_section,
+    probe_section_ids,
     read_document,
     update_document,
 )
@@ -61,6 +64,96 @@ class HarvestError(Exception):
 
 class NoReferenceError(HarvestError):
     """Strict mode met a failing probe with nothing to harvest from."""
+
+
+class MalformedReportError(HarvestError):
+    """The report is unreadable, not JSON, or lacks what dlm's harvest needs (``schema_version``, ``probes``)."""
+
+
+class HarvestProbe(Protocol):
+    """What harvest reads of a probe result (a :class:`~learnerd.eval.report.ProbeResult` is one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def verdict(self) -> str: ...
+    @property
+    def evidence(self) -> Mapping[str, Any]: ...
+
+
+class HarvestSource(Protocol):
+    """What harvest reads of a report (a :class:`~learnerd.eval.report.Report` is one)."""
+
+    @property
+    def probes(self) -> Sequence[HarvestProbe]: ...
+
+
+@dataclass(frozen=True)
+class ReportProbe:
+    """One probe of a report read by :func:`load_harvest_report`: ``verdict`` as written (only ``"fail"``
+    is harvested), ``evidence`` ``{}`` when the report's is not an object."""
+
+    name: str
+    kind: str
+    verdict: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HarvestReport:
+    """The probes of a report as dlm's harvest reads it; ``ignored``: indexes of ``probes[]`` entries that
+    are not objects (dlm skips them with a warning)."""
+
+    probes: tuple[ReportProbe, ...]
+    ignored: tuple[int, ...] = ()
+
+
+def load_harvest_report(path: str | Path) -> HarvestReport:
+    """Read a sway report for harvesting with exactly the requirements of dlm 0.10.0's harvest
+    (``dlm/harvest/sway_reader.py``): a JSON object with an integer ``schema_version`` no newer than 1
+    and a ``probes`` array. Nothing else of sway's envelope (``sway_version``, ``started_at``, ``score``,
+    per-probe ``raw``…) is needed; a probe's ``name`` defaults to ``"<unnamed>"`` and ``kind`` to ``""``,
+    as in dlm. (:func:`learnerd.eval.report.load_report` is the strict reader of a whole report.)
+
+    Raises:
+        MalformedReportError: unreadable, not JSON (with the line), or missing / mistyped
+            ``schema_version`` or ``probes``.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MalformedReportError(f"{path}: cannot read the report: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MalformedReportError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise MalformedReportError(f"{path}: not valid JSON: nested too deeply") from None
+    if not isinstance(data, dict):
+        raise MalformedReportError(f"{path}: a sway report is a JSON object, not {type(data).__name__}")
+    version = data.get("schema_version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise MalformedReportError(f"{path}: schema_version: missing or not an integer")
+    if version > SCHEMA_VERSION:
+        raise MalformedReportError(
+            f"{path}: schema_version: is {version}, newer than this learnerd reads ({SCHEMA_VERSION})"
+        )
+    probes = data.get("probes")
+    if not isinstance(probes, list):
+        raise MalformedReportError(f"{path}: probes: missing or not an array")
+    read = [
+        ReportProbe(
+            str(p.get("name") or "<unnamed>"),
+            str(p.get("kind") or ""),
+            str(p.get("verdict")),
+            p["evidence"] if isinstance(p.get("evidence"), dict) else {},
+        )
+        for p in probes
+        if isinstance(p, dict)
+    ]
+    return HarvestReport(tuple(read), tuple(i for i, p in enumerate(probes) if not isinstance(p, dict)))
 
 
 @dataclass(frozen=True)
@@ -140,7 +233,7 @@ class HarvestResult:
 
 def plan_harvest(
     document: Document,
-    report: Report,
+    report: HarvestSource,
     *,
     tag: str = DEFAULT_TAG,
     min_confidence: float = 0.0,
@@ -158,17 +251,16 @@ def plan_harvest(
     unharvestable: list[UnharvestableProbe] = []
     by_id = {s.section_id: s for s in document.sections}
     for probe in report.probes:
+        if probe.verdict != Verdict.FAIL:
+            continue
         evidence: Mapping[str, Any] = probe.evidence
         found = _worst_offenders(probe.name, probe.kind, evidence) if probe.kind == "calibration_drift" else []
-        if probe.verdict == Verdict.FAIL:
-            found += _prompt_reference(probe.name, probe.kind, evidence)
-            if probe.kind == "section_internalization" and isinstance(evidence.get("per_section"), list):
-                ids = [e["section_id"] for e in evidence["per_section"] if _failed_section(e)]
-                undertrained += [UndertrainedSection(probe.name, sid, by_id.get(sid)) for sid in ids]
-            elif not found:
-                unharvestable.append(
-                    UnharvestableProbe(probe.name, probe.kind, "no evidence.prompt / evidence.reference")
-                )
+        found += _prompt_reference(probe.name, probe.kind, evidence)
+        if probe.kind == "section_internalization" and isinstance(evidence.get("per_section"), list):
+            ids = [e["section_id"] for e in evidence["per_section"] if _failed_section(e)]
+            undertrained += [UndertrainedSection(probe.name, sid, by_id.get(sid)) for sid in ids]
+        elif not found:
+            unharvestable.append(UnharvestableProbe(probe.name, probe.kind, "no evidence.prompt / evidence.reference"))
         candidates += found
     if strict and unharvestable:
         names = ", ".join(f"{u.name} ({u.kind})" for u in unharvestable)
@@ -197,7 +289,7 @@ def plan_harvest(
         reinforcement = reinforce and any((pair.question, pair.answer, True) in held for held in pairs.values())
         if reinforcement:
             section = replace(section, body=(Q_HEADER, *section.body[1:]))
-        ids = {section.section_id, Section(section.type, section.body[:-1]).section_id}
+        ids = probe_section_ids(section)
         if ids & existing:
             skipped.append(Skipped(c, SkipReason.ALREADY_PRESENT, f"section {min(ids & existing)} is in the document"))
             continue
@@ -231,7 +323,7 @@ def apply_plan(document: Document, plan: HarvestPlan) -> Document:
 
 def auto_harvest(
     path: str | Path,
-    report: Report,
+    report: HarvestSource,
     *,
     tag: str = DEFAULT_TAG,
     min_confidence: float = 0.0,

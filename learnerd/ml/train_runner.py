@@ -7,7 +7,8 @@ blocks the caller's event loop: the parent only reads pipes.
 Cancellation: cancelling the awaiting task terminates the child (SIGTERM, then SIGKILL after
 ``terminate_grace_s``) before the cancellation propagates; the child writes nothing but its
 ``output_dir``, which the caller owns and removes (``AdapterStore.stage`` does). If the parent itself
-dies, the child sees its stdin close and exits.
+dies (``kill -9`` included), the kernel kills the child at once (``PR_SET_PDEATHSIG``; see
+:mod:`learnerd.ml.train_worker`); elsewhere than Linux the child sees its stdin close and exits.
 
 Start-up: a child spends seconds starting Python and importing torch, transformers and peft before
 it can train. A long-lived caller (the daemon) hides that with a :class:`WarmSpare`: one child started
@@ -35,7 +36,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 import learnerd
 from learnerd.ml.lora import ProgressEvent, TrainingResult
-from learnerd.ml.train_worker import TrainingRequest
+from learnerd.ml.train_worker import PARENT_PID_ENV, TrainingRequest
 
 log = structlog.get_logger(__name__)
 
@@ -75,7 +76,7 @@ class WarmSpare:
 
     Use as ``async with WarmSpare() as spare:`` around the daemon's lifetime and pass ``spare`` to
     :func:`run_training`; leaving the block kills the idle spare (were the daemon killed instead, the
-    spare sees its stdin close and exits). One spare serves one job at a time; concurrent jobs beyond
+    kernel kills the spare with it). One spare serves one job at a time; concurrent jobs beyond
     the first start cold.
     """
 
@@ -267,8 +268,10 @@ def _describe_exit(returncode: int | None) -> str:
 
 
 def _child_env() -> dict[str, str]:
-    """The parent's environment, with this learnerd first on PYTHONPATH and Hugging Face offline."""
+    """The parent's environment, with this learnerd first on PYTHONPATH, Hugging Face offline, and the
+    parent's pid (the child dies with it)."""
     env = dict(os.environ)
+    env[PARENT_PID_ENV] = str(os.getpid())
     package_root = str(Path(learnerd.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})

@@ -13,6 +13,11 @@ Protocol (one JSON object per line, UTF-8):
   Anything else the libraries print goes to stderr: the worker moves the original stdout to a private
   descriptor before importing them and points fd 1 at stderr.
 * **signals**: SIGTERM / SIGKILL end it with no cleanup; the parent removes ``output_dir``.
+* **the parent's death**: on Linux the worker first asks the kernel for SIGKILL when its parent dies
+  (``prctl(PR_SET_PDEATHSIG)``, prctl(2)), then checks that the parent named in ``$LEARNERD_PARENT_PID``
+  is still its parent (it may have died before the request took effect): so it never outlives a
+  ``kill -9`` of the daemon, even while busy in a long torch call or stopped. Elsewhere, stdin's end of
+  file (above) is the only signal.
 
 Runs :func:`learnerd.ml.lora.train_lora` on the base model directory, single-threaded Python, torch
 using ``num_threads`` intra-op threads when given.
@@ -108,6 +113,7 @@ def run(request: TrainingRequest, emit: Any) -> dict[str, Any]:
 
 
 def main() -> int:
+    _die_with_parent()
     protocol = _private_stdout()
 
     def emit(event: dict[str, Any]) -> None:
@@ -126,6 +132,26 @@ def main() -> int:
         emit({"event": "error", "type": type(exc).__name__, "message": str(exc), "permanent": _is_permanent(exc)})
         return 1
     return 0
+
+
+PARENT_PID_ENV = "LEARNERD_PARENT_PID"
+"""The pid of the process that started the worker (set by :mod:`learnerd.ml.train_runner`)."""
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent() -> None:
+    """Have the kernel SIGKILL this process when its parent dies; exit now if it already has."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    expected = os.environ.get(PARENT_PID_ENV)
+    if expected is not None and os.getppid() != int(expected):
+        os._exit(PARENT_GONE_EXIT_STATUS)
 
 
 def _preload() -> None:

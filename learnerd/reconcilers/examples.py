@@ -23,6 +23,7 @@ from learnerd.config import ExamplesConfig
 from learnerd.runtime.reconcile import Result
 from learnerd.store import db
 from learnerd.store.blocks import Block, get_block, list_block_ids
+from learnerd.store.dlm.qa import question_text
 from learnerd.store.examples import Example, delete_example, get_example, put_example
 
 log = structlog.get_logger(__name__)
@@ -40,17 +41,18 @@ class Verdict:
 
 
 def query_of(block: Block, max_chars: int) -> str:
-    """The markdown cells immediately before the block (up to the nearest code cell), joined by a
-    blank line; when longer than ``max_chars`` characters, the last ``max_chars`` are kept — the
-    text nearest the cell matters most."""
+    """The markdown cells immediately before the block (up to the nearest code cell), joined by one line
+    break, without blank lines (:func:`~learnerd.store.dlm.qa.question_text`: the released dlm ends a
+    question at its first blank line); when longer than ``max_chars`` characters, the last ``max_chars``
+    are kept — the text nearest the cell matters most."""
     run: list[str] = []
     for cell in reversed(block.context):
         if cell.kind != "markup":
             break
         if cell.text.strip():
-            run.append(cell.text.strip())
-    query = "\n\n".join(reversed(run))
-    return query[-max_chars:] if len(query) > max_chars else query
+            run.append(cell.text)
+    query = question_text("\n".join(reversed(run)))
+    return question_text(query[-max_chars:]) if len(query) > max_chars else query
 
 
 def judge(block: Block, cfg: ExamplesConfig) -> Verdict:

@@ -124,6 +124,15 @@ class ProbesReconciler:
         """Example id -> why it has no section, for the examples refused at their document's last reconcile."""
         return {eid: reason for per_doc in self._refused.values() for eid, reason in per_doc.items()}
 
+    def refusals(self) -> list[dict[str, str]]:
+        """The examples refused at their document's last reconcile, as ``{"example_id", "document",
+        "reason"}`` (JSON-able; sorted by document, then example id)."""
+        return [
+            {"example_id": eid, "document": doc, "reason": reason}
+            for doc, per_doc in sorted(self._refused.items())
+            for eid, reason in sorted(per_doc.items())
+        ]
+
     def route(self, example: Example) -> Path:
         """The document ``example``'s probe section belongs in (its workqueue key is ``str()`` of it)."""
         return self.router.route(example)

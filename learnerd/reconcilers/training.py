@@ -59,6 +59,7 @@ from learnerd.store.dlm import (
     UnrepresentableError,
     new_document,
     probe_section,
+    probe_section_ids,
     read_document,
     update_document,
 )
@@ -301,7 +302,7 @@ class TrainingReconciler:
             have = {s.section_id for s in document.sections}
             count = 0
             for section in sections:
-                if section.section_id not in have:
+                if not probe_section_ids(section) & have:
                     document = document.append_section(section)
                     have.add(section.section_id)
                     count += 1

@@ -6,6 +6,10 @@ survives a crash. Probes submitted while a write is under way are written togeth
 burst of N concurrent pushes costs far fewer than N fsyncs (one committer task, :meth:`ProbeInbox.run`,
 does every write in a worker thread; the event loop never waits on the disk).
 
+Each probe is checked alone before it joins a group (:meth:`ProbeJournal.encode
+<learnerd.store.probe_journal.ProbeJournal.encode>`, and its id must not be pending): a probe that cannot
+be journaled is refused by itself (``ValueError``) and never fails the probes written with it.
+
 Capacity: the inbox is *full* when the probes pending in the journal (accepted, not yet written into
 their document) plus those being written reach ``capacity``; :meth:`ProbeInbox.submit` then raises
 :class:`InboxFull` (HTTP 429). The training reconciler consumes pending probes at each cycle boundary.
@@ -76,6 +80,7 @@ class ProbeInbox:
         """Journal ``probe`` durably; return the depth afterwards (this probe included).
 
         Raises:
+            ValueError: ``probe`` cannot be journaled (a field is not encodable as UTF-8; nothing was written).
             InboxFull: ``capacity`` probes are already pending (nothing was written).
             InboxClosed: :meth:`run` is not running.
             OSError: the journal write failed (the probe was not accepted).
@@ -84,6 +89,7 @@ class ProbeInbox:
             raise InboxClosed("the probe inbox is not running")
         if self.depth >= self.capacity:
             raise InboxFull(f"probe queue at capacity ({self.capacity} probes pending)")
+        self.journal.encode(probe)
         submission = _Submission(probe)
         self._reserved += 1
         try:

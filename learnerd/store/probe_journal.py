@@ -32,7 +32,7 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,8 @@ MAX_SLUG_CHARS = 48
 
 
 class JournalError(Exception):
-    """The journal file holds a line that is not a journal record (other than a torn last line)."""
+    """The journal file holds a line that is not a journal record (other than a torn last line), or a
+    probe for a document outside the allowed ones."""
 
 
 @dataclass(frozen=True)
@@ -119,13 +120,21 @@ class InjectedProbe:
 class ProbeJournal:
     """The journal file at ``path`` (its directory is created, mode 0700). See the module docstring.
 
+    Args:
+        path: the journal file.
+        document_allowed: whether a probe's ``document`` may be written (e.g. a
+            :class:`~learnerd.store.routing.DocumentScope`); None: any.
+
     Raises:
-        JournalError: a line other than the last is not a journal record (the file was damaged).
+        JournalError: a line other than the last is not a journal record (the file was damaged), or an
+            accepted probe names a document that ``document_allowed`` refuses (line number and path given;
+            learnerd never writes a file a journal line chose).
         OSError: the file cannot be read or written.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], document_allowed: Callable[[str], bool] | None = None) -> None:
         self.path = Path(path)
+        self._document_allowed = document_allowed
         self._lock = threading.Lock()
         self._pending: dict[str, InjectedProbe] = {}  # insertion order = acceptance order
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -147,17 +156,29 @@ class ProbeJournal:
         with self._lock:
             return list(dict.fromkeys(p.document for p in self._pending.values()))
 
+    @staticmethod
+    def encode(probe: InjectedProbe) -> bytes:
+        """``probe``'s ``accept`` line, UTF-8, newline-terminated.
+
+        Raises:
+            ValueError: a field cannot be encoded (``UnicodeEncodeError``: a lone UTF-16 surrogate).
+        """
+        return _line({"op": "accept", "probe": probe.to_dict()})
+
     def append(self, probes: Sequence[InjectedProbe]) -> None:
         """Record ``probes`` as accepted: one write, then fsync. When it returns they are durable.
 
+        Check each probe alone first with :meth:`encode` (the probe inbox does, before a probe joins a
+        group commit): one probe that cannot be encoded fails the whole call.
+
         Raises:
-            ValueError: a probe id is already pending.
+            ValueError: a probe id is already pending, or a probe cannot be encoded.
             OSError: the write or the fsync failed; then none of ``probes`` counts as accepted (a
                 partial line left behind is dropped at the next open).
         """
         if not probes:
             return
-        lines = b"".join(_line({"op": "accept", "probe": p.to_dict()}) for p in probes)
+        lines = b"".join(self.encode(p) for p in probes)
         with self._lock:
             if any(p.id in self._pending for p in probes):
                 raise ValueError("a probe with this id is already pending")
@@ -219,6 +240,7 @@ class ProbeJournal:
                 record = json.loads(raw)
                 if record["op"] == "accept":
                     probe = InjectedProbe.from_dict(record["probe"])
+                    self._check_document(probe, number)
                     self._pending[probe.id] = probe
                 elif record["op"] == "consume":
                     for probe_id in record["ids"]:
@@ -227,6 +249,13 @@ class ProbeJournal:
                     raise ValueError(f"unknown op {record['op']!r}")
             except (ValueError, KeyError, TypeError) as exc:
                 raise JournalError(f"{self.path}:{number}: not a probe journal record: {exc}") from None
+
+    def _check_document(self, probe: InjectedProbe, number: int) -> None:
+        if self._document_allowed is not None and not self._document_allowed(probe.document):
+            raise JournalError(
+                f"{self.path}:{number}: probe {probe.id} names the document {probe.document!r}, which is not "
+                "under docs_dirs nor the [rpc] document; refusing the journal (move that line out to start)"
+            )
 
     def _rewrite(self) -> None:
         """Replace the file atomically with the accept lines of the pending probes only."""

@@ -8,7 +8,7 @@ The probes workqueue's key for an example is ``str(router.route(example))``.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from learnerd.store.examples import Example
@@ -40,3 +40,19 @@ class DocumentRouter:
         """A document name as the config writes it → its path (absolute as is, else under ``base``)."""
         p = Path(os.path.expandvars(os.path.expanduser(name)))
         return p if p.is_absolute() else self._base / p
+
+
+class DocumentScope:
+    """The documents learnerd may write: those under ``roots`` (``docs_dirs``) and the named ``documents``
+    (``[rpc] document``, ``[probes]`` documents), compared after resolving symlinks and ``..``."""
+
+    def __init__(self, roots: Sequence[Path], documents: Sequence[Path] = ()) -> None:
+        self._roots = tuple(Path(os.path.realpath(r)) for r in roots)
+        self._documents = frozenset(Path(os.path.realpath(d)) for d in documents)
+
+    def __call__(self, document: str) -> bool:
+        """Whether ``document`` (an absolute path) is in scope."""
+        if not os.path.isabs(document):
+            return False
+        path = Path(os.path.realpath(document))
+        return path in self._documents or any(path.is_relative_to(root) for root in self._roots)

@@ -18,12 +18,21 @@ def probe_sections(path):
 def test_learned_document_follows_the_examples(tmp_path):
     logs = tmp_path / "logs"
     shutil.copytree(REPO_ROOT / "examples" / "logs", logs)
+    with (logs / "assistant.jsonl").open("a", encoding="utf-8") as f:  # an answer the released dlm would cut
+        f.write(event_line("context", "nb-blank-1", 1_900_000_000.0, cells=[Cell("markup", "Go to tmp, list it")]))
+        f.write(event_line("executed", "nb-blank-1", 1_900_000_001.0, cell=Cell("code", "cd /tmp\n\nls", "bash"),
+                           exit_code=0))  # fmt: skip
     state = tmp_path / "state"
     summary = run_once(state, logs)
     doc = state / "docs" / "learned.dlm"
 
     sections = probe_sections(doc)
-    assert len(sections) == summary["examples"] == 20  # 23 blocks: one failed, one eval mode, one never run
+    # 24 blocks: one failed, one eval mode, one never run; 21 examples, one refused a section
+    assert len(sections) == summary["examples"] - 1 == 20
+    assert summary["refused_examples"] == [
+        {"example_id": "nb-blank-1", "document": str(doc), "reason": summary["refused_examples"][0]["reason"]}
+    ]
+    assert "blank line" in summary["refused_examples"][0]["reason"]
     for section in sections.values():
         (pair,) = section.qa_pairs()
         assert pair.probe and pair.question and pair.answer

@@ -148,8 +148,10 @@ def test_sigint_mid_run_keeps_the_best_deltas_and_a_resumed_run_continues(worksp
     assert best.evaluation["composite"] == max(h["composite"] for h in history)
     assert not list(run_dir.glob(".*.tmp"))
 
-    resumed = _run(*args, "--iterations", str(done + 2))
+    resumed = _run(*args, "--iterations", str(done + 2), "--json")
     assert resumed.returncode == 0, resumed.stderr
+    outcome = json.loads(resumed.stdout)  # --json: stdout is the outcome alone
+    assert (outcome["status"], outcome["iterations"], outcome["run_dir"]) == ("finished", done + 2, str(run_dir))
     after = _history(run_dir)
     assert len(after) == done + 2 and after[:done] == history
     assert after[done]["deltas"] == history[-1]["proposed"]
@@ -161,16 +163,17 @@ def test_sigint_mid_run_keeps_the_best_deltas_and_a_resumed_run_continues(worksp
 
 
 def test_apply_best_answers_the_pool_steered_and_unsteered(workspace):
-    result = _run("evolve", str(workspace.doc), "--state-dir", str(workspace.state), "--apply-best", *EVOLVE)
+    result = _run("evolve", str(workspace.doc), "--state-dir", str(workspace.state), "--apply-best", "--json", *EVOLVE)
     assert result.returncode == 0, result.stderr
     applied = json.loads((workspace.run_dir / "apply_best.json").read_text())
+    assert json.loads(result.stdout) == applied  # --json: the same object on stdout, the table on stderr
     assert applied["steering"] == str(workspace.run_dir / "deltas_best.json")
     for label in ("steered", "unsteered"):
         answers = applied[label]["answers"]
         assert len(answers) == 20
         assert applied[label]["correctness"] == sum(a["correct"] for a in answers) / 20
     assert applied["unsteered"]["correctness"] >= 0.9  # the adapter's answers
-    assert "steered: composite" in result.stdout and "unsteered: composite" in result.stdout
+    assert "steered: composite" in result.stderr and "unsteered: composite" in result.stderr
 
 
 def test_generate_with_and_without_steering(workspace, tmp_path):
@@ -178,6 +181,11 @@ def test_generate_with_and_without_steering(workspace, tmp_path):
     plain = _run(*common)
     assert plain.returncode == 0, plain.stderr
     assert plain.stdout == "Paris\n"
+    as_json = _run(*common, "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    answer = json.loads(as_json.stdout)
+    assert (answer["text"], answer["adapter"], answer["steering"]) == ("Paris", "v0001", None)
+    assert answer["tokens"] >= 1 and answer["base_model_identity"]
     best = workspace.run_dir / "deltas_best.json"
     ended = tmp_path / "end_at_once.json"
     raw = json.loads(best.read_text())

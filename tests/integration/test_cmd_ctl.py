@@ -11,11 +11,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from learnerd.api.unix_socket import bind_admin_socket, remove_admin_socket, secure_state_dir
+from learnerd.api.unix_socket import bind_admin_socket, remove_admin_socket
 from learnerd.cmd._client import AdminClient
 from learnerd.cmd._common import CommandError
 from learnerd.cmd.main import main
 from learnerd.daemon.logging import current_level
+from learnerd.store.state_dir import secure_state_dir
 from tests.support.daemon import SAMPLE_BLOCKS, append_blocks, daemon_config, eventually, running_service
 
 pytestmark = pytest.mark.usefixtures("restore_log_level")
@@ -62,8 +63,11 @@ async def test_ctl_commands_on_a_running_daemon(short_root: Path, minilm, capsys
         assert code == 0 and json.loads(out) == {"paused": dict.fromkeys(running.daemon.controllers, False)}
         assert {"examples", "embeddings", "probes"} <= set(running.daemon.controllers)
 
-        code, out, _ = await learnerd(capsys, "ctl", "requeue", "probes", "some/doc.dlm", *at)
-        assert code == 0 and "requeued 'some/doc.dlm' on probes" in out
+        code, out, err = await learnerd(capsys, "ctl", "requeue", "probes", "some/doc.dlm", *at)
+        assert code == 1 and "controller 'probes' has no key 'some/doc.dlm'" in err  # a typo is not queued
+        block_id = next(iter(BLOCKS))
+        code, out, _ = await learnerd(capsys, "ctl", "requeue", "examples", block_id, *at)
+        assert code == 0 and f"requeued '{block_id}' on examples" in out
 
         code, out, _ = await learnerd(capsys, "ctl", "log-level", "warning", *at)
         assert code == 0 and out.startswith("warning (was ") and current_level() == "warning"
@@ -73,6 +77,11 @@ async def test_ctl_commands_on_a_running_daemon(short_root: Path, minilm, capsys
 
         code, out, _ = await learnerd(capsys, "ctl", "metrics", *at)
         assert code == 0 and 'workqueue_depth{name="examples"}' in out
+        code, out, _ = await learnerd(capsys, "ctl", "metrics", "--json", *at)
+        families = json.loads(out)
+        depth = families["workqueue_depth"]
+        assert code == 0 and depth["type"] == "gauge" and depth["help"]
+        assert {"name": "workqueue_depth", "labels": {"name": "examples"}, "value": 0.0} in depth["samples"]
 
         code, out, err = await learnerd(capsys, "ctl", "reload", *at)
         assert code == 1 and "started without a config file" in err

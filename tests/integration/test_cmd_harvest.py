@@ -28,8 +28,33 @@ def audit(peer_copy) -> tuple[Path, Path]:
     return folder / "the-doc.dlm", folder / "sway-results.json"
 
 
-def test_dry_run_apply_revert_leaves_the_document_byte_identical(audit: tuple[Path, Path]) -> None:
+def test_a_passing_calibration_drift_writes_no_general_knowledge_probes(audit: tuple[Path, Path]) -> None:
+    """The real report's cal_general passes but lists its 5 worst trivia items: none goes into the
+    Fortran document (as in dlm, only failing probes are harvested)."""
     doc, report = audit
+    original = doc.read_bytes()
+    result = harvest(doc, "--sway-json", report, "--apply", "--json")
+    assert result.returncode == 2, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["additions"] == [] and not plan["written"] and doc.read_bytes() == original
+    assert [u["probe"] for u in plan["unharvestable"]] == ["dk_fortran", "abl_fortran"]
+    assert len(plan["undertrained"]) == 34
+
+
+def with_failing_calibration(report: Path) -> Path:
+    """A copy of the real report in which cal_general fails."""
+    data = json.loads(report.read_text())
+    for probe in data["probes"]:
+        if probe["name"] == "cal_general":
+            probe["verdict"] = "fail"
+    out = report.with_name("cal-fails.json")
+    out.write_text(json.dumps(data))
+    return out
+
+
+def test_dry_run_apply_revert_leaves_the_document_byte_identical(audit: tuple[Path, Path]) -> None:
+    doc, real = audit
+    report = with_failing_calibration(real)
     original = doc.read_bytes()
     before = [s.section_id for s in read_document(doc).sections]
 
@@ -40,7 +65,7 @@ def test_dry_run_apply_revert_leaves_the_document_byte_identical(audit: tuple[Pa
     assert "79e3ec8ad3461cef" in dry.stdout and "Modern Fortran practitioner notes" in dry.stdout  # undertrained
     assert "dk_fortran (delta_kl)" in dry.stdout  # failing, nothing to harvest
     marker = '<!-- dlm-auto-harvest: source="auto-harvest/cal_general" -->'
-    assert f"::instruction::\n{marker}\n### Q !probe\nThe Colosseum is in\n\n### A\nRome\n" in dry.stdout
+    assert f"::instruction::\n{marker}\n### Q !probe\nThe Colosseum is in\n\n### A\nRome\ndry-run" in dry.stdout
 
     explicit = harvest(doc, "--sway-json", report, "--dry-run")
     assert explicit.returncode == 0 and explicit.stdout == dry.stdout and doc.read_bytes() == original
@@ -81,17 +106,17 @@ def test_refusals_and_their_exit_codes(audit: tuple[Path, Path], tmp_path: Path)
     original = doc.read_bytes()
     bad_json = tmp_path / "bad.json"
     bad_json.write_text('{"schema_version": 1,\n "probes": [}\n')
-    no_verdict = json.loads(report.read_text())
-    del no_verdict["probes"][1]["verdict"]
-    (tmp_path / "nv.json").write_text(json.dumps(no_verdict))
     all_pass = json.loads(report.read_text())
-    all_pass["probes"] = [p for p in all_pass["probes"] if p["verdict"] == "pass" and p["kind"] != "calibration_drift"]
+    all_pass["probes"] = [p for p in all_pass["probes"] if p["verdict"] == "pass"]
     (tmp_path / "pass.json").write_text(json.dumps(all_pass))
+    no_probes = json.loads(report.read_text())
+    del no_probes["probes"]
+    (tmp_path / "np.json").write_text(json.dumps(no_probes))
 
     cases = [
         ((doc, "--sway-json", tmp_path / "missing.json"), 1, "cannot read the report"),
         ((doc, "--sway-json", bad_json), 1, "bad.json:2: not valid JSON"),
-        ((doc, "--sway-json", tmp_path / "nv.json"), 1, "probes[1].verdict: missing"),
+        ((doc, "--sway-json", tmp_path / "np.json"), 1, "probes: missing"),
         ((doc, "--sway-json", _report_with(report, tmp_path, schema_version=2)), 1, "schema_version"),
         ((doc, "--revert", "--sway-json", report), 1, "--revert cannot be combined"),
         ((doc, "--revert", "--apply"), 1, "--revert cannot be combined"),
@@ -117,3 +142,38 @@ def test_malformed_document_is_refused_with_its_line(audit: tuple[Path, Path]) -
     doc.write_text(doc.read_text().replace("::instruction::", "::instructions::", 1))
     result = harvest(doc, "--sway-json", report, "--apply")
     assert result.returncode == 1 and f"{doc}:70: unknown section fence" in result.stderr
+
+
+def test_config_gives_the_tag_and_min_confidence(audit: tuple[Path, Path], tmp_path: Path) -> None:
+    doc, real = audit
+    report = with_failing_calibration(real)
+    config = tmp_path / "learnerd.toml"
+    config.write_text('[evaluation]\nharvest_tag = "nightly"\n')
+    applied = harvest(doc, "--sway-json", report, "--apply", "--config", config, "--json")
+    assert applied.returncode == 0, applied.stderr
+    assert {s.harvest_source for s in read_document(doc).auto_sections()} == {"nightly/cal_general"}
+    assert len(json.loads(applied.stdout)["additions"]) == 5
+    config.write_text("[evaluation]\nmin_confidence = 0.9\n")
+    weak = tmp_path / "weak.json"
+    weak.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "probes": [
+                    {
+                        "name": "w",
+                        "verdict": "fail",
+                        "evidence": {
+                            "prompt": "Which compiler flag checks bounds?",
+                            "reference": "-fcheck=bounds",
+                            "confidence": 0.5,
+                        },
+                    }
+                ],
+            }
+        )
+    )
+    below = harvest(doc, "--sway-json", weak, "--config", config, "--json")
+    assert below.returncode == 2 and json.loads(below.stdout)["skipped"][0]["reason"] == "below_confidence"
+    flag = harvest(doc, "--sway-json", weak, "--config", config, "--min-confidence", "0.5", "--json")
+    assert flag.returncode == 0 and [a["probe"] for a in json.loads(flag.stdout)["additions"]] == ["w"]

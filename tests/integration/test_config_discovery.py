@@ -3,6 +3,7 @@ item 6)."""
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
@@ -96,8 +97,11 @@ def test_init_writes_a_commented_config_and_a_valid_document(homes: Path, capsys
     assert main(["init", str(target)]) == 1
     assert "already exists" in capsys.readouterr().err and config.read_text() == before
 
-    assert main(["init", str(homes / "other")]) == 0
-    assert read_document(homes / "other" / "docs" / "learned.dlm").frontmatter.dlm_id != doc.frontmatter.dlm_id
+    assert main(["init", str(homes / "other"), "--json"]) == 0
+    written = json.loads(capsys.readouterr().out)
+    other = read_document(homes / "other" / "docs" / "learned.dlm").frontmatter.dlm_id
+    assert other != doc.frontmatter.dlm_id and written["dlm_id"] == other
+    assert written["next"] == f"learnerd run --config {homes / 'other' / 'config.toml'} --log-dir DIR"
 
 
 def test_init_into_the_xdg_directory_needs_no_flag_next(homes: Path, capsys):

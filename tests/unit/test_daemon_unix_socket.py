@@ -12,13 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from learnerd.api.unix_socket import (
-    SocketInUse,
-    UnsafeStateDir,
-    bind_admin_socket,
-    remove_admin_socket,
-    secure_state_dir,
-)
+from learnerd.api.unix_socket import SocketInUse, bind_admin_socket, remove_admin_socket
+from learnerd.store.state_dir import UnsafeStateDir, secure_state_dir
 from tests.support.daemon import short_tmp_dir
 
 

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from learnerd.eval.harvest import NoReferenceError, SkipReason, apply_plan, auto_harvest, plan_harvest, revert_harvest
+from learnerd.eval.harvest import (
+    MalformedReportError,
+    NoReferenceError,
+    SkipReason,
+    apply_plan,
+    auto_harvest,
+    load_harvest_report,
+    plan_harvest,
+    revert_harvest,
+)
 from learnerd.eval.report import ProbeResult, Report, Score, Verdict, load_report
 from learnerd.store.dlm import parse_text, read_document
 
@@ -26,6 +37,12 @@ def failing(name: str, kind: str = "delta_kl", **evidence: object) -> ProbeResul
 def test_real_report_plan(peer_data: Path) -> None:
     document = read_document(peer_data / "dlm/audit/the-doc.dlm")
     report = load_report(peer_data / "dlm/audit/sway-results.json")
+    cal = next(p for p in report.probes if p.kind == "calibration_drift")
+    assert cal.verdict == Verdict.PASS and len(cal.evidence["worst_offenders"]) == 5
+    # a passing calibration_drift lists its worst general-knowledge items too: they are not harvested
+    assert plan_harvest(document, report).additions == ()
+    failing_cal = replace(cal, verdict=Verdict.FAIL)
+    report = replace(report, probes=tuple(failing_cal if p is cal else p for p in report.probes))
     plan = plan_harvest(document, report)
     assert [(a.candidate.prompt, a.candidate.reference) for a in plan.additions][:2] == [
         ("The Eiffel Tower is in", " Paris"),
@@ -138,3 +155,52 @@ def test_reinforce_removes_copies_whose_probe_was_edited_away(tmp_path: Path) ->
     left = [s.harvest_source for s in read_document(path).sections if s.harvest_source]
     assert left == ["auto-harvest/ext"]  # a harvested probe is not a copy: it stays
     assert not auto_harvest(path, report_of(), reinforce=True).written
+
+
+def test_a_report_is_read_with_dlms_requirements_only(tmp_path: Path) -> None:
+    """dlm's harvest needs ``schema_version`` (an integer, at most 1) and ``probes``; nothing of the rest of
+    sway's envelope. Entries that are not objects are ignored, as dlm ignores them."""
+    path = tmp_path / "r.json"
+    minimal = {
+        "schema_version": 1,
+        "probes": [
+            {"name": "q1", "verdict": "fail", "evidence": {"prompt": "What is X?", "reference": "Y."}},
+            "not a probe",
+            {"verdict": "fail", "evidence": "not an object"},
+            {"name": "ok", "verdict": "pass", "evidence": {"prompt": "a", "reference": "b"}},
+        ],
+    }
+    path.write_text(json.dumps(minimal))
+    report = load_harvest_report(path)
+    assert report.ignored == (1,) and [p.name for p in report.probes] == ["q1", "<unnamed>", "ok"]
+    plan = plan_harvest(parse_text(FM), report)
+    assert [(a.candidate.probe_name, a.candidate.prompt) for a in plan.additions] == [("q1", "What is X?")]
+    assert [u.name for u in plan.unharvestable] == ["<unnamed>"]
+    for bad, words in [
+        ("[]", "a JSON object"),
+        ('{"probes": []}', "schema_version"),
+        ('{"schema_version": "1", "probes": []}', "schema_version"),
+        ('{"schema_version": 2, "probes": []}', "newer"),
+        ('{"schema_version": 1}', "probes"),
+        ('{"schema_version": 1,\n "probes": [}', "r.json:2: not valid JSON"),
+    ]:
+        path.write_text(bad)
+        with pytest.raises(MalformedReportError, match=words.replace("(", r"\(")):
+            load_harvest_report(path)
+
+
+def test_worst_offenders_come_only_from_a_failing_calibration_drift() -> None:
+    offenders = {"worst_offenders": [{"prompt": "The Colosseum is in", "gold": " Rome"}]}
+    passing = ProbeResult("cal", "calibration_drift", Verdict.PASS, 0.9, 0.01, offenders, "")
+    assert plan_harvest(parse_text(FM), report_of(passing)).additions == ()
+    plan = plan_harvest(parse_text(FM), report_of(failing("cal", "calibration_drift", **offenders)))
+    assert [(a.candidate.prompt, a.candidate.reference) for a in plan.additions] == [("The Colosseum is in", " Rome")]
+
+
+def test_a_section_in_the_older_learnerd_layout_counts_as_present() -> None:
+    older = (
+        FM + '\n::instruction::\n<!-- dlm-auto-harvest: source="auto-harvest/a" -->\n### Q !probe\nQ?\n\n### A\nA.\n\n'
+        "::instruction::\n### Q\nother\n### A\nx\n"
+    )
+    plan = plan_harvest(parse_text(older), report_of(failing("a", prompt="Q?", reference="A.")))
+    assert plan.additions == () and plan.skipped[0].reason == SkipReason.ALREADY_PRESENT

@@ -14,7 +14,7 @@ from learnerd.store.dlm import (
     parse_text,
     probe_section,
 )
-from learnerd.store.dlm.qa import normalize_turn
+from learnerd.store.dlm.qa import normalize_turn, question_text
 
 FRONTMATTER = ["---", "dlm_id: 01KPPJZWBDDDYRESSA0HESRDHS", "base_model: smollm2-135m", "---"]
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -134,4 +134,7 @@ def test_probe_sections_parse_back_to_exactly_their_pair_or_are_refused(question
         base.append_section(section).append_section(probe_section("n?", "m", source="t/2")).to_bytes()
     )
     assert [s.harvest_source for s in document.sections] == [None, "learnerd/ex", "t/2"]
-    assert document.sections[1].qa_pairs() == [QAPair(normalize_turn(question), normalize_turn(answer), probe=True)]
+    pairs = document.sections[1].qa_pairs()
+    assert pairs == [QAPair(question_text(question), normalize_turn(answer), probe=True)]
+    # what the released dlm (0.10.0) reads: no blank line inside a question or an answer
+    assert all(line.strip() for pair in pairs for line in (pair.question + "\n" + pair.answer).split("\n"))

@@ -6,7 +6,7 @@
 * :mod:`learnerd.store.dlm.training` — :class:`TrainingConfig`, the ``training`` block (dlm's names,
   defaults and ranges; learnerd's one definition of them);
 * :mod:`learnerd.store.dlm.qa` — the ``### Q`` / ``### A`` grammar, :class:`QAPair`;
-* :mod:`learnerd.store.dlm.edit` — :func:`new_document`, :func:`probe_section`, and
+* :mod:`learnerd.store.dlm.edit` — :func:`new_document`, :func:`probe_section` (:func:`probe_section_ids`), and
   :func:`update_document`, the compare-and-swap write every learnerd writer uses;
 * :mod:`learnerd.store.dlm.rows` — :func:`training_rows`, the rows a document trains on.
 
@@ -31,6 +31,7 @@ from learnerd.store.dlm.edit import (
     WriteOutcome,
     new_document,
     probe_section,
+    probe_section_ids,
     update_document,
 )
 from learnerd.store.dlm.errors import DocumentError
@@ -64,6 +65,7 @@ __all__ = [
     "parse_qa",
     "parse_text",
     "probe_section",
+    "probe_section_ids",
     "read_document",
     "training_rows",
     "update_document",

@@ -16,7 +16,7 @@ import contextlib
 import fcntl
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from learnerd.store.atomic import replace_if_unchanged
 from learnerd.store.dlm.document import Document, Section, harvest_marker, parse_body, parse_bytes, parse_text
 from learnerd.store.dlm.errors import DocumentError
 from learnerd.store.dlm.frontmatter import CURRENT_DLM_VERSION, new_ulid, render_frontmatter
-from learnerd.store.dlm.qa import QAPair, normalize_turn, render_qa
+from learnerd.store.dlm.qa import QAPair, blank_line_free, normalize_turn, question_text, render_qa
 
 
 class UnrepresentableError(ValueError):
@@ -69,12 +69,18 @@ def probe_section(question: str, answer: str, *, source: str) -> Section:
 
         ### A
         <answer>
-        <blank line: the content ends in LF, so the section id is the same in the middle or at the end>
+
+    No blank line ends the section: its content is byte for byte what ``dlm harvest`` writes for the
+    same pair, so both compute the same section id (and each sees the other's section as already
+    present); the next section or learnerd's end guard follows right after it, so the id is the same anywhere.
 
     ``question`` and ``answer`` are normalized as the grammar reads them (LF line ends, surrounding
-    whitespace stripped). Nothing is escaped: a pair the grammar cannot carry is refused, and the check
-    is exact — the rendered section is parsed back and must give one section with exactly this pair.
-    Refused: an empty question or answer; a body line that reads as ``### Q`` / ``### A`` or as a fence
+    whitespace stripped); the question's blank lines are dropped (:func:`~learnerd.store.dlm.qa.question_text`)
+    because the released dlm (0.10.0) ends a question at its first blank line. Nothing is escaped: a pair
+    the grammar cannot carry is refused, and the check is exact — the rendered section is parsed back and
+    must give one section with exactly this pair. Refused: an empty question or answer; an answer with a
+    blank line (the released dlm would end the answer there and refuse the section; learnerd does not
+    write what the person did not); a body line that reads as ``### Q`` / ``### A`` or as a fence
     (``::type::`` outside a code block); an odd number of ````` lines (an open code block would swallow
     the next sections); a line break the Q/A parser splits at but the file does not (``\\v``, ``\\f``,
     ``\\x1c``-``\\x1e``, ``\\x85``, ``\\u2028``, ``\\u2029``). Markdown (code blocks, shell commands) is kept.
@@ -82,9 +88,11 @@ def probe_section(question: str, answer: str, *, source: str) -> Section:
     Raises:
         UnrepresentableError: the pair cannot be carried (the message says why).
     """
-    q, a = normalize_turn(question), normalize_turn(answer)
+    q, a = question_text(question), normalize_turn(answer)
     if not q or not a:
         raise UnrepresentableError("empty question or answer")
+    if not blank_line_free(a):
+        raise UnrepresentableError("the answer has a blank line (the released dlm 0.10.0 ends an answer there)")
     try:
         marker = harvest_marker(source)
     except ValueError as exc:
@@ -107,6 +115,13 @@ def probe_section(question: str, answer: str, *, source: str) -> Section:
             "the pair does not parse back to itself (a line reads as ### Q / ### A, or an unusual line break)"
         )
     return section
+
+
+def probe_section_ids(section: Section) -> frozenset[str]:
+    """The ids ``section`` (from :func:`probe_section`) may have in a document: its own, and that of the
+    same section in the layout learnerd wrote before it matched ``dlm harvest`` (a final blank line), so a
+    pair written by an older learnerd counts as present."""
+    return frozenset({section.section_id, replace(section, body=(*section.body, "")).section_id})
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,12 @@ and trailing whitespace of a question or answer is not representable. Code block
 header-looking line inside an answer (dlm's parser does not track them). Errors: text before the first
 ``### Q``, an empty question or answer, a ``### Q`` with no ``### A`` (at the end of the section or
 because two ``### Q`` come in a row), and a section with no pair at all.
+
+The released dlm (``document-language-model`` 0.10.0 on PyPI, ``dlm/data/instruction_parser.py``) is
+stricter: a body also ends at its first blank (whitespace-only) line, and after a question's blank line the
+next line must be ``### A``. This module *reads* the repository's grammar (a person's document with blank
+lines in an answer still trains here); what learnerd *writes* (:func:`render_qa`, with turns from
+:func:`question_text` and checked by :func:`blank_line_free`) is accepted by both.
 """
 
 from __future__ import annotations
@@ -97,14 +103,29 @@ def normalize_turn(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n").strip()
 
 
-def render_qa(pairs: Sequence[QAPair]) -> list[str]:
-    """Body lines for ``pairs`` in dlm's layout: header, body, blank line, ``### A``, body, blank line.
+def question_text(text: str) -> str:
+    """A question as learnerd writes it: :func:`normalize_turn`, then every blank (whitespace-only) line
+    dropped, so the released dlm's parser does not end the question early (markdown paragraphs become
+    consecutive lines; the model conditions on the question, it never has to produce it)."""
+    return "\n".join(line for line in normalize_turn(text).split("\n") if line.strip())
 
-    The caller must check the result parses back (a body line may look like a header or a fence);
-    :func:`learnerd.store.dlm.edit.probe_section` does.
+
+def blank_line_free(text: str) -> bool:
+    """True when no line of ``text`` (split at LF) is blank: the released dlm (0.10.0) reads the body whole."""
+    return all(line.strip() for line in text.split("\n"))
+
+
+def render_qa(pairs: Sequence[QAPair]) -> list[str]:
+    """Body lines for ``pairs`` in the layout of ``dlm harvest`` (``dlm/harvest/diff.py``): header,
+    question, blank line, ``### A``, answer; a blank line between two pairs and none after the last, so
+    a section holding one probe pair has the content, hence the section id, dlm gives the same pair.
+
+    The caller must check the result parses back (a body line may look like a header or a fence) and
+    that the bodies have no blank line; :func:`learnerd.store.dlm.edit.probe_section` does.
     """
     lines: list[str] = []
-    for pair in pairs:
+    for i, pair in enumerate(pairs):
+        lines += [""] if i else []
         lines += [PROBE_HEADER if pair.probe else Q_HEADER, *pair.question.split("\n"), ""]
-        lines += [A_HEADER, *pair.answer.split("\n"), ""]
+        lines += [A_HEADER, *pair.answer.split("\n")]
     return lines
