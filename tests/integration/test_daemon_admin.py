@@ -60,7 +60,12 @@ async def test_status_shows_the_daemon_its_controllers_and_counts(short_root: Pa
     assert status["state"] == "running" and status["pid"] == os.getpid()
     assert status["version"] and status["uptime_s"] >= 0 and status["config_path"] is None
     assert status["state_dir"] == str(cfg.state_dir)
-    assert status["endpoints"] == {"admin_socket": str(cfg.layout.socket_path), "metrics": None, "search": None}
+    assert status["endpoints"] == {
+        "admin_socket": str(cfg.layout.socket_path),
+        "metrics": None,
+        "search": None,
+        "openai": None,
+    }
     assert status["counts"] == {"blocks": 3, "examples": 3, "vectors": 3, "indexed": 3, "adapters": 2}
     assert status["embedder"] == {"name": "all-MiniLM-L6-v2", "loaded": True}
     assert set(status["controllers"]) == set(PIPELINE)
