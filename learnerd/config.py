@@ -151,6 +151,18 @@ num_threads = 0              # torch threads while evaluating; 0 = the cores idl
 max_prompts = 8              # prompts per divergence probe
 max_turns = 4                # dialogue length of the multi-turn probe (2..8)
 half_life_target = 2.0       # the multi-turn probe passes at a half-life of at least this many turns
+
+[serve]                      # OpenAI-compatible serving (learnerd.api.openai_app); --listen-openai HOST:PORT
+listen = ""                  # HOST:PORT; empty: off. Bearer token $LEARNERD_OPENAI_TOKEN (required off loopback)
+base_models = []             # base models listed besides the documents' bases ([] = the [probes] base)
+queue_size = 16              # chat completions queued or generating; beyond: HTTP 429 with Retry-After
+max_tokens = 512             # a request's max_tokens is clamped to this many tokens
+max_body_bytes = 1048576     # larger request bodies are refused (413)
+rag_k = 0                    # retrieved examples before the last user turn (0 = off; per request: learnerd.rag_k)
+steering = false             # apply `learnerd evolve`'s deltas_best.json of the document's run, when there is one
+
+[export.foyle]               # foyle's Example protobuf files (<id>.example.binpb), off by default
+dir = ""                     # e.g. "~/.foyle/training"; needs foyle's embedding model (backend "openai")
 """
 """Every key of the file with its default value and meaning (valid TOML; ``~`` paths are examples)."""
 
@@ -464,6 +476,50 @@ class EvaluationSettings(_Section):
         return value
 
 
+OPENAI_TOKEN_ENV = "LEARNERD_OPENAI_TOKEN"
+"""The environment variable holding the OpenAI-compatible endpoint's bearer token."""
+
+
+class ServeConfig(_Section):
+    """OpenAI-compatible serving (``learnerd.api.openai_app``, ``learnerd.ml.serving``); sizes in tokens and bytes."""
+
+    listen: str = ""
+    base_models: list[str] = Field(default_factory=list)
+    queue_size: int = Field(16, ge=1)
+    max_tokens: int = Field(512, ge=1)
+    max_body_bytes: int = Field(1024 * 1024, ge=1024)
+    rag_k: int = Field(0, ge=0)
+    steering: bool = False
+
+    _listen = field_validator("listen")(_host_port_or_empty("serve"))
+
+    @field_validator("base_models")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        if not all(value):
+            raise ValueError("serve.base_models: names must not be empty")
+        return value
+
+
+class FoyleExportConfig(_Section):
+    """``[export.foyle]``: write every example as foyle's ``Example`` protobuf into ``dir`` ("" = off);
+    a relative ``dir`` is resolved against the config file's directory."""
+
+    dir: str = ""
+
+    @field_validator("dir")
+    @classmethod
+    def _dir_relative_to_the_file(cls, value: str, info: ValidationInfo) -> str:
+        base = (info.context or {}).get("base")
+        return str(_resolve_path(value, base)) if value and base is not None else value
+
+
+class ExportConfig(_Section):
+    """``[export.*]``: copies of the learned examples in other tools' formats."""
+
+    foyle: FoyleExportConfig = Field(default_factory=FoyleExportConfig)
+
+
 class Config(_Section):
     """The whole configuration. ``path`` is the file it came from, or None for pure defaults."""
 
@@ -483,6 +539,8 @@ class Config(_Section):
     steering: SteeringConfig = Field(default_factory=SteeringConfig)
     evaluation: EvaluationSettings = Field(default_factory=EvaluationSettings)
     rpc: RpcConfig = Field(default_factory=RpcConfig)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
+    export: ExportConfig = Field(default_factory=ExportConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     fleet: FleetConfig = Field(default_factory=FleetConfig)
     path: Path | None = None

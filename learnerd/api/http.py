@@ -58,8 +58,8 @@ def throttle_of(request: web.Request) -> LogThrottle:
 
 #: File descriptors kept free of connections (database, journal, logs, model files, training pipes).
 FD_RESERVE = 256
-#: Listeners one process serves at most (admin socket, metrics, search, RPC): the fd budget's divisor.
-MAX_LISTENERS = 4
+#: Listeners one process serves at most (admin socket, metrics, search, RPC, OpenAI): the fd budget's divisor.
+MAX_LISTENERS = 5
 
 
 @dataclass(frozen=True)

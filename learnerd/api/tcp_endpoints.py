@@ -38,16 +38,16 @@ class TokenError(ValueError):
     """The search token is missing or too short."""
 
 
-def check_token(token: str | None) -> str:
-    """``token`` if usable.
+def check_token(token: str | None, env: str = SEARCH_TOKEN_ENV, what: str = "serving search over TCP") -> str:
+    """``token`` (read from ``$env``) if usable.
 
     Raises:
         TokenError: unset, empty, or shorter than :data:`MIN_TOKEN_CHARS`.
     """
     if not token:
-        raise TokenError(f"serving search over TCP needs a bearer token in ${SEARCH_TOKEN_ENV}")
+        raise TokenError(f"{what} needs a bearer token in ${env}")
     if len(token) < MIN_TOKEN_CHARS:
-        raise TokenError(f"${SEARCH_TOKEN_ENV} must be at least {MIN_TOKEN_CHARS} characters long")
+        raise TokenError(f"${env} must be at least {MIN_TOKEN_CHARS} characters long")
     return token
 
 
@@ -55,8 +55,13 @@ def _remote(request: web.Request) -> dict[str, Any]:
     return {"remote": request.remote}
 
 
-def bearer_middleware(token: str) -> Any:
-    """Refuse (401) every request whose ``Authorization`` is not ``Bearer <token>`` (one warning per 10 s)."""
+def _unauthorized() -> web.Response:
+    return error_response(401, "unauthorized", headers={"WWW-Authenticate": 'Bearer realm="learnerd"'})
+
+
+def bearer_middleware(token: str, refuse: Callable[[], web.Response] = _unauthorized, what: str = "search") -> Any:
+    """Refuse (``refuse()``, a 401) every request whose ``Authorization`` is not ``Bearer <token>`` (one
+    warning per 10 s, naming the endpoint, ``what``)."""
     expected = token.encode()
 
     @web.middleware
@@ -65,9 +70,9 @@ def bearer_middleware(token: str) -> Any:
             return await handler(request)
         if not bearer_matches(request, expected):
             throttle_of(request).warning(
-                "refused", "search request refused: missing or wrong bearer token", remote=request.remote
+                "refused", f"{what} request refused: missing or wrong bearer token", remote=request.remote
             )
-            return error_response(401, "unauthorized", headers={"WWW-Authenticate": 'Bearer realm="learnerd"'})
+            return refuse()
         return await handler(request)
 
     return middleware

@@ -118,6 +118,7 @@ def print_status(status: dict[str, Any]) -> None:
         ("admin socket", endpoints.get("admin_socket") or "—"),
         ("metrics", endpoints.get("metrics") or "— (--metrics-addr)"),
         ("search", endpoints.get("search") or "— (--listen-search)"),
+        ("openai", endpoints.get("openai") or "— (--listen-openai)"),
         ("log level", status["log_level"]),
         ("embedder", f"{embedder['name']} ({'loaded' if embedder['loaded'] else 'loading'})"),
         (

@@ -6,6 +6,8 @@ unless ``--no-train`` (or ``[training] enabled = false``) turns training off.
 Otherwise the daemon serves the admin API on ``<state_dir>/learnerd.sock`` (``learnerd ctl``),
 and ``/metrics`` and ``/search`` over TCP when asked (``--metrics-addr``, ``--listen-search``), and
 talks to systemd (``Type=notify``) through ``$NOTIFY_SOCKET``; see :mod:`learnerd.daemon.service`.
+``--listen-openai HOST:PORT`` serves the OpenAI-compatible ``/v1/models`` and ``/v1/chat/completions``
+(``learnerd.api.openai_app``) behind ``$LEARNERD_OPENAI_TOKEN``; without a token only on a loopback address.
 ``--listen-rpc HOST:PORT`` serves dlm's ``inject_probe`` on ``POST /rpc`` (``learnerd.api.rpc``);
 the bearer token comes from ``$LEARNERD_PROBE_TOKEN``, and without it the daemon refuses to start.
 
@@ -41,6 +43,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="HOST:PORT",
         help="also serve POST /search over TCP, behind the bearer token in $LEARNERD_SEARCH_TOKEN "
         "(default: [admin] search_addr)",
+    )
+    p.add_argument(
+        "--listen-openai",
+        metavar="HOST:PORT",
+        help="also serve the OpenAI-compatible /v1/models and /v1/chat/completions, behind the bearer token in "
+        "$LEARNERD_OPENAI_TOKEN (required unless HOST is a loopback address; default: [serve] listen)",
     )
     add_common_options(p)
     p.set_defaults(func=run)
@@ -109,26 +117,46 @@ def service_options(cfg, args: argparse.Namespace):
 
     from learnerd.api.tcp_endpoints import SEARCH_TOKEN_ENV, TokenError, check_token
     from learnerd.cmd._common import read_config
-    from learnerd.config import ConfigError, parse_host_port
+    from learnerd.config import OPENAI_TOKEN_ENV, ConfigError, parse_host_port
     from learnerd.daemon.service import ServiceOptions
 
     metrics = args.metrics_addr or cfg.admin.metrics_addr
     search = args.listen_search or cfg.admin.search_addr
+    openai = args.listen_openai or cfg.serve.listen
     token = None
     try:
         metrics_addr = parse_host_port(metrics, "--metrics-addr") if metrics else None
         search_addr = parse_host_port(search, "--listen-search") if search else None
+        openai_addr = parse_host_port(openai, "--listen-openai") if openai else None
         if search_addr is not None:
             token = check_token(os.environ.get(SEARCH_TOKEN_ENV))
+        openai_token = os.environ.get(OPENAI_TOKEN_ENV) or None
+        if openai_addr is not None and (openai_token is not None or not _is_loopback(openai_addr[0])):
+            openai_token = check_token(openai_token, OPENAI_TOKEN_ENV, f"serving chat completions on {openai}")
     except (ConfigError, TokenError) as exc:
         raise CommandError(str(exc), exit_code=2) from exc
+    cfg.serve.listen = openai or ""
 
     return ServiceOptions(
         metrics_addr=metrics_addr,
         search_addr=search_addr,
         search_token=token,
+        openai_addr=openai_addr,
+        openai_token=openai_token,
         reload_config=(lambda: read_config(args)) if cfg.path is not None else None,
     )
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (``localhost``, 127.0.0.0/8, ``::1``)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def warn_if_nothing_is_watched(cfg) -> None:

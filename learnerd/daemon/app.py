@@ -57,9 +57,11 @@ from learnerd.daemon import wiring
 from learnerd.daemon.metrics import DaemonMetrics
 from learnerd.fleet.fleet import fleet_for
 from learnerd.ml.embedders import Embedder, LazyEmbedder, embedder_dim, embedder_name, make_embedder
+from learnerd.ml.serving import ServedModels
 from learnerd.reconcilers.embeddings import EmbeddingsReconciler
 from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.reconcilers.examples import ExamplesReconciler
+from learnerd.reconcilers.foyle_export import FoyleExportReconciler
 from learnerd.reconcilers.probes import ProbesReconciler
 from learnerd.reconcilers.training import TrainingReconciler
 from learnerd.runtime.controller import Controller, ControllerStats
@@ -85,7 +87,8 @@ class ControllerRow:
     ``stage``: ``"pipeline"`` queues are drained at shutdown, in table order; the ``"training"`` queue is
     stopped instead (a cycle may run for hours; see the module docstring), and exists only with
     ``[training] enabled``. ``needs_embedder``: built once the embedder has loaded (ingestion starts
-    before). A reconciler's ``resync_keys()`` is its start-up list; its ``changes`` go into the summary;
+    before). ``enabled``: an optional row, wired only when it returns True for the config. A reconciler's
+    ``resync_keys()`` is its start-up list; its ``changes`` go into the summary;
     a :class:`~learnerd.runtime.reconcile.BatchReconciler` is handed batches of its ``batch_size``.
     """
 
@@ -93,6 +96,7 @@ class ControllerRow:
     build: Callable[[Daemon], Reconciler]
     stage: Literal["pipeline", "training"] = "pipeline"
     needs_embedder: bool = False
+    enabled: Callable[[Config], bool] | None = None
 
 
 #: The controllers, in pipeline order (the order the queues drain in). Adding a reconciler: one module
@@ -106,6 +110,13 @@ CONTROLLERS: tuple[ControllerRow, ...] = (
         ),
         needs_embedder=True,
     ),
+    ControllerRow(
+        "foyle_export",
+        lambda d: FoyleExportReconciler(
+            d.conn, Path(d.cfg.export.foyle.dir), embedder_name(d.cfg.embeddings), embedding_wait_s=1.0
+        ),
+        enabled=lambda cfg: bool(cfg.export.foyle.dir),
+    ),
     ControllerRow("probes", lambda d: wiring.probes_reconciler(d.cfg, d.router)),
     ControllerRow("evaluation", lambda d: wiring.evaluation_reconciler(d.cfg, on_report=d.metrics.evaluated)),
     ControllerRow(
@@ -114,8 +125,8 @@ CONTROLLERS: tuple[ControllerRow, ...] = (
         stage="training",
     ),
 )
-#: Queue names in pipeline order (the order they drain in).
-PIPELINE: tuple[str, ...] = tuple(row.name for row in CONTROLLERS if row.stage == "pipeline")
+#: The always-wired queue names in pipeline order (the order they drain in); optional rows join them when enabled.
+PIPELINE: tuple[str, ...] = tuple(row.name for row in CONTROLLERS if row.stage == "pipeline" and row.enabled is None)
 #: The training queue: not drained at shutdown but stopped (see the module docstring).
 TRAINING = "training"
 
@@ -184,7 +195,13 @@ class Daemon:
         self._queue_metrics = PrometheusMetricsProvider(self.registry)
         self._controller_metrics = ControllerMetrics(self.registry)
         self.metrics = DaemonMetrics(self.registry)
-        self._rows = [row for row in CONTROLLERS if row.stage == "pipeline" or cfg.training.enabled]
+        self._rows = [
+            row
+            for row in CONTROLLERS
+            if (row.stage == "pipeline" or cfg.training.enabled) and (row.enabled is None or row.enabled(cfg))
+        ]
+        #: This daemon's pipeline queues, in drain order.
+        self.pipeline: tuple[str, ...] = tuple(row.name for row in self._rows if row.stage == "pipeline")
         if not cfg.training.enabled and cfg.rpc.listen:
             raise ValueError("the RPC server feeds training; it cannot run with [training] enabled = false")
         if cfg.rpc.listen and not rpc_token:
@@ -208,6 +225,8 @@ class Daemon:
         self._serve_scopes: list[anyio.CancelScope] = []  # the running task group's and the drain's
         self.training_intake: TrainingIntake | None = None
         self.rpc: RpcServer | None = None
+        #: The models of the OpenAI-compatible endpoint (``[serve] listen``), else None.
+        self.served: ServedModels | None = wiring.served_models(cfg) if cfg.serve.listen else None
         if self.training is not None:
             self._wire_training_intake(rpc_token)
 
@@ -292,17 +311,22 @@ class Daemon:
     # ------------------------------------------------------------------ wiring callbacks
 
     def example_changed(self, example_id: str, old: Example | None, new: Example | None) -> None:
-        """The examples reconciler's hook: re-embed the example, rewrite its old and new documents."""
+        """The examples reconciler's hook: re-embed (and re-export) the example, rewrite its old and new documents."""
         self.queues["embeddings"].add(example_id)
+        if "foyle_export" in self.queues:
+            self.queues["foyle_export"].add(example_id)
         for example in (old, new):
             if example is not None:
                 self.queues["probes"].add(str(self.router.route(example)))
 
     def adapter_committed(self, doc_path: str | os.PathLike[str], version: AdapterVersion) -> None:
-        """The training reconciler's ``on_committed`` hook: evaluate the document's new version."""
+        """The training reconciler's ``on_committed`` hook: evaluate the document's new version, and serve
+        it to new chat completions (``[serve]``; requests in flight finish on the version they started with)."""
         if self.fleet is not None:
             self.fleet.record_adapter(version.doc_key, version.number)
         self.queues["evaluation"].add(str(doc_path))
+        if self.served is not None:
+            self.served.adapter_committed(version, wiring.served_model(doc_path))
 
     def enqueue_blocks(self, block_ids: Iterable[str]) -> int:
         """Put blocks and everything derived from them on their queues; return how many blocks.
@@ -314,6 +338,8 @@ class Daemon:
         for key in ids:
             self.queues["examples"].add(key)
             self.queues["embeddings"].add(key)
+            if "foyle_export" in self.queues:
+                self.queues["foyle_export"].add(key)
         for example in get_examples(self.conn, ids).values():
             self.queues["probes"].add(str(self.router.route(example)))
         return len(ids)
@@ -322,12 +348,12 @@ class Daemon:
         """The level-triggered initial list: every key of every pipeline controller goes on its queue (in a
         fleet: every key this replica owns)."""
         with self.fleet.resyncing() if self.fleet is not None else contextlib.nullcontext():
-            for name in PIPELINE:
+            for name in self.pipeline:
                 if name not in self.reconcilers:
                     continue  # not wired yet (embeddings, while the embedder loads): run lists it once it is
                 for key in self.reconcilers[name].resync_keys():
                     self.queues[name].add(key)
-        log.info("resync", **{name: len(self.queues[name]) for name in PIPELINE})
+        log.info("resync", **{name: len(self.queues[name]) for name in self.pipeline})
 
     def resync_training(self) -> None:
         """The training queue's initial list: every watched document and every one with pending probes."""
@@ -371,7 +397,7 @@ class Daemon:
             fleet_scope = anyio.CancelScope()
             if intake and self.fleet is not None:
                 await tg.start(self._run_fleet, fleet_scope, name="fleet")
-            training_scope, rpc_scope = anyio.CancelScope(), anyio.CancelScope()
+            training_scope, rpc_scope = anyio.CancelScope(), anyio.CancelScope()  # a scope enters one `with` only
             if intake and self.training_intake is not None:
                 await tg.start(self._run_training_intake, training_scope, name="training-intake")
                 if self.rpc is not None:
@@ -419,7 +445,7 @@ class Daemon:
 
     async def _drain(self, tg: anyio.abc.TaskGroup) -> None:
         with anyio.move_on_after(self.cfg.shutdown.drain_timeout_s) as scope:
-            for name in PIPELINE:
+            for name in self.pipeline:
                 await self.queues[name].shutdown_with_drain()
         if scope.cancelled_caught:
             log.warning("drain timed out; cancelling in-flight work", timeout_s=self.cfg.shutdown.drain_timeout_s)
@@ -525,6 +551,8 @@ class Daemon:
         )
 
     def close(self) -> None:
+        if self.served is not None:
+            self.served.close()
         self.analyzer.close()
         if self.training is not None and self.training.journal is not None:
             self.training.journal.close()

@@ -27,6 +27,7 @@ from aiohttp import web
 from learnerd.api.admin import admin_app
 from learnerd.api.errors import ControlError
 from learnerd.api.http import ServerLimits, setup_runner
+from learnerd.api.openai_app import openai_app
 from learnerd.api.tcp_endpoints import metrics_app, search_app
 from learnerd.api.unix_socket import (
     AdminSocket,
@@ -35,7 +36,7 @@ from learnerd.api.unix_socket import (
     remove_admin_socket,
 )
 from learnerd.config import Config
-from learnerd.daemon import sd_notify
+from learnerd.daemon import sd_notify, wiring
 from learnerd.daemon.app import Daemon, RunSummary
 from learnerd.daemon.control import DaemonControl
 from learnerd.daemon.logging import adopt_library_loggers
@@ -58,14 +59,18 @@ class ServiceOptions:
     """What to serve beside the admin socket.
 
     ``search_token`` is required with ``search_addr`` (check it with
-    :func:`~learnerd.api.tcp_endpoints.check_token`); ``reload_config`` re-reads the config file
-    with the command line's overrides (None: started without a config file, reload refused);
-    ``limits`` bound what a client may hold of each listener (timeouts, connection cap).
+    :func:`~learnerd.api.tcp_endpoints.check_token`); ``openai_addr`` serves the OpenAI-compatible
+    endpoint, behind ``openai_token`` when set (the caller refuses a non-loopback address without one);
+    ``reload_config`` re-reads the config file with the command line's overrides (None: started without
+    a config file, reload refused); ``limits`` bound what a client may hold of each listener (timeouts,
+    connection cap).
     """
 
     metrics_addr: tuple[str, int] | None = None
     search_addr: tuple[str, int] | None = None
     search_token: str | None = None
+    openai_addr: tuple[str, int] | None = None
+    openai_token: str | None = None
     reload_config: Callable[[], Config] | None = None
     limits: ServerLimits = field(default_factory=ServerLimits)
 
@@ -103,9 +108,11 @@ class Service:
                 "admin_socket": str(daemon.cfg.layout.socket_path),
                 "metrics": _url(self.options.metrics_addr, "/metrics"),
                 "search": _url(self.options.search_addr, "/search"),
+                "openai": _url(self.options.openai_addr, "/v1"),
             },
             max_k=daemon.cfg.admin.max_k,
         )
+        self.catalog = wiring.model_catalog(daemon.cfg)
 
     def reload(self) -> dict[str, Any] | None:
         """Reload the config (SIGHUP); errors are logged, never raised: whatever goes wrong, the daemon keeps
@@ -157,6 +164,9 @@ class Service:
                     status = self._status_line()
                     sd_notify.notify("READY=1", f"STATUS={status}")
                     log.info("learnerd ready", status=status, **self.control.endpoints)
+                    if self.daemon.served is not None and self.options.openai_addr is not None:
+                        # after the embedder's load: two threads importing transformers at once can fail
+                        tg.start_soon(self._warm_models, name="warm-models")
                     task_status.started()
 
                 summary = await self.daemon.run(self.stop, started)
@@ -200,6 +210,22 @@ class Service:
                 opts.limits,
             )
             self.control.endpoints["search"] = _url(runner.addresses[0][:2], "/search")
+        if opts.openai_addr is not None and self.daemon.served is not None:
+            o_host, o_port = opts.openai_addr
+            app = openai_app(
+                self.catalog, self.daemon.served, self.control, cfg.serve, self.daemon.registry, opts.openai_token
+            )
+            runner = await self._serve(
+                app, lambda r: web.TCPSite(r, o_host, o_port), f"{o_host}:{o_port}", runners, opts.limits
+            )
+            self.control.endpoints["openai"] = _url(runner.addresses[0][:2], "/v1")
+
+    async def _warm_models(self) -> None:
+        """Load every served model's base and current adapter once, ahead of the first request."""
+        served = self.daemon.served
+        assert served is not None
+        for model in await anyio.to_thread.run_sync(self.catalog.models):
+            await served.warm(model)
 
     @staticmethod
     async def _serve(

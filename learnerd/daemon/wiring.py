@@ -10,15 +10,18 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from learnerd.config import Config
 from learnerd.eval.report import Report
+from learnerd.ml.serving import ModelCatalog, ServedModel, ServedModels
 from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.reconcilers.probes import ProbesReconciler
 from learnerd.reconcilers.training import CycleReport, TrainingReconciler
 from learnerd.store.adapters import AdapterStore, AdapterVersion
+from learnerd.store.dlm import DocumentError, read_document
 from learnerd.store.probe_journal import ProbeJournal
 from learnerd.store.routing import DocumentRouter, DocumentScope
 
@@ -52,6 +55,54 @@ def evaluation_reconciler(cfg: Config, on_report: Callable[[Path, Report], None]
         broken_document_retry_s=cfg.probes.broken_document_retry_s,
         on_report=on_report,
     )
+
+
+def served_models(cfg: Config) -> ServedModels:
+    """The served-model manager of ``[serve]``: adapters from the store, ``learnerd evolve``'s best deltas
+    of a document (``<steering_dir>/runs/<dlm_id>/deltas_best.json``) when ``steering`` is on."""
+    return ServedModels(
+        AdapterStore(cfg.layout.adapters_dir),
+        cfg.layout.models_dir,
+        capacity=cfg.serve.queue_size,
+        steering=_best_deltas(cfg.layout.steering_dir / "runs") if cfg.serve.steering else None,
+    )
+
+
+def _best_deltas(runs: Path) -> Callable[[str, Any], Any]:
+    """``(doc_key, tokenizer)`` → the :class:`~learnerd.steering.processor.ClusterBiasProcessor` of the
+    document's ``learnerd evolve`` run (``<runs>/<doc_key>/deltas_best.json``), None without one; re-read
+    when the file changes. Raises :class:`~learnerd.steering.processor.SteeringError` for a bad file."""
+    from learnerd.steering.evolve import BEST_FILE
+    from learnerd.steering.processor import load_steering
+
+    cache: dict[Path, tuple[int, Any]] = {}
+
+    def load(doc_key: str, tokenizer: Any) -> Any:
+        path = runs / doc_key / BEST_FILE
+        try:
+            stamp = path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return None
+        if path not in cache or cache[path][0] != stamp:
+            cache[path] = (stamp, load_steering(path, tokenizer))
+        return cache[path][1]
+
+    return load
+
+
+def model_catalog(cfg: Config) -> ModelCatalog:
+    """The models served: ``[serve] base_models`` (else the ``[probes]`` base) and the documents."""
+    return ModelCatalog(cfg.layout.docs_roots, cfg.serve.base_models or [cfg.probes.base_model])
+
+
+def served_model(doc_path: str | os.PathLike[str]) -> ServedModel | None:
+    """The served model of the document at ``doc_path`` (None when it no longer parses)."""
+    try:
+        fm = read_document(doc_path).frontmatter
+    except (DocumentError, OSError):
+        return None
+    path = Path(doc_path)
+    return ServedModel(path.stem, fm.base_model, path.parent, fm.dlm_id, fm.system_prompt)
 
 
 def training_reconciler(

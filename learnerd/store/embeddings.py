@@ -93,3 +93,11 @@ def load_index(conn: sqlite3.Connection, model: str, dim: int | None) -> VectorI
     for ids, matrix in iter_vectors(conn, model):
         index.upsert(ids, matrix)
     return index
+
+
+def get_vector(conn: sqlite3.Connection, example_id: str) -> tuple[EmbeddingMeta, np.ndarray] | None:
+    """The stored vector of ``example_id`` (float32, shape ``(dim,)``) with its meta, or None."""
+    row = conn.execute("SELECT model, text_hash, vector FROM embeddings WHERE example_id = ?", (example_id,)).fetchone()
+    if row is None:
+        return None
+    return EmbeddingMeta(row[0], row[1]), np.frombuffer(row[2], dtype=_F32).copy()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import socket
 import subprocess
 import time
 from collections import Counter
@@ -20,6 +19,7 @@ from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from learnerd.store.probe_journal import ProbeJournal
 from tests.conftest import cli_env, learnerd_command
+from tests.support.daemon_process import free_port
 from tests.support.pipeline import run_cli
 
 TOKEN = "crash-test-token"
@@ -31,12 +31,6 @@ warm_spare = false
 debounce_s = 600.0       # no cycle drains the probes before the kill
 debounce_max_s = 600.0
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_listening(log: Path, proc: subprocess.Popen, timeout: float = 120.0) -> None:

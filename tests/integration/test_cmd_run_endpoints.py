@@ -36,6 +36,17 @@ def test_search_over_tcp_needs_a_long_enough_token(state: Path, token, monkeypat
     assert not state.exists(), "refused before touching the state directory"
 
 
+@pytest.mark.parametrize(("addr", "token"), [("0.0.0.0:0", None), ("192.0.2.1:0", None), ("127.0.0.1:0", "short")])
+def test_the_openai_endpoint_off_loopback_needs_a_token(state: Path, addr: str, token, monkeypatch, capsys):
+    if token is None:
+        monkeypatch.delenv("LEARNERD_OPENAI_TOKEN", raising=False)
+    else:
+        monkeypatch.setenv("LEARNERD_OPENAI_TOKEN", token)
+    assert main(run(state, "--listen-openai", addr)) == 2
+    assert "LEARNERD_OPENAI_TOKEN" in capsys.readouterr().err
+    assert not state.exists(), "refused before touching the state directory"
+
+
 @pytest.mark.parametrize("addr", ["9464", "localhost:", "host:99999", ":9464"])
 def test_a_malformed_address_is_refused(state: Path, addr: str, capsys):
     assert main(run(state, "--metrics-addr", addr)) == 2

@@ -104,7 +104,7 @@ async def running_service(cfg: Config, embedder: Any, options: ServiceOptions | 
         daemon.close()
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 30.0, what: str = "condition") -> None:
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 120.0, what: str = "condition") -> None:
     """Poll ``check`` every 50 ms until it returns True; fail after ``timeout`` seconds."""
     with anyio.move_on_after(timeout):
         while not await check():

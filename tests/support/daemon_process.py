@@ -126,3 +126,10 @@ def wait_until(predicate, timeout: float = 120.0, what: str = "condition", inter
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: still not true after {timeout:g} s")
         time.sleep(interval)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a daemon that cannot report the port it bound)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

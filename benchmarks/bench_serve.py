@@ -1,0 +1,269 @@
+"""Serving overhead: tokens/s and time to first token through ``learnerd run --listen-openai`` against bare
+``model.generate`` in this process on the same prompts, and ``POST /search`` latency while 4 streams generate.
+
+1. **in process** (the baseline): the base model loaded here, each prompt rendered through the chat template
+   and answered greedily with ``model.generate`` and a streamer (time to first token = until the streamer's
+   first new token; tokens/s = new tokens ÷ the whole call);
+2. **endpoint**: the same prompts, greedy, streamed through the official ``openai`` client from a
+   ``learnerd run`` subprocess (one warm-up request first; tokens/s = ``usage.completion_tokens`` ÷ the
+   request's wall time, so HTTP, SSE and detokenisation are inside); the two contenders alternate prompt
+   by prompt for ``--rounds`` rounds, so both see the same machine load;
+3. **search while generating**: ``POST /search`` round trips (k = 3, over a few learned examples) idle, then
+   while ``--streams`` clients stream completions back to back.
+
+Both contenders run with the same torch thread count (``--threads``; default torch's, i.e. the core count).
+
+Prints medians, the ratios endpoint ÷ in process (goal: tokens/s ratio >= 0.9), and search p50 / p99 idle and
+while generating (goal: p99 < 100 ms). Usage::
+
+    python benchmarks/bench_serve.py [--model learnerd/tiny-llama | /path/to/hf-model] [--prompts 8]
+        [--max-tokens 64] [--streams 4] [--seconds 10] [--threads N]
+
+Exits 2 when ``--model`` is neither a built-in name nor a model directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import openai
+
+from learnerd.analyzer.blocklog import event_line
+from learnerd.ml.base_model import BaseModelError, load_base
+from learnerd.ml.rows import ChatMessage, render_chat
+from learnerd.store.blocks import Cell
+
+TOKEN = "bench-serve-token-0123456789"
+PROMPTS = [
+    "How do I list the files in a directory?",
+    "What does the tar command do?",
+    "Explain what a git rebase is.",
+    "How can I find large files on disk?",
+    "Show me how to count lines in a file.",
+    "What is the difference between cp and rsync?",
+    "How do I follow a log file as it grows?",
+    "How do I kill a process by name?",
+]
+BLOCKS = {
+    f"01HBENCH{i:018d}": (query, answer)
+    for i, (query, answer) in enumerate(
+        [("list the files", "ls -la"), ("disk usage", "du -sh ."), ("follow a log", "tail -f app.log")]
+    )
+}
+
+
+class InProcess:
+    """The baseline: the base model loaded in this process, answered with bare ``model.generate``."""
+
+    def __init__(self, model_name: str, models_dir: Path) -> None:
+        base = load_base(model_name, cache_dir=models_dir)
+        self.model, self.tokenizer = base.model, base.tokenizer
+
+    def once(self, prompt: str, max_tokens: int) -> tuple[float, float, int]:
+        """``(ttft_s, tokens_per_s, new tokens)`` of one greedy answer."""
+        import torch
+        from transformers.generation.streamers import BaseStreamer
+
+        seen: list[float] = []
+
+        class Timer(BaseStreamer):
+            def put(self, value) -> None:
+                seen.append(time.perf_counter())  # the first put() is the prompt, the second the first new token
+
+            def end(self) -> None:
+                pass
+
+        tokenizer = self.tokenizer
+        ids = render_chat(tokenizer, [ChatMessage("user", prompt)], add_generation_prompt=True)
+        input_ids = torch.tensor([ids])
+        started = time.perf_counter()
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                max_new_tokens=max_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+                streamer=Timer(),
+            )
+        elapsed = time.perf_counter() - started
+        new = out.shape[1] - len(ids)
+        return (seen[1] if len(seen) > 1 else started + elapsed) - started, new / elapsed, new
+
+
+def stream_once(api: openai.OpenAI, model: str, prompt: str, max_tokens: int) -> tuple[float, float, int]:
+    """``(ttft_s, tokens_per_s, completion tokens)`` of one streamed completion."""
+    started = time.perf_counter()
+    first = None
+    usage = None
+    for chunk in api.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": prompt}],
+        max_tokens=max_tokens,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    ):
+        if first is None and chunk.choices and chunk.choices[0].delta.content:
+            first = time.perf_counter()
+        if chunk.usage is not None:
+            usage = chunk.usage
+    elapsed = time.perf_counter() - started
+    return (first or started + elapsed) - started, usage.completion_tokens / elapsed, usage.completion_tokens
+
+
+def search_latencies(url: str, seconds: float) -> list[float]:
+    """Round trips of ``POST /search`` (seconds), back to back for ``seconds``."""
+    body = json.dumps({"text": "how do I see what is in this folder", "k": 3}).encode()
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    out = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        started = time.perf_counter()
+        with urllib.request.urlopen(urllib.request.Request(url, body, headers, method="POST"), timeout=30) as r:
+            r.read()
+        out.append(time.perf_counter() - started)
+        time.sleep(0.01)
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except (OSError, openai.APIError):  # not listening yet, or the embedder still loading (503)
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"{what}: not within {timeout:g} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="learnerd/tiny-llama", help="a built-in base model or a model directory")
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--streams", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the prompts")
+    parser.add_argument("--seconds", type=float, default=10.0, help="search timing per phase")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads of both contenders (0: torch's default)")
+    args = parser.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the daemon's torch (the environment is inherited)
+    model = args.model
+    if "/" in model and not model.startswith("learnerd/") and not Path(model).expanduser().is_dir():
+        print(f"no model directory {model}", file=sys.stderr)
+        sys.exit(2)
+    model = str(Path(model).expanduser().resolve()) if Path(model).expanduser().is_dir() else model
+    prompts = (PROMPTS * (args.prompts // len(PROMPTS) + 1))[: args.prompts]
+
+    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
+        root = Path(tmp)
+        (root / "logs").mkdir()
+        with (root / "logs" / "blocks.jsonl").open("w") as f:
+            for block_id, (query, answer) in BLOCKS.items():
+                f.write(event_line("context", block_id, 1.7e9, cells=[Cell("markup", query)]))
+                f.write(event_line("executed", block_id, 1.7e9 + 1, cell=Cell("code", answer, "bash"), exit_code=0))
+        try:
+            local = InProcess(model, root / "state" / "models")
+        except BaseModelError as exc:
+            print(str(exc), file=sys.stderr)
+            sys.exit(2)
+        (root / "learnerd.toml").write_text(
+            f'state_dir = "state"\nlog_dirs = ["logs"]\ndocs_dirs = ["docs"]\n\n[training]\nenabled = false\n\n'
+            f'[serve]\nbase_models = ["{model}"]\nqueue_size = 64\nmax_tokens = {args.max_tokens}\n'
+        )
+        openai_port, search_port = free_port(), free_port()
+        repo = str(Path(__file__).resolve().parents[1])  # this checkout's learnerd in the daemon too
+        pythonpath = os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "LEARNERD_OPENAI_TOKEN": TOKEN, "LEARNERD_SEARCH_TOKEN": TOKEN, "PYTHONPATH": pythonpath}
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "learnerd", "run", "--config", str(root / "learnerd.toml"), "--log-level", "warning",
+             "--listen-openai", f"127.0.0.1:{openai_port}", "--listen-search", f"127.0.0.1:{search_port}"],
+            env=env, stdout=subprocess.DEVNULL, stderr=(root / "daemon.log").open("w"),
+        )  # fmt: skip
+        try:
+            api = openai.OpenAI(base_url=f"http://127.0.0.1:{openai_port}/v1", api_key=TOKEN, max_retries=0)
+            search_url = f"http://127.0.0.1:{search_port}/search"
+            wait_for(lambda: api.models.list() is not None, 300, "the endpoint")
+            wait_for(lambda: len(json.loads(_post(search_url))) == 3, 300, "three examples indexed")
+            local.once(prompts[0], args.max_tokens)  # warm-ups
+            stream_once(api, model, prompts[0], args.max_tokens)
+            baseline, served = [], []
+            for _ in range(args.rounds):  # interleaved: both contenders see the same machine load
+                for p in prompts:
+                    baseline.append(local.once(p, args.max_tokens))
+                    served.append(stream_once(api, model, p, args.max_tokens))
+
+            idle = search_latencies(search_url, args.seconds)
+            stop = threading.Event()
+
+            def generate_forever() -> None:
+                while not stop.is_set():
+                    stream_once(api, model, prompts[0], args.max_tokens)
+
+            streams = [threading.Thread(target=generate_forever) for _ in range(args.streams)]
+            for t in streams:
+                t.start()
+            time.sleep(1.0)
+            busy = search_latencies(search_url, args.seconds)
+            stop.set()
+            for t in streams:
+                t.join()
+        finally:
+            daemon.terminate()
+            daemon.wait(timeout=120)
+
+    def med(rows: list[tuple[float, float]], i: int) -> float:
+        return statistics.median(r[i] for r in rows)
+
+    tokens = (statistics.mean(r[2] for r in baseline), statistics.mean(r[2] for r in served))
+    print(f"model {model}, {len(prompts)} prompts × {args.rounds} rounds, max_tokens {args.max_tokens}, greedy")
+    print(f"mean new tokens: in process {tokens[0]:.1f}, endpoint {tokens[1]:.1f}")
+    print(f"{'':24}{'in process':>12}{'endpoint':>12}{'ratio':>8}")
+    tps = (med(baseline, 1), med(served, 1))
+    ttft = (med(baseline, 0) * 1000, med(served, 0) * 1000)
+    print(f"{'tokens/s (median)':24}{tps[0]:12.1f}{tps[1]:12.1f}{tps[1] / tps[0]:8.2f}")
+    print(f"{'first token ms (median)':24}{ttft[0]:12.1f}{ttft[1]:12.1f}{ttft[1] / ttft[0]:8.2f}")
+    print(f"POST /search ({len(idle)} idle, {len(busy)} during {args.streams} streams):")
+    print(f"  idle       p50 {pct(idle, 50) * 1000:7.1f} ms   p99 {pct(idle, 99) * 1000:7.1f} ms")
+    print(f"  generating p50 {pct(busy, 50) * 1000:7.1f} ms   p99 {pct(busy, 99) * 1000:7.1f} ms")
+
+
+def _post(url: str) -> bytes:
+    body = json.dumps({"text": "x", "k": 3}).encode()
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    with urllib.request.urlopen(urllib.request.Request(url, body, headers, method="POST"), timeout=30) as r:
+        return r.read()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,412 @@
+"""The OpenAI-compatible endpoint (``learnerd run --listen-openai HOST:PORT``): ``GET /v1/models`` and
+``POST /v1/chat/completions`` (with server-sent events when ``stream``), after OpenAI's API reference.
+
+Models: the base models, and one per ``.dlm`` document (id = the file's stem, its ``dlm_id`` accepted
+too), answering with the document's current adapter (:mod:`learnerd.ml.serving` swaps it on commit)
+and its ``system_prompt`` first when the request has no system message.
+
+learnerd's extension, ``"learnerd": {"rag_k": K}`` in the body (default ``[serve] rag_k``): the K learned
+examples nearest to the last user message go in before it as user/assistant turns, as foyle's agent
+puts its few-shot examples in the prompt. Every response carries ``"learnerd": {"adapter", "doc_key",
+"max_tokens", "retrieved"}`` (the first chunk of a stream), so a client sees what answered it.
+
+Errors have OpenAI's body, ``{"error": {"message", "type", "param", "code"}}``: 400 bad JSON or fields,
+a prompt longer than the context; 401 no or wrong bearer token; 404 unknown model or path; 413 a body
+over ``[serve] max_body_bytes``; 429 with ``Retry-After`` when ``[serve] queue_size`` completions are
+queued or generating; 503 (``Retry-After``) while the daemon starts or drains, and when the model cannot be
+loaded.
+``max_tokens`` is clamped to ``[serve] max_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio.to_thread
+import structlog
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from pydantic import ValidationError
+
+from learnerd.api.errors import ControlError, Unavailable
+from learnerd.api.health import health_routes
+from learnerd.api.http import Handler, access_log_middleware
+from learnerd.api.openai_models import ChatCompletionRequest, ModelCard, Usage, error_body
+from learnerd.api.surface import ControlSurface
+from learnerd.api.tcp_endpoints import bearer_middleware
+from learnerd.config import ServeConfig
+from learnerd.ml.base_model import BaseModelError
+from learnerd.ml.rows import ChatMessage
+from learnerd.ml.serving import (
+    Delta,
+    Finished,
+    ModelCatalog,
+    PromptTooLong,
+    QueueFull,
+    SamplingParams,
+    ServedModel,
+    ServedModels,
+)
+from learnerd.store.adapters import AdapterStoreError
+
+log = structlog.get_logger(__name__)
+
+
+class ServeMetrics:
+    """Prometheus metrics of the endpoint, labelled by model id."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "learnerd_serve_requests_total",
+            "Chat completion requests, by model and HTTP status",
+            ["model", "status"],
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "learnerd_serve_generated_tokens_total",
+            "Tokens generated (completion tokens)",
+            ["model"],
+            registry=registry,
+        )
+        self.ttft = Histogram(
+            "learnerd_serve_time_to_first_token_seconds",
+            "Seconds from the request to its first generated text",
+            ["model"],
+            registry=registry,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.tokens_per_second = Histogram(
+            "learnerd_serve_tokens_per_second",
+            "Completion tokens per second of generation, per request",
+            ["model"],
+            registry=registry,
+            buckets=(1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500),
+        )
+        self.pending = Gauge(
+            "learnerd_serve_pending_requests", "Chat completions queued or generating", registry=registry
+        )
+
+
+class OpenAIError(Exception):
+    """An error answered with OpenAI's body and ``status`` (``headers`` added)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str = "invalid_request_error",
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.type, self.code, self.headers = status, type_, code, headers or {}
+
+
+def _error(status: int, message: str, type_: str, code: str | None = None, headers: dict[str, str] | None = None):
+    response = web.json_response(error_body(message, type_, code), status=status)
+    response.headers.update(headers or {})
+    return response
+
+
+_UNAUTHORIZED = ("missing or wrong bearer token", "invalid_request_error", "invalid_api_key")
+
+
+@web.middleware
+async def openai_error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure as OpenAI's error body; anything unexpected is a logged 500."""
+    try:
+        return await handler(request)
+    except OpenAIError as exc:
+        return _error(exc.status, str(exc), exc.type, exc.code, exc.headers)
+    except Unavailable as exc:
+        return _error(503, str(exc), "server_error", "unavailable")
+    except ControlError as exc:
+        return _error(400, str(exc), "invalid_request_error")
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _error(exc.status, exc.reason, "invalid_request_error")
+    except Exception:
+        log.exception("chat request failed", path=request.path)
+        return _error(500, "internal error; see the daemon's log", "server_error")
+
+
+@dataclass
+class _Prepared:
+    request: ChatCompletionRequest
+    model: ServedModel
+    model_id: str
+    messages: list[ChatMessage]
+    info: dict[str, Any]
+
+
+class OpenAIEndpoint:
+    """The handlers (see the module docstring); ``control`` answers retrieval (``search``)."""
+
+    def __init__(
+        self,
+        catalog: ModelCatalog,
+        served: ServedModels,
+        control: ControlSurface,
+        settings: ServeConfig,
+        metrics: ServeMetrics,
+    ) -> None:
+        self.catalog, self.served, self.control, self.settings, self.metrics = (
+            catalog,
+            served,
+            control,
+            settings,
+            metrics,
+        )
+        self.started = int(time.time())
+
+    async def list_models(self, request: web.Request) -> web.Response:
+        models = await anyio.to_thread.run_sync(self.catalog.models)
+        cards = []
+        for m in models:
+            version = self.served.current_version(m.doc_key) if m.doc_key else None
+            extra = {"kind": "document" if m.doc_key else "base", "base_model": m.base_model}
+            if m.doc_key:
+                extra.update(dlm_id=m.doc_key, adapter=version.name if version is not None else None)
+            cards.append(ModelCard(id=m.id, created=self.started, learnerd=extra).model_dump())
+        return web.json_response({"object": "list", "data": cards})
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        received = time.perf_counter()
+        status = 500
+        model_label = "unknown"
+        try:
+            if self.control.state != "running":  # models load only once start-up is over (see /readyz)
+                raise OpenAIError(
+                    503, f"learnerd is {self.control.state}", "server_error", "unavailable", {"Retry-After": "5"}
+                )
+            prepared = await self._prepare(request)
+            model_label = prepared.model_id
+            response = await self._answer(request, prepared, received)
+            status = response.status
+            return response
+        except OpenAIError as exc:
+            status = exc.status
+            raise
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        finally:
+            self.metrics.requests.labels(model_label, str(status)).inc()
+            self.metrics.pending.set(self.served.pending)
+
+    async def _prepare(self, request: web.Request) -> _Prepared:
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise OpenAIError(400, f"the body is not valid JSON: {exc}") from None
+        try:
+            req = ChatCompletionRequest.model_validate(body)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise OpenAIError(400, f"{where}: {first['msg']}" if where else first["msg"]) from None
+        model = await anyio.to_thread.run_sync(self.catalog.find, req.model)
+        if model is None:
+            raise OpenAIError(404, f"the model {req.model!r} does not exist", code="model_not_found")
+        messages = [ChatMessage("system" if m.role == "developer" else m.role, m.text()) for m in req.messages]
+        if model.system_prompt and not any(m.role == "system" for m in messages):
+            messages.insert(0, ChatMessage("system", model.system_prompt))
+        k = req.learnerd.rag_k if req.learnerd is not None and req.learnerd.rag_k is not None else self.settings.rag_k
+        retrieved: list[dict[str, Any]] = []
+        if k > 0:
+            last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
+            if last_user is not None:
+                try:
+                    hits = await self.control.search(messages[last_user].content, k)
+                except Unavailable as exc:
+                    raise OpenAIError(503, str(exc), "server_error", "unavailable") from None
+                except ControlError as exc:
+                    raise OpenAIError(400, f"learnerd.rag_k: {exc}") from None
+                shots = [
+                    t for h in hits for t in (ChatMessage("user", h["query"]), ChatMessage("assistant", h["answer"]))
+                ]
+                messages[last_user:last_user] = shots
+                retrieved = [dict(h) for h in hits]
+        wanted = req.max_completion_tokens or req.max_tokens or self.settings.max_tokens
+        info = {
+            "doc_key": model.doc_key,
+            "max_tokens": min(wanted, self.settings.max_tokens),
+            "retrieved": retrieved,
+        }
+        return _Prepared(req, model, model.id, messages, info)
+
+    async def _answer(self, request: web.Request, p: _Prepared, received: float) -> web.StreamResponse:
+        req = p.request
+        params = SamplingParams(p.info["max_tokens"], req.temperature, req.top_p, req.stop_strings(), req.seed)
+        try:
+            job = self.served.submit(p.model, p.messages, params)
+        except QueueFull as exc:
+            raise OpenAIError(
+                429, str(exc), "requests", "rate_limit_exceeded", headers={"Retry-After": str(exc.retry_after_s)}
+            ) from None
+        self.metrics.pending.set(self.served.pending)
+        p.info["adapter"] = job.version.name if job.version is not None else None
+        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        events = job.events()
+        first_at: float | None = None
+        try:
+            try:
+                first = await events.__anext__()
+            except PromptTooLong as exc:
+                raise OpenAIError(400, str(exc), code="context_length_exceeded") from None
+            except (BaseModelError, AdapterStoreError) as exc:
+                raise OpenAIError(503, f"the model cannot be served: {exc}", "server_error", "unavailable") from None
+            if isinstance(first, Delta):
+                first_at = time.perf_counter()
+            if req.stream:
+                return await self._stream(request, p, job, completion_id, first, events, received)
+            text: list[str] = []
+            item = first
+            while isinstance(item, Delta):
+                text.append(item.text)
+                item = await events.__anext__()
+            if first_at is None and item.completion_tokens:
+                first_at = time.perf_counter()
+            self._observe(p, item, received, first_at)
+            body = {
+                "id": completion_id,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": p.model_id,
+                "system_fingerprint": _fingerprint(p.info),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "".join(text)},
+                        "finish_reason": item.finish_reason,
+                        "logprobs": None,
+                    }
+                ],
+                "usage": _usage(item).model_dump(),
+                "learnerd": p.info,
+            }
+            return web.json_response(body, dumps=lambda d: json.dumps(d, ensure_ascii=False))
+        finally:
+            job.cancel()  # a no-op once finished; stops generation when the handler was cancelled
+
+    async def _stream(
+        self,
+        request: web.Request,
+        p: _Prepared,
+        job: Any,
+        completion_id: str,
+        first: Delta | Finished,
+        events: AsyncIterator[Delta | Finished],
+        received: float,
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
+        await response.prepare(request)
+        created = int(time.time())
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+            body = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": p.model_id,
+                "system_fingerprint": _fingerprint(p.info),
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+                **extra,
+            }
+            return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+
+        first_at = time.perf_counter() if isinstance(first, Delta) else None
+        try:
+            await response.write(chunk({"role": "assistant", "content": ""}, learnerd=p.info))
+            item = first
+            while isinstance(item, Delta):
+                await response.write(chunk({"content": item.text}))
+                item = await events.__anext__()
+            self._observe(p, item, received, first_at)
+            await response.write(chunk({}, item.finish_reason))
+            if p.request.stream_options is not None and p.request.stream_options.include_usage:
+                usage = {
+                    "id": completion_id,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": p.model_id,
+                    "choices": [],
+                    "usage": _usage(item).model_dump(),
+                }
+                await response.write(b"data: " + json.dumps(usage).encode() + b"\n\n")
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+        except (ConnectionResetError, OSError):
+            job.cancel()
+            log.info("chat stream closed by the client", model=p.model_id)
+        return response
+
+    def _observe(self, p: _Prepared, done: Finished, received: float, first_at: float | None) -> None:
+        labels = (p.model_id,)
+        self.metrics.tokens.labels(*labels).inc(done.completion_tokens)
+        if first_at is not None:
+            self.metrics.ttft.labels(*labels).observe(first_at - received)
+        if done.generate_s > 0 and done.completion_tokens:
+            self.metrics.tokens_per_second.labels(*labels).observe(done.completion_tokens / done.generate_s)
+        log.info(
+            "chat completion",
+            model=p.model_id,
+            adapter=done.adapter,
+            retrieved=[h["id"] for h in p.info["retrieved"]],
+            prompt=[m._asdict() for m in p.messages] if p.info["retrieved"] else None,
+            prompt_tokens=done.prompt_tokens,
+            completion_tokens=done.completion_tokens,
+            finish_reason=done.finish_reason,
+            duration_s=round(time.perf_counter() - received, 6),
+        )
+
+
+def _usage(done: Finished) -> Usage:
+    return Usage(
+        prompt_tokens=done.prompt_tokens,
+        completion_tokens=done.completion_tokens,
+        total_tokens=done.prompt_tokens + done.completion_tokens,
+    )
+
+
+def _fingerprint(info: dict[str, Any]) -> str:
+    """``<dlm_id>@vNNNN`` (the adapter that answers), ``<dlm_id>@base`` before the first, ``base`` for a base."""
+    if info["doc_key"] is None:
+        return "base"
+    return f"{info['doc_key']}@{info.get('adapter') or 'base'}"
+
+
+async def _not_found(request: web.Request) -> web.Response:
+    raise OpenAIError(404, f"no such path: {request.method} {request.path}", code="not_found")
+
+
+def openai_app(
+    catalog: ModelCatalog,
+    served: ServedModels,
+    control: ControlSurface,
+    settings: ServeConfig,
+    registry: CollectorRegistry,
+    token: str | None,
+) -> web.Application:
+    """The endpoint's aiohttp application, with the health probes (:mod:`learnerd.api.health`, no token);
+    ``token`` None serves without authentication (loopback only: the caller checks)."""
+    middlewares: list[Any] = [access_log_middleware("openai request", lambda r: {"remote": r.remote})]
+    if token is not None:
+        middlewares.append(bearer_middleware(token, lambda: _error(401, *_UNAUTHORIZED), what="openai"))
+    middlewares.append(openai_error_middleware)
+    app = web.Application(client_max_size=settings.max_body_bytes, middlewares=middlewares)
+    endpoint = OpenAIEndpoint(catalog, served, control, settings, ServeMetrics(registry))
+    app.router.add_get("/v1/models", endpoint.list_models)
+    app.router.add_post("/v1/chat/completions", endpoint.chat_completions)
+    app.add_routes(health_routes(lambda: control.state))
+    app.router.add_route("*", "/{tail:.*}", _not_found)
+    return app

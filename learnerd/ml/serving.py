@@ -1,0 +1,492 @@
+"""The served-model manager: base models loaded once and kept warm, each document's current adapter
+hot-swapped on commit, generation in one worker thread behind a bounded queue.
+
+Threads. Every model operation (loading a base, loading or deleting an adapter, ``set_adapter``,
+``generate``) runs in one worker thread, one job at a time, so peft's active-adapter state is never
+shared by two generations. The event loop only admits jobs (:meth:`ServedModels.submit`, never
+blocking: a full queue raises :class:`QueueFull`) and reads their token deltas from an asyncio queue.
+
+Hot swap. A job is bound at admission to the adapter version that is current for its document at
+that moment (:meth:`ServedModels.adapter_committed` moves the pointer, and preloads the new version
+in the worker). A job keeps its version until it ends, so requests in flight finish on the version
+they started with; a version that is neither current nor held by a job is deleted from the model
+after the job that last held it. No request waits for a swap and none fails because of one.
+
+Each document's adapters are named ``<doc_key>@vNNNN`` inside one ``PeftModel`` per base; the base
+alone (a request for a base model's name) runs inside ``disable_adapter()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from learnerd.ml.base_model import BUILTIN_BASE_MODELS, LoadedBase, load_base_model, resolve_base_model
+from learnerd.ml.rows import ChatMessage, render_chat
+from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
+
+log = structlog.get_logger(__name__)
+
+
+class QueueFull(Exception):
+    """Too many chat completions are queued or generating; ``retry_after_s`` is a hint in seconds."""
+
+    def __init__(self, capacity: int, retry_after_s: int) -> None:
+        super().__init__(f"{capacity} requests are queued or generating; retry in {retry_after_s} s")
+        self.retry_after_s = retry_after_s
+
+
+class PromptTooLong(ValueError):
+    """The rendered prompt leaves no room for a single new token in the model's context (tokens)."""
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """One model id of ``GET /v1/models``: a base (``doc_key`` None) or a document's base + adapter.
+
+    ``base_model`` is the ``base_model`` string as written (resolved against ``relative_to``);
+    ``system_prompt`` is the document's, put first when a request has no system message.
+    """
+
+    id: str
+    base_model: str
+    relative_to: Path | None = None
+    doc_key: str | None = None
+    system_prompt: str | None = None
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """``max_tokens`` new tokens at most; ``temperature`` 0 is greedy, else multinomial sampling with
+    ``top_p`` nucleus; ``seed`` seeds torch's generator for the job; ``stop`` strings end the text
+    (the stop string itself is not returned)."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+@dataclass
+class Delta:
+    """Text generated since the previous delta."""
+
+    text: str
+
+
+@dataclass
+class Finished:
+    """The end of a job: ``finish_reason`` is ``stop`` (EOS or a stop string), ``length`` (max_tokens) or
+    ``cancelled``; token counts are in tokens; ``adapter`` is the version that generated it (None: the base);
+    ``generate_s`` the seconds spent in ``generate``."""
+
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    adapter: str | None
+    generate_s: float
+    error: BaseException | None = None
+
+
+@dataclass
+class Job:
+    """One admitted chat completion; iterate :meth:`events` on the event loop."""
+
+    model: ServedModel
+    messages: tuple[ChatMessage, ...]
+    params: SamplingParams
+    version: AdapterVersion | None
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[Delta | Finished] = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def cancel(self) -> None:
+        """Stop generating at the next token (the client went away); a queued job never starts."""
+        self.cancelled.set()
+
+    def emit(self, item: Delta | Finished) -> None:
+        """Called from the worker thread: hand ``item`` to the event loop."""
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+    async def events(self):  # type: ignore[no-untyped-def]
+        """Yield :class:`Delta` items, then one :class:`Finished` (raises its ``error`` if it has one)."""
+        while True:
+            item = await self.queue.get()
+            if isinstance(item, Finished):
+                if item.error is not None:
+                    raise item.error
+                yield item
+                return
+            yield item
+
+
+def adapter_name(version: AdapterVersion) -> str:
+    """The adapter's name inside its base's ``PeftModel``: ``<doc_key>@vNNNN``."""
+    return f"{version.doc_key}@{version.name}"
+
+
+@dataclass
+class _Base:
+    loaded: LoadedBase
+    peft: Any = None  # the PeftModel once the first adapter is loaded
+    adapters: set[str] = field(default_factory=set)
+
+
+class ServedModels:
+    """Base models and adapters served to chat completions (see the module docstring).
+
+    Args:
+        adapters: the adapter store (``<state_dir>/adapters``).
+        models_dir: the built-in base models' cache.
+        capacity: jobs queued or generating at once; :meth:`submit` raises :class:`QueueFull` beyond.
+        steering: ``(doc_key, tokenizer) -> logits processor or None``, called in the worker thread
+            before each generation (e.g. ``learnerd evolve``'s best deltas of the document).
+    """
+
+    def __init__(
+        self,
+        adapters: AdapterStore,
+        models_dir: str | os.PathLike[str],
+        *,
+        capacity: int = 16,
+        steering: Callable[[str, Any], Any] | None = None,
+    ) -> None:
+        self.adapters = adapters
+        self.models_dir = Path(models_dir)
+        self.capacity = capacity
+        self._steering = steering
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="learnerd-generate")
+        self._bases: dict[str, _Base] = {}  # worker thread only
+        self._lock = threading.Lock()
+        self._current: dict[str, AdapterVersion | None] = {}
+        self._held: Counter[str] = Counter()  # adapter name -> jobs holding it
+        self._pending = 0
+        self._recent_job_s = 1.0
+
+    # ------------------------------------------------------------------ event-loop side
+
+    @property
+    def pending(self) -> int:
+        """Jobs queued or generating now."""
+        return self._pending
+
+    def current_version(self, doc_key: str) -> AdapterVersion | None:
+        """The version new requests for ``doc_key`` get: the hook's latest, else the store's ``current``."""
+        with self._lock:
+            if doc_key in self._current:
+                return self._current[doc_key]
+        try:
+            version = self.adapters.current(doc_key)
+        except AdapterStoreError as exc:
+            log.warning("adapter store unreadable; serving the base", doc_key=doc_key, error=str(exc))
+            version = None
+        with self._lock:
+            return self._current.setdefault(doc_key, version)
+
+    def adapter_committed(self, version: AdapterVersion, model: ServedModel | None = None) -> None:
+        """The training reconciler committed ``version``: new requests use it; with ``model`` (its
+        document's), it is loaded ahead of them. Never blocks."""
+        with self._lock:
+            old = self._current.get(version.doc_key)
+            self._current[version.doc_key] = version
+        log.info("serving a new adapter version", doc_key=version.doc_key, version=version.name)
+        if model is not None:
+            self._executor.submit(self._preload, model, version, old)
+
+    def submit(self, model: ServedModel, messages: Sequence[ChatMessage], params: SamplingParams) -> Job:
+        """Admit a chat completion bound to ``model``'s current adapter version and queue it.
+
+        Must be called on the event loop. Raises :class:`QueueFull` when ``capacity`` jobs are pending.
+        """
+        if self._pending >= self.capacity:
+            retry = max(1, round(self._recent_job_s * self._pending))
+            raise QueueFull(self.capacity, min(retry, 60))
+        version = self.current_version(model.doc_key) if model.doc_key else None
+        job = Job(model, tuple(messages), params, version, asyncio.get_running_loop())
+        if version is not None:
+            with self._lock:
+                self._held[adapter_name(version)] += 1
+        self._pending += 1
+        future = self._executor.submit(self._run, job)
+        future.add_done_callback(lambda f: f.cancelled() and self._end(job, Finished("cancelled", 0, 0, None, 0.0)))
+        return job
+
+    def _job_done(self) -> None:
+        self._pending -= 1
+
+    async def warm(self, model: ServedModel) -> None:
+        """Load ``model``'s base (and current adapter) now rather than on its first request."""
+        version = self.current_version(model.doc_key) if model.doc_key else None
+        await asyncio.wrap_future(self._executor.submit(self._preload, model, version, None))
+
+    def close(self) -> None:
+        """Cancel nothing, wait for the job in progress, free the worker thread."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    # ------------------------------------------------------------------ worker thread
+
+    def _base(self, model: ServedModel) -> _Base:
+        ref = resolve_base_model(model.base_model, cache_dir=self.models_dir, relative_to=model.relative_to)
+        base = self._bases.get(ref.identity)
+        if base is None:
+            started = time.perf_counter()
+            base = self._bases[ref.identity] = _Base(load_base_model(ref))
+            log.info("base model loaded", base_model=ref.name, seconds=round(time.perf_counter() - started, 3))
+        return base
+
+    def _activate(self, base: _Base, version: AdapterVersion | None) -> Any:
+        """The model to generate with, ``version``'s adapter active; ``version`` None: the base's context
+        (``disable_adapter()`` once a ``PeftModel`` wraps it), to generate inside."""
+        if version is None:
+            return contextlib.nullcontext(base.loaded.model) if base.peft is None else _base_view(base.peft)
+        name = adapter_name(version)
+        if name not in base.adapters:
+            identity = version.metadata().base_model_identity
+            if identity != base.loaded.ref.identity:
+                raise AdapterStoreError(f"{name} was trained on {identity}, not on {base.loaded.ref.identity}")
+            if base.peft is None:
+                from peft import PeftModel
+
+                base.peft = PeftModel.from_pretrained(base.loaded.model, str(version.path), adapter_name=name).eval()
+            else:
+                base.peft.load_adapter(str(version.path), adapter_name=name)
+            base.adapters.add(name)
+            log.info("adapter loaded for serving", adapter=name)
+        base.peft.set_adapter(name)
+        return contextlib.nullcontext(base.peft)
+
+    def _release(self, base: _Base, version: AdapterVersion | None) -> None:
+        """Forget a job's hold on ``version``; delete adapters nobody holds that are not current."""
+        with self._lock:
+            if version is not None:
+                self._held[adapter_name(version)] -= 1
+            current = {adapter_name(v) for v in self._current.values() if v is not None}
+            idle = {name for name in base.adapters if name not in current and self._held[name] <= 0}
+        for name in idle:
+            if len(base.adapters) > 1:  # peft keeps at least one adapter in a PeftModel
+                if base.peft.active_adapter == name:
+                    base.peft.set_adapter(next(iter(base.adapters - {name})))
+                base.peft.delete_adapter(name)
+                base.adapters.discard(name)
+                log.info("adapter unloaded", adapter=name)
+
+    def _preload(self, model: ServedModel, version: AdapterVersion | None, old: AdapterVersion | None) -> None:
+        try:
+            base = self._base(model)
+            self._activate(base, version)
+            if old is not None and base.peft is not None:
+                with self._lock:
+                    self._held[adapter_name(old)] += 1
+                self._release(base, old)
+        except Exception as exc:  # a preload is an optimisation: the request that needs it reports the error
+            log.warning("preloading a model failed", model=model.id, error=str(exc))
+
+    def _logits_processor(self, model: ServedModel, tokenizer: Any) -> Any:
+        if self._steering is None or model.doc_key is None:
+            return None
+        processor = self._steering(model.doc_key, tokenizer)
+        if processor is None:
+            return None
+        from transformers import LogitsProcessorList
+
+        return LogitsProcessorList([processor])
+
+    def _run(self, job: Job) -> None:
+        base: _Base | None = None
+        finished = Finished("cancelled", 0, 0, None, 0.0)
+        try:
+            if not job.cancelled.is_set():
+                base = self._base(job.model)
+                processor = self._logits_processor(job.model, base.loaded.tokenizer)
+                started = time.perf_counter()
+                with self._activate(base, job.version) as model:
+                    finished = _generate(job, model, base, processor)
+                finished.generate_s = time.perf_counter() - started
+                self._recent_job_s = 0.8 * self._recent_job_s + 0.2 * finished.generate_s
+        except Exception as exc:
+            finished = Finished("error", 0, 0, None, 0.0, error=exc)
+        finally:
+            if base is not None:
+                self._release(base, job.version)
+            elif job.version is not None:
+                with self._lock:
+                    self._held[adapter_name(job.version)] -= 1
+            self._end(job, finished)
+
+    def _end(self, job: Job, finished: Finished) -> None:
+        """The job leaves the queue (counted first, so its client can submit again at once), then ends."""
+        with contextlib.suppress(RuntimeError):  # the event loop is gone (shutdown)
+            job.loop.call_soon_threadsafe(self._job_done)
+            job.emit(finished)
+
+
+@contextlib.contextmanager
+def _base_view(peft_model: Any) -> Iterator[Any]:
+    with peft_model.disable_adapter():
+        yield peft_model
+
+
+def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finished:
+    """Run ``generate`` for ``job``, emitting text deltas as tokens come; the adapter state is set."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+    from transformers.generation.streamers import BaseStreamer
+
+    tokenizer = base.loaded.tokenizer
+    ids = render_chat(tokenizer, job.messages, add_generation_prompt=True)
+    context = getattr(base.loaded.model.config, "max_position_embeddings", None) or 0
+    if context and len(ids) >= context:
+        raise PromptTooLong(f"the prompt is {len(ids)} tokens; the model's context is {context} tokens")
+    max_new = min(job.params.max_tokens, context - len(ids)) if context else job.params.max_tokens
+    eos = base.loaded.model.generation_config.eos_token_id
+    eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
+    text = _TextTracker(tokenizer, job.params.stop)
+    state = {"prompt_seen": False, "eos": False}
+
+    class Streamer(BaseStreamer):
+        def put(self, value: Any) -> None:
+            if not state["prompt_seen"]:  # generate() first hands over the prompt
+                state["prompt_seen"] = True
+                return
+            for token in value.reshape(-1).tolist():
+                if state["eos"] or text.stopped:
+                    return
+                if token in eos_ids:
+                    state["eos"] = True
+                    return
+                delta = text.add(token)
+                if delta:
+                    job.emit(Delta(delta))
+
+        def end(self) -> None:
+            delta = text.flush()
+            if delta:
+                job.emit(Delta(delta))
+
+    class Stop(StoppingCriteria):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            done = job.cancelled.is_set() or text.stopped or state["eos"]
+            return torch.full((input_ids.shape[0],), done, dtype=torch.bool)
+
+    params = job.params
+    kwargs: dict[str, Any] = {"do_sample": params.temperature > 0}
+    if params.temperature > 0:
+        kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
+        torch.manual_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little"))
+    input_ids = torch.tensor([ids])
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos_ids), 0)
+    with torch.no_grad():
+        model.generate(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=max_new,
+            pad_token_id=pad_id,
+            streamer=Streamer(),
+            stopping_criteria=StoppingCriteriaList([Stop()]),
+            logits_processor=logits_processor,
+            **kwargs,
+        )
+    if job.cancelled.is_set():
+        reason = "cancelled"
+    elif state["eos"] or text.stopped:
+        reason = "stop"
+    else:
+        reason = "length"
+    version = job.version.name if job.version is not None else None
+    return Finished(reason, len(ids), len(text.tokens), version, 0.0)
+
+
+class _TextTracker:
+    """Incremental detokenisation with stop strings: :meth:`add` returns the new text that is safe to
+    send (held back: an incomplete UTF-8 sequence, and a suffix that may begin a stop string)."""
+
+    def __init__(self, tokenizer: Any, stop: Sequence[str]) -> None:
+        self.tokenizer = tokenizer
+        self.stop = [s for s in stop if s]
+        self.tokens: list[int] = []
+        self.sent = 0
+        self.stopped = False
+        self._text = ""
+
+    def add(self, token: int) -> str:
+        self.tokens.append(token)
+        self._text = self.tokenizer.decode(self.tokens, skip_special_tokens=True)
+        cut = min((i for i in (self._text.find(s) for s in self.stop) if i >= 0), default=-1)
+        if cut >= 0:
+            self.stopped = True
+            self._text = self._text[:cut]
+            return self._take(len(self._text))
+        if self._text.endswith("\ufffd"):
+            return ""
+        hold = max((n for s in self.stop for n in range(1, len(s)) if self._text.endswith(s[:n])), default=0)
+        return self._take(len(self._text) - hold)
+
+    def flush(self) -> str:
+        return self._take(len(self._text.rstrip("\ufffd")))
+
+    def _take(self, end: int) -> str:
+        if end <= self.sent:
+            return ""
+        out, self.sent = self._text[self.sent : end], end
+        return out
+
+
+class ModelCatalog:
+    """The model ids served: the base models, then one per ``.dlm`` document under the docs roots
+    (id = the file's stem; its ``dlm_id`` is accepted too). Documents are re-read only when their
+    size or mtime changed; one that does not parse is left out (and logged once per change).
+    """
+
+    def __init__(self, docs_roots: Sequence[Path], base_models: Sequence[str]) -> None:
+        self.docs_roots = list(docs_roots)
+        self.base_models = list(dict.fromkeys(base_models))
+        self._cache: dict[Path, tuple[tuple[int, int], ServedModel | None]] = {}
+
+    def models(self) -> list[ServedModel]:
+        """Every served model, bases first (blocking file reads: call it in a worker thread)."""
+        from learnerd.store.dlm import DocumentError, read_document
+
+        documents: list[ServedModel] = []
+        seen: dict[Path, tuple[tuple[int, int], ServedModel | None]] = {}
+        for root in self.docs_roots:
+            for path in sorted(root.rglob("*.dlm")) if root.is_dir() else []:
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue
+                stamp = (st.st_mtime_ns, st.st_size)
+                cached = self._cache.get(path)
+                if cached is None or cached[0] != stamp:
+                    try:
+                        fm = read_document(path).frontmatter
+                        served = ServedModel(path.stem, fm.base_model, path.parent, fm.dlm_id, fm.system_prompt)
+                    except (DocumentError, OSError) as exc:
+                        log.warning("document not served: it does not parse", path=str(path), error=str(exc))
+                        served = None
+                    cached = (stamp, served)
+                seen[path] = cached
+                if cached[1] is not None:
+                    documents.append(cached[1])
+        self._cache = seen
+        builtin = [d.base_model for d in documents if d.base_model in BUILTIN_BASE_MODELS]
+        bases = [ServedModel(name, name) for name in dict.fromkeys([*self.base_models, *builtin])]
+        return [*bases, *documents]
+
+    def find(self, model_id: str) -> ServedModel | None:
+        """The model named ``model_id`` (an id, or a document's ``dlm_id``), or None."""
+        models = self.models()
+        return next((m for m in models if m.id == model_id), None) or next(
+            (m for m in models if m.doc_key == model_id), None
+        )

@@ -1,0 +1,218 @@
+"""The OpenAI-compatible endpoint of a real ``learnerd run`` on 127.0.0.1, driven by the official ``openai``
+client (and raw aiohttp for what a well-behaved client never sends): models, completions, streaming,
+and hostile input."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+import openai
+import pytest
+
+from learnerd.client import SEARCH_TOKEN_ENV, AsyncLearnerdClient, LearnerdClient
+from learnerd.ml.base_model import load_model_directory
+from learnerd.ml.rows import ChatMessage, render_chat
+from learnerd.store.dlm import read_document
+from tests.qa_pairs import QA_PAIRS
+from tests.support.daemon import append_blocks
+from tests.support.daemon_process import wait_until
+from tests.support.documents import qa_document
+from tests.support.serving import TOKEN, client, serving_daemon, write_config
+
+pytestmark = pytest.mark.slow
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+SEARCH_TOKEN = "search-token-0123456789abcdef"
+BLOCKS = {
+    "01HSERVEAAAAAAAAAAAAAAAAAA": ("list the files in the current directory", "ls -la"),
+    "01HSERVEBBBBBBBBBBBBBBBBBB": ("show the disk usage of this folder", "du -sh ."),
+    "01HSERVECCCCCCCCCCCCCCCCCC": ("print the working directory", "pwd"),
+}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, models_dir: Path):
+    root = tmp_path_factory.mktemp("serve")
+    write_config(root, models_dir, "[serve]\nqueue_size = 4\nmax_tokens = 16\nmax_body_bytes = 65536\n")
+    doc = qa_document(root / "docs" / "notes.dlm", QA_PAIRS[:2])
+    text = doc.read_text().replace("---\n", '---\nsystem_prompt: "You answer in one word."\n', 1)
+    doc.write_text(text)
+    append_blocks(root / "logs" / "blocks.jsonl", BLOCKS)
+    env = {SEARCH_TOKEN_ENV: SEARCH_TOKEN}
+    with serving_daemon(root, "--listen-search", "127.0.0.1:0", env=env) as (process, url):
+        yield process, url, read_document(doc).frontmatter.dlm_id
+
+
+def test_models_list_names_the_bases_and_each_document(served):
+    _, url, dlm_id = served
+    models = {m.id: m for m in client(url).models.list()}
+    assert {"learnerd/tiny-llama", "notes"} <= set(models) <= {"learnerd/tiny-llama", "notes", "learned"}
+    notes = models["notes"].model_extra["learnerd"]
+    assert notes == {"kind": "document", "base_model": "learnerd/tiny-llama", "dlm_id": dlm_id, "adapter": None}
+    assert models["learnerd/tiny-llama"].model_extra["learnerd"]["kind"] == "base"
+
+
+def test_a_chat_completion_and_the_same_one_streamed(served):
+    _, url, dlm_id = served
+    api = client(url)
+    reply = api.chat.completions.create(model="notes", messages=QUESTION, max_tokens=8, temperature=0)
+    assert reply.object == "chat.completion" and reply.model == "notes"
+    choice = reply.choices[0]
+    assert choice.finish_reason in ("stop", "length") and choice.message.role == "assistant"
+    assert 1 <= reply.usage.completion_tokens <= 8
+    assert reply.usage.total_tokens == reply.usage.prompt_tokens + reply.usage.completion_tokens
+    assert reply.system_fingerprint == f"{dlm_id}@base"  # no adapter trained yet
+
+    by_id = api.chat.completions.create(model=dlm_id, messages=QUESTION, max_tokens=8, temperature=0)
+    assert by_id.choices[0].message.content == choice.message.content  # greedy: the same model, the same text
+
+    chunks = list(
+        api.chat.completions.create(
+            model="notes",
+            messages=QUESTION,
+            max_tokens=8,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == choice.message.content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == choice.finish_reason
+    assert chunks[-1].usage.completion_tokens == reply.usage.completion_tokens
+
+    # the document's system prompt went first: the prompt is longer than the same question to the base
+    base = api.chat.completions.create(model="learnerd/tiny-llama", messages=QUESTION, max_tokens=1, temperature=0)
+    assert reply.usage.prompt_tokens > base.usage.prompt_tokens
+    with_own_system = api.chat.completions.create(
+        model="notes", messages=[{"role": "system", "content": "x"}, *QUESTION], max_tokens=1, temperature=0
+    )
+    assert with_own_system.usage.prompt_tokens < reply.usage.prompt_tokens
+
+
+def test_seeded_sampling_repeats_and_stop_strings_cut(served):
+    _, url, _ = served
+    api = client(url)
+    kw = {"model": "learnerd/tiny-llama", "messages": QUESTION, "max_tokens": 12, "temperature": 1.0, "seed": 7}
+    first = api.chat.completions.create(**kw).choices[0].message.content
+    assert api.chat.completions.create(**kw).choices[0].message.content == first
+    greedy = api.chat.completions.create(model="notes", messages=QUESTION, max_tokens=12, temperature=0)
+    text = greedy.choices[0].message.content
+    stop = text[3:5]
+    cut = api.chat.completions.create(model="notes", messages=QUESTION, max_tokens=12, temperature=0, stop=[stop])
+    assert cut.choices[0].message.content == text[: text.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+
+
+def test_errors_have_openai_statuses(served):
+    _, url, _ = served
+    api = client(url)
+    with pytest.raises(openai.AuthenticationError):
+        client(url, token="wrong-" + TOKEN).models.list()
+    with pytest.raises(openai.NotFoundError) as err:
+        api.chat.completions.create(model="no-such-model", messages=QUESTION)
+    assert err.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.BadRequestError):
+        api.chat.completions.create(model="notes", messages=[])
+    for extension in ({"rag_k": 1000}, {"rag_k": -1}, {"unknown": 1}):  # k over [admin] max_k, negative, a typo
+        with pytest.raises(openai.BadRequestError):
+            api.chat.completions.create(model="notes", messages=QUESTION, extra_body={"learnerd": extension})
+    huge = api.chat.completions.create(model="notes", messages=QUESTION, max_tokens=10**9, temperature=0)
+    assert huge.usage.completion_tokens <= 16 and huge.model_extra["learnerd"]["max_tokens"] == 16
+
+
+def test_hostile_requests_get_4xx_never_5xx(served):
+    _, url, _ = served
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    chat = f"{url}/chat/completions"
+
+    async def main() -> list[tuple[int, str | None]]:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(chat, json={"model": "notes", "messages": QUESTION}) as r:
+                assert r.status == 401
+                assert (await r.json())["error"]["code"] == "invalid_api_key"
+            async with s.post(chat, data=b"{not json", headers=auth) as r:
+                assert r.status == 400 and (await r.json())["error"]["type"] == "invalid_request_error"
+            async with s.post(chat, data=b"x" * (10 * 1024 * 1024), headers=auth) as r:
+                assert r.status == 413
+            async with s.get(f"{url}/nothing-here", headers=auth) as r:
+                assert r.status == 404
+            async with s.get(url.removesuffix("/v1") + "/healthz") as r:  # probes need no token
+                assert r.status == 200
+
+            body = {"model": "notes", "messages": QUESTION, "max_tokens": 4, "temperature": 0}
+
+            async def one() -> tuple[int, str | None]:
+                async with s.post(chat, json=body, headers=auth) as r:
+                    await r.read()
+                    return r.status, r.headers.get("Retry-After")
+
+            return await asyncio.gather(*(one() for _ in range(200)))
+
+    results = asyncio.run(main())
+    statuses = [status for status, _ in results]
+    assert set(statuses) <= {200, 429}
+    assert statuses.count(429) > 0 and statuses.count(200) >= 4  # queue_size = 4: some queued, the rest refused
+    assert all(int(retry) >= 1 for status, retry in results if status == 429)
+
+
+def test_metrics_count_requests_and_tokens(served):
+    process, url, _ = served
+    client(url).chat.completions.create(model="notes", messages=QUESTION, max_tokens=3, temperature=0)
+    text = process.client().call("GET", "/metrics")
+    assert 'learnerd_serve_requests_total{model="notes",status="200"}' in text
+    assert 'learnerd_serve_generated_tokens_total{model="notes"}' in text
+    assert 'learnerd_serve_time_to_first_token_seconds_count{model="notes"}' in text
+
+
+def test_retrieved_examples_go_before_the_last_user_turn(served, tiny_model_dir: Path):
+    process, url, _ = served
+    admin = process.client()
+    wait_until(lambda: len(admin.call("POST", "/search", {"text": "x", "k": 3})) == 3, what="three examples indexed")
+    question = "list all files in this directory"
+    reply = client(url).chat.completions.create(
+        model="notes",
+        messages=[{"role": "user", "content": question}],
+        max_tokens=2,
+        temperature=0,
+        extra_body={"learnerd": {"rag_k": 2}},
+    )
+    retrieved = reply.model_extra["learnerd"]["retrieved"]
+    assert retrieved[0]["id"] == "01HSERVEAAAAAAAAAAAAAAAAAA"  # the nearest example first
+    assert len(retrieved) == 2 and retrieved[0]["score"] >= retrieved[1]["score"]
+    # the prompt is exactly: the document's system prompt, the two examples as turns, the question
+    _, tokenizer = load_model_directory(tiny_model_dir)
+    turns = [ChatMessage("system", "You answer in one word.")]
+    for hit in retrieved:
+        turns += [ChatMessage("user", BLOCKS[hit["id"]][0]), ChatMessage("assistant", BLOCKS[hit["id"]][1])]
+    expected = render_chat(tokenizer, [*turns, ChatMessage("user", question)], add_generation_prompt=True)
+    assert reply.usage.prompt_tokens == len(expected)
+    logged = [e for e in process.log_events() if e.get("event") == "chat completion" and e.get("retrieved")]
+    assert logged[-1]["prompt"][1:3] == [
+        {"role": "user", "content": BLOCKS[retrieved[0]["id"]][0]},
+        {"role": "assistant", "content": BLOCKS[retrieved[0]["id"]][1]},
+    ]
+
+
+def test_the_learnerd_client_searches_and_chats_sync_and_async(served):
+    process, url, _ = served
+    search_url = process.client().call("GET", "/status")["endpoints"]["search"].removesuffix("/search")
+    kw = {"search_url": search_url, "openai_url": url, "search_token": SEARCH_TOKEN, "openai_token": TOKEN}
+    wait_until(lambda: len(process.client().call("POST", "/search", {"text": "x", "k": 3})) == 3, what="indexed")
+    with LearnerdClient(**kw) as learnerd:
+        hits = learnerd.search("print the working directory", k=1)
+        reply = learnerd.chat("notes", QUESTION, max_tokens=4, temperature=0)
+    assert [(h["id"], h["answer"]) for h in hits] == [("01HSERVECCCCCCCCCCCCCCCCCC", "pwd")]
+
+    async def main():
+        async with AsyncLearnerdClient(**kw) as learnerd:
+            return await learnerd.search("print the working directory", k=1), await learnerd.chat(
+                "notes", QUESTION, max_tokens=4, temperature=0
+            )
+
+    async_hits, async_reply = asyncio.run(main())
+    assert async_hits == hits
+    assert async_reply.choices[0].message.content == reply.choices[0].message.content

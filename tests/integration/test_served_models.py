@@ -1,0 +1,88 @@
+"""The served-model manager in process, on the built-in tiny model: ``[serve] steering`` applies the
+document's best ``learnerd evolve`` deltas; a full queue refuses; a version is bound at admission."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from learnerd.config import Config, ServeConfig
+from learnerd.daemon import wiring
+from learnerd.ml.base_model import load_model_directory
+from learnerd.ml.rows import ChatMessage
+from learnerd.ml.serving import Delta, QueueFull, SamplingParams, ServedModel
+from learnerd.steering.clusters import VocabularyClusters, eos_token_ids, save_clusters, tokenizer_identity
+from learnerd.steering.evolve import BEST_FILE
+from learnerd.steering.processor import write_steering
+
+pytestmark = pytest.mark.anyio
+
+DOC_KEY = "01J0SERVE00000000000000000"
+MODEL = ServedModel("notes", "learnerd/tiny-llama", doc_key=DOC_KEY)
+GREEDY = SamplingParams(max_tokens=8, temperature=0.0)
+QUESTION = [ChatMessage("user", "What is the capital of France?")]
+
+
+def config(tmp_path: Path, models_dir: Path, **serve) -> Config:
+    cfg = Config(state_dir=tmp_path / "state", serve=ServeConfig(**serve))
+    cfg.state_dir.mkdir()
+    (cfg.state_dir / "models").symlink_to(models_dir)
+    return cfg
+
+
+async def answer(served, model=MODEL, params=GREEDY):
+    job = served.submit(model, QUESTION, params)
+    text, done = [], None
+    async for event in job.events():
+        if isinstance(event, Delta):
+            text.append(event.text)
+        else:
+            done = event
+    return "".join(text), done
+
+
+def end_of_sequence_deltas(cfg: Config, tiny_model_dir: Path) -> Path:
+    """A steering file whose only non-zero delta makes EOS certain (cluster 0 = the EOS ids, +50 logits)."""
+    model, tokenizer = load_model_directory(tiny_model_dir)
+    eos = eos_token_ids(tokenizer, model.generation_config)
+    token_clusters = np.full(len(tokenizer), 2, dtype=np.int32)
+    token_clusters[list(eos)] = 0
+    clusters = VocabularyClusters(token_clusters, 1, tokenizer_identity(tokenizer), "none", 0, 1, eos, {})
+    run = cfg.layout.steering_dir / "runs" / DOC_KEY
+    clusters = save_clusters(clusters, run)
+    write_steering(run / BEST_FILE, {0: 50.0, 1: 0.0, 2: 0.0}, clusters)
+    return run / BEST_FILE
+
+
+async def test_steering_applies_the_documents_best_deltas(tmp_path: Path, models_dir: Path, tiny_model_dir: Path):
+    cfg = config(tmp_path, models_dir, steering=True)
+    served = wiring.served_models(cfg)
+    try:
+        plain, done = await answer(served)
+        assert done.completion_tokens > 0 and plain  # no steering file yet: the tiny model babbles
+        end_of_sequence_deltas(cfg, tiny_model_dir)
+        steered, done = await answer(served)
+        assert (steered, done.completion_tokens, done.finish_reason) == ("", 0, "stop")
+        base, done = await answer(served, ServedModel("learnerd/tiny-llama", "learnerd/tiny-llama"))
+        assert base == plain  # a base model has no document, so no steering
+    finally:
+        served.close()
+
+
+async def test_a_full_queue_refuses_with_a_retry_hint(tmp_path: Path, models_dir: Path):
+    served = wiring.served_models(config(tmp_path, models_dir, queue_size=2))
+    try:
+        jobs = [served.submit(MODEL, QUESTION, GREEDY) for _ in range(2)]
+        with pytest.raises(QueueFull) as full:
+            served.submit(MODEL, QUESTION, GREEDY)
+        assert full.value.retry_after_s >= 1
+        for job in jobs:
+            async for _ in job.events():
+                pass
+        assert served.pending == 0
+        text, _ = await answer(served)  # room again
+        assert text
+    finally:
+        served.close()

@@ -1,0 +1,72 @@
+"""A real ``learnerd run --listen-openai 127.0.0.1:0`` for the serving tests, and the official openai client."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+
+from tests.support.daemon_process import DaemonProcess, daemon_process
+
+TOKEN = "test-" + secrets.token_hex(16)
+
+
+def write_config(root: Path, models_dir: Path, extra: str = "", training: bool = False) -> None:
+    """``<root>/learnerd.toml``: state, logs and docs under ``root``; the session's tiny models."""
+    state = root / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    if not (state / "models").exists():
+        (state / "models").symlink_to(models_dir)  # the built-in tiny model, built once per session
+    (root / "logs").mkdir(exist_ok=True)
+    (root / "docs").mkdir(exist_ok=True)
+    training_section = (
+        "enabled = true\ndebounce_s = 0.3\nnum_threads = 1\nniceness = 0\nwarm_spare = false\nrescan_interval_s = 1.0"
+        if training
+        else "enabled = false"
+    )
+    (root / "learnerd.toml").write_text(
+        f"""\
+state_dir = "state"
+log_dirs = ["logs"]
+docs_dirs = ["docs"]
+
+[analyzer]
+poll_interval_s = 0.2
+
+[shutdown]
+drain_timeout_s = 60.0
+
+[training]
+{training_section}
+
+[controllers.evaluation]
+workers = 1
+
+[evaluation]
+null_runs = 0
+max_prompts = 1
+
+{extra}
+"""
+    )
+
+
+@contextlib.contextmanager
+def serving_daemon(
+    root: Path, *args: str, token: str | None = TOKEN, env: dict[str, str] | None = None
+) -> Iterator[tuple[DaemonProcess, str]]:
+    """The daemon (with ``args``), ready, and the base URL of its OpenAI-compatible endpoint
+    (``http://127.0.0.1:PORT/v1``)."""
+    env = {**({"LEARNERD_OPENAI_TOKEN": token} if token else {}), **(env or {})}
+    with daemon_process(root, "--listen-openai", "127.0.0.1:0", *args, env=env) as process:
+        process.wait_ready()
+        url = process.client().call("GET", "/status")["endpoints"]["openai"]
+        yield process, url
+
+
+def client(url: str, token: str = TOKEN, **kw) -> openai.OpenAI:
+    """The official client, without retries (a 429 must be seen, not retried away)."""
+    return openai.OpenAI(base_url=url, api_key=token, max_retries=0, timeout=120.0, **kw)
