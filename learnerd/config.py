@@ -68,6 +68,7 @@ Layout of the file (every key optional; unknown keys are refused so a typo never
     debounce_max_s = 60.0        # ... or at the latest this long after its first unanswered change
     rescan_interval_s = 10.0     # full rescan of the documents: the safety net beside file-system events
     broken_document_retry_s = 30.0   # a document that does not parse (mid-edit) is checked again this often
+    device = "auto"              # auto (CUDA in bf16 when torch sees a GPU, else CPU float32), cpu, cuda, cuda:N
 
     [controllers.training]       # one cycle at a time by default; a cycle may run for hours
     workers = 1
@@ -109,6 +110,7 @@ Layout of the file (every key optional; unknown keys are refused so a typo never
     max_prompts = 8              # prompts per divergence probe
     max_turns = 4                # dialogue length of the multi-turn probe (2..8)
     half_life_target = 2.0       # the multi-turn probe passes at a half-life of at least this many turns
+    device = "auto"              # where the evaluated model runs: auto, cpu, cuda, cuda:N
 
 Relative paths in the file are resolved against the file's own directory; ``~`` and ``$VARS`` are expanded.
 """
@@ -316,8 +318,10 @@ class TrainingSettings:
     debounce_max_s: float = 60.0
     rescan_interval_s: float = 10.0
     broken_document_retry_s: float = 30.0
+    device: str = "auto"
 
     def validate(self) -> None:
+        _check_device("training", self.device)
         if not 0 <= self.replay_ratio <= 100 or self.replay_min_rows < 0:
             raise ConfigError("training: need 0 <= replay_ratio <= 100 and replay_min_rows >= 0")
         if self.num_threads < 0:
@@ -328,6 +332,15 @@ class TrainingSettings:
             raise ConfigError("training: need 0 < debounce_s <= debounce_max_s")
         if self.rescan_interval_s <= 0 or self.broken_document_retry_s <= 0:
             raise ConfigError("training: rescan_interval_s and broken_document_retry_s must be > 0")
+
+
+def _check_device(section: str, value: str) -> None:
+    from learnerd.ml.device import DeviceError, check_device
+
+    try:
+        check_device(value)
+    except DeviceError as exc:
+        raise ConfigError(f"{section}.{exc}") from None
 
 
 RPC_TOKEN_ENV = "LEARNERD_PROBE_TOKEN"
@@ -406,8 +419,10 @@ class EvaluationSettings:
     max_prompts: int = 8
     max_turns: int = 4
     half_life_target: float = 2.0
+    device: str = "auto"
 
     def validate(self) -> None:
+        _check_device("evaluation", self.device)
         if not self.harvest_tag or '"' in self.harvest_tag or "/" in self.harvest_tag:
             raise ConfigError('evaluation.harvest_tag must be non-empty, without "/" or a double quote')
         if not 0.0 <= self.min_confidence <= 1.0:

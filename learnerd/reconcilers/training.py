@@ -48,6 +48,7 @@ from learnerd.ml.base_model import BaseModelError, resolve_base_model
 from learnerd.ml.cycle import CycleOutcome, ReplayPolicy, train_cycle
 from learnerd.ml.hyperparams import check_trainable
 from learnerd.ml.lora import ProgressEvent
+from learnerd.ml.recipes import default_training, training_config
 from learnerd.ml.rows import TrainingRow, document_rows
 from learnerd.ml.train_runner import TrainingFailed, WarmSpare
 from learnerd.reconcile import Result, TerminalError
@@ -254,10 +255,10 @@ class TrainingReconciler:
         probes_written = await anyio.to_thread.run_sync(self._write_probes, path)
         document, rows = await anyio.to_thread.run_sync(_read_rows, path)
         fm = document.frontmatter
-        config = check_trainable(fm.training)
         base = await anyio.to_thread.run_sync(
             lambda: resolve_base_model(fm.base_model, cache_dir=self.models_dir, relative_to=path.parent)
         )
+        config = check_trainable(training_config(fm.raw.get("training"), builtin=base.builtin))
         self._claim(document, path)
         outcome = await train_cycle(
             self.store,
@@ -269,6 +270,7 @@ class TrainingReconciler:
             fresh=fresh,
             num_threads=self.settings.num_threads or None,
             niceness=self.settings.niceness,
+            device=self.settings.device,
             on_progress=on_progress,
             spare=self.spare,
         )
@@ -302,7 +304,9 @@ class TrainingReconciler:
             return document
 
         def create() -> Document:
-            return new_document(self._base_model, prose=_NEW_DOCUMENT_PROSE, path=path)
+            return new_document(
+                self._base_model, prose=_NEW_DOCUMENT_PROSE, training=default_training(self._base_model), path=path
+            )
 
         path.parent.mkdir(parents=True, exist_ok=True)
         update_document(path, edit, create=create)
