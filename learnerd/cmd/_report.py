@@ -44,6 +44,12 @@ def print_summary(summary: RunSummary, as_json: bool, title: str) -> None:
     for controller, counts in summary.changes.items():
         for change, n in sorted(counts.items()):
             table.add_row(f"{controller}: {change.replace('_', ' ')}", str(n))
+    for path, r in sorted(summary.recall.items()):
+        name = path.rsplit("/", 1)[-1]
+        table.add_row(
+            f"probe recall {name} {r['version']} (base → adapter)",
+            f"{r['before']}/{r['probes']} → {r['after']}/{r['probes']}",
+        )
     for name, stats in summary.controllers.items():
         if stats.failures or stats.dropped or stats.terminal:
             table.add_row(

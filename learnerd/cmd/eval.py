@@ -8,7 +8,7 @@ summary. ``--history`` instead prints the probe pass rate and score of every eva
 them into a PNG (``--plot PATH``; default ``<adapters>/<dlm_id>/eval-history.png``).
 
 Exit status: 0 when the evaluation ran (whatever the verdicts), 1 when it could not (a missing or
-malformed document, no adapter, an unusable base model).
+malformed document, no adapter, an unusable base model or device).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--null-runs", type=int, metavar="N", help="noise adapters to calibrate on (default: config)")
     p.add_argument("--history", action="store_true", help="show pass rate and score per version instead, and plot")
     p.add_argument("--plot", metavar="PNG", type=Path, help="where --history writes its plot")
+    p.add_argument("--device", help="auto, cpu, cuda or cuda:N (default: [evaluation] device)")
     add_common_options(p)
     p.set_defaults(func=run)
 
@@ -69,16 +70,18 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.eval.suite import evaluate_version
     from learnerd.eval.summary import render_report
     from learnerd.ml.base_model import resolve_base_model
+    from learnerd.ml.device import DeviceError, resolve_device
 
     options = EvalOptions.from_settings(cfg.evaluation)
     if args.null_runs is not None:
         options = dataclasses.replace(options, null_runs=args.null_runs)
     try:
+        placement = resolve_device(args.device or cfg.evaluation.device)
         base = resolve_base_model(
             document.frontmatter.base_model, cache_dir=cfg.models_dir, relative_to=args.doc.parent
         )
-        report = evaluate_version(document, version, base, options=options)
-    except (BaseModelError, DocumentError) as exc:
+        report = evaluate_version(document, version, base, options=options, placement=placement)
+    except (BaseModelError, DeviceError, DocumentError) as exc:
         raise CommandError(str(exc)) from None
     targets = [report_path(version), *([args.json] if args.json else [])]
     for target in targets:

@@ -74,7 +74,9 @@ TRAINING = "training"
 
 @dataclass
 class RunSummary:
-    """What a run did: table sizes at the end, ingestion counters, per-controller stats and changes."""
+    """What a run did: table sizes at the end, ingestion counters, per-controller stats and changes;
+    ``recall``: per evaluated document, its current adapter version and the probes the base and the
+    adapter answer exactly (``{"version", "before", "after", "probes"}``)."""
 
     blocks: int
     examples: int
@@ -84,6 +86,7 @@ class RunSummary:
     analyzer: AnalyzerStats
     controllers: dict[str, ControllerStats]
     changes: dict[str, dict[str, int]] = field(default_factory=dict)
+    recall: dict[str, dict[str, int | str]] = field(default_factory=dict)
 
     def changed_anything(self) -> bool:
         return any(v for counts in self.changes.values() for v in counts.values())
@@ -408,6 +411,7 @@ class Daemon:
             analyzer=self.analyzer.stats,
             controllers={name: c.stats() for name, c in self.controllers.items()},
             changes={name: dict(r.changes) for name, r in reconcilers.items() if r is not None},
+            recall=dict(self.evaluation.recall),
         )
 
     def close(self) -> None:

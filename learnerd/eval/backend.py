@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from learnerd.ml.base_model import BaseModelRef, load_model_directory
+from learnerd.ml.device import Placement
 from learnerd.ml.divergence import TokenDist
 from learnerd.store.adapters import AdapterVersion, load_adapter
 
@@ -63,14 +64,16 @@ class DifferentialBackend:
         self.forward_passes = 0
 
     @classmethod
-    def load(cls, base: BaseModelRef, version: AdapterVersion) -> DifferentialBackend:
-        """Load ``base`` (offline, float32) and attach ``version``'s adapter.
+    def load(
+        cls, base: BaseModelRef, version: AdapterVersion, placement: Placement | None = None
+    ) -> DifferentialBackend:
+        """Load ``base`` (offline; on ``placement``, default CPU float32) and attach ``version``'s adapter.
 
         Raises:
             BaseModelError: the base cannot be loaded.
             OSError / ValueError: peft cannot load the adapter directory.
         """
-        model, tokenizer = load_model_directory(base.path, name=base.name)
+        model, tokenizer = load_model_directory(base.path, name=base.name, placement=placement)
         return cls(load_adapter(model, version), tokenizer)
 
     @contextlib.contextmanager
@@ -193,7 +196,7 @@ class View:
         import torch
 
         self._logits(ids)  # the finite check; generate() itself would argmax over NaN silently
-        input_ids = torch.tensor([list(ids)])
+        input_ids = torch.tensor([list(ids)], device=self.backend.model.device)
         with torch.no_grad():
             out = self.backend.model.generate(
                 input_ids=input_ids,
@@ -209,12 +212,14 @@ class View:
         return new
 
     def _logits(self, ids: Sequence[int]) -> Any:
+        """float32 logits ``(len(ids), vocab)`` on the CPU, whatever device the model runs on."""
         import torch
 
         if not ids:
             raise ValueError("empty input")
         with torch.no_grad():
-            logits = self.backend.model(input_ids=torch.tensor([list(ids)])).logits[0]
+            input_ids = torch.tensor([list(ids)], device=self.backend.model.device)
+            logits = self.backend.model(input_ids=input_ids).logits[0].float().cpu()
         self.backend.forward_passes += 1
         bad = int((~torch.isfinite(logits)).sum())
         if bad:

@@ -14,6 +14,7 @@ and the base's identity.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import time
 from collections.abc import Mapping
@@ -27,6 +28,8 @@ from learnerd.eval.probe import EvalOptions, ProbeContext, errored
 from learnerd.eval.report import ProbeResult, Report
 from learnerd.eval.score import compute_score
 from learnerd.ml.base_model import BaseModelRef
+from learnerd.ml.device import Placement
+from learnerd.ml.recipes import undertrained_reason
 from learnerd.store.adapters import AdapterVersion
 from learnerd.store.dlm import Document
 
@@ -90,15 +93,22 @@ def evaluate(
 
 
 def evaluate_version(
-    document: Document, version: AdapterVersion, base: BaseModelRef, *, options: EvalOptions | None = None
+    document: Document,
+    version: AdapterVersion,
+    base: BaseModelRef,
+    *,
+    options: EvalOptions | None = None,
+    placement: Placement | None = None,
 ) -> Report:
-    """Load ``base`` with ``version``'s adapter and :func:`evaluate` it on ``document``.
+    """Load ``base`` (on ``placement``; default CPU float32) with ``version``'s adapter and :func:`evaluate`
+    it on ``document``. A version that trained too little (:func:`learnerd.ml.recipes.undertrained_reason`
+    on its metadata's steps, final loss and vocabulary size) gets an ``undertrained: ...`` finding first.
 
     Raises:
         BaseModelError: the base cannot be loaded.
         DocumentError: as :func:`evaluate`.
     """
-    backend = DifferentialBackend.load(base, version)
+    backend = DifferentialBackend.load(base, version, placement)
     extra = {
         "learnerd": {
             "dlm_id": document.frontmatter.dlm_id,
@@ -106,11 +116,18 @@ def evaluate_version(
             "base_model_identity": base.identity,
         }
     }
-    return evaluate(
+    report = evaluate(
         backend,
         document,
         base_model_id=document.frontmatter.base_model,
         adapter_id=str(version.path),
         options=options,
         extra=extra,
+    )
+    meta = version.metadata()
+    reason = undertrained_reason(meta.steps, meta.final_loss, backend.vocab_size)
+    if reason is None:
+        return report
+    return dataclasses.replace(
+        report, score=dataclasses.replace(report.score, findings=(reason, *report.score.findings))
     )

@@ -42,7 +42,7 @@ def greedy_reply(
 
     messages = [ChatMessage("system", system)] if system else []
     ids = render_chat(tokenizer, [*messages, ChatMessage("user", prompt)], add_generation_prompt=True)
-    input_ids = torch.tensor([ids])
+    input_ids = torch.tensor([ids], device=model.device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     with torch.no_grad():
         out = model.generate(

@@ -44,9 +44,11 @@ from learnerd.eval.harvest import HarvestResult, auto_harvest
 from learnerd.eval.history import adapter_key, report_path, version_reports
 from learnerd.eval.probe import EvalOptions
 from learnerd.eval.recall import KIND as RECALL
+from learnerd.eval.recall import normalize
 from learnerd.eval.report import Report, ReportError, Verdict, load_report, write_report
 from learnerd.eval.suite import evaluate_version
 from learnerd.ml.base_model import BaseModelError, resolve_base_model
+from learnerd.ml.device import DeviceError, resolve_device
 from learnerd.reconcile import Result, TerminalError
 from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
 from learnerd.store.dlm import Document, DocumentError, read_document
@@ -74,6 +76,7 @@ class EvaluationReconciler:
         self._limiter = anyio.CapacityLimiter(1)
         self.changes: Counter[str] = Counter()  # versions evaluated, sections harvested, documents written
         self.stuck: dict[str, tuple[str, ...]] = {}  # document key -> stuck probe names, as of its last reconcile
+        self.recall: dict[str, dict[str, int | str]] = {}  # document key -> exact_recall() of its current version
 
     def resync_keys(self) -> list[str]:
         """Every ``.dlm`` document under the docs directories that has a current adapter version."""
@@ -93,7 +96,7 @@ class EvaluationReconciler:
         except DocumentError as exc:
             log.warning("evaluation.document_invalid", path=key, error=str(exc), retry_s=self._retry_s)
             return Result(requeue_after=self._retry_s)
-        except BaseModelError as exc:
+        except (BaseModelError, DeviceError) as exc:
             raise TerminalError(f"{key}: {exc}") from exc
         return Result()
 
@@ -104,6 +107,7 @@ class EvaluationReconciler:
         Raises:
             DocumentError: the document does not parse.
             BaseModelError: its base model cannot be resolved or loaded.
+            DeviceError: ``[evaluation] device`` names a GPU this machine does not have.
             AdapterStoreError, OSError: the store or the file system failed.
         """
         path = Path(key)
@@ -115,6 +119,8 @@ class EvaluationReconciler:
         if version is None:
             return None
         report = self._report(path, document, version)
+        before, after, probes = exact_recall(report)
+        self.recall[key] = {"version": version.name, "before": before, "after": after, "probes": probes}
         if self.settings.auto_harvest:
             self._harvest(path, report)
         return report
@@ -128,7 +134,9 @@ class EvaluationReconciler:
                 log.warning("evaluation.report_unreadable", path=str(target), error=str(exc))
         base = resolve_base_model(document.frontmatter.base_model, cache_dir=self._models_dir, relative_to=path.parent)
         log.info("evaluation.started", path=str(path), version=version.name)
-        report = evaluate_version(document, version, base, options=self.options)
+        report = evaluate_version(
+            document, version, base, options=self.options, placement=resolve_device(self.settings.device)
+        )
         stuck = stuck_probes(self.store, version.doc_key, report, self.settings.max_failing_cycles)
         if stuck:
             note = (
@@ -180,6 +188,14 @@ class EvaluationReconciler:
             written=result.written,
         )
         return result
+
+
+def exact_recall(report: Report) -> tuple[int, int, int]:
+    """``(base, adapter, probes)``: how many of ``report``'s recall probes the base and the adapter answer
+    exactly (whitespace collapsed), out of how many were answered."""
+    answered = [p.evidence for p in report.probes if p.kind == RECALL and "generated" in p.evidence]
+    base = sum(normalize(str(e.get("base_generated", ""))) == normalize(str(e["reference"])) for e in answered)
+    return base, sum(bool(e.get("exact_match")) for e in answered), len(answered)
 
 
 def stuck_probes(store: AdapterStore, doc_key: str, report: Report, max_failing_cycles: int) -> tuple[str, ...]:
