@@ -46,6 +46,7 @@ import structlog
 from learnerd.config import TrainingSettings
 from learnerd.ml.base_model import BaseModelError, resolve_base_model
 from learnerd.ml.cycle import CycleOutcome, ReplayPolicy, train_cycle
+from learnerd.ml.device import DeviceError, resolve_device
 from learnerd.ml.hyperparams import check_trainable
 from learnerd.ml.lora import ProgressEvent
 from learnerd.ml.recipes import default_training, training_config
@@ -192,7 +193,7 @@ class TrainingReconciler:
             retry = self.settings.broken_document_retry_s
             log.warning("training.document_invalid", path=key, error=str(exc), retry_s=retry)
             return Result(requeue_after=retry)
-        except (BaseModelError, TrainingConfigError, DuplicateDocumentError) as exc:
+        except (BaseModelError, DeviceError, TrainingConfigError, DuplicateDocumentError) as exc:
             raise TerminalError(f"{key}: {exc}") from exc
         except TrainingFailed as exc:
             if exc.permanent:
@@ -220,6 +221,7 @@ class TrainingReconciler:
             FileNotFoundError: the document does not exist (and no probes wait for it).
             DocumentError: the document does not parse, or breaks the Q/A grammar (file and line).
             BaseModelError: its ``base_model`` is unknown or unusable.
+            DeviceError: ``[training] device`` names a GPU this machine does not have.
             TrainingConfigError: its ``training`` block asks for what learnerd cannot train.
             DuplicateDocumentError: another document has the same ``dlm_id``.
             TrainingFailed: the training process failed; nothing was committed.
@@ -252,6 +254,7 @@ class TrainingReconciler:
     async def _cycle(
         self, path: Path, fresh: bool, on_progress: Callable[[ProgressEvent], None] | None, started: float
     ) -> CycleReport:
+        await anyio.to_thread.run_sync(resolve_device, self.settings.device)  # refuse a missing GPU before anything
         probes_written = await anyio.to_thread.run_sync(self._write_probes, path)
         document, rows = await anyio.to_thread.run_sync(_read_rows, path)
         fm = document.frontmatter
