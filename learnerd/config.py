@@ -119,6 +119,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -334,13 +335,14 @@ class TrainingSettings:
             raise ConfigError("training: rescan_interval_s and broken_document_retry_s must be > 0")
 
 
-def _check_device(section: str, value: str) -> None:
-    from learnerd.ml.device import DeviceError, check_device
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
+"""The grammar of the ``device`` settings: auto, cpu, cuda or cuda:N (``learnerd.ml.device`` resolves them)."""
+DEVICE_CHOICES = "auto | cpu | cuda | cuda:N"
 
-    try:
-        check_device(value)
-    except DeviceError as exc:
-        raise ConfigError(f"{section}.{exc}") from None
+
+def _check_device(section: str, value: str) -> None:
+    if not isinstance(value, str) or not DEVICE_PATTERN.fullmatch(value):
+        raise ConfigError(f"{section}.device {value!r} is not one of {DEVICE_CHOICES}")
 
 
 RPC_TOKEN_ENV = "LEARNERD_PROBE_TOKEN"

@@ -7,12 +7,10 @@ else float16; on CPU they are float32. LoRA adapter weights stay float32 (peft's
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
-DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
-DEVICE_HELP = "auto | cpu | cuda | cuda:N"
+from learnerd.config import DEVICE_CHOICES, DEVICE_PATTERN
 
 
 class DeviceError(ValueError):
@@ -34,7 +32,7 @@ def check_device(spec: str) -> str:
         DeviceError: anything but ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
     """
     if not isinstance(spec, str) or not DEVICE_PATTERN.fullmatch(spec):
-        raise DeviceError(f"device {spec!r} is not one of {DEVICE_HELP}")
+        raise DeviceError(f"device {spec!r} is not one of {DEVICE_CHOICES}")
     return spec
 
 
