@@ -161,7 +161,7 @@ class Retriever:
         self.index = load_index(self.conn, self.embedder.name, self.embedder.dim or None)
 
     def shots(self, text: str) -> list[tuple[str, str]]:
-        from learnerd.daemon.retrieval import describe_hits, nearest
+        from learnerd.store.retrieval import describe_hits, nearest
 
         hits = describe_hits(self.conn, nearest(self.embedder, self.index, text, RAG_K))
         return [(h["query"], h["answer"]) for h in reversed(list(hits))]  # the best example nearest the prompt

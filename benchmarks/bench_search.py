@@ -136,10 +136,10 @@ def main() -> None:
 
     from learnerd.cmd._client import AdminClient
     from learnerd.daemon.logging import configure_logging
-    from learnerd.daemon.retrieval import describe_hits, nearest
     from learnerd.ml.embedders import MiniLMEmbedder
     from learnerd.store import db
     from learnerd.store.embeddings import load_index
+    from learnerd.store.retrieval import describe_hits, nearest
 
     configure_logging("warning")
     root = Path(tempfile.mkdtemp(prefix="ld-bench-", dir="/tmp"))

@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from learnerd.daemon.workqueue import PrometheusMetricsProvider, RateLimitingQueue, WorkQueue
+from learnerd.runtime.workqueue import PrometheusMetricsProvider, RateLimitingQueue, WorkQueue
 
 CHUNK = 16
 

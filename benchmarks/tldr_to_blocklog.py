@@ -26,7 +26,6 @@ if __package__ in (None, ""):  # run as a script: make the checkout importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from learnerd.analyzer.blocklog import event_line
-
 from learnerd.store.blocks import Cell
 
 EPOCH = 1_700_000_000.0

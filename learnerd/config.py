@@ -123,7 +123,10 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import TYPE_CHECKING, Any, get_type_hints
+
+if TYPE_CHECKING:
+    from learnerd.store.layout import StateLayout
 
 
 class ConfigError(ValueError):
@@ -351,7 +354,7 @@ RPC_TOKEN_ENV = "LEARNERD_PROBE_TOKEN"
 
 @dataclass
 class RpcConfig:
-    """The probe-injection RPC server (``learnerd.daemon.rpc``). ``listen`` is ``HOST:PORT`` (empty: off)."""
+    """The probe-injection RPC server (``learnerd.api.rpc``). ``listen`` is ``HOST:PORT`` (empty: off)."""
 
     listen: str = ""
     document: str = ""
@@ -456,6 +459,13 @@ class Config:
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
     rpc: RpcConfig = field(default_factory=RpcConfig)
     path: Path | None = None
+
+    @property
+    def layout(self) -> StateLayout:
+        """Where every file under ``state_dir`` lives (:class:`learnerd.store.layout.StateLayout`)."""
+        from learnerd.store.layout import StateLayout
+
+        return StateLayout(self.state_dir, tuple(self.docs_dirs))
 
     @property
     def db_path(self) -> Path:

@@ -1,6 +1,6 @@
 """``learnerd ctl …``: steer the running daemon through its admin socket (``<state_dir>/learnerd.sock``).
 
-One subcommand per endpoint of :mod:`learnerd.daemon.admin`; readable tables by default, the raw
+One subcommand per endpoint of :mod:`learnerd.api.admin`; readable tables by default, the raw
 JSON answer with ``--json``. Exit status: 0 done, 1 refused or failed, 2 bad arguments, 3 no daemon
 is running.
 """

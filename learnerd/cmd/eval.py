@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"{args.doc}: {exc.strerror or exc}") from None
 
     from learnerd.eval.history import report_path
-    from learnerd.eval.probe import EvalOptions
+    from learnerd.eval.probes.base import EvalOptions
     from learnerd.eval.report import write_report
     from learnerd.eval.suite import evaluate_version
     from learnerd.eval.summary import render_report

@@ -6,7 +6,7 @@ unless ``--no-train`` (or ``[training] enabled = false``) turns training off.
 Otherwise the daemon serves the admin API on ``<state_dir>/learnerd.sock`` (``learnerd ctl``),
 and ``/metrics`` and ``/search`` over TCP when asked (``--metrics-addr``, ``--listen-search``), and
 talks to systemd (``Type=notify``) through ``$NOTIFY_SOCKET``; see :mod:`learnerd.daemon.service`.
-``--listen-rpc HOST:PORT`` serves dlm's ``inject_probe`` on ``POST /rpc`` (``learnerd.daemon.rpc``);
+``--listen-rpc HOST:PORT`` serves dlm's ``inject_probe`` on ``POST /rpc`` (``learnerd.api.rpc``);
 the bearer token comes from ``$LEARNERD_PROBE_TOKEN``, and without it the daemon refuses to start.
 
 Signals, all handled here: the first SIGINT or SIGTERM stops intake and drains in-flight work within
@@ -104,10 +104,10 @@ def service_options(cfg, args: argparse.Namespace):
     """
     import os
 
+    from learnerd.api.tcp_endpoints import SEARCH_TOKEN_ENV, TokenError, check_token
     from learnerd.cmd._common import read_config
     from learnerd.config import ConfigError, parse_host_port
     from learnerd.daemon.service import ServiceOptions
-    from learnerd.daemon.tcp_endpoints import SEARCH_TOKEN_ENV, TokenError, check_token
 
     metrics = args.metrics_addr or cfg.admin.metrics_addr
     search = args.listen_search or cfg.admin.search_addr

@@ -29,10 +29,10 @@ def search_offline(cfg, text: str, k: int) -> list[dict]:
     Each result is ``{"id", "score", "query", "answer", "language"}``; ``score`` is the cosine
     similarity of ``text`` with the example's query.
     """
-    from learnerd.daemon.retrieval import describe_hits, nearest
     from learnerd.ml.embedders import make_embedder
     from learnerd.store import db
     from learnerd.store.embeddings import load_index
+    from learnerd.store.retrieval import describe_hits, nearest
 
     if not cfg.db_path.exists():
         raise CommandError(f"no learnerd database at {cfg.db_path}: run `learnerd run` first")

@@ -36,13 +36,13 @@ def train(args: argparse.Namespace) -> int:
     import anyio
 
     from learnerd.daemon.statelock import StateDirBusy, StateLock
+    from learnerd.daemon.wiring import training_reconciler
     from learnerd.ml.base_model import BaseModelError
     from learnerd.ml.device import DeviceError
     from learnerd.ml.train_runner import TrainingFailed
-    from learnerd.reconcilers.training import DuplicateDocumentError, TrainingReconciler
-    from learnerd.store.adapters import AdapterStore
+    from learnerd.reconcilers.training import DuplicateDocumentError
     from learnerd.store.dlm import DocumentError, TrainingConfigError
-    from learnerd.store.probe_journal import JournalError, ProbeJournal
+    from learnerd.store.probe_journal import JournalError
 
     cfg = load_config_from_args(args)
     if args.threads is not None:
@@ -59,19 +59,12 @@ def train(args: argparse.Namespace) -> int:
     except StateDirBusy as exc:
         raise CommandError(f"{exc} (a running daemon trains its documents itself)") from exc
     try:
-        store = AdapterStore(cfg.adapters_dir)
-        store.recover()
         try:
-            journal = ProbeJournal(cfg.state_dir / "journals" / "injected-probes.jsonl")
+            reconciler = training_reconciler(cfg)
         except JournalError as exc:
             raise CommandError(str(exc)) from exc
-        reconciler = TrainingReconciler(
-            store,
-            cfg.training,
-            models_dir=cfg.models_dir,
-            journal=journal,
-            new_document_base_model=cfg.probes.base_model,
-        )
+        journal = reconciler.journal
+        assert journal is not None
         try:
             report = anyio.run(_cycle, reconciler, path, args.fresh)
         except FileNotFoundError as exc:

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import structlog
@@ -46,28 +46,66 @@ from prometheus_client import CollectorRegistry
 
 from learnerd.analyzer.analyzer import Analyzer
 from learnerd.analyzer.stats import AnalyzerStats
+from learnerd.api.rpc import RpcServer
 from learnerd.config import Config
-from learnerd.daemon.controller import Controller, ControllerStats
-from learnerd.daemon.controller_metrics import ControllerMetrics
-from learnerd.daemon.training_intake import TrainingIntake
-from learnerd.daemon.workqueue import PrometheusMetricsProvider, RateLimitingQueue, default_controller_rate_limiter
+from learnerd.daemon import wiring
 from learnerd.ml.embedders import Embedder, embedder_dim, embedder_name, make_embedder
 from learnerd.reconcilers.embeddings import EmbeddingsReconciler
 from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.reconcilers.examples import ExamplesReconciler
 from learnerd.reconcilers.probes import ProbesReconciler
 from learnerd.reconcilers.training import TrainingReconciler
+from learnerd.runtime.controller import Controller, ControllerStats
+from learnerd.runtime.controller_metrics import ControllerMetrics
+from learnerd.runtime.reconcile import Reconciler
+from learnerd.runtime.workqueue import PrometheusMetricsProvider, RateLimitingQueue, default_controller_rate_limiter
+from learnerd.sources.training_intake import TrainingIntake
 from learnerd.store import db
-from learnerd.store.adapters import AdapterStore, AdapterVersion
+from learnerd.store.adapters import AdapterVersion
 from learnerd.store.blocks import count_blocks, list_block_ids
-from learnerd.store.embeddings import count_vectors, list_embedding_ids, load_index
-from learnerd.store.examples import Example, count_examples, get_examples, list_example_ids
-from learnerd.store.probe_journal import ProbeJournal
+from learnerd.store.embeddings import count_vectors, load_index
+from learnerd.store.examples import Example, count_examples, get_examples
 
 log = structlog.get_logger(__name__)
 
+
+@dataclass(frozen=True)
+class ControllerRow:
+    """One row of the wiring table: a workqueue named ``name``, the reconciler ``build(daemon)`` makes,
+    and the controller that runs it with ``[controllers.<name>]``'s workers, timeout and retries.
+
+    ``stage``: ``"pipeline"`` queues are drained at shutdown, in table order; the ``"training"`` queue is
+    stopped instead (a cycle may run for hours; see the module docstring), and exists only with
+    ``[training] enabled``. ``needs_embedder``: built once the embedder has loaded (ingestion starts
+    before). A reconciler's ``resync_keys()`` is its start-up list; its ``changes`` go into the summary;
+    a :class:`~learnerd.runtime.reconcile.BatchReconciler` is handed batches of its ``batch_size``.
+    """
+
+    name: str
+    build: Callable[[Daemon], Reconciler]
+    stage: Literal["pipeline", "training"] = "pipeline"
+    needs_embedder: bool = False
+
+
+#: The controllers, in pipeline order (the order the queues drain in). Adding a reconciler: one module
+#: in ``learnerd/reconcilers/`` and one row here (docs/architecture.md).
+CONTROLLERS: tuple[ControllerRow, ...] = (
+    ControllerRow("examples", lambda d: ExamplesReconciler(d.conn, d.cfg.examples, d.example_changed, clock=d.clock)),
+    ControllerRow(
+        "embeddings",
+        lambda d: EmbeddingsReconciler(
+            d.conn, d.require_embedder(), d.index, batch_size=d.cfg.embeddings.batch_size, clock=d.clock
+        ),
+        needs_embedder=True,
+    ),
+    ControllerRow("probes", lambda d: wiring.probes_reconciler(d.cfg, d.router)),
+    ControllerRow("evaluation", lambda d: wiring.evaluation_reconciler(d.cfg)),
+    ControllerRow(
+        "training", lambda d: wiring.training_reconciler(d.cfg, on_committed=d.adapter_committed), stage="training"
+    ),
+)
 #: Queue names in pipeline order (the order they drain in).
-PIPELINE: tuple[str, ...] = ("examples", "embeddings", "probes", "evaluation")
+PIPELINE: tuple[str, ...] = tuple(row.name for row in CONTROLLERS if row.stage == "pipeline")
 #: The training queue: not drained at shutdown but stopped (see the module docstring).
 TRAINING = "training"
 
@@ -120,97 +158,122 @@ class Daemon:
         rpc_token: str | None = None,
     ) -> None:
         self.cfg = cfg
+        self.clock = clock
         self.registry = registry or CollectorRegistry()
-        cfg.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.conn = db.connect(cfg.db_path)
+        layout = cfg.layout
+        layout.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.conn = db.connect(layout.db_path)
         self.embedder = embedder
         self.index = load_index(self.conn, embedder_name(cfg.embeddings), embedder_dim(cfg.embeddings))
-        self._queue_metrics = queue_metrics = PrometheusMetricsProvider(self.registry)
+        self.router = wiring.document_router(cfg)
+        self._queue_metrics = PrometheusMetricsProvider(self.registry)
         self._controller_metrics = ControllerMetrics(self.registry)
+        self._rows = [row for row in CONTROLLERS if row.stage == "pipeline" or cfg.training.enabled]
+        if not cfg.training.enabled and cfg.rpc.listen:
+            raise ValueError("the RPC server feeds training; it cannot run with [training] enabled = false")
+        if cfg.rpc.listen and not rpc_token:
+            raise ValueError("the RPC server needs a bearer token")
         self.queues: dict[str, RateLimitingQueue[str]] = {
-            name: RateLimitingQueue(
-                name, rate_limiter=default_controller_rate_limiter(cfg.workqueue), metrics=queue_metrics
+            row.name: RateLimitingQueue(
+                row.name, rate_limiter=default_controller_rate_limiter(cfg.workqueue), metrics=self._queue_metrics
             )
-            for name in PIPELINE
+            for row in self._rows
         }
-        self.probes = ProbesReconciler(cfg)
-        self.evaluation = EvaluationReconciler(cfg)
-        self.examples = ExamplesReconciler(self.conn, cfg.examples, self._example_changed, clock=clock)
-        self.embeddings: EmbeddingsReconciler | None = None
+        self.reconcilers: dict[str, Reconciler] = {}
+        self.controllers: dict[str, Controller] = {}
+        for row in self._rows:
+            if not row.needs_embedder:
+                self._wire(row)
         self.analyzer = Analyzer(
             self.conn, cfg.log_dirs, self.queues["examples"].add, cfg.analyzer, clock=clock, registry=self.registry
         )
-        self.controllers: dict[str, Controller] = {
-            "examples": self._controller(self.examples),
-            "probes": self._controller(self.probes),
-            "evaluation": self._controller(self.evaluation),
-        }
-        self._clock = clock
         self._started = time.monotonic()
         self._serve_scopes: list[anyio.CancelScope] = []  # the running task group's and the drain's
-        self.training: TrainingReconciler | None = None
         self.training_intake: TrainingIntake | None = None
-        if cfg.training.enabled:
-            self._wire_training(rpc_token)
-        elif cfg.rpc.listen:
-            raise ValueError("the RPC server feeds training; it cannot run with [training] enabled = false")
+        self.rpc: RpcServer | None = None
+        if self.training is not None:
+            self._wire_training_intake(rpc_token)
 
-    def _wire_training(self, rpc_token: str | None) -> None:
-        """The "training" queue, reconciler and controller, and what feeds them (file watch, RPC)."""
-        cfg = self.cfg
-        adapters = AdapterStore(cfg.adapters_dir)
-        for leftover in adapters.recover():
-            log.warning("removed an adapter version left half-written by a crash", path=str(leftover))
-        self.training = TrainingReconciler(
-            adapters,
-            cfg.training,
-            models_dir=cfg.models_dir,
-            journal=ProbeJournal(cfg.state_dir / "journals" / "injected-probes.jsonl"),
-            new_document_base_model=cfg.probes.base_model,
-            on_committed=self.adapter_committed,
-        )
-        self.queues[TRAINING] = RateLimitingQueue(
-            TRAINING,
-            rate_limiter=default_controller_rate_limiter(cfg.workqueue),
-            metrics=self._queue_metrics,
-        )
-        self.controllers[TRAINING] = self._controller(self.training)
-        roots = cfg.docs_dirs or [cfg.state_dir / "docs"]
-        for root in roots:
-            root.mkdir(parents=True, exist_ok=True)
-        self.training_intake = TrainingIntake(
-            cfg,
-            self.training,
-            self.queues[TRAINING],
-            roots=roots,
-            files=self.probes.router.documents(),
-            rpc_document=self.rpc_document(),
-            rpc_token=rpc_token,
-            workers=cfg.controller(TRAINING).workers,
-        )
-
-    def rpc_document(self) -> Path:
-        """The document injected probes go to: ``[rpc] document``, else the ``[probes]`` document."""
-        return self.probes.router.resolve(self.cfg.rpc.document or self.cfg.probes.document)
-
-    def _controller(self, reconciler: Any) -> Controller:
-        c = self.cfg.controller(reconciler.name)
-        return Controller(
+    def _wire(self, row: ControllerRow) -> Controller:
+        reconciler = self.reconcilers[row.name] = row.build(self)
+        c = self.cfg.controller(row.name)
+        controller = self.controllers[row.name] = Controller(
             reconciler,
-            self.queues[reconciler.name],
+            self.queues[row.name],
             workers=c.workers,
             timeout_s=c.timeout_s,
             max_retries=c.max_retries,
             metrics=self._controller_metrics,
         )
+        return controller
+
+    def _wire_training_intake(self, rpc_token: str | None) -> None:
+        """What feeds the "training" queue (file watch, debounce, probe inbox) and the RPC server."""
+        cfg, training = self.cfg, self.training
+        assert training is not None
+        roots = cfg.layout.docs_roots
+        for root in roots:
+            root.mkdir(parents=True, exist_ok=True)
+        address = cfg.rpc.address()
+        self.training_intake = intake = TrainingIntake(
+            cfg.training,
+            cfg.analyzer,
+            training,
+            self.queues[TRAINING],
+            roots=roots,
+            files=self.router.documents(),
+            rpc_document=self.rpc_document(),
+            inbox_capacity=cfg.rpc.capacity if address is not None else None,
+            workers=cfg.controller(TRAINING).workers,
+        )
+        if address is not None and intake.inbox is not None and rpc_token:
+            self.rpc = RpcServer(
+                intake.inbox,
+                token=rpc_token,
+                document=str(self.rpc_document()),
+                eta=intake.eta,
+                host=address[0],
+                port=address[1],
+            )
+
+    # The reconcilers by their role (None until wired: embeddings waits for the embedder).
+    @property
+    def examples(self) -> ExamplesReconciler:
+        return self.reconcilers["examples"]  # type: ignore[return-value]
+
+    @property
+    def embeddings(self) -> EmbeddingsReconciler | None:
+        return self.reconcilers.get("embeddings")  # type: ignore[return-value]
+
+    @property
+    def probes(self) -> ProbesReconciler:
+        return self.reconcilers["probes"]  # type: ignore[return-value]
+
+    @property
+    def evaluation(self) -> EvaluationReconciler:
+        return self.reconcilers["evaluation"]  # type: ignore[return-value]
+
+    @property
+    def training(self) -> TrainingReconciler | None:
+        return self.reconcilers.get(TRAINING)  # type: ignore[return-value]
+
+    def require_embedder(self) -> Embedder:
+        """The loaded embedder (the embeddings row is built only after it loaded)."""
+        assert self.embedder is not None, "the embeddings controller is wired after the embedder loads"
+        return self.embedder
+
+    def rpc_document(self) -> Path:
+        """The document injected probes go to: ``[rpc] document``, else the ``[probes]`` document."""
+        return self.router.resolve(self.cfg.rpc.document or self.cfg.probes.document)
 
     # ------------------------------------------------------------------ wiring callbacks
 
-    def _example_changed(self, example_id: str, old: Example | None, new: Example | None) -> None:
+    def example_changed(self, example_id: str, old: Example | None, new: Example | None) -> None:
+        """The examples reconciler's hook: re-embed the example, rewrite its old and new documents."""
         self.queues["embeddings"].add(example_id)
         for example in (old, new):
             if example is not None:
-                self.queues["probes"].add(str(self.probes.route(example)))
+                self.queues["probes"].add(str(self.router.route(example)))
 
     def adapter_committed(self, doc_path: str | os.PathLike[str], version: AdapterVersion) -> None:
         """The training reconciler's ``on_committed`` hook: evaluate the document's new version."""
@@ -227,19 +290,15 @@ class Daemon:
             self.queues["examples"].add(key)
             self.queues["embeddings"].add(key)
         for example in get_examples(self.conn, ids).values():
-            self.queues["probes"].add(str(self.probes.route(example)))
+            self.queues["probes"].add(str(self.router.route(example)))
         return len(ids)
 
     def resync(self) -> None:
-        """The level-triggered initial list: every key of every controller goes on its queue."""
-        blocks = self.enqueue_blocks(list_block_ids(self.conn))
-        for key in set(list_example_ids(self.conn)) | set(list_embedding_ids(self.conn)):
-            self.queues["embeddings"].add(key)
-        for key in self.probes.resync_keys():
-            self.queues["probes"].add(key)
-        for key in self.evaluation.resync_keys():
-            self.queues["evaluation"].add(key)
-        log.info("resync", blocks=blocks, embeddings=len(self.queues["embeddings"]), probes=len(self.queues["probes"]))
+        """The level-triggered initial list: every key of every pipeline controller goes on its queue."""
+        for name in PIPELINE:
+            for key in self.reconcilers[name].resync_keys():
+                self.queues[name].add(key)
+        log.info("resync", **{name: len(self.queues[name]) for name in PIPELINE})
 
     def resync_training(self) -> None:
         """The training queue's initial list: every watched document and every one with pending probes."""
@@ -252,11 +311,9 @@ class Daemon:
         if self.embedder is None:
             log.info("loading embedder", backend=self.cfg.embeddings.backend)
             self.embedder = await anyio.to_thread.run_sync(make_embedder, self.cfg.embeddings)
-        self.embeddings = EmbeddingsReconciler(
-            self.conn, self.embedder, self.index, batch_size=self.cfg.embeddings.batch_size, clock=self._clock
-        )
-        self.controllers["embeddings"] = self._controller(self.embeddings)
-        tg.start_soon(self.controllers["embeddings"].run, name="controller-embeddings")
+        for row in self._rows:
+            if row.needs_embedder:
+                tg.start_soon(self._wire(row).run, name=f"controller-{row.name}")
 
     async def _serve(self, body: Callable[[anyio.abc.TaskGroup], Any], *, intake: bool) -> None:
         """Start the controllers (and, with ``intake``, the analyzer), run ``body``, then drain."""
@@ -275,6 +332,8 @@ class Daemon:
             training_scope = anyio.CancelScope()
             if intake and self.training_intake is not None:
                 await tg.start(self._run_training_intake, training_scope, name="training-intake")
+                if self.rpc is not None:
+                    await tg.start(self._run_rpc, training_scope, name="rpc-server")
             await self._start_embeddings(tg)
             try:
                 await body(tg)
@@ -293,6 +352,13 @@ class Daemon:
         assert self.training_intake is not None
         with scope:
             await self.training_intake.run(task_status=task_status)
+
+    async def _run_rpc(
+        self, scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        assert self.rpc is not None
+        with scope:
+            await self.rpc.serve(task_status=task_status)
 
     def _stop_training(self) -> None:
         """Drop queued training keys and cancel the cycles in flight (see the module docstring)."""
@@ -395,13 +461,6 @@ class Daemon:
             await anyio.sleep(0.1)
 
     def summary(self) -> RunSummary:
-        reconcilers = {
-            "examples": self.examples,
-            "embeddings": self.embeddings,
-            "probes": self.probes,
-            "evaluation": self.evaluation,
-            TRAINING: self.training,
-        }
         return RunSummary(
             blocks=count_blocks(self.conn),
             examples=count_examples(self.conn),
@@ -410,7 +469,7 @@ class Daemon:
             elapsed_s=time.monotonic() - self._started,
             analyzer=self.analyzer.stats,
             controllers={name: c.stats() for name, c in self.controllers.items()},
-            changes={name: dict(r.changes) for name, r in reconcilers.items() if r is not None},
+            changes={name: dict(r.changes) for name, r in self.reconcilers.items()},
             recall=dict(self.evaluation.recall),
         )
 

@@ -2,8 +2,8 @@
 
 Every method runs on the daemon's event loop (the queues and the SQLite connection belong to it);
 only the search's embedding and faiss call go to a worker thread. HTTP lives in
-:mod:`learnerd.daemon.admin`; errors here are :class:`ControlError` subclasses that it maps to
-status codes.
+:mod:`learnerd.api` (this class implements its :class:`~learnerd.api.surface.ControlSurface`); errors
+are :mod:`learnerd.api.errors` subclasses that it maps to status codes.
 """
 
 from __future__ import annotations
@@ -19,39 +19,20 @@ import anyio.abc
 import structlog
 
 import learnerd
+from learnerd.api.errors import BadRequest, Conflict, NotFound, Unavailable
 from learnerd.config import Config, ConfigError
 from learnerd.daemon.app import Daemon
-from learnerd.daemon.backfill_job import BackfillTracker
 from learnerd.daemon.logging import current_level, parse_level, set_log_level
 from learnerd.daemon.reload import apply_config
-from learnerd.daemon.retrieval import SearchHit, describe_hits, nearest
-from learnerd.daemon.workqueue import ControllerRateLimiter
+from learnerd.runtime.workqueue import ControllerRateLimiter
+from learnerd.sources.backfill_job import BackfillTracker
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.blocks import count_blocks, list_block_ids
 from learnerd.store.embeddings import count_vectors
 from learnerd.store.examples import count_examples
+from learnerd.store.retrieval import SearchHit, describe_hits, nearest
 
 log = structlog.get_logger(__name__)
-
-
-class ControlError(Exception):
-    """A request the daemon cannot carry out; the message is for the user."""
-
-
-class BadRequest(ControlError):
-    """The request is malformed or a value is out of range."""
-
-
-class NotFound(ControlError):
-    """An unknown controller (or job)."""
-
-
-class Conflict(ControlError):
-    """Not now: the daemon is draining, or a backfill is already running."""
-
-
-class Unavailable(ControlError):
-    """Not yet: the embedder is still loading."""
 
 
 def count_adapters(adapters_dir: os.PathLike[str] | str) -> int:

@@ -5,7 +5,7 @@ What changes without a restart:
 * ``[logging] level`` and ``format`` — when the file sets a level, that level becomes current (also
   after a ``ctl log-level``); an unset level leaves the current one alone;
 * ``[workqueue]`` — every queue's rate limiter (per-key failure counts and the bucket's tokens carry
-  over, see :class:`~learnerd.daemon.workqueue.ControllerRateLimiter`);
+  over, see :class:`~learnerd.runtime.workqueue.ControllerRateLimiter`);
 * ``[controllers.NAME] timeout_s`` and ``max_retries`` — from the next reconcile on;
 * ``[shutdown] drain_timeout_s`` — the next drain uses it.
 
@@ -25,7 +25,7 @@ import structlog
 
 from learnerd.config import Config
 from learnerd.daemon.logging import configure_logging, current_level, json_choice, set_log_level
-from learnerd.daemon.workqueue import ControllerRateLimiter
+from learnerd.runtime.workqueue import ControllerRateLimiter
 
 log = structlog.get_logger(__name__)
 

@@ -24,14 +24,10 @@ import anyio.abc
 import structlog
 from aiohttp import web
 
-from learnerd.config import Config
-from learnerd.daemon import sd_notify
-from learnerd.daemon.admin import admin_app
-from learnerd.daemon.app import Daemon, RunSummary
-from learnerd.daemon.control import ControlError, DaemonControl
-from learnerd.daemon.logging import adopt_library_loggers
-from learnerd.daemon.tcp_endpoints import metrics_app, search_app
-from learnerd.daemon.unix_socket import (
+from learnerd.api.admin import admin_app
+from learnerd.api.errors import ControlError
+from learnerd.api.tcp_endpoints import metrics_app, search_app
+from learnerd.api.unix_socket import (
     AdminSocket,
     SocketInUse,
     UnsafeStateDir,
@@ -39,6 +35,11 @@ from learnerd.daemon.unix_socket import (
     remove_admin_socket,
     secure_state_dir,
 )
+from learnerd.config import Config
+from learnerd.daemon import sd_notify
+from learnerd.daemon.app import Daemon, RunSummary
+from learnerd.daemon.control import DaemonControl
+from learnerd.daemon.logging import adopt_library_loggers
 from learnerd.store.embeddings import count_vectors
 from learnerd.store.examples import count_examples
 
@@ -57,7 +58,7 @@ class ServiceOptions:
     """What to serve beside the admin socket.
 
     ``search_token`` is required with ``search_addr`` (check it with
-    :func:`~learnerd.daemon.tcp_endpoints.check_token`); ``reload_config`` re-reads the config file
+    :func:`~learnerd.api.tcp_endpoints.check_token`); ``reload_config`` re-reads the config file
     with the command line's overrides (None: started without a config file, reload refused).
     """
 

@@ -15,7 +15,7 @@ what they do carry:
 
 A failing probe that yields none of these has no reference: ``strict`` refuses the whole harvest
 (:class:`NoReferenceError`), lax lists it in :attr:`HarvestPlan.unharvestable`. Each candidate becomes
-:func:`~learnerd.store.dlm_edit.probe_section` with marker source ``"<tag>/<probe name>"``, appended at
+:func:`~learnerd.store.dlm.edit.probe_section` with marker source ``"<tag>/<probe name>"``, appended at
 the end of the document unless a section with the same id is already there (the id of dlm's own layout,
 without the final blank line, counts too). :func:`auto_harvest` is the library entry point the
 evaluation reconciler calls; ``learnerd harvest`` is a thin CLI over it.
@@ -50,7 +50,7 @@ from learnerd.store.dlm import (
     read_document,
     update_document,
 )
-from learnerd.store.dlm_qa import Q_HEADER
+from learnerd.store.dlm.qa import Q_HEADER
 
 DEFAULT_TAG = "auto-harvest"
 
@@ -243,7 +243,7 @@ def auto_harvest(
     (``reinforce``: see the module docstring).
 
     The plan is made against the document as read inside the compare-and-swap write, so a concurrent
-    edit is merged, not lost (:func:`~learnerd.store.dlm_edit.update_document`).
+    edit is merged, not lost (:func:`~learnerd.store.dlm.edit.update_document`).
 
     Raises:
         NoReferenceError: see :func:`plan_harvest` (nothing is written).

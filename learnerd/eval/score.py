@@ -1,6 +1,6 @@
 """The composite score of a report, after sway's ``suite/score.py``.
 
-Each probe falls in a category (:data:`~learnerd.eval.probe.CATEGORY`); a category's value is the mean of
+Each probe falls in a category (:data:`~learnerd.eval.probes.base.CATEGORY`); a category's value is the mean of
 its probes' scores weighted by ``evidence.weight`` (default 1), skipped and errored probes left out; the
 overall score is the mean of the categories that have a scored probe, weighted by :data:`DEFAULT_WEIGHTS`
 (sway's defaults; ``baseline`` weighs 0). Bands: below 0.3 ``noise``, below 0.6 ``partial``, up to 0.85
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from learnerd.eval.probe import CATEGORY
-from learnerd.eval.recall import KIND as RECALL
+from learnerd.eval.probes.base import CATEGORY
+from learnerd.eval.probes.recall import KIND as RECALL
 from learnerd.eval.report import ProbeResult, Score, Verdict
 
 DEFAULT_WEIGHTS: dict[str, float] = {

@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from learnerd import __version__
-from learnerd.eval import coherence, delta_kl, internalization, null_adapter, recall
 from learnerd.eval.backend import DifferentialBackend, NonFiniteLogitsError
 from learnerd.eval.inputs import document_inputs
-from learnerd.eval.probe import EvalOptions, ProbeContext, errored
+from learnerd.eval.probes import coherence, delta_kl, internalization, null_adapter, recall
+from learnerd.eval.probes.base import EvalOptions, ProbeContext, errored
 from learnerd.eval.report import ProbeResult, Report
 from learnerd.eval.score import compute_score
 from learnerd.ml.base_model import BaseModelRef

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from learnerd.eval.history import HistoryPoint
-from learnerd.eval.recall import KIND as RECALL
+from learnerd.eval.probes.recall import KIND as RECALL
 from learnerd.eval.report import ProbeResult, Report, Verdict
 from learnerd.eval.score import recall_counts
 

@@ -18,10 +18,17 @@ import anyio
 import structlog
 
 from learnerd.ml.embedders import Embedder
-from learnerd.reconcile import Result
+from learnerd.runtime.reconcile import Result
 from learnerd.store import db
-from learnerd.store.embeddings import EmbeddingMeta, delete_vectors, get_metas, put_vectors, text_hash
-from learnerd.store.examples import get_examples
+from learnerd.store.embeddings import (
+    EmbeddingMeta,
+    delete_vectors,
+    get_metas,
+    list_embedding_ids,
+    put_vectors,
+    text_hash,
+)
+from learnerd.store.examples import get_examples, list_example_ids
 from learnerd.store.vector_index import VectorIndex
 
 log = structlog.get_logger(__name__)
@@ -49,6 +56,10 @@ class EmbeddingsReconciler:
         self.batch_size = batch_size
         self._clock = clock
         self.changes: Counter[str] = Counter()
+
+    def resync_keys(self) -> list[str]:
+        """Every example id and every vector's id (a vector whose example is gone is deleted)."""
+        return sorted(set(list_example_ids(self._conn)) | set(list_embedding_ids(self._conn)))
 
     async def reconcile(self, key: str) -> Result:
         outcome = (await self.reconcile_batch([key]))[key]

@@ -33,23 +33,24 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
 import anyio.to_thread
 import structlog
 
-from learnerd.config import Config
+from learnerd.config import EvaluationSettings
 from learnerd.eval.harvest import HarvestResult, auto_harvest
 from learnerd.eval.history import adapter_key, report_path, version_reports
-from learnerd.eval.probe import EvalOptions
-from learnerd.eval.recall import KIND as RECALL
-from learnerd.eval.recall import normalize
+from learnerd.eval.probes.base import EvalOptions
+from learnerd.eval.probes.recall import KIND as RECALL
+from learnerd.eval.probes.recall import normalize
 from learnerd.eval.report import Report, ReportError, Verdict, load_report, write_report
 from learnerd.eval.suite import evaluate_version
 from learnerd.ml.base_model import BaseModelError, resolve_base_model
 from learnerd.ml.device import DeviceError, resolve_device
-from learnerd.reconcile import Result, TerminalError
+from learnerd.runtime.reconcile import Result, TerminalError
 from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
 from learnerd.store.dlm import Document, DocumentError, read_document
 
@@ -60,19 +61,30 @@ class EvaluationReconciler:
     """Evaluates each document's current adapter version and, when configured, harvests its failures.
 
     Args:
-        config: ``adapters_dir``, ``models_dir``, ``docs_dirs``, ``state_dir``, ``[evaluation]`` and
-            ``[probes] broken_document_retry_s`` are read.
+        settings: the ``[evaluation]`` section.
+        adapters: the adapter store whose current versions are evaluated.
+        models_dir: where built-in and converted base models are cached.
+        docs_roots: the directories of ``.dlm`` documents (for the resync).
+        broken_document_retry_s: a document that does not parse is checked again after this long (seconds).
     """
 
     name = "evaluation"
 
-    def __init__(self, config: Config) -> None:
-        self.settings = config.evaluation
-        self.options = EvalOptions.from_settings(config.evaluation)
-        self.store = AdapterStore(config.adapters_dir)
-        self._models_dir = config.models_dir
-        self._docs_dirs = list(config.docs_dirs) or [config.state_dir / "docs"]
-        self._retry_s = config.probes.broken_document_retry_s
+    def __init__(
+        self,
+        settings: EvaluationSettings,
+        *,
+        adapters: AdapterStore,
+        models_dir: Path,
+        docs_roots: Sequence[Path],
+        broken_document_retry_s: float = 60.0,
+    ) -> None:
+        self.settings = settings
+        self.options = EvalOptions.from_settings(settings)
+        self.store = adapters
+        self._models_dir = models_dir
+        self._docs_dirs = list(docs_roots)
+        self._retry_s = broken_document_retry_s
         self._limiter = anyio.CapacityLimiter(1)
         self.changes: Counter[str] = Counter()  # versions evaluated, sections harvested, documents written
         self.stuck: dict[str, tuple[str, ...]] = {}  # document key -> stuck probe names, as of its last reconcile

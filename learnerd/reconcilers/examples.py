@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import structlog
 
 from learnerd.config import ExamplesConfig
-from learnerd.reconcile import Result
+from learnerd.runtime.reconcile import Result
 from learnerd.store import db
-from learnerd.store.blocks import Block, get_block
+from learnerd.store.blocks import Block, get_block, list_block_ids
 from learnerd.store.examples import Example, delete_example, get_example, put_example
 
 log = structlog.get_logger(__name__)
@@ -93,6 +93,10 @@ class ExamplesReconciler:
         self._on_change = on_change
         self._clock = clock
         self.changes: Counter[str] = Counter()
+
+    def resync_keys(self) -> list[str]:
+        """Every block id (example id = block id), oldest first."""
+        return list_block_ids(self._conn)
 
     async def reconcile(self, key: str) -> Result:
         block = get_block(self._conn, key)

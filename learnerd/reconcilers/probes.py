@@ -31,7 +31,6 @@ and trailing whitespace is not part of a turn in the grammar; it is stripped bef
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -41,9 +40,8 @@ from pathlib import Path
 import anyio.to_thread
 import structlog
 
-from learnerd.config import Config
 from learnerd.ml.recipes import default_training
-from learnerd.reconcile import Result
+from learnerd.runtime.reconcile import Result
 from learnerd.store.db import connect
 from learnerd.store.dlm import (
     Document,
@@ -55,6 +53,7 @@ from learnerd.store.dlm import (
     update_document,
 )
 from learnerd.store.examples import Example, list_examples
+from learnerd.store.routing import DocumentRouter
 
 log = structlog.get_logger(__name__)
 
@@ -64,30 +63,6 @@ _NEW_DOCUMENT_PROSE = (
     "learnerd keeps one `### Q !probe` section below per example it learned from the commands people ran.\n"
     "Sections with a `learnerd/` marker are rewritten by learnerd; edit anything else freely."
 )
-
-
-class ProbeRouter:
-    """Which document an example's probe section goes to (the ``[probes]`` config section).
-
-    ``by_language[example.language]`` if set, else ``document``; a relative name resolves against the
-    first of ``docs_dirs`` (``<state_dir>/docs`` when there is none).
-    """
-
-    def __init__(self, config: Config) -> None:
-        self._cfg = config.probes
-        self._base = config.docs_dirs[0] if config.docs_dirs else config.state_dir / "docs"
-
-    def route(self, example: Example) -> Path:
-        return self.resolve(self._cfg.by_language.get(example.language, self._cfg.document))
-
-    def documents(self) -> list[Path]:
-        """Every document a route can name, without duplicates."""
-        return list(dict.fromkeys(self.resolve(n) for n in [self._cfg.document, *self._cfg.by_language.values()]))
-
-    def resolve(self, name: str) -> Path:
-        """A document name as the config writes it → its path (absolute as is, else under the docs base)."""
-        p = Path(os.path.expandvars(os.path.expanduser(name)))
-        return p if p.is_absolute() else self._base / p
 
 
 @dataclass(frozen=True)
@@ -108,27 +83,37 @@ class ProbesReconciler:
     """Reconciles one .dlm document (key: its path) against the examples routed to it.
 
     Args:
-        config: ``db_path``, ``docs_dirs``, ``state_dir`` and the ``[probes]`` section are read.
+        router: example → document (:mod:`learnerd.store.routing`).
+        db_path: the SQLite database the examples are read from (a connection per reconcile, in a worker
+            thread).
+        base_model: the ``base_model`` of a document this reconciler creates.
+        broken_document_retry_s: a document that does not parse is checked again after this long (seconds).
+        rewrite_interval_s: a document is rewritten at most this often (seconds).
         before_replace: passed to :func:`~learnerd.store.dlm.update_document` (a test hook).
+        monotonic: the clock of ``rewrite_interval_s``.
     """
 
     name = "probes"
 
     def __init__(
         self,
-        config: Config,
+        router: DocumentRouter,
         *,
+        db_path: Path,
+        base_model: str,
+        broken_document_retry_s: float = 60.0,
+        rewrite_interval_s: float = 1.0,
         before_replace: Callable[[], None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.router = ProbeRouter(config)
-        self._db_path = config.db_path
-        self._base_model = config.probes.base_model
-        self._retry_s = config.probes.broken_document_retry_s
+        self.router = router
+        self._db_path = db_path
+        self._base_model = base_model
+        self._retry_s = broken_document_retry_s
         self._before_replace = before_replace
         self._refused: dict[str, dict[str, str]] = {}  # document key -> example id -> reason
         self.changes: Counter[str] = Counter()  # sections added / replaced / removed, documents written
-        self._rewrite_interval_s = config.probes.rewrite_interval_s
+        self._rewrite_interval_s = rewrite_interval_s
         self._monotonic = monotonic
         self._last_write: dict[str, float] = {}  # document key -> monotonic time of its last write
         # document key -> example id -> ((query, answer), its section or why it was refused): a rewrite

@@ -17,7 +17,7 @@ the document's current adapter was trained on. One cycle:
    checked again after ``[training] broken_document_retry_s`` (a save triggers a cycle anyway); a
    missing one (removed) is left alone: its adapters are kept, it is not trained again until it reappears.
 3. **Check** its base model and ``training`` block: an unknown base or a block learnerd cannot train
-   raises :class:`~learnerd.reconcile.TerminalError` with a one-line message (retried only after the
+   raises :class:`~learnerd.runtime.reconcile.TerminalError` with a one-line message (retried only after the
    document changes again).
 4. **Plan and train** with :func:`learnerd.ml.cycle.train_cycle`: nothing when the rows' section ids are
    the current adapter's (so an identical save trains nothing), else a fresh or incremental cycle in a
@@ -52,7 +52,7 @@ from learnerd.ml.lora import ProgressEvent
 from learnerd.ml.recipes import default_training, training_config
 from learnerd.ml.rows import TrainingRow, document_rows
 from learnerd.ml.train_runner import TrainingFailed, WarmSpare
-from learnerd.reconcile import Result, TerminalError
+from learnerd.runtime.reconcile import Result, TerminalError
 from learnerd.store.adapters import AdapterStore, AdapterVersion
 from learnerd.store.dlm import (
     Document,
@@ -171,6 +171,10 @@ class TrainingReconciler:
         self.changes: Counter[str] = Counter()  # adapters committed, probes written
         self._scopes: set[anyio.CancelScope] = set()
         self._stopping = False
+
+    def resync_keys(self) -> list[str]:
+        """The documents with probes pending in the journal (the file watch lists the watched documents)."""
+        return self.journal.documents() if self.journal is not None else []
 
     def stop(self) -> None:
         """Cancel every cycle in flight and start no new one (shutdown). A cancelled cycle's training

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 
 from learnerd.config import Config
+from learnerd.daemon.wiring import evaluation_reconciler
 from learnerd.eval.report import load_report
 from learnerd.ml.gguf_import import find_smollm2_gguf
-from learnerd.reconcilers.evaluation import EvaluationReconciler, exact_recall
+from learnerd.reconcilers.evaluation import exact_recall
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.conftest import REPO_ROOT, cli_env, learnerd_command
@@ -65,7 +66,7 @@ def test_train_evaluate_generate(trained: tuple[Path, Path]):
 
     cfg = Config(state_dir=state, docs_dirs=[doc.parent])
     cfg.evaluation.null_runs = 0
-    reconciler = EvaluationReconciler(cfg)
+    reconciler = evaluation_reconciler(cfg)
     report = reconciler.reconcile_sync(str(doc))
     before, after, probes = exact_recall(report)
     assert probes == 20 and before <= 2 and after >= 18, (before, after)

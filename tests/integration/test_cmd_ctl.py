@@ -11,11 +11,11 @@ from pathlib import Path
 import anyio
 import pytest
 
+from learnerd.api.unix_socket import bind_admin_socket, remove_admin_socket, secure_state_dir
 from learnerd.cmd._client import AdminClient
 from learnerd.cmd._common import CommandError
 from learnerd.cmd.main import main
 from learnerd.daemon.logging import current_level
-from learnerd.daemon.unix_socket import bind_admin_socket, remove_admin_socket, secure_state_dir
 from tests.support.daemon import SAMPLE_BLOCKS, append_blocks, daemon_config, eventually, running_service
 
 pytestmark = pytest.mark.usefixtures("restore_log_level")

@@ -9,8 +9,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from learnerd.daemon.debounce import Debouncer
-from learnerd.daemon.filewatch import DocumentWatcher, scan_documents
+from learnerd.runtime.debounce import Debouncer
+from learnerd.sources.filewatch import DocumentWatcher, scan_documents
 
 pytestmark = pytest.mark.anyio
 

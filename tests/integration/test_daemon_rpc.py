@@ -12,10 +12,10 @@ import aiohttp
 import anyio
 import pytest
 
+from learnerd.api.rpc import MAX_BODY_BYTES, RpcServer
 from learnerd.config import TrainingSettings
-from learnerd.daemon.probe_inbox import ProbeInbox
-from learnerd.daemon.rpc import MAX_BODY_BYTES, RpcServer
 from learnerd.reconcilers.training import TrainingReconciler
+from learnerd.sources.probe_inbox import ProbeInbox
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from learnerd.store.probe_journal import ProbeJournal

@@ -10,8 +10,9 @@ import anyio
 import pytest
 
 from learnerd.config import config_from_dict
-from learnerd.reconcile import Result
+from learnerd.daemon.wiring import probes_reconciler
 from learnerd.reconcilers.probes import ProbesReconciler
+from learnerd.runtime.reconcile import Result
 from learnerd.store.db import connect, transaction
 from learnerd.store.dlm import QAPair, read_document
 from learnerd.store.examples import Example, delete_example, put_example
@@ -27,7 +28,7 @@ def make(tmp_path: Path, **probes: object) -> tuple[ProbesReconciler, sqlite3.Co
         {"state_dir": "state", "docs_dirs": ["docs"], **({"probes": probes} if probes else {})}, base=tmp_path
     )
     conn = connect(cfg.db_path)
-    return ProbesReconciler(cfg), conn, tmp_path / "docs" / "learned.dlm"
+    return probes_reconciler(cfg), conn, tmp_path / "docs" / "learned.dlm"
 
 
 def put(conn: sqlite3.Connection, *examples: Example) -> None:
@@ -152,7 +153,7 @@ def test_a_save_by_a_persons_editor_during_the_write_loses_neither_change(tmp_pa
     conn = connect(cfg.db_path)
     doc = tmp_path / "docs" / "learned.dlm"
     put(conn, *EXAMPLES[:2])
-    ProbesReconciler(cfg).reconcile_sync(str(doc))
+    probes_reconciler(cfg).reconcile_sync(str(doc))
     put(conn, Example("blk-2", "How big is it?", "du -sh", "bash", 5.0), EXAMPLES[2])
 
     calls = []
@@ -167,7 +168,7 @@ def test_a_save_by_a_persons_editor_during_the_write_loses_neither_change(tmp_pa
             tmp.write_text(text + HAND_WRITTEN)
             os.replace(tmp, doc)
 
-    outcome = ProbesReconciler(cfg, before_replace=editor_saves).reconcile_sync(str(doc))
+    outcome = probes_reconciler(cfg, before_replace=editor_saves).reconcile_sync(str(doc))
     assert outcome.written and len(calls) == 2  # the compare-and-swap saw the save and did the edit again
     text = doc.read_text()
     assert "# My runbook, edited by hand" in text and "What does `du -sh` print?" in text  # the person's change
@@ -193,7 +194,7 @@ async def test_a_burst_of_examples_is_one_rewrite_per_interval(tmp_path: Path) -
     )
     conn = connect(cfg.db_path)
     now = [100.0]
-    rec = ProbesReconciler(cfg, monotonic=lambda: now[0])
+    rec = probes_reconciler(cfg, monotonic=lambda: now[0])
     key = str(rec.route(EXAMPLES[0]))
     put(conn, EXAMPLES[0])
     assert await rec.reconcile(key) == Result()

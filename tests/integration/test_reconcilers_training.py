@@ -11,8 +11,8 @@ import anyio
 import pytest
 
 from learnerd.config import TrainingSettings
-from learnerd.reconcile import Result, TerminalError
 from learnerd.reconcilers.training import TrainingReconciler
+from learnerd.runtime.reconcile import Result, TerminalError
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from learnerd.store.probe_journal import InjectedProbe, ProbeJournal

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import random
 import re
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 
@@ -19,10 +20,10 @@ import structlog
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from learnerd.daemon.controller import Controller
-from learnerd.daemon.controller_metrics import ControllerMetrics
-from learnerd.daemon.workqueue import FakeClock, RateLimitingQueue
-from learnerd.reconcile import BatchReconciler, Reconciler, Result, TerminalError
+from learnerd.runtime.controller import Controller
+from learnerd.runtime.controller_metrics import ControllerMetrics
+from learnerd.runtime.reconcile import BatchReconciler, Reconciler, Result, TerminalError
+from learnerd.runtime.workqueue import FakeClock, RateLimitingQueue
 from tests.unit.async_helpers import settle, until
 
 pytestmark = pytest.mark.anyio
@@ -42,6 +43,10 @@ class ScriptedReconciler:
         self.calls: list[str] = []
         self.call_times: list[float] = []
         self.script: dict[str, list[Step]] = {}
+        self.changes: Counter[str] = Counter()
+
+    def resync_keys(self) -> list[str]:
+        return sorted(self.script)
 
     async def reconcile(self, key: str) -> Result:
         self.calls.append(key)
@@ -67,6 +72,10 @@ class RecordingBatchReconciler:
         self.batches: list[list[str]] = []
         self.first_outcomes: dict[str, object] = {}
         self.raise_next: BaseException | None = None
+        self.changes: Counter[str] = Counter()
+
+    def resync_keys(self) -> list[str]:
+        return []
 
     async def reconcile(self, key: str) -> Result:
         raise AssertionError("a batch reconciler must be called through reconcile_batch")
@@ -264,7 +273,8 @@ async def test_a_raising_reconciler_never_kills_the_worker() -> None:
         assert (stats.failures, stats.dropped) == (4, 2)
         assert stats.last_error is not None
         assert (
-            stats.last_error.message == "TypeError: reconcile returned 'not a result', not a learnerd.reconcile.Result"
+            stats.last_error.message
+            == "TypeError: reconcile returned 'not a result', not a learnerd.runtime.reconcile.Result"
         )
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from learnerd.daemon.debounce import Debouncer
-from learnerd.daemon.workqueue import FakeClock
+from learnerd.runtime.debounce import Debouncer
+from learnerd.runtime.workqueue import FakeClock
 from tests.unit.async_helpers import settle
 
 pytestmark = pytest.mark.anyio

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from learnerd.daemon.unix_socket import (
+from learnerd.api.unix_socket import (
     SocketInUse,
     UnsafeStateDir,
     bind_admin_socket,

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from learnerd.config import Config
+from learnerd.daemon.wiring import evaluation_reconciler
 from learnerd.eval.history import REPORT_FILE
 from learnerd.eval.report import ProbeResult, Report, Score, Verdict, write_report
-from learnerd.reconcilers.evaluation import EvaluationReconciler, stuck_probes
+from learnerd.reconcilers.evaluation import stuck_probes
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.support.evaluation import DLM_ID, commit_version
@@ -40,7 +41,7 @@ def setup(tmp_path: Path):
     doc = docs / "qa.dlm"
     doc.write_text(DOC)
     cfg = Config(state_dir=tmp_path / "state", docs_dirs=[docs])
-    return cfg, doc, EvaluationReconciler(cfg)
+    return cfg, doc, evaluation_reconciler(cfg)
 
 
 def test_resync_lists_documents_with_an_adapter(setup):
@@ -71,7 +72,7 @@ async def test_a_broken_document_is_checked_again_later(setup):
 def test_a_stored_report_is_harvested_without_its_stuck_probes(setup):
     cfg, doc, reconciler = setup
     cfg.evaluation.auto_harvest = True
-    reconciler = EvaluationReconciler(cfg)
+    reconciler = evaluation_reconciler(cfg)
     version = commit_version(reconciler.store)
     report = report_of(
         1,

@@ -1,8 +1,8 @@
 import pytest
 
 from learnerd.config import ExamplesConfig
-from learnerd.reconcile import Result
 from learnerd.reconcilers.examples import ExamplesReconciler, judge, query_of
+from learnerd.runtime.reconcile import Result
 from learnerd.store import db
 from learnerd.store.blocks import Block, BlockEvent, Cell, apply_event, get_block
 from learnerd.store.examples import get_example

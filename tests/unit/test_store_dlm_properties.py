@@ -14,7 +14,7 @@ from learnerd.store.dlm import (
     parse_text,
     probe_section,
 )
-from learnerd.store.dlm_qa import normalize_turn
+from learnerd.store.dlm.qa import normalize_turn
 
 FRONTMATTER = ["---", "dlm_id: 01KPPJZWBDDDYRESSA0HESRDHS", "base_model: smollm2-135m", "---"]
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from learnerd.daemon.workqueue import Clock, FakeClock, RealClock
+from learnerd.runtime.workqueue import Clock, FakeClock, RealClock
 from tests.unit.async_helpers import settle
 
 pytestmark = pytest.mark.anyio

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 
-from learnerd.daemon.workqueue import DelayingQueue, FakeClock
+from learnerd.runtime.workqueue import DelayingQueue, FakeClock
 from tests.unit.async_helpers import settle
 
 pytestmark = pytest.mark.anyio

@@ -7,7 +7,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from learnerd.daemon.workqueue import (
+from learnerd.runtime.workqueue import (
     LATENCY_BUCKETS,
     FakeClock,
     NoopMetricsProvider,

@@ -8,7 +8,7 @@ import random
 import anyio
 import pytest
 
-from learnerd.daemon.workqueue import WorkQueue
+from learnerd.runtime.workqueue import WorkQueue
 from tests.unit.async_helpers import settle, until
 
 pytestmark = pytest.mark.anyio

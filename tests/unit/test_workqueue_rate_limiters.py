@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from learnerd.config import WorkqueueConfig
-from learnerd.daemon.workqueue import (
+from learnerd.runtime.workqueue import (
     BucketRateLimiter,
     FakeClock,
     ItemExponentialFailureRateLimiter,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from learnerd.daemon.workqueue import FakeClock, ItemExponentialFailureRateLimiter, RateLimitingQueue
+from learnerd.runtime.workqueue import FakeClock, ItemExponentialFailureRateLimiter, RateLimitingQueue
 from tests.unit.async_helpers import settle
 
 pytestmark = pytest.mark.anyio

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from learnerd.config import WorkqueueConfig
-from learnerd.daemon.controller import Controller
-from learnerd.daemon.workqueue import (
+from learnerd.runtime.controller import Controller
+from learnerd.runtime.reconcile import Result
+from learnerd.runtime.workqueue import (
     BucketRateLimiter,
     ControllerRateLimiter,
     FakeClock,
     ItemExponentialFailureRateLimiter,
+    RateLimiterSettings,
     RateLimitingQueue,
     default_controller_rate_limiter,
 )
-from learnerd.reconcile import Result
 
 
 def test_new_delays_apply_to_the_failures_already_counted() -> None:
@@ -52,16 +52,16 @@ def test_a_smaller_burst_caps_the_tokens_at_once() -> None:
 
 def test_controller_rate_limiter_reports_and_changes_its_settings() -> None:
     clock = FakeClock()
-    limiter = default_controller_rate_limiter(WorkqueueConfig(), clock)
+    limiter = default_controller_rate_limiter(RateLimiterSettings(), clock)
     assert isinstance(limiter, ControllerRateLimiter)
-    assert limiter.settings() == WorkqueueConfig()
+    assert limiter.settings() == RateLimiterSettings()
     limiter.when("k")
-    new = WorkqueueConfig(base_delay_s=0.5, max_delay_s=60.0, qps=2.0, burst=3)
+    new = RateLimiterSettings(base_delay_s=0.5, max_delay_s=60.0, qps=2.0, burst=3)
     limiter.reconfigure(new)
     assert limiter.settings() == new
     assert limiter.when("k") == 1.0, "max(0.5 * 2**1, bucket)"
     with pytest.raises(ValueError):
-        limiter.reconfigure(WorkqueueConfig(qps=-1.0))
+        limiter.reconfigure(RateLimiterSettings(qps=-1.0))
     assert limiter.settings() == new, "an invalid setting changes nothing"
 
 

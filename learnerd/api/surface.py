@@ -1,0 +1,36 @@
+"""What the HTTP handlers need of the running daemon: :class:`ControlSurface`.
+
+The daemon implements it (:class:`learnerd.daemon.control.DaemonControl`); the handlers in this
+package depend on the protocol only, so ``api`` never imports ``daemon`` (the layer above it).
+Every method may raise a :class:`~learnerd.api.errors.ControlError` subclass.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class ControlSurface(Protocol):
+    """The admin and search operations, each returning JSON-able data (docs/operations.md)."""
+
+    def status(self) -> dict[str, Any]: ...
+
+    def pause(self, controller: str | None = None) -> dict[str, Any]: ...
+
+    def resume(self, controller: str | None = None) -> dict[str, Any]: ...
+
+    def requeue(self, controller: str, key: str) -> dict[str, Any]: ...
+
+    def start_backfill(self, since: float) -> dict[str, Any]: ...
+
+    def backfill_status(self) -> dict[str, Any] | None: ...
+
+    def drain(self) -> dict[str, Any]: ...
+
+    def reload(self) -> dict[str, Any]: ...
+
+    def log_level(self) -> dict[str, Any]: ...
+
+    def set_log_level(self, level: str) -> dict[str, Any]: ...
+
+    async def search(self, text: str, k: int) -> list[Any]: ...

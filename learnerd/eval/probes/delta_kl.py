@@ -1,0 +1,88 @@
+"""``delta_kl``: how far the fine-tuned view's next-token distribution moved from the base's, after each
+of the document's prompts (sway's A1 probe).
+
+``raw`` is the mean divergence over the prompts, in nats — JS by default (bounded by ln 2), or KL(ft ‖ base)
+(:mod:`learnerd.ml.divergence`). With null-adapter statistics the verdict is ``z >= assert_z_gte``
+(default 3σ) and ``score = sigmoid(z / 3)``; without, ``raw >= assert_mean_gte`` and ``score = raw / ln 2``
+(JS) or ``1 − e^−raw`` (KL). A zero divergence means the adapter changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+from learnerd.eval.probes.base import (
+    NotApplicable,
+    ProbeContext,
+    ViewFactory,
+    errored,
+    result,
+    sigmoid,
+    skipped,
+    z_score,
+)
+from learnerd.eval.report import ProbeResult, Verdict
+from learnerd.ml.divergence import LN2, divergence
+
+KIND = "delta_kl"
+
+
+def per_prompt(ctx: ProbeContext, ft_view: ViewFactory) -> list[float]:
+    """The divergence after each prompt, base against ``ft_view``.
+
+    Raises:
+        NotApplicable: the document gives no prompt.
+        DivergenceError / NonFiniteLogitsError: a view's distribution is unusable.
+    """
+    prompts = ctx.inputs.prompts
+    if not prompts:
+        raise NotApplicable("the document has no question or prose to prompt with")
+    top_k = ctx.options.top_k
+    with ctx.backend.as_base() as base:
+        base_dists = [base.next_token_dist(p.ids, top_k) for p in prompts]
+    with ft_view() as ft:
+        ft_dists = [ft.next_token_dist(p.ids, top_k) for p in prompts]
+    kind = ctx.options.delta_divergence
+    return [divergence(b, f, kind) for b, f in zip(base_dists, ft_dists, strict=True)]  # type: ignore[arg-type]
+
+
+def raw_value(ctx: ProbeContext, ft_view: ViewFactory) -> float:
+    """The probe's raw metric (mean divergence, nats) with ``ft_view`` as the fine-tuned side."""
+    return statistics.fmean(per_prompt(ctx, ft_view))
+
+
+def run(ctx: ProbeContext) -> ProbeResult:
+    started = time.perf_counter()
+    try:
+        values = per_prompt(ctx, ctx.backend.as_finetuned)
+    except NotApplicable as exc:
+        return skipped(KIND, KIND, str(exc))
+    except Exception as exc:
+        return errored(KIND, KIND, exc, started)
+    opts, kind = ctx.options, ctx.options.delta_divergence
+    raw = statistics.fmean(values)
+    z = z_score(ctx, KIND, raw)
+    if z is not None:
+        passed = z >= opts.assert_z_gte
+        score = sigmoid(z / 3.0)
+        message = f"mean {kind}={raw:.4f} nats, z={z:+.2f}σ vs null ({'>=' if passed else '<'} {opts.assert_z_gte:g}σ)"
+    else:
+        passed = raw >= opts.assert_mean_gte
+        score = raw / LN2 if kind == "js" else 1.0 - math.exp(-raw)
+        message = (
+            f"mean {kind}={raw:.4f} nats ({'>=' if passed else '<'} {opts.assert_mean_gte:g}; no null calibration)"
+        )
+    evidence = {
+        "divergence_kind": kind,
+        "per_prompt": values,
+        "max": max(values),
+        "num_prompts": len(values),
+        "prompts": [p.text[:80] for p in ctx.inputs.prompts],
+        "weight": 1.0,
+    }
+    if KIND in ctx.null_stats:
+        evidence["null"] = dict(ctx.null_stats[KIND])
+    verdict = Verdict.PASS if passed else Verdict.FAIL
+    return result(KIND, KIND, verdict, score=score, raw=raw, evidence=evidence, message=message, started=started, z=z)

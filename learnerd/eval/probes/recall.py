@@ -1,0 +1,94 @@
+"""``probe_recall``: does the adapter answer the document's ``### Q !probe`` questions with their answers?
+
+One result per distinct probe pair (named :func:`~learnerd.eval.inputs.probe_name`), so each failing
+probe carries its own ``evidence.prompt`` / ``evidence.reference`` — what ``learnerd harvest`` reads. The
+fine-tuned view answers greedily (at most the reference's token count + 8 new tokens); the base view
+answers the same way, for contrast. Texts are compared after collapsing whitespace: an exact match
+passes, and so does a character-level similarity (``difflib.SequenceMatcher.ratio``, 2·matches / total
+length) of at least ``min_similarity``.
+
+Evidence: ``prompt``, ``reference``, ``generated``, ``base_generated``, ``exact_match``, ``similarity``,
+``base_similarity``, ``section_id``, ``harvested``, ``weight`` (``1 / number of probes``, so all recall
+results together weigh as one probe in the score); a failing probe adds ``confidence`` = 1 − similarity,
+how far its answer is from the reference (harvest's ``--min-confidence`` filters near misses with it).
+``score`` and ``raw`` are the similarity (1 for an exact match).
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+
+from learnerd.eval.inputs import ProbePair
+from learnerd.eval.probes.base import ProbeContext, errored, result, skipped
+from learnerd.eval.report import ProbeResult, Verdict
+
+KIND = "probe_recall"
+ANSWER_SLACK_TOKENS = 8
+
+
+def normalize(text: str) -> str:
+    """Whitespace collapsed to single spaces, ends stripped."""
+    return " ".join(text.split())
+
+
+def similarity(a: str, b: str) -> float:
+    """Character-level similarity of the normalized texts in [0, 1] (1: identical)."""
+    return difflib.SequenceMatcher(None, normalize(a), normalize(b), autojunk=False).ratio()
+
+
+def run(ctx: ProbeContext) -> list[ProbeResult]:
+    """One result per distinct probe pair; a single skipped result when the document has none."""
+    if not ctx.inputs.probes:
+        return [skipped(KIND, KIND, "the document has no ### Q !probe pairs")]
+    weight = 1.0 / len(ctx.inputs.probes)
+    out = []
+    for probe in ctx.inputs.probes:
+        started = time.perf_counter()
+        try:
+            out.append(_one(ctx, probe, weight, started))
+        except Exception as exc:  # one broken probe must not sink the others
+            out.append(errored(probe.name, KIND, exc, started))
+    return out
+
+
+def _one(ctx: ProbeContext, probe: ProbePair, weight: float, started: float) -> ProbeResult:
+    encoder, backend = ctx.inputs.encoder, ctx.backend
+    prompt = encoder.prompt(probe.question)
+    reference_tokens = len(encoder.pair(probe.question, probe.answer).target)
+    budget = min(ctx.options.max_answer_tokens, reference_tokens + ANSWER_SLACK_TOKENS)
+    with backend.as_finetuned() as ft:
+        generated = encoder.decode(ft.generate(prompt, budget))
+    with backend.as_base() as base:
+        base_generated = encoder.decode(base.generate(prompt, budget))
+    exact = normalize(generated) == normalize(probe.answer)
+    sim = 1.0 if exact else similarity(generated, probe.answer)
+    base_sim = similarity(base_generated, probe.answer)
+    passed = exact or sim >= ctx.options.min_similarity
+    evidence = {
+        "prompt": probe.question,
+        "reference": probe.answer,
+        "generated": generated,
+        "base_generated": base_generated,
+        "exact_match": exact,
+        "similarity": sim,
+        "base_similarity": base_sim,
+        "section_id": probe.section_id,
+        "harvested": probe.harvested,
+        "weight": weight,
+    }
+    if passed:
+        message = "exact match" if exact else f"similarity {sim:.2f} >= {ctx.options.min_similarity:.2f}"
+    else:
+        evidence["confidence"] = 1.0 - sim
+        message = f"answered {_clip(generated)!r}, expected {_clip(probe.answer)!r} (similarity {sim:.2f})"
+    verdict = Verdict.PASS if passed else Verdict.FAIL
+    return result(
+        probe.name, KIND, verdict, score=sim, raw=sim, evidence=evidence, message=message, started=started,
+        base_value=base_sim, ft_value=sim,
+    )  # fmt: skip
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    text = normalize(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

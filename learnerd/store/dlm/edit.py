@@ -1,0 +1,178 @@
+"""Writing .dlm documents: new documents, probe sections, and the compare-and-swap update.
+
+:func:`update_document` is the only way learnerd changes a document on disk. It reads the file, applies
+an edit to the parsed document, and replaces the file only if it still holds the bytes that were read
+(:func:`learnerd.store.atomic.replace_if_unchanged`); otherwise it reads the file again and re-applies
+the edit, so a person's save that lands while learnerd is working is never clobbered, it is merged. An
+edit that changes nothing writes nothing (same bytes, same mtime). learnerd's own writers (the probes
+reconciler, ``learnerd harvest``, the evaluation reconciler) also hold an advisory ``flock`` on the
+document's directory for the whole read-modify-write, so they never race each other. The one window left
+is between the final comparison and rename(2) — microseconds — against a writer that takes no lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from learnerd.store.atomic import replace_if_unchanged
+from learnerd.store.dlm.document import Document, Section, harvest_marker, parse_body, parse_bytes, parse_text
+from learnerd.store.dlm.errors import DocumentError
+from learnerd.store.dlm.frontmatter import CURRENT_DLM_VERSION, new_ulid, render_frontmatter
+from learnerd.store.dlm.qa import QAPair, normalize_turn, render_qa
+
+
+class UnrepresentableError(ValueError):
+    """A question/answer pair cannot be written as a section that parses back to exactly that pair."""
+
+
+class ConflictError(RuntimeError):
+    """The document kept changing under :func:`update_document` for all of its attempts."""
+
+
+def new_document(
+    base_model: str,
+    *,
+    prose: str = "",
+    training: Mapping[str, Any] | None = None,
+    dlm_id: str | None = None,
+    path: str | Path | None = None,
+) -> Document:
+    """A new, valid document: frontmatter with a fresh ULID ``dlm_id``, ``dlm_version`` =
+    :data:`~learnerd.store.dlm.frontmatter.CURRENT_DLM_VERSION`, ``base_model`` (a dlm registry key or
+    ``hf:org/name``), optional ``training`` keys, then ``prose`` (may be empty). LF line ends.
+
+    Raises:
+        DocumentError: the arguments do not make a valid document (e.g. ``lora_r: 0`` in ``training``).
+    """
+    yaml_text = render_frontmatter(
+        dlm_id=dlm_id or new_ulid(), base_model=base_model, dlm_version=CURRENT_DLM_VERSION, training=training
+    )
+    # the prose ends in a blank line, so sections appended later do not change its section id
+    body = "\n" + prose.strip("\n") + "\n\n" if prose.strip() else ""
+    return parse_text(f"---\n{yaml_text}---\n{body}", path=path)
+
+
+def probe_section(question: str, answer: str, *, source: str) -> Section:
+    """An ``::instruction::`` section holding one ``### Q !probe`` pair, with the auto-harvest marker
+    ``source`` (``"<tag>/<name>"``)::
+
+        ::instruction::
+        <!-- dlm-auto-harvest: source="<source>" -->
+        ### Q !probe
+        <question>
+
+        ### A
+        <answer>
+        <blank line: the content ends in LF, so the section id is the same in the middle or at the end>
+
+    ``question`` and ``answer`` are normalized as the grammar reads them (LF line ends, surrounding
+    whitespace stripped). Nothing is escaped: a pair the grammar cannot carry is refused, and the check
+    is exact — the rendered section is parsed back and must give one section with exactly this pair.
+    Refused: an empty question or answer; a body line that reads as ``### Q`` / ``### A`` or as a fence
+    (``::type::`` outside a code block); an odd number of ````` lines (an open code block would swallow
+    the next sections); a line break the Q/A parser splits at but the file does not (``\\v``, ``\\f``,
+    ``\\x1c``-``\\x1e``, ``\\x85``, ``\\u2028``, ``\\u2029``). Markdown (code blocks, shell commands) is kept.
+
+    Raises:
+        UnrepresentableError: the pair cannot be carried (the message says why).
+    """
+    q, a = normalize_turn(question), normalize_turn(answer)
+    if not q or not a:
+        raise UnrepresentableError("empty question or answer")
+    try:
+        marker = harvest_marker(source)
+    except ValueError as exc:
+        raise UnrepresentableError(str(exc)) from None
+    pair = QAPair(q, a, probe=True)
+    section = Section("instruction", tuple(render_qa([pair])), markers=(marker,))
+    try:
+        parsed = parse_body("\n".join(section.lines()) + "\n::instruction::\n")
+    except DocumentError as exc:
+        raise UnrepresentableError(exc.message) from None
+    first = parsed[0] if len(parsed) == 2 else None
+    if first is None or (first.type, first.body, first.markers) != (section.type, section.body, section.markers):
+        raise UnrepresentableError("a line of the question or answer reads as a section fence")
+    try:
+        pairs = first.qa_pairs()
+    except DocumentError as exc:
+        raise UnrepresentableError(exc.message) from None
+    if pairs != [pair]:
+        raise UnrepresentableError(
+            "the pair does not parse back to itself (a line reads as ### Q / ### A, or an unusual line break)"
+        )
+    return section
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    """What :func:`update_document` did: ``document`` is what the file now holds, ``written`` whether it
+    was replaced (False: the edit changed nothing), ``attempts`` how many reads it took (> 1 after a
+    concurrent change)."""
+
+    document: Document
+    written: bool
+    attempts: int
+
+
+def update_document(
+    path: str | Path,
+    edit: Callable[[Document], Document],
+    *,
+    create: Callable[[], Document] | None = None,
+    max_attempts: int = 10,
+    before_replace: Callable[[], None] | None = None,
+) -> WriteOutcome:
+    """Read-modify-write ``path`` with compare-and-swap (see the module docstring).
+
+    Args:
+        path: the document.
+        edit: maps the document as read to the document wanted; called again on every retry, so it
+            must be a pure function of its argument (and of state it reads itself).
+        create: makes the document when ``path`` does not exist (then it is written even if ``edit``
+            changes nothing); without it a missing file raises FileNotFoundError.
+        max_attempts: reads before giving up.
+        before_replace: called after the new bytes are computed and before the compare-and-swap — a
+            hook for tests that make a concurrent save deterministic.
+
+    Raises:
+        FileNotFoundError: ``path`` is missing and there is no ``create``.
+        DocumentError: the file (as read on some attempt) is not a valid document.
+        ConflictError: the file changed under every attempt.
+        OSError: reading or writing failed.
+    """
+    target = Path(path)
+    with _directory_lock(target.parent):
+        for attempt in range(1, max_attempts + 1):
+            try:
+                data: bytes | None = target.read_bytes()
+            except FileNotFoundError:
+                if create is None:
+                    raise
+                data = None
+            current = create() if data is None else parse_bytes(data, path=target)
+            wanted = edit(current)
+            new = wanted.to_bytes()
+            if data is not None and new == data:
+                return WriteOutcome(current, False, attempt)
+            if before_replace is not None:
+                before_replace()
+            if replace_if_unchanged(target, new, data):
+                return WriteOutcome(wanted, True, attempt)
+    raise ConflictError(f"{target}: changed during each of {max_attempts} attempts to update it")
+
+
+@contextlib.contextmanager
+def _directory_lock(directory: Path) -> Iterator[None]:
+    """An exclusive advisory flock(2) on ``directory``, held by learnerd's document writers."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the last descriptor releases the lock
