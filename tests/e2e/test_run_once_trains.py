@@ -42,4 +42,3 @@ def test_run_once_trains_the_learned_document_once(tmp_path: Path, models_dir: P
     second = run_once(state, logs, train=True)
     assert second["changes"]["training"] == {} and second["controllers"]["training"]["failures"] == 0
     assert [v.name for v in AdapterStore(state / "adapters").list_versions(document.frontmatter.dlm_id)] == ["v0001"]
-
