@@ -17,6 +17,7 @@ else the built-in defaults.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tomllib
 from pathlib import Path
@@ -97,6 +98,7 @@ debounce_s = 2.0             # a changed .dlm document is trained after this lon
 debounce_max_s = 60.0        # ... or at the latest this long after its first unanswered change
 rescan_interval_s = 10.0     # full rescan of the documents: the safety net beside file-system events
 broken_document_retry_s = 30.0   # a document that does not parse (mid-edit) is checked again this often
+device = "auto"              # auto (CUDA in bf16 when torch sees a GPU, else CPU float32), cpu, cuda, cuda:N
 
 [controllers.training]       # one cycle at a time by default; a cycle may run for hours
 workers = 1
@@ -151,6 +153,7 @@ num_threads = 0              # torch threads while evaluating; 0 = the cores idl
 max_prompts = 8              # prompts per divergence probe
 max_turns = 4                # dialogue length of the multi-turn probe (2..8)
 half_life_target = 2.0       # the multi-turn probe passes at a half-life of at least this many turns
+device = "auto"              # where the evaluated model runs: auto, cpu, cuda, cuda:N
 
 [serve]                      # OpenAI-compatible serving (learnerd.api.openai_app); --listen-openai HOST:PORT
 listen = ""                  # HOST:PORT; empty: off. Bearer token $LEARNERD_OPENAI_TOKEN (required off loopback)
@@ -322,6 +325,22 @@ def parse_host_port(text: str, where: str = "address") -> tuple[str, int]:
     return host, int(port)
 
 
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
+"""The grammar of the ``device`` settings: auto, cpu, cuda or cuda:N (``learnerd.ml.device`` resolves them)."""
+DEVICE_CHOICES = "auto | cpu | cuda | cuda:N"
+
+
+def _device_spec(section: str):
+    """A field validator: a ``device`` in :data:`DEVICE_PATTERN`'s grammar."""
+
+    def check(cls: type, value: str) -> str:
+        if not DEVICE_PATTERN.fullmatch(value):
+            raise ConfigError(f"{section}.device {value!r} is not one of {DEVICE_CHOICES}")
+        return value
+
+    return classmethod(check)
+
+
 def _host_port_or_empty(section: str):
     """A field validator: ``""`` or a valid ``HOST:PORT``."""
 
@@ -358,6 +377,9 @@ class TrainingSettings(_Section):
     debounce_max_s: float = Field(60.0, gt=0)
     rescan_interval_s: float = Field(10.0, gt=0)
     broken_document_retry_s: float = Field(30.0, gt=0)
+    device: str = "auto"
+
+    _device = field_validator("device")(_device_spec("training"))
 
     @model_validator(mode="after")
     def _debounce_ordered(self) -> TrainingSettings:
@@ -467,6 +489,9 @@ class EvaluationSettings(_Section):
     max_prompts: int = Field(8, ge=1)
     max_turns: int = Field(4, ge=2, le=8)
     half_life_target: float = Field(2.0, gt=0)
+    device: str = "auto"
+
+    _device = field_validator("device")(_device_spec("evaluation"))
 
     @field_validator("harvest_tag")
     @classmethod

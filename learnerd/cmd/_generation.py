@@ -39,7 +39,7 @@ class DocumentModel:
 
 
 def add_generation_options(parser: argparse.ArgumentParser, steering: bool = True) -> None:
-    """``--adapter`` and ``--doc-key`` (and ``--steering`` unless ``steering`` is False)."""
+    """``--adapter``, ``--doc-key`` and ``--device`` (and ``--steering`` unless ``steering`` is False)."""
     parser.add_argument(
         "--adapter",
         default="current",
@@ -47,6 +47,9 @@ def add_generation_options(parser: argparse.ArgumentParser, steering: bool = Tru
         help="adapter version: current (default; none if the document has no adapter yet), vN, or none",
     )
     parser.add_argument("--doc-key", metavar="KEY", help="the document's key in the adapter store (default: dlm_id)")
+    parser.add_argument(
+        "--device", default="auto", help="auto (CUDA when there is a GPU, else CPU; default), cpu, cuda or cuda:N"
+    )
     if steering:
         parser.add_argument(
             "--steering", metavar="PATH", type=Path, help="steering file (deltas_best.json of `learnerd evolve`)"
@@ -66,26 +69,31 @@ def read_dlm(doc: Path) -> Any:
 
 
 def load_document_model(
-    cfg: Config, document: Any, adapter: str = "current", doc_key: str | None = None
+    cfg: Config, document: Any, adapter: str = "current", doc_key: str | None = None, device: str = "auto"
 ) -> DocumentModel:
-    """Load ``document``'s base model (built-in, or a directory relative to the document) and the
-    adapter ``adapter`` names, offline.
+    """Load ``document``'s base model (see :mod:`learnerd.ml.base_model`) onto ``device`` and the adapter
+    ``adapter`` names, offline.
 
     Raises:
-        CommandError: the base model is unusable, the adapter missing or trained on another base.
+        CommandError: the base model or device is unusable, the adapter missing or trained on another base.
     """
     from transformers.utils import logging as hf_logging
 
     from learnerd.ml.base_model import BaseModelError, load_base
+    from learnerd.ml.device import DeviceError, resolve_device
     from learnerd.store.adapters import AdapterStore, AdapterStoreError, load_adapter
 
     key = doc_key or document.frontmatter.dlm_id
     hf_logging.disable_progress_bar()  # "Loading weights" bars would interleave with the command's output
     try:
+        placement = resolve_device(device)
         base = load_base(
-            document.frontmatter.base_model, cache_dir=cfg.layout.models_dir, relative_to=document.path.parent
+            document.frontmatter.base_model,
+            cache_dir=cfg.layout.models_dir,
+            relative_to=document.path.parent,
+            placement=placement,
         )
-    except BaseModelError as exc:
+    except (BaseModelError, DeviceError) as exc:
         raise CommandError(f"{document.path}: {exc}") from None
     store = AdapterStore(cfg.layout.adapters_dir)
     try:

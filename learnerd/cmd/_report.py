@@ -50,6 +50,12 @@ def print_summary(summary: RunSummary, as_json: bool, title: str) -> None:
             table.add_row(f"{controller}: {change.replace('_', ' ')}", str(n))
     if summary.refused_examples:
         table.add_row("probes: examples refused (see --json)", str(len(summary.refused_examples)))
+    for path, r in sorted(summary.recall.items()):
+        name = path.rsplit("/", 1)[-1]
+        table.add_row(
+            f"probe recall {name} {r['version']} (base → adapter)",
+            f"{r['before']}/{r['probes']} → {r['after']}/{r['probes']}",
+        )
     for name, stats in summary.controllers.items():
         if stats.failures or stats.dropped or stats.terminal:
             table.add_row(

@@ -10,8 +10,8 @@ version (``versions/vNNNN/eval.json``, the file the daemon's evaluation reconcil
 JSON list) and plots them into a PNG (``--plot PATH``; default ``<adapters>/<dlm_id>/eval-history.png``).
 
 Exit status: 0 when the evaluation ran and passed its gates; 1 when it could not run (a missing or
-malformed document, no adapter, an unusable base model), or when a gate failed: ``--fail-under SCORE``
-(the overall score is below SCORE) or ``--require-pass`` (a probe failed or errored).
+malformed document, no adapter, an unusable base model or device), or when a gate failed:
+``--fail-under SCORE`` (the overall score is below SCORE) or ``--require-pass`` (a probe failed or errored).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, metavar="N", help="torch threads (default: config; 0: the idle cores)")
     p.add_argument("--history", action="store_true", help="show pass rate and score per version instead, and plot")
     p.add_argument("--plot", metavar="PNG", type=Path, help="where --history writes its plot")
+    p.add_argument("--device", help="auto, cpu, cuda or cuda:N (default: [evaluation] device)")
     add_common_options(p)
     p.set_defaults(func=run)
 
@@ -91,17 +92,19 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.eval.summary import render_report
     from learnerd.eval.threads import set_torch_threads
     from learnerd.ml.base_model import resolve_base_model
+    from learnerd.ml.device import DeviceError, resolve_device
 
     overrides = {"null_runs": args.null_runs, "calibration": args.calibration}
     options = EvalOptions.from_settings(cfg.evaluation, **{k: v for k, v in overrides.items() if v is not None})
     set_torch_threads(cfg.evaluation.num_threads if args.threads is None else args.threads)
     try:
+        placement = resolve_device(args.device or cfg.evaluation.device)
         base = resolve_base_model(
             document.frontmatter.base_model, cache_dir=cfg.layout.models_dir, relative_to=args.doc.parent
         )
         with _progress_bar(errors, total_steps(options), f"evaluating {args.doc.name}") as advance:
-            report = evaluate_version(document, version, base, options=options, progress=advance)
-    except (BaseModelError, DocumentError) as exc:
+            report = evaluate_version(document, version, base, options=options, progress=advance, placement=placement)
+    except (BaseModelError, DeviceError, DocumentError) as exc:
         raise CommandError(str(exc)) from None
     targets = [report_path(version), *([args.output] if args.output else [])]
     try:

@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     document = read_dlm(args.doc)
     pool = _load_pool(settings, document)
-    loaded = load_document_model(cfg, document, args.adapter, args.doc_key)
+    loaded = load_document_model(cfg, document, args.adapter, args.doc_key, args.device)
     run_dir = (args.run_dir or cfg.layout.steering_dir / "runs" / loaded.doc_key).expanduser().resolve()
     from learnerd.steering.evolve import SteeredModel
 

@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 1:
         raise CommandError("--max-new-tokens must be at least 1", exit_code=2)
     cfg = load_config_from_args(args)
-    loaded = load_document_model(cfg, read_dlm(args.doc), args.adapter, args.doc_key)
+    loaded = load_document_model(cfg, read_dlm(args.doc), args.adapter, args.doc_key, args.device)
     processors = None
     if args.steering is not None:
         from transformers import LogitsProcessorList

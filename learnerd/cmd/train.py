@@ -7,8 +7,8 @@ cycle in a child process, committed as the next adapter version under ``<state_d
 A progress bar (steps, loss) runs on stderr; the outcome goes to stdout (``--json``: one JSON object).
 
 Exit status: 0 after a committed version or when there is nothing to train; 1 for a missing or invalid
-document, an unknown base model, a ``training`` block learnerd cannot train, a failed training process,
-or a state directory held by a running daemon (which trains its documents itself).
+document, an unknown base model, a device this machine lacks, a ``training`` block learnerd cannot train,
+a failed training process, or a state directory held by a running daemon (which trains its documents itself).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("document", metavar="DOC", help="the .dlm document")
     p.add_argument("--fresh", action="store_true", help="train a new adapter on every row (no incremental resume)")
     p.add_argument("--threads", type=int, metavar="N", help="torch threads for training (overrides the config)")
+    p.add_argument("--device", help="auto, cpu, cuda or cuda:N (overrides [training] device)")
     p.add_argument("--json", action="store_true", help="print the outcome as JSON")
     add_common_options(p)
     p.set_defaults(func=train, log_level="warning")
@@ -39,6 +40,7 @@ def train(args: argparse.Namespace) -> int:
     from learnerd.daemon.statelock import StateDirBusy, StateLock
     from learnerd.daemon.wiring import training_reconciler
     from learnerd.ml.base_model import BaseModelError
+    from learnerd.ml.device import DeviceError
     from learnerd.ml.train_runner import TrainingFailed
     from learnerd.reconcilers.training import DuplicateDocumentError
     from learnerd.store.dlm import DocumentError, TrainingConfigError
@@ -50,6 +52,8 @@ def train(args: argparse.Namespace) -> int:
         if args.threads < 1:
             raise CommandError("--threads must be >= 1", exit_code=2)
         cfg.training.num_threads = args.threads
+    if args.device is not None:
+        cfg.training.device = args.device
     cfg.training.niceness = 0  # in the foreground, someone is waiting for it: no need to yield the CPU
     path = Path(args.document).expanduser().resolve()
     lock = StateLock(cfg.state_dir)
@@ -68,7 +72,7 @@ def train(args: argparse.Namespace) -> int:
             report = anyio.run(_cycle, reconciler, path, args.fresh)
         except FileNotFoundError as exc:
             raise CommandError(f"{path}: no such document") from exc
-        except (DocumentError, BaseModelError, TrainingConfigError, DuplicateDocumentError) as exc:
+        except (DocumentError, BaseModelError, DeviceError, TrainingConfigError, DuplicateDocumentError) as exc:
             raise CommandError(str(exc)) from exc
         except TrainingFailed as exc:
             raise CommandError(f"{path}: training failed: {exc}") from exc

@@ -133,9 +133,11 @@ TRAINING = "training"
 
 @dataclass
 class RunSummary:
-    """What a run did: table sizes at the end, ingestion counters, per-controller stats and changes, and
+    """What a run did: table sizes at the end, ingestion counters, per-controller stats and changes;
     ``refused_examples``: the examples the probes reconciler wrote no section for, each
-    ``{"example_id", "document", "reason"}`` (:meth:`~learnerd.reconcilers.probes.ProbesReconciler.refusals`)."""
+    ``{"example_id", "document", "reason"}`` (:meth:`~learnerd.reconcilers.probes.ProbesReconciler.refusals`);
+    ``recall``: per evaluated document, its current adapter version and the probes the base and the
+    adapter answer exactly (``{"version", "before", "after", "probes"}``)."""
 
     blocks: int
     examples: int
@@ -146,6 +148,7 @@ class RunSummary:
     controllers: dict[str, ControllerStats]
     changes: dict[str, dict[str, int]] = field(default_factory=dict)
     refused_examples: list[dict[str, str]] = field(default_factory=list)
+    recall: dict[str, dict[str, int | str]] = field(default_factory=dict)
 
     def changed_anything(self) -> bool:
         return any(v for counts in self.changes.values() for v in counts.values())
@@ -548,6 +551,7 @@ class Daemon:
             controllers={name: c.stats() for name, c in self.controllers.items()},
             changes={name: dict(r.changes) for name, r in self.reconcilers.items()},
             refused_examples=self.probes.refusals() if "probes" in self.reconcilers else [],
+            recall=dict(self.evaluation.recall) if "evaluation" in self.reconcilers else {},
         )
 
     def close(self) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from learnerd.ml.base_model import BaseModelRef, load_model_directory
+from learnerd.ml.device import Placement
 from learnerd.ml.divergence import TokenDist
 from learnerd.store.adapters import AdapterVersion, load_adapter
 
@@ -82,15 +83,20 @@ class DifferentialBackend:
 
     @classmethod
     def load(
-        cls, base: BaseModelRef, version: AdapterVersion, *, cancel: threading.Event | None = None
+        cls,
+        base: BaseModelRef,
+        version: AdapterVersion,
+        placement: Placement | None = None,
+        *,
+        cancel: threading.Event | None = None,
     ) -> DifferentialBackend:
-        """Load ``base`` (offline, float32) and attach ``version``'s adapter.
+        """Load ``base`` (offline; on ``placement``, default CPU float32) and attach ``version``'s adapter.
 
         Raises:
             BaseModelError: the base cannot be loaded.
             OSError / ValueError: peft cannot load the adapter directory.
         """
-        model, tokenizer = load_model_directory(base.path, name=base.name)
+        model, tokenizer = load_model_directory(base.path, name=base.name, placement=placement)
         return cls(load_adapter(model, version), tokenizer, cancel=cancel)
 
     def check_cancelled(self) -> None:
@@ -332,10 +338,11 @@ class View:
             pad = self.backend._pad_id
             input_ids = torch.tensor([[pad] * (width - len(prompts[i])) + list(prompts[i]) for i in batch])
             mask = torch.tensor([[0] * (width - len(prompts[i])) + [1] * len(prompts[i]) for i in batch])
+            device = self.backend.model.device
             with torch.no_grad():
                 gen = self.backend.model.generate(
-                    input_ids=input_ids,
-                    attention_mask=mask,
+                    input_ids=input_ids.to(device),
+                    attention_mask=mask.to(device),
                     max_new_tokens=max(max_new_tokens[i] for i in batch),
                     do_sample=False,
                     pad_token_id=pad,
@@ -351,7 +358,7 @@ class View:
                         "the adapter or the base model is broken"
                     )
             for row, i in enumerate(batch):
-                new = gen.sequences[row, width:].tolist()[: max_new_tokens[i]]
+                new = gen.sequences[row, width:].cpu().tolist()[: max_new_tokens[i]]
                 stop = next((j for j, token in enumerate(new) if token in self.backend.eos_ids), len(new))
                 out[i] = new[:stop]
         return out
@@ -384,7 +391,9 @@ class View:
         input_ids = torch.tensor([s + [pad] * (width - len(s)) for s in sequences])
         mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in sequences])
         with torch.no_grad():
-            logits = self.backend.model(input_ids=input_ids, attention_mask=mask).logits
+            device = self.backend.model.device
+            logits = self.backend.model(input_ids=input_ids.to(device), attention_mask=mask.to(device)).logits
+            logits = logits.float().cpu()  # float32 on the CPU, whatever device and dtype the model runs in
         self.backend.forward_passes += 1
         out = [logits[row, : len(s)] for row, s in enumerate(sequences)]
         bad = sum(int((~torch.isfinite(x)).sum()) for x in out)

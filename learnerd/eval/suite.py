@@ -14,6 +14,7 @@ and the base's identity.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import threading
 import time
@@ -28,6 +29,8 @@ from learnerd.eval.probes.base import EvalOptions, ProbeContext, errored
 from learnerd.eval.report import ProbeResult, Report
 from learnerd.eval.score import compute_score
 from learnerd.ml.base_model import BaseModelRef
+from learnerd.ml.device import Placement
+from learnerd.ml.recipes import undertrained_reason
 from learnerd.store.adapters import AdapterVersion
 from learnerd.store.dlm import Document
 
@@ -105,16 +108,19 @@ def evaluate_version(
     options: EvalOptions | None = None,
     progress: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
+    placement: Placement | None = None,
 ) -> Report:
-    """Load ``base`` with ``version``'s adapter and :func:`evaluate` it on ``document``; setting ``cancel``
-    (from another thread) stops it at the next batch.
+    """Load ``base`` (on ``placement``; default CPU float32) with ``version``'s adapter and :func:`evaluate`
+    it on ``document``; setting ``cancel`` (from another thread) stops it at the next batch. A version that
+    trained too little (:func:`learnerd.ml.recipes.undertrained_reason` on its metadata's steps, final loss
+    and vocabulary size) gets an ``undertrained: ...`` finding first.
 
     Raises:
         BaseModelError: the base cannot be loaded.
         DocumentError: as :func:`evaluate`.
         EvaluationCancelled: ``cancel`` was set.
     """
-    backend = DifferentialBackend.load(base, version, cancel=cancel)
+    backend = DifferentialBackend.load(base, version, placement, cancel=cancel)
     backend.check_cancelled()
     extra = {
         "learnerd": {
@@ -123,7 +129,7 @@ def evaluate_version(
             "base_model_identity": base.identity,
         }
     }
-    return evaluate(
+    report = evaluate(
         backend,
         document,
         base_model_id=document.frontmatter.base_model,
@@ -131,4 +137,11 @@ def evaluate_version(
         options=options,
         extra=extra,
         progress=progress,
+    )
+    meta = version.metadata()
+    reason = undertrained_reason(meta.steps, meta.final_loss, backend.vocab_size)
+    if reason is None:
+        return report
+    return dataclasses.replace(
+        report, score=dataclasses.replace(report.score, findings=(reason, *report.score.findings))
     )

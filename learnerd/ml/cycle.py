@@ -28,14 +28,18 @@ from dataclasses import dataclass
 from typing import Literal
 
 import anyio
+import structlog
 
 from learnerd.ml.base_model import BaseModelRef
 from learnerd.ml.lora import ProgressEvent, TrainingResult
+from learnerd.ml.recipes import undertrained_reason
 from learnerd.ml.rows import TrainingRow
 from learnerd.ml.train_runner import WarmSpare, run_training
 from learnerd.ml.train_worker import TrainingRequest
 from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersion
 from learnerd.store.dlm import TrainingConfig
+
+log = structlog.get_logger(__name__)
 
 CycleMode = Literal["none", "fresh", "incremental"]
 
@@ -153,6 +157,7 @@ async def train_cycle(
     fresh: bool = False,
     num_threads: int | None = None,
     niceness: int = 0,
+    device: str = "cpu",
     on_progress: Callable[[ProgressEvent], None] | None = None,
     on_start: Callable[[int], None] | None = None,
     spare: WarmSpare | None = None,
@@ -167,6 +172,7 @@ async def train_cycle(
         replay, fresh: see :func:`plan_cycle`.
         num_threads: torch threads in the training process (None: torch's default).
         niceness: added to the training process's nice value (0: unchanged).
+        device: where the training process trains (``auto``, ``cpu``, ``cuda``, ``cuda:N``).
         on_progress, on_start, spare: passed to :func:`learnerd.ml.train_runner.run_training`.
 
     Returns:
@@ -190,6 +196,7 @@ async def train_cycle(
             resume_from=str(plan.parent.path) if plan.parent is not None else None,
             num_threads=num_threads,
             niceness=niceness,
+            device=device,
         )
         result = await run_training(request, on_progress=on_progress, on_start=on_start, spare=spare)
         metadata = AdapterMetadata(
@@ -207,8 +214,15 @@ async def train_cycle(
             hyperparameters=config.to_dict(),
             library_versions=library_versions(),
             created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            extra={"mode": plan.mode, "reason": plan.reason, "dropped_section_ids": list(result.dropped)},
+            extra={
+                "mode": plan.mode,
+                "reason": plan.reason,
+                "dropped_section_ids": list(result.dropped),
+                "vocab_size": result.vocab_size,
+            },
         )
+        if (reason := undertrained_reason(result.steps, result.final_loss, result.vocab_size)) is not None:
+            log.warning("training.undertrained", doc_key=doc_key, reason=reason)
         # fsync of a large adapter can take a while: keep it off the event loop.
         version = await anyio.to_thread.run_sync(store.commit, staging, metadata)
     return CycleOutcome(plan=plan, version=version, result=result)

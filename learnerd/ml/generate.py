@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ def greedy_reply(
     max_new_tokens: int = 64,
     logits_processor: Any = None,
     stopping_criteria: Any = None,
+    shots: Sequence[tuple[str, str]] = (),
 ) -> Reply:
     """The model's greedy reply to a single user turn, rendered through the chat template as the
     trainer renders chat rows; stops at the generation config's EOS ids or after ``max_new_tokens``.
@@ -34,6 +36,8 @@ def greedy_reply(
         model: a causal LM or a ``PeftModel`` (inside ``disable_adapter()`` it answers as the base).
         logits_processor: an optional ``transformers.LogitsProcessorList`` applied at every step.
         stopping_criteria: an optional ``transformers.StoppingCriteriaList`` (e.g. to stop on a signal).
+        shots: ``(question, answer)`` pairs put before ``prompt`` as earlier user / assistant turns
+            (few-shot examples, the way foyle's agent passes retrieved examples).
 
     Raises:
         RowEncodingError: the tokenizer has no chat template.
@@ -41,8 +45,10 @@ def greedy_reply(
     import torch
 
     messages = [ChatMessage("system", system)] if system else []
+    for question, answer in shots:
+        messages += [ChatMessage("user", question), ChatMessage("assistant", answer)]
     ids = render_chat(tokenizer, [*messages, ChatMessage("user", prompt)], add_generation_prompt=True)
-    input_ids = torch.tensor([ids])
+    input_ids = torch.tensor([ids], device=model.device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     with torch.no_grad():
         out = model.generate(

@@ -4,7 +4,8 @@ The block itself — dlm's field names, defaults and ranges, plus learnerd's ``m
 once, in :class:`learnerd.store.dlm.TrainingConfig`. dlm accepts more than learnerd trains: a QLoRA
 adapter and the 8-bit / GaLore optimizers need bitsandbytes and a GPU, and learnerd trains on CPU.
 :func:`check_trainable` refuses those, and the keys that neither dlm nor learnerd knows (typos).
-Accepted but not acted on: ``precision`` (learnerd trains in float32) and dlm's non-adapter keys
+Accepted but not acted on: ``precision`` (the device picks the dtype: float32 on CPU, bfloat16 on CUDA
+where supported; :mod:`learnerd.ml.device`) and dlm's non-adapter keys
 (``preference``, ``cpt``, ``adapters``, ``sources``, ...).
 """
 

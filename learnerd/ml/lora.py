@@ -55,7 +55,8 @@ class TrainingResult:
     rows trained on, measured without dropout before the first step and after the last one.
     ``tokens_trained`` counts input tokens (padding excluded) over every step; ``train_s`` is the
     wall time of the steps alone. ``dropped`` lists section ids of rows left without a loss token by
-    truncation to ``sequence_len``.
+    truncation to ``sequence_len``. ``vocab_size`` is the base's vocabulary size (tokens; 0: unknown), for
+    the uniform-guess loss ln(vocab_size) of :func:`learnerd.ml.recipes.undertrained_reason`.
     """
 
     steps: int
@@ -65,6 +66,7 @@ class TrainingResult:
     rows: int
     dropped: tuple[str, ...]
     train_s: float
+    vocab_size: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "dropped": list(self.dropped)}
@@ -114,7 +116,8 @@ def train_lora(
     """Train a LoRA adapter on ``rows`` for one cycle of ``config.total_steps(len(rows))`` steps.
 
     Args:
-        model: a transformers causal LM (float32 on CPU here); it is wrapped in place by peft.
+        model: a transformers causal LM on any device (batches follow its parameters); it is wrapped
+            in place by peft.
         tokenizer: its tokenizer (chat rows need a chat template).
         rows: the rows of this cycle (new rows plus any replay sample: the caller chooses).
         config: hyperparameters; rows are truncated to ``sequence_len`` tokens (or the model's
@@ -140,6 +143,7 @@ def train_lora(
     if not encoded:
         raise RowEncodingError("no training row has a token to learn (no rows, or all truncated away)")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
+    vocab_size = int(getattr(model.config, "vocab_size", 0) or 0)
     peft_model = attach_lora(model, config, resume_from)
     batch_size, accumulation = config.batch_size(), config.accumulation()
     total_steps = config.total_steps(len(encoded))
@@ -163,7 +167,7 @@ def train_lora(
         num_items = sum(_loss_tokens(b) for b in group)
         step_loss = 0.0
         for batch in group:
-            input_ids, attention_mask, labels = _collate(batch, pad_id)
+            input_ids, attention_mask, labels = _collate(batch, pad_id, peft_model.device)
             out = peft_model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -199,6 +203,7 @@ def train_lora(
         rows=len(encoded),
         dropped=tuple(dropped),
         train_s=train_s,
+        vocab_size=vocab_size,
     )
     return peft_model, result
 
@@ -214,7 +219,7 @@ def mean_loss(model: Any, encoded: Sequence[EncodedRow], pad_id: int, batch_size
     with torch.no_grad():
         for i in range(0, len(encoded), batch_size):
             batch = encoded[i : i + batch_size]
-            input_ids, attention_mask, labels = _collate(batch, pad_id)
+            input_ids, attention_mask, labels = _collate(batch, pad_id, model.device)
             n = _loss_tokens(batch)
             out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, num_items_in_batch=n)
             total += float(out.loss) * n
@@ -244,8 +249,9 @@ def _loss_tokens(batch: Sequence[EncodedRow]) -> int:
     return sum(row.loss_tokens for row in batch)
 
 
-def _collate(batch: Sequence[EncodedRow], pad_id: int) -> tuple[Any, Any, Any]:
-    """Right-padded ``(input_ids, attention_mask, labels)``, int64 tensors of shape ``(len(batch), longest)``."""
+def _collate(batch: Sequence[EncodedRow], pad_id: int, device: Any = "cpu") -> tuple[Any, Any, Any]:
+    """Right-padded ``(input_ids, attention_mask, labels)``, int64 tensors of shape ``(len(batch), longest)``
+    on ``device``."""
     import torch
 
     width = max(len(row.input_ids) for row in batch)
@@ -257,4 +263,4 @@ def _collate(batch: Sequence[EncodedRow], pad_id: int) -> tuple[Any, Any, Any]:
         input_ids[i, :n] = torch.tensor(row.input_ids)
         attention_mask[i, :n] = 1
         labels[i, :n] = torch.tensor(row.labels)
-    return input_ids, attention_mask, labels
+    return input_ids.to(device), attention_mask.to(device), labels.to(device)

@@ -47,7 +47,8 @@ class TrainingRequest:
     ``output_dir``: an existing, empty directory for the adapter; ``resume_from``: a saved adapter
     directory to continue training, or None; ``num_threads``: torch intra-op threads (None: torch's default);
     ``niceness``: added to the worker's nice value before it trains (``os.nice``; 0: unchanged), so that
-    a daemon's event loop keeps its CPU while the worker trains.
+    a daemon's event loop keeps its CPU while the worker trains; ``device``: where to train
+    (``auto``, ``cpu``, ``cuda``, ``cuda:N``; :func:`learnerd.ml.device.resolve_device`).
     """
 
     base_model_path: str
@@ -57,6 +58,7 @@ class TrainingRequest:
     resume_from: str | None = None
     num_threads: int | None = None
     niceness: int = 0
+    device: str = "cpu"
 
     def to_json(self) -> str:
         return json.dumps(
@@ -68,6 +70,7 @@ class TrainingRequest:
                 "resume_from": self.resume_from,
                 "num_threads": self.num_threads,
                 "niceness": self.niceness,
+                "device": self.device,
             }
         )
 
@@ -82,6 +85,7 @@ class TrainingRequest:
             resume_from=raw.get("resume_from"),
             num_threads=raw.get("num_threads"),
             niceness=raw.get("niceness", 0),
+            device=raw.get("device", "cpu"),
         )
 
 
@@ -92,6 +96,7 @@ def run(request: TrainingRequest, emit: Any) -> dict[str, Any]:
     from transformers.utils import logging as hf_logging
 
     from learnerd.ml.base_model import load_model_directory
+    from learnerd.ml.device import resolve_device
     from learnerd.ml.lora import train_lora
 
     hf_logging.disable_progress_bar()
@@ -99,7 +104,7 @@ def run(request: TrainingRequest, emit: Any) -> dict[str, Any]:
         os.nice(request.niceness)
     if request.num_threads:
         torch.set_num_threads(request.num_threads)
-    model, tokenizer = load_model_directory(request.base_model_path)
+    model, tokenizer = load_model_directory(request.base_model_path, placement=resolve_device(request.device))
     peft_model, result = train_lora(
         model,
         tokenizer,
@@ -164,10 +169,11 @@ def _preload() -> None:
 
 def _is_permanent(exc: Exception) -> bool:
     from learnerd.ml.base_model import BaseModelError
+    from learnerd.ml.device import DeviceError
     from learnerd.ml.rows import RowEncodingError
     from learnerd.store.dlm import TrainingConfigError
 
-    return isinstance(exc, BaseModelError | RowEncodingError | TrainingConfigError)
+    return isinstance(exc, BaseModelError | DeviceError | RowEncodingError | TrainingConfigError)
 
 
 def _private_stdout() -> IO[str]:

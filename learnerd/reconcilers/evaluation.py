@@ -50,10 +50,12 @@ from learnerd.eval.harvest import HarvestResult, auto_harvest
 from learnerd.eval.history import adapter_key, report_path, version_reports
 from learnerd.eval.probes.base import EvalOptions
 from learnerd.eval.probes.recall import KIND as RECALL
+from learnerd.eval.probes.recall import normalize
 from learnerd.eval.report import Report, ReportError, Verdict, load_report, write_report
 from learnerd.eval.suite import evaluate_version, total_steps
 from learnerd.eval.threads import set_torch_threads
 from learnerd.ml.base_model import BaseModelError, resolve_base_model
+from learnerd.ml.device import DeviceError, resolve_device
 from learnerd.runtime.reconcile import Result, TerminalError
 from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
 from learnerd.store.dlm import Document, DocumentError, read_document
@@ -98,6 +100,7 @@ class EvaluationReconciler:
         self._limiter = anyio.CapacityLimiter(1)
         self.changes: Counter[str] = Counter()  # versions evaluated, sections harvested, documents written
         self.stuck: dict[str, tuple[str, ...]] = {}  # document key -> stuck probe names, as of its last reconcile
+        self.recall: dict[str, dict[str, int | str]] = {}  # document key -> exact_recall() of its current version
 
     def resync_keys(self) -> list[str]:
         """Every ``.dlm`` document under the docs directories that has a current adapter version."""
@@ -134,7 +137,7 @@ class EvaluationReconciler:
         except DocumentError as exc:
             log.warning("evaluation.document_invalid", path=key, error=str(exc), retry_s=self._retry_s)
             return Result(requeue_after=self._retry_s)
-        except BaseModelError as exc:
+        except (BaseModelError, DeviceError) as exc:
             raise TerminalError(f"{key}: {exc}") from exc
         return Result()
 
@@ -146,6 +149,7 @@ class EvaluationReconciler:
         Raises:
             DocumentError: the document does not parse.
             BaseModelError: its base model cannot be resolved or loaded.
+            DeviceError: ``[evaluation] device`` names a GPU this machine does not have.
             AdapterStoreError, OSError: the store or the file system failed.
             EvaluationCancelled: ``cancel`` was set during the evaluation.
         """
@@ -158,6 +162,8 @@ class EvaluationReconciler:
         if version is None:
             return None
         report = self._report(path, document, version, cancel)
+        before, after, probes = exact_recall(report)
+        self.recall[key] = {"version": version.name, "before": before, "after": after, "probes": probes}
         if self.settings.auto_harvest:
             self._harvest(path, report)
         return report
@@ -172,6 +178,7 @@ class EvaluationReconciler:
             except ReportError as exc:
                 log.warning("evaluation.report_unreadable", path=str(target), error=str(exc))
         base = resolve_base_model(document.frontmatter.base_model, cache_dir=self._models_dir, relative_to=path.parent)
+        placement = resolve_device(self.settings.device)
         threads = set_torch_threads(self.settings.num_threads)
         total = total_steps(self.options)
         log.info("evaluation.started", path=str(path), version=version.name, steps=total, threads=threads)
@@ -182,7 +189,9 @@ class EvaluationReconciler:
             done += 1
             log.info("evaluation.progress", path=str(path), version=version.name, step=done, of=total, done=step)
 
-        report = evaluate_version(document, version, base, options=self.options, progress=progress, cancel=cancel)
+        report = evaluate_version(
+            document, version, base, options=self.options, progress=progress, cancel=cancel, placement=placement
+        )
         stuck = stuck_probes(self.store, version.doc_key, report, self.settings.max_failing_cycles)
         if stuck:
             note = (
@@ -236,6 +245,14 @@ class EvaluationReconciler:
             written=result.written,
         )
         return result
+
+
+def exact_recall(report: Report) -> tuple[int, int, int]:
+    """``(base, adapter, probes)``: how many of ``report``'s recall probes the base and the adapter answer
+    exactly (whitespace collapsed), out of how many were answered."""
+    answered = [p.evidence for p in report.probes if p.kind == RECALL and "generated" in p.evidence]
+    base = sum(normalize(str(e.get("base_generated", ""))) == normalize(str(e["reference"])) for e in answered)
+    return base, sum(bool(e.get("exact_match")) for e in answered), len(answered)
 
 
 def stuck_probes(store: AdapterStore, doc_key: str, report: Report, max_failing_cycles: int) -> tuple[str, ...]:

@@ -40,6 +40,7 @@ from pathlib import Path
 import anyio.to_thread
 import structlog
 
+from learnerd.ml.recipes import default_training
 from learnerd.runtime.reconcile import Result
 from learnerd.store.db import connect
 from learnerd.store.dlm import (
@@ -215,7 +216,12 @@ class ProbesReconciler:
             path.parent.mkdir(parents=True, exist_ok=True)
 
             def create() -> Document:
-                return new_document(self._base_model, prose=_NEW_DOCUMENT_PROSE, path=path)
+                return new_document(
+                    self._base_model,
+                    prose=_NEW_DOCUMENT_PROSE,
+                    training=default_training(self._base_model),
+                    path=path,
+                )
 
         outcome = update_document(path, edit, create=create, before_replace=self._before_replace)
         result = replace(counts[-1], written=outcome.written)

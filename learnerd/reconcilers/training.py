@@ -46,8 +46,10 @@ import structlog
 from learnerd.config import TrainingSettings
 from learnerd.ml.base_model import BaseModelError, resolve_base_model
 from learnerd.ml.cycle import CycleOutcome, ReplayPolicy, train_cycle
+from learnerd.ml.device import DeviceError, resolve_device
 from learnerd.ml.hyperparams import check_trainable
 from learnerd.ml.lora import ProgressEvent
+from learnerd.ml.recipes import default_training, training_config
 from learnerd.ml.rows import TrainingRow, document_rows
 from learnerd.ml.train_runner import TrainingFailed, WarmSpare
 from learnerd.runtime.reconcile import Result, TerminalError
@@ -199,7 +201,7 @@ class TrainingReconciler:
             retry = self.settings.broken_document_retry_s
             log.warning("training.document_invalid", path=key, error=str(exc), retry_s=retry)
             return Result(requeue_after=retry)
-        except (BaseModelError, TrainingConfigError, DuplicateDocumentError) as exc:
+        except (BaseModelError, DeviceError, TrainingConfigError, DuplicateDocumentError) as exc:
             raise TerminalError(f"{key}: {exc}") from exc
         except TrainingFailed as exc:
             if exc.permanent:
@@ -227,6 +229,7 @@ class TrainingReconciler:
             FileNotFoundError: the document does not exist (and no probes wait for it).
             DocumentError: the document does not parse, or breaks the Q/A grammar (file and line).
             BaseModelError: its ``base_model`` is unknown or unusable.
+            DeviceError: ``[training] device`` names a GPU this machine does not have.
             TrainingConfigError: its ``training`` block asks for what learnerd cannot train.
             DuplicateDocumentError: another document has the same ``dlm_id``.
             TrainingFailed: the training process failed; nothing was committed.
@@ -259,13 +262,14 @@ class TrainingReconciler:
     async def _cycle(
         self, path: Path, fresh: bool, on_progress: Callable[[ProgressEvent], None] | None, started: float
     ) -> CycleReport:
+        await anyio.to_thread.run_sync(resolve_device, self.settings.device)  # refuse a missing GPU before anything
         probes_written = await anyio.to_thread.run_sync(self._write_probes, path)
         document, rows = await anyio.to_thread.run_sync(_read_rows, path)
         fm = document.frontmatter
-        config = check_trainable(fm.training)
         base = await anyio.to_thread.run_sync(
             lambda: resolve_base_model(fm.base_model, cache_dir=self.models_dir, relative_to=path.parent)
         )
+        config = check_trainable(training_config(fm.raw.get("training"), builtin=base.builtin))
         self._claim(document, path)
         outcome = await train_cycle(
             self.store,
@@ -277,6 +281,7 @@ class TrainingReconciler:
             fresh=fresh,
             num_threads=self.settings.num_threads or None,
             niceness=self.settings.niceness,
+            device=self.settings.device,
             on_progress=on_progress,
             spare=self.spare,
         )
@@ -310,7 +315,9 @@ class TrainingReconciler:
             return document
 
         def create() -> Document:
-            return new_document(self._base_model, prose=_NEW_DOCUMENT_PROSE, path=path)
+            return new_document(
+                self._base_model, prose=_NEW_DOCUMENT_PROSE, training=default_training(self._base_model), path=path
+            )
 
         path.parent.mkdir(parents=True, exist_ok=True)
         update_document(path, edit, create=create)

@@ -132,3 +132,5 @@ def test_learnerd_eval_without_a_chat_template_skips_the_dialogue(tmp_path, mode
     (dk,) = [p for p in report.probes if p.kind == "delta_kl"]
     assert dk.verdict == "pass" and dk.evidence["prompts"] == ["# Rivers", "# Mountains"]
     assert (state / "adapters" / DLM_ID / "versions" / "v0001" / REPORT_FILE).is_file()
+    assert report.score.findings[0].startswith("undertrained: 6 optimizer steps (< 50)")  # sway's one-line finding
+    assert "undertrained: 6 optimizer steps" in proc.stdout

@@ -31,8 +31,8 @@ def test_an_invalid_document_exits_1_with_its_line(tmp_path: Path):
 @pytest.mark.parametrize(
     ("frontmatter", "needle"),
     [
-        ("base_model: smollm2-135m\n", "base_model 'smollm2-135m' is not a built-in model"),
-        ("base_model: hf:HuggingFaceTB/SmolLM2-135M\n", "learnerd never downloads models"),
+        ("base_model: smollm2-13m\n", "base_model 'smollm2-13m' is not a built-in model, a dlm registry key"),
+        ("base_model: hf:HuggingFaceTB/SmolLM2-135M\n", "is not in the Hugging Face cache"),
         ("base_model: learnerd/tiny-llama\ntraining:\n  lora_r: 0\n", "training.lora_r must be in 1..256, not 0"),
         ("base_model: learnerd/tiny-llama\ntraining:\n  optimizer: paged_adamw_8bit\n", "needs a GPU"),
     ],

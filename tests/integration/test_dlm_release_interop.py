@@ -38,7 +38,7 @@ def example_of(block_id: str, cells: list[str], answer: str, at: float) -> Examp
 
 def test_probe_sections_learnerd_writes_train_and_probe_in_the_released_dlm(dlm_release, tmp_path: Path) -> None:
     cfg = config_from_dict({"state_dir": "state", "docs_dirs": ["docs"]}, base=tmp_path)
-    conn = connect(cfg.db_path)
+    conn = connect(cfg.layout.db_path)
     examples = [
         # two markdown cells, one with two paragraphs: the query dlm 0.10.0 refused (blank lines)
         example_of(

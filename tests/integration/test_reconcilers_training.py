@@ -77,7 +77,7 @@ def test_trains_when_rows_change_and_only_then(env):
 @pytest.mark.parametrize(
     ("base_model", "training", "message"),
     [
-        ("smollm2-135m", FAST, "smollm2-135m' is not a built-in model"),
+        ("smollm2-13m", FAST, "smollm2-13m' is not a built-in model, a dlm registry key"),
         ("learnerd/tiny-llama", {**FAST, "adapter": "qlora"}, "training.adapter 'qlora' needs a GPU"),
         ("learnerd/tiny-llama", {**FAST, "lora_rank": 4}, "unknown key(s) in training: lora_rank"),
     ],

