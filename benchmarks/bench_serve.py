@@ -64,6 +64,9 @@ BLOCKS = {
 }
 
 
+INPUT = "Input: none (the built-in tiny model, or --model DIR: a local Hugging Face model directory)."
+
+
 class InProcess:
     """The baseline: the base model loaded in this process, answered with bare ``model.generate``."""
 
@@ -164,7 +167,7 @@ def wait_for(predicate, timeout: float, what: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=INPUT)
     parser.add_argument("--model", default="learnerd/tiny-llama", help="a built-in base model or a model directory")
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=64)

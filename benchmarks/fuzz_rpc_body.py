@@ -57,6 +57,9 @@ _RAW = re.compile(r'"__RAW_(\d+)__"')
 NESTING = st.integers(0, 40_000).map(lambda n: "[" * n + "]" * n)
 
 
+INPUT = "Input: none beyond the test extra (hypothesis)."
+
+
 def dumps(value: object) -> str:
     """JSON text of ``value``: lone surrogates as escapes (``ensure_ascii``), NaN as ``NaN``, and integers
     past Python's 4,300-digit conversion limit spliced in as raw digits."""
@@ -116,7 +119,7 @@ def fuzz(name: str, examples: int, tally: Tally) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=INPUT)
     parser.add_argument("--examples", type=int, default=20_000, help="inputs per family (the fixed budget)")
     args = parser.parse_args()
     total = Counter()

@@ -69,6 +69,9 @@ capacity = 10000000
 """
 
 
+INPUT = "Input: none (it starts its own daemon on 127.0.0.1 and writes its own logs)."
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -253,7 +256,7 @@ def wait_ready(log: Path, proc: subprocess.Popen, timeout: float = 300.0) -> Non
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=INPUT)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--pushers", type=int, default=20, help="honest RPC clients")
     parser.add_argument("--slow", type=int, default=1000, help="clients sending headers one byte a second")

@@ -15,7 +15,7 @@ from learnerd.store.examples import Example, delete_example, put_example
 
 EXAMPLES = [
     Example("blk-1", "List the files here, with sizes.", "ls -la", "bash", 1.0),
-    Example("blk-2", "How big is this directory?", "du -sh .\n\nfree -h", "bash", 2.0),
+    Example("blk-2", "How big is this directory?", "du -sh .\nfree -h", "bash", 2.0),
 ]
 END_GUARD = "::prose::\n"
 PARAGRAPHS = "".join(f"\n## Note {i}\n\nRemember to run `df -h` before step {i}.\n" for i in range(60))
@@ -79,7 +79,7 @@ def test_text_appended_inside_learnerds_last_section_of_an_older_document_is_kep
     older = doc.read_text().removesuffix(END_GUARD)  # as learnerd wrote documents before the end guard
     doc.write_text(older + PARAGRAPHS)
     absorbed = probes(doc)["learnerd/blk-2"][0].answer  # dlm's grammar reads the notes as part of the answer
-    assert absorbed.startswith("du -sh .\n\nfree -h") and "Note 59" in absorbed
+    assert absorbed.startswith("du -sh .\nfree -h") and "Note 59" in absorbed
 
     outcome = probes_reconciler(_cfg(tmp_path)).reconcile_sync(str(doc))  # a restarted daemon: nothing cached
     assert outcome.written
