@@ -22,19 +22,11 @@ from typing import Any, TypedDict
 import aiohttp
 import openai
 
+from learnerd.store.retrieval import SearchHit
+
 SEARCH_TOKEN_ENV = "LEARNERD_SEARCH_TOKEN"
 OPENAI_TOKEN_ENV = "LEARNERD_OPENAI_TOKEN"
 PROBE_TOKEN_ENV = "LEARNERD_PROBE_TOKEN"
-
-
-class SearchHit(TypedDict):
-    """A learned example near the text; ``score`` is the cosine similarity in [-1, 1]."""
-
-    id: str
-    query: str
-    answer: str
-    language: str
-    score: float
 
 
 class ProbeAccepted(TypedDict):
