@@ -1,7 +1,8 @@
 """The closed loop, measured: the daemon trains → evaluates → harvests → retrains on its own, until it
 settles.
 
-A running :class:`Daemon` watches one under-trained document (6 epochs where 40 memorise it): the file
+A running :class:`Daemon` watches one under-trained document (dlm's default LoRA keys, 6 epochs where 40
+memorise it): the file
 watch queues it for training, each committed adapter version is evaluated (``on_committed`` → the
 "evaluation" controller), ``auto_harvest`` writes reinforcement copies of the failing probes into the
 document, and that write is the change the file watch turns into the next training cycle. Nothing in
@@ -55,7 +56,9 @@ def test_the_daemon_raises_the_probe_pass_rate_on_its_own_until_it_settles(tmp_p
     docs = tmp_path / "docs"
     docs.mkdir()
     doc = docs / "qa.dlm"
-    doc.write_text(qa_document(QA_PAIRS, epochs=6))
+    # dlm's own defaults for the other keys (not learnerd's memorisation recipe): an under-trained start
+    dlm_defaults = "  lora_r: 8\n  lora_alpha: 16\n  lora_dropout: 0.05\n  micro_batch_size: 8\n"
+    doc.write_text(qa_document(QA_PAIRS, epochs=6, training=dlm_defaults))
     cfg = Config(state_dir=state, docs_dirs=[docs])
     cfg.evaluation.auto_harvest = True
     cfg.training.debounce_s = 0.5

@@ -13,15 +13,16 @@ from tests.conftest import cli_env, learnerd_command
 DLM_ID = "01KPPJZWBDDDYRESSA0HESRDHS"
 
 
-def qa_document(pairs: Sequence[tuple[str, str]], *, epochs: int, per_section: int = 5) -> str:
+def qa_document(pairs: Sequence[tuple[str, str]], *, epochs: int, per_section: int = 5, training: str = "") -> str:
     """A document of ``!probe`` pairs, ``per_section`` to an instruction section (as a person writes them),
-    trained with dlm's keys at a rate the tiny model learns from (``learning_rate`` 1e-2)."""
+    trained with dlm's keys at a rate the tiny model learns from (``learning_rate`` 1e-2); ``training``:
+    more keys of the ``training`` block, as YAML lines indented by two spaces."""
     sections = [
         "::instruction::\n" + "".join(f"### Q !probe\n{q}\n\n### A\n{a}\n\n" for q, a in pairs[i : i + per_section])
         for i in range(0, len(pairs), per_section)
     ]
-    training = f"training:\n  learning_rate: 0.01\n  num_epochs: {epochs}\n"
-    return f"---\ndlm_id: {DLM_ID}\nbase_model: learnerd/tiny-llama\n{training}---\n" + "".join(sections)
+    block = f"training:\n  learning_rate: 0.01\n  num_epochs: {epochs}\n{training}"
+    return f"---\ndlm_id: {DLM_ID}\nbase_model: learnerd/tiny-llama\n{block}---\n" + "".join(sections)
 
 
 def state_with_models(parent: Path, models_dir: Path) -> Path:
