@@ -56,7 +56,7 @@ def test_unusable_base_models_are_refused_and_nothing_is_written(tmp_path, base_
 def test_a_missing_gpu_is_refused(tmp_path, models_dir):
     doc = qa_document(tmp_path / "doc.dlm", QA_PAIRS[:2])
     state = tmp_path / "state"
-    state.mkdir()
+    state.mkdir(mode=0o700)  # as learnerd makes it (a looser one is tightened, with a warning)
     (state / "models").symlink_to(models_dir)
     for command in (["train", str(doc), "--device", "cuda"], ["generate", str(doc), "hi", "--device", "cuda:0"]):
         line = refused(tmp_path, *command, "--state-dir", str(state))
