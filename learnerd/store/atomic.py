@@ -132,3 +132,24 @@ def fsync_tree(root: str | os.PathLike[str]) -> None:
                 os.close(fd)
     for directory in sorted(directories, key=lambda p: len(p.parts), reverse=True):
         fsync_dir(directory)
+
+
+def publish_directory(staging: Path, target: Path, identity_file: str, identity: dict) -> None:
+    """Write ``identity`` (JSON, sorted keys) into ``staging/identity_file``, fsync the tree and rename it
+    to ``target`` atomically; when another process published ``target`` first (it holds ``identity_file``),
+    keep theirs (built from the same input, it is the same). The caller removes ``staging`` if it remains.
+
+    Raises:
+        OSError: the rename failed and ``target`` holds no published directory.
+    """
+    import json
+
+    (staging / identity_file).write_text(json.dumps(identity, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    fsync_tree(staging)
+    try:
+        os.rename(staging, target)
+    except OSError:
+        if not (target / identity_file).is_file():
+            raise
+    else:
+        fsync_dir(target.parent)
