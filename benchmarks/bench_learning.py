@@ -13,11 +13,12 @@ A prompt is the text learnerd builds for an example: the page's title and summar
 example's description (``learnerd.reconcilers.examples.query_of`` on the tldr block log of
 ``benchmarks/tldr_to_blocklog.py``).
 
-Conditions, each a greedy answer (at most 48 new tokens): **base** zero-shot; **base+RAG**: the k = 3
-examples learnerd's search returns for the prompt (MiniLM over the stored vectors, as ``learnerd search``)
-as earlier user / assistant chat turns (foyle's agent style); the **adapter** after each of ``--cycles``
-unattended ``learnerd run --once`` runs with ``[evaluation] auto_harvest = true`` (train → evaluate →
-harvest failing probes → retrain); **adapter+RAG** after the last cycle.
+Conditions, each a greedy answer (at most 48 new tokens; batches of 16, left-padded): **base**
+zero-shot; **base+RAG**: the k = 3 examples learnerd's search returns for the prompt (MiniLM over the
+stored vectors, as ``learnerd search``) as earlier user / assistant chat turns (foyle's agent style); the
+**adapter** after each of ``--cycles`` unattended ``learnerd run --once`` runs with
+``[evaluation] auto_harvest = true`` (train → evaluate → harvest failing probes → retrain);
+**adapter+RAG** after the last cycle.
 
 Metrics: **exact** match (whitespace collapsed), **command-name** match (first token); on the unrelated
 set, **retention**: of the prompts whose command name the base gets right, the share the adapter still
@@ -126,7 +127,8 @@ def write_inputs(out: Path, blocks: list[TldrBlock], threads: int) -> Path:
 
 def run_cycle(config: Path, threads: int) -> tuple[float, dict]:
     """One ``learnerd run --once`` (ingest, probes, train, evaluate, harvest): wall seconds and summary."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     started = time.perf_counter()
     proc = subprocess.run(
@@ -174,12 +176,17 @@ class Retriever:
 
 
 def answer_all(model, tokenizer, items: list[Item], retriever: Retriever | None = None) -> Scores:
-    from learnerd.ml.generate import greedy_reply
+    """Greedy answers to ``items`` (with the retrieved shots when ``retriever`` is given), in batches."""
+    from learnerd.ml.generate import chat_turns, greedy_replies
 
+    conversations = [
+        chat_turns(it.prompt, shots=retriever.shots(it.prompt) if retriever is not None else ()) for it in items
+    ]
     scores = Scores()
-    for it in items:
-        shots = retriever.shots(it.prompt) if retriever is not None else ()
-        text = greedy_reply(model, tokenizer, it.prompt, max_new_tokens=MAX_NEW_TOKENS, shots=shots).text.strip()
+    for it, reply in zip(
+        items, greedy_replies(model, tokenizer, conversations, max_new_tokens=MAX_NEW_TOKENS), strict=True
+    ):
+        text = reply.text.strip()
         scores.answers.append(text)
         scores.exact += normalize(text) == normalize(it.command)
         scores.command_name += first_token(text) == first_token(it.command)

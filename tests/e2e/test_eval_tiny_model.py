@@ -134,3 +134,19 @@ def test_learnerd_eval_without_a_chat_template_skips_the_dialogue(tmp_path, mode
     assert (state / "adapters" / DLM_ID / "versions" / "v0001" / REPORT_FILE).is_file()
     assert report.score.findings[0].startswith("undertrained: 6 optimizer steps (< 50)")  # sway's one-line finding
     assert "undertrained: 6 optimizer steps" in proc.stdout
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_evaluation_on_a_gpu_runs_every_probe(memorised):
+    """The same version evaluated on CUDA (bfloat16): every probe runs (none errors on a tensor left on
+    the CPU) and recall agrees with the CPU report's within the two probes bf16 rounding may flip."""
+    from learnerd.ml.device import resolve_device
+
+    base = resolve_base_model(memorised.document.frontmatter.base_model, cache_dir=memorised.state / "models")
+    report = evaluate_version(memorised.document, memorised.version, base, placement=resolve_device("cuda"))
+    errored = [(p.name, p.message) for p in report.probes if p.verdict == "error"]
+    assert not errored
+    cpu_passed = sum(p.verdict == "pass" for p in memorised.report.probes if p.kind == "probe_recall")
+    gpu_passed = sum(p.verdict == "pass" for p in report.probes if p.kind == "probe_recall")
+    assert abs(gpu_passed - cpu_passed) <= 2, (cpu_passed, gpu_passed)

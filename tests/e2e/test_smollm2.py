@@ -72,7 +72,7 @@ def test_train_evaluate_generate(trained: tuple[Path, Path]):
     assert probes == 20 and before <= 2 and after >= 18, (before, after)
     assert not any(f.startswith("undertrained") for f in report.score.findings)
 
-    learnerd("eval", str(doc), "--state-dir", str(state), "--null-runs", "0", "--json", str(doc.parent / "r.json"))
+    learnerd("eval", str(doc), "--state-dir", str(state), "--null-runs", "0", "--output", str(doc.parent / "r.json"))
     assert exact_recall(load_report(doc.parent / "r.json"))[1] >= 18
 
     answer = learnerd("generate", str(doc), TASK, "--state-dir", str(state)).stdout.strip()
