@@ -325,8 +325,6 @@ class Daemon:
     def adapter_committed(self, doc_path: str | os.PathLike[str], version: AdapterVersion) -> None:
         """The training reconciler's ``on_committed`` hook: evaluate the document's new version, and serve
         it to new chat completions (``[serve]``; requests in flight finish on the version they started with)."""
-        if self.fleet is not None:
-            self.fleet.record_adapter(version.doc_key, version.number)
         self.queues["evaluation"].add(str(doc_path))
         if self.served is not None:
             self.served.adapter_committed(version, wiring.served_model(doc_path))

@@ -29,7 +29,6 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -37,8 +36,10 @@ import psycopg
 import structlog
 
 from learnerd.fleet import membership, notify
+from learnerd.fleet.ledger import adapter_store
 from learnerd.fleet.ownership import lock_id, owner
 from learnerd.runtime.reconcile import Result
+from learnerd.store.adapters import AdapterStore
 from learnerd.store.embeddings import iter_vectors
 from learnerd.store.pg import PgConnection
 from learnerd.store.vector_index import VectorIndex
@@ -181,7 +182,7 @@ class Fleet:
     ) -> None:
         self.url = url
         self.host = host or socket.gethostname()
-        self.replica_id = f"{self.host}:{os.path.abspath(state_dir)}"
+        self.replica_id = membership.replica_id(self.host, state_dir)
         self.roles = roles
         self.lease_ttl_s = lease_ttl_s
         self.heartbeat_s = heartbeat_s
@@ -190,7 +191,7 @@ class Fleet:
         self._lock_conn = PgConnection(url)  # raises psycopg.OperationalError: checked by db.connect first
         self._model = embedding_model
         self.index: VectorIndex | None = None
-        self.adapters_dir: Path | None = None  # the shared adapter store, on replicas that train
+        self.adapters: AdapterStore | None = None  # the shared adapter store, on replicas that train
         self.queues: dict[str, Any] = {}
         self.replicas: list[membership.Replica] = []
         self._members: dict[str, list[str]] | None = None  # role -> live replica ids; None: own every key
@@ -366,7 +367,7 @@ class Fleet:
         """
         membership.register(self._conn, self.replica_id, self.host, os.getpid(), self.roles)
         self._refresh()
-        self.record_adapters()
+        self.set_aside_orphan_adapters()
         log.info("fleet.joined", replica=self.replica_id, roles=self.roles, live=len(self.replicas))
         try:
             async with anyio.create_task_group() as tg:
@@ -380,14 +381,15 @@ class Fleet:
                 membership.leave(self._conn, self.replica_id)
 
     def _resync(self, resync: Callable[[], None], why: str) -> None:
-        """Resync the daemon's keys, the vector index and the adapter records; a failure is logged (the
-        next membership change, reconnect or restart resyncs again), never raised into the fleet's loops."""
+        """Resync the daemon's keys and the vector index, and set aside orphan adapter versions; a failure is
+        logged (the next membership change, reconnect or restart resyncs again), never raised into the
+        fleet's loops."""
         log.info("fleet.resync", why=why, owners={r: len(ids) for r, ids in self.owners().items()})
         try:
             with self.resyncing():
                 resync()
             self.resync_index()
-            self.record_adapters()
+            self.set_aside_orphan_adapters()
         except Exception:
             log.exception("fleet.resync_failed", why=why)
 
@@ -451,32 +453,21 @@ class Fleet:
             "messages_received": self.messages_received,
         }
 
-    def record_adapter(self, doc_key: str, version: int, replica: str | None = None) -> None:
-        """Record in ``adapter_commits`` that ``version`` of the adapter ``doc_key`` is committed
-        (idempotent). The shared ``adapters_dir``'s atomic rename is the commit itself; this row follows
-        it, and :meth:`record_adapters` fills in any row a crash in between left out."""
-        self._conn.execute(
-            f"INSERT INTO adapter_commits (document, version, replica, committed_at) VALUES (?, ?, ?, {membership.NOW})"
-            " ON CONFLICT (document, version) DO NOTHING",
-            (doc_key, version, replica or self.replica_id),
-        )
-
-    def record_adapters(self) -> int:
-        """Record every committed version in ``adapters_dir`` that ``adapter_commits`` lacks (level-triggered,
-        run when the replica joins and at each resync); returns how many rows were missing."""
-        if self.adapters_dir is None or not self.adapters_dir.is_dir():
+    def set_aside_orphan_adapters(self) -> int:
+        """Move aside every adapter version directory without an ``adapter_commits`` row (renamed by a replica
+        that died before its COMMIT: never committed, never served); level-triggered, run when the replica
+        joins and at each resync. Returns how many."""
+        if self.adapters is None:
             return 0
-        from learnerd.store.adapters import AdapterStore
-
-        store = AdapterStore(self.adapters_dir)
-        known = {(r[0], r[1]) for r in self._conn.execute("SELECT document, version FROM adapter_commits")}
-        missing = [v for key in store.doc_keys() for v in store.list_versions(key) if (key, v.number) not in known]
-        for version in missing:
-            self.record_adapter(version.doc_key, version.number, replica="recovered")
-        return len(missing)
+        moved = self.adapters.set_aside_orphans()
+        for path in moved:
+            log.warning("fleet.adapter_orphan_set_aside", path=str(path))
+        return len(moved)
 
     def close(self) -> None:
         self._lock_conn.close()
+        if self.adapters is not None:
+            self.adapters.close()
 
 
 def fleet_for(cfg: Any, conn: Any, embedding_model: str) -> Fleet | None:
@@ -500,5 +491,5 @@ def fleet_for(cfg: Any, conn: Any, embedding_model: str) -> Fleet | None:
         embedding_model=embedding_model,
     )
     if cfg.training.enabled:
-        fleet.adapters_dir = cfg.layout.adapters_dir
+        fleet.adapters = adapter_store(cfg)
     return fleet

@@ -11,6 +11,7 @@ takes its own lease back at once instead of waiting for the old one to expire.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,11 @@ class Replica:
     started: float
     renewed: float
     roles: tuple[str, ...]
+
+
+def replica_id(host: str, state_dir: str | os.PathLike[str]) -> str:
+    """The id of the replica on ``host`` with ``state_dir``: ``host:<absolute state_dir>``."""
+    return f"{host}:{os.path.abspath(state_dir)}"
 
 
 def register(conn: Any, replica_id: str, host: str, pid: int, roles: tuple[str, ...]) -> None:

@@ -138,29 +138,6 @@ def test_notify_payloads_stay_under_the_limit_and_parse_back():
         list(notify.payloads("me", "probes", ["x" * 9000]))
 
 
-def test_committed_adapter_versions_are_recorded_and_a_missed_record_is_filled_in(url, tmp_path):
-    from learnerd.store.adapters import AdapterStore
-    from tests.integration.test_store_adapters import _metadata
-
-    store = AdapterStore(tmp_path / "adapters")  # the shared adapters_dir
-    versions = []
-    for _ in range(2):
-        with store.stage("learned") as staging:
-            (staging.path / "adapter_config.json").write_text("{}")
-            versions.append(store.commit(staging, _metadata()))
-    conn = db.connect(url)
-    fleet = Fleet(url, conn, state_dir=tmp_path / "gpu", roles=(PIPELINE_ROLE, TRAIN_ROLE))
-    fleet.adapters_dir = store.root
-    try:
-        fleet.record_adapter("learned", versions[0].number)  # the hook ran for v1; a crash came before v2's row
-        assert fleet.record_adapters() == 1 and fleet.record_adapters() == 0
-        rows = conn.execute("SELECT document, version, replica FROM adapter_commits ORDER BY version").fetchall()
-        assert [tuple(r) for r in rows] == [("learned", 1, fleet.replica_id), ("learned", 2, "recovered")]
-    finally:
-        fleet.close()
-        conn.close()
-
-
 def test_owned_reconcilers_keep_the_reconciler_contract(url, tmp_path):
     from learnerd.runtime.reconcile import BatchReconciler, Reconciler
 
