@@ -230,6 +230,8 @@ class Daemon:
         self.rpc: RpcServer | None = None
         #: The models of the OpenAI-compatible endpoint (``[serve] listen``), else None.
         self.served: ServedModels | None = wiring.served_models(cfg) if cfg.serve.listen else None
+        if self.fleet is not None and self.served is not None:
+            self.fleet.adapters_changed = self.served.refresh
         if self.training is not None:
             self._wire_training_intake(rpc_token)
 

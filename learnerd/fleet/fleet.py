@@ -198,6 +198,9 @@ class Fleet:
         self._outbox: dict[str, dict[str, None]] = {}
         self._resync_depth = 0
         self.messages_received = 0
+        #: Called with a document key whose adapter another replica committed, and with None after a
+        #: resync (a commit may have been missed): the daemon's served models re-read the store.
+        self.adapters_changed: Callable[[str | None], None] | None = None
 
     # ------------------------------------------------------------------ ownership
 
@@ -305,6 +308,10 @@ class Fleet:
         if message.queue == notify.VECTORS:
             self.reload_vectors(message.keys)
             return
+        if message.queue == notify.ADAPTERS:
+            for key in message.keys if self.adapters_changed is not None else ():
+                self.adapters_changed(key)
+            return
         queue = self.queues.get(message.queue)
         if queue is None:
             return  # a queue this replica does not run (training on a CPU front end)
@@ -390,6 +397,8 @@ class Fleet:
                 resync()
             self.resync_index()
             self.set_aside_orphan_adapters()
+            if self.adapters_changed is not None:
+                self.adapters_changed(None)
         except Exception:
             log.exception("fleet.resync_failed", why=why)
 

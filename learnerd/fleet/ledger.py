@@ -6,7 +6,9 @@ and takes ``pg_advisory_xact_lock`` on the document (:func:`~learnerd.fleet.owne
 ``("adapters", doc_key)``), so commits of one document are serialised across every replica and the next
 version number (highest row + 1) is never given twice; the adapter store renames the staged directory
 into place and records the row inside it, and PostgreSQL's COMMIT makes the version visible to every
-reader at once. The lock is released with the transaction, and at once if the session dies.
+reader at once. The lock is released with the transaction, and at once if the session dies. The same
+transaction NOTIFYs the document key (:data:`~learnerd.fleet.notify.ADAPTERS`), delivered only if it
+commits, so the other replicas' OpenAI endpoints serve the new version at once.
 
 Each ledger has its own connection, opened at first use (a replica's reconcilers, ``learnerd eval`` and
 the OpenAI endpoint read through it), used by one thread at a time.
@@ -21,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from learnerd.fleet import membership
+from learnerd.fleet import membership, notify
 from learnerd.fleet.ownership import lock_id
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.pg import PgConnection
@@ -46,6 +48,8 @@ class _Transaction:
             f" VALUES (?, ?, ?, {membership.NOW})",
             (self.doc_key, number, self.replica),
         )
+        for payload in notify.payloads(self.replica, notify.ADAPTERS, [self.doc_key]):  # delivered at COMMIT
+            self.conn.execute("SELECT pg_notify(?, ?)", (notify.CHANNEL, payload))
 
 
 class AdapterLedger:
