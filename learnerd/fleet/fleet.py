@@ -10,9 +10,11 @@ kept in step with the ``embeddings`` table, and the lease (see docs/fleet.md).
   own; a lock held elsewhere requeues the key after :data:`LOCK_RETRY_S`). A replica that dies loses its
   session, and PostgreSQL releases its locks at once. With ``[fleet] audit`` each reconcile is recorded
   in ``reconcile_log`` (queue, key, replica, started, finished).
-* **Membership**: the lease is renewed every ``heartbeat_s``; when the set of live replicas changes
-  (a start, a clean stop, an expired lease) every replica resyncs, so the keys of a dead replica are
-  picked up by their new owners within ``lease_ttl_s + heartbeat_s`` of its last renewal.
+* **Membership**: the lease is renewed every ``heartbeat_s``, and the live set is read again at each
+  renewal and at the moment the oldest other lease expires; when it changes (a start, a clean stop, an
+  expired lease) every replica resyncs, so the keys of a dead replica are picked up by their new owners
+  when its lease ends, ``lease_ttl_s`` after its last renewal (plus a database round trip). With
+  ``[fleet] audit`` each expiry is recorded in ``reconcile_log`` (queue ``replicas``).
 * **Vectors**: after an embeddings reconcile the owner NOTIFYs the keys; every other replica reloads
   those rows into its :class:`~learnerd.store.vector_index.VectorIndex`, and reloads everything after a
   membership change or a reconnect of its listening connection.
@@ -52,6 +54,12 @@ FLUSH_S = 0.02
 """Seconds between flushes of the keys waiting to be sent to their owners."""
 RECONNECT_S = 1.0
 """Seconds between attempts to reconnect the listening connection."""
+EXPIRY_MARGIN_S = 0.01
+"""Seconds past a lease's expiry at which a survivor looks (the deletion's ``renewed < now - ttl`` is
+strict), and the shortest sleep of the heartbeat loop."""
+REPLICAS_QUEUE = "replicas"
+"""The ``reconcile_log`` queue of lease expiries: key the dead replica, started its last renewal,
+finished the deletion (the database's clock), replica the survivor that deleted it."""
 TRAIN_ROLE, PIPELINE_ROLE = "train", "pipeline"
 MODEL_QUEUES = ("training", "evaluation")
 """Queues whose keys only replicas with the "train" role own."""
@@ -194,6 +202,8 @@ class Fleet:
         self.adapters: AdapterStore | None = None  # the shared adapter store, on replicas that train
         self.queues: dict[str, Any] = {}
         self.replicas: list[membership.Replica] = []
+        self._next_expiry: float | None = None  # seconds after _read_at when the oldest other lease expires
+        self._read_at = 0.0
         self._members: dict[str, list[str]] | None = None  # role -> live replica ids; None: own every key
         self._outbox: dict[str, dict[str, None]] = {}
         self._resync_depth = 0
@@ -265,9 +275,11 @@ class Fleet:
 
     def audit(self, queue: str, keys: Sequence[str], started: float) -> None:
         """Record the reconcile of ``keys`` (``[fleet] audit``); a failure is logged, never raised."""
+        self._record(queue, keys, started, time.time())
+
+    def _record(self, queue: str, keys: Sequence[str], started: float, finished: float) -> None:
         if not self._audit:
             return
-        finished = time.time()
         try:
             self._lock_conn.executemany(
                 "INSERT INTO reconcile_log (queue, key, replica, started, finished) VALUES (?, ?, ?, ?, ?)",
@@ -354,8 +366,15 @@ class Fleet:
     # ------------------------------------------------------------------ lifecycle
 
     def _refresh(self) -> bool:
-        """Read the live replicas; True when the set of owners changed."""
-        self.replicas = membership.live(self._conn, self.lease_ttl_s)
+        """Read the live replicas (deleting expired leases: audited as ``("replicas", dead id)`` rows, from
+        its last renewal to the deletion); True when the set of owners changed."""
+        view = membership.members(self._conn, self.lease_ttl_s)
+        self.replicas = view.replicas
+        self._next_expiry = membership.next_expiry_s(view, self.lease_ttl_s, self.replica_id)
+        self._read_at = time.monotonic()
+        for dead in view.expired:
+            log.warning("fleet.lease_expired", replica=dead.id, after_s=round(dead.deleted - dead.renewed, 3))
+            self._record(REPLICAS_QUEUE, [dead.id], dead.renewed, dead.deleted)
         members = {role: [r.id for r in self.replicas if role in r.roles] for role in (PIPELINE_ROLE, TRAIN_ROLE)}
         for role in self.roles:  # this replica always counts itself, even before its row is visible
             if self.replica_id not in members[role]:
@@ -363,6 +382,15 @@ class Fleet:
         changed = members != self._members
         self._members = members
         return changed
+
+    def _wait_s(self, next_renewal: float) -> float:
+        """Seconds to sleep: until this replica's next renewal (monotonic ``next_renewal``) or until the
+        oldest other lease expires (plus :data:`EXPIRY_MARGIN_S`), whichever comes first."""
+        now = time.monotonic()
+        wait = next_renewal - now
+        if self._next_expiry is not None:
+            wait = min(wait, self._next_expiry - (now - self._read_at) + EXPIRY_MARGIN_S)
+        return max(wait, EXPIRY_MARGIN_S)
 
     async def run(
         self, resync: Callable[[], None], *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -403,15 +431,21 @@ class Fleet:
             log.exception("fleet.resync_failed", why=why)
 
     async def _heartbeat(self, resync: Callable[[], None]) -> None:
+        """Renew the lease every ``heartbeat_s``, and look at the live set again the moment the oldest other
+        lease expires, so a dead replica's keys move when its lease ends (not up to a heartbeat later)."""
+        next_renewal = time.monotonic() + self.heartbeat_s
         while True:
-            await anyio.sleep(self.heartbeat_s)
+            await anyio.sleep(self._wait_s(next_renewal))
             try:
-                if not membership.renew(self._conn, self.replica_id):
-                    membership.register(self._conn, self.replica_id, self.host, os.getpid(), self.roles)
+                if time.monotonic() >= next_renewal:
+                    next_renewal = time.monotonic() + self.heartbeat_s
+                    if not membership.renew(self._conn, self.replica_id):
+                        membership.register(self._conn, self.replica_id, self.host, os.getpid(), self.roles)
                 if self._refresh():
                     self._resync(resync, "membership changed")
             except psycopg.Error as exc:
                 log.warning("fleet.heartbeat_failed", error=str(exc).strip()[:300])
+                self._next_expiry = None  # the view is stale: try again at the next renewal
 
     async def _flusher(self) -> None:
         while True:
