@@ -82,6 +82,7 @@ def load_document_model(
     from learnerd.fleet.ledger import adapter_store
     from learnerd.ml.base_model import BaseModelError, load_base
     from learnerd.ml.device import DeviceError, resolve_device
+    from learnerd.store import db
     from learnerd.store.adapters import AdapterStoreError, load_adapter
 
     key = doc_key or document.frontmatter.dlm_id
@@ -109,7 +110,7 @@ def load_document_model(
                 f"adapter {version.name} of {key} was trained on {version.metadata().base_model_identity}, "
                 f"not on this document's base {base.ref.identity}"
             )
-    except AdapterStoreError as exc:
+    except (AdapterStoreError, db.StoreUnavailable, db.SchemaError) as exc:
         raise CommandError(str(exc)) from None
     model = load_adapter(base.model, version) if version is not None else base.model
     return DocumentModel(document=document, doc_key=key, base=base, model=model, adapter=version)

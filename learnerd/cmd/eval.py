@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.eval.history import adapter_key
     from learnerd.fleet.ledger import adapter_store
     from learnerd.ml.base_model import BaseModelError
+    from learnerd.store import db
     from learnerd.store.adapters import AdapterStoreError
     from learnerd.store.dlm import DocumentError, read_document
 
@@ -82,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     except AdapterStoreError as exc:
         raise CommandError(f"{args.doc}: {exc}") from None
+    except (db.StoreUnavailable, db.SchemaError) as exc:
+        raise CommandError(str(exc)) from None
     except OSError as exc:
         raise CommandError(f"{args.doc}: {exc.strerror or exc}") from None
 

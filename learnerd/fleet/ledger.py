@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from learnerd.fleet import membership, notify
 from learnerd.fleet.ownership import lock_id
+from learnerd.store import db
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.pg import PgConnection
 
@@ -66,11 +67,17 @@ class AdapterLedger:
     def _connection(self) -> Iterator[PgConnection]:
         with self._mutex:
             if self._conn is None:
-                self._conn = PgConnection(self.url)
+                self._conn = db.connect(self.url)
             yield self._conn
 
     def versions(self, doc_key: str) -> frozenset[int]:
-        """The committed version numbers of ``doc_key``. Raises ``psycopg.Error`` when unreachable."""
+        """The committed version numbers of ``doc_key``.
+
+        Raises:
+            StoreUnavailable, SchemaError: (:mod:`learnerd.store.db`) at the first use, the database is
+                unreachable or its schema is not this learnerd's.
+            psycopg.Error: the database failed later.
+        """
         with self._connection() as conn:
             rows = conn.execute("SELECT version FROM adapter_commits WHERE document = ?", (doc_key,)).fetchall()
         return frozenset(r[0] for r in rows)
