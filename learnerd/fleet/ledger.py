@@ -10,8 +10,8 @@ reader at once. The lock is released with the transaction, and at once if the se
 transaction NOTIFYs the document key (:data:`~learnerd.fleet.notify.ADAPTERS`), delivered only if it
 commits, so the other replicas' OpenAI endpoints serve the new version at once.
 
-Each ledger has its own connection, opened at first use (a replica's reconcilers, ``learnerd eval`` and
-the OpenAI endpoint read through it), used by one thread at a time.
+Each ledger has two connections of its own, opened at first use: one for reads (serving, the evaluation
+reconciler, ``learnerd eval``), one for commit transactions, each used by one thread at a time.
 """
 
 from __future__ import annotations
@@ -60,15 +60,25 @@ class AdapterLedger:
     def __init__(self, url: str, replica: str) -> None:
         self.url = url
         self.replica = replica
-        self._conn: PgConnection | None = None
-        self._mutex = threading.Lock()
+        # Reads and commit transactions on separate connections: a commit holds its connection through the
+        # fsync and rename of a whole adapter, and a read (a request to the OpenAI endpoint) must not wait.
+        self._conns: dict[str, PgConnection] = {}
+        self._mutexes = {"read": threading.Lock(), "commit": threading.Lock()}
 
     @contextlib.contextmanager
-    def _connection(self) -> Iterator[PgConnection]:
-        with self._mutex:
-            if self._conn is None:
-                self._conn = db.connect(self.url)
-            yield self._conn
+    def _connection(self, use: str, *, wait: bool = True) -> Iterator[PgConnection | None]:
+        """The ``use`` connection ("read" or "commit"), opened at first use, for this thread alone; None
+        when ``wait`` is False and another thread has it."""
+        mutex = self._mutexes[use]
+        if not mutex.acquire(blocking=wait):
+            yield None
+            return
+        try:
+            if use not in self._conns:
+                self._conns[use] = db.connect(self.url)
+            yield self._conns[use]
+        finally:
+            mutex.release()
 
     def versions(self, doc_key: str) -> frozenset[int]:
         """The committed version numbers of ``doc_key``.
@@ -78,33 +88,40 @@ class AdapterLedger:
                 unreachable or its schema is not this learnerd's.
             psycopg.Error: the database failed later.
         """
-        with self._connection() as conn:
+        with self._connection("read") as conn:
+            assert conn is not None  # waited for it
             rows = conn.execute("SELECT version FROM adapter_commits WHERE document = ?", (doc_key,)).fetchall()
         return frozenset(r[0] for r in rows)
 
     @contextlib.contextmanager
     def transaction(self, doc_key: str, *, wait: bool = True) -> Iterator[_Transaction | None]:
         """A transaction holding ``doc_key``'s commit lock, with its committed versions read under it;
-        None when ``wait`` is False and another session holds the lock. Commits when the block exits,
-        rolls back when it raises.
+        None when ``wait`` is False and another session (or thread) holds it. Commits when the block
+        exits, rolls back when it raises.
 
         Raises:
             psycopg.Error: the database is unreachable, or the COMMIT failed (nothing was recorded).
         """
-        with self._connection() as conn, conn.transaction():
-            lock = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
-            got = conn.execute(f"SELECT {lock}(?)", (lock_id(LOCK_QUEUE, doc_key),)).fetchone()[0]
-            if got is False:
+        with self._connection("commit", wait=wait) as conn:
+            if conn is None:
                 yield None
                 return
-            rows = conn.execute("SELECT version FROM adapter_commits WHERE document = ?", (doc_key,)).fetchall()
-            yield _Transaction(conn, doc_key, self.replica, frozenset(r[0] for r in rows))
+            with conn.transaction():
+                lock = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
+                got = conn.execute(f"SELECT {lock}(?)", (lock_id(LOCK_QUEUE, doc_key),)).fetchone()[0]
+                if got is False:
+                    yield None
+                    return
+                rows = conn.execute("SELECT version FROM adapter_commits WHERE document = ?", (doc_key,)).fetchall()
+                yield _Transaction(conn, doc_key, self.replica, frozenset(r[0] for r in rows))
 
     def close(self) -> None:
-        with self._mutex:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+        """Close the connections (reopened at the next use)."""
+        for use, mutex in self._mutexes.items():
+            with mutex:
+                conn = self._conns.pop(use, None)
+                if conn is not None:
+                    conn.close()
 
 
 def adapter_store(cfg: Config) -> AdapterStore:
