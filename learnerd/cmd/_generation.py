@@ -79,9 +79,11 @@ def load_document_model(
     """
     from transformers.utils import logging as hf_logging
 
+    from learnerd.fleet.ledger import adapter_store
     from learnerd.ml.base_model import BaseModelError, load_base
     from learnerd.ml.device import DeviceError, resolve_device
-    from learnerd.store.adapters import AdapterStore, AdapterStoreError, load_adapter
+    from learnerd.store import db
+    from learnerd.store.adapters import AdapterStoreError, load_adapter
 
     key = doc_key or document.frontmatter.dlm_id
     hf_logging.disable_progress_bar()  # "Loading weights" bars would interleave with the command's output
@@ -95,7 +97,7 @@ def load_document_model(
         )
     except (BaseModelError, DeviceError) as exc:
         raise CommandError(f"{document.path}: {exc}") from None
-    store = AdapterStore(cfg.layout.adapters_dir)
+    store = adapter_store(cfg)
     try:
         if adapter == "none":
             version = None
@@ -108,7 +110,7 @@ def load_document_model(
                 f"adapter {version.name} of {key} was trained on {version.metadata().base_model_identity}, "
                 f"not on this document's base {base.ref.identity}"
             )
-    except AdapterStoreError as exc:
+    except (AdapterStoreError, db.StoreUnavailable, db.SchemaError) as exc:
         raise CommandError(str(exc)) from None
     model = load_adapter(base.model, version) if version is not None else base.model
     return DocumentModel(document=document, doc_key=key, base=base, model=model, adapter=version)

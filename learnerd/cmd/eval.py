@@ -57,8 +57,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from learnerd.eval.history import adapter_key
+    from learnerd.fleet.ledger import adapter_store
     from learnerd.ml.base_model import BaseModelError
-    from learnerd.store.adapters import AdapterStore, AdapterStoreError
+    from learnerd.store import db
+    from learnerd.store.adapters import AdapterStoreError
     from learnerd.store.dlm import DocumentError, read_document
 
     cfg = load_config_from_args(args)
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("--threads must be >= 0 (0: the idle cores)")
     try:
         document = read_document(args.doc)
-        store = AdapterStore(cfg.layout.adapters_dir)
+        store = adapter_store(cfg)
         key = adapter_key(document)
         if args.history:
             return _history(console, store, key, args)
@@ -81,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     except AdapterStoreError as exc:
         raise CommandError(f"{args.doc}: {exc}") from None
+    except (db.StoreUnavailable, db.SchemaError) as exc:
+        raise CommandError(str(exc)) from None
     except OSError as exc:
         raise CommandError(f"{args.doc}: {exc.strerror or exc}") from None
 

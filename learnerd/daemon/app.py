@@ -230,6 +230,8 @@ class Daemon:
         self.rpc: RpcServer | None = None
         #: The models of the OpenAI-compatible endpoint (``[serve] listen``), else None.
         self.served: ServedModels | None = wiring.served_models(cfg) if cfg.serve.listen else None
+        if self.fleet is not None and self.served is not None:
+            self.fleet.adapters_changed = self.served.refresh
         if self.training is not None:
             self._wire_training_intake(rpc_token)
 
@@ -325,8 +327,6 @@ class Daemon:
     def adapter_committed(self, doc_path: str | os.PathLike[str], version: AdapterVersion) -> None:
         """The training reconciler's ``on_committed`` hook: evaluate the document's new version, and serve
         it to new chat completions (``[serve]``; requests in flight finish on the version they started with)."""
-        if self.fleet is not None:
-            self.fleet.record_adapter(version.doc_key, version.number)
         self.queues["evaluation"].add(str(doc_path))
         if self.served is not None:
             self.served.adapter_committed(version, wiring.served_model(doc_path))

@@ -25,9 +25,9 @@ from learnerd.config import Config, ConfigError
 from learnerd.daemon.app import TRAINING, Daemon
 from learnerd.daemon.logging import current_level, parse_level, set_log_level
 from learnerd.daemon.reload import apply_config
+from learnerd.fleet.ledger import adapter_store
 from learnerd.runtime.workqueue import ControllerRateLimiter
 from learnerd.sources.backfill_job import BackfillTracker
-from learnerd.store.adapters import AdapterStore
 from learnerd.store.atomic import atomic_write_text
 from learnerd.store.blocks import count_blocks, list_block_ids
 from learnerd.store.embeddings import count_vectors
@@ -37,11 +37,14 @@ from learnerd.store.retrieval import SearchHit, describe_hits, nearest
 log = structlog.get_logger(__name__)
 
 
-def count_adapters(adapters_dir: os.PathLike[str] | str) -> int:
-    """Committed adapter versions of every document in the adapter store at ``adapters_dir``
-    (:mod:`learnerd.store.adapters`; 0 while there is none)."""
-    store = AdapterStore(adapters_dir)
-    return sum(len(store.list_versions(key)) for key in store.doc_keys())
+def count_adapters(cfg: Config) -> int:
+    """Committed adapter versions of every document in ``cfg``'s adapter store (:mod:`learnerd.store.adapters`;
+    on PostgreSQL those with an ``adapter_commits`` row; 0 while there is none)."""
+    store = adapter_store(cfg)
+    try:
+        return sum(len(store.list_versions(key)) for key in store.doc_keys())
+    finally:
+        store.close()
 
 
 SEARCH_WORKERS = 4
@@ -172,7 +175,7 @@ class DaemonControl:
                 "examples": count_examples(daemon.conn),
                 "vectors": count_vectors(daemon.conn),
                 "indexed": len(daemon.index),
-                "adapters": count_adapters(cfg.layout.adapters_dir),
+                "adapters": count_adapters(cfg),
             },
             "controllers": controllers,
             "analyzer": dataclasses.asdict(daemon.analyzer.stats),

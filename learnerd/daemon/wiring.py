@@ -16,11 +16,12 @@ import structlog
 
 from learnerd.config import Config
 from learnerd.eval.report import Report
+from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.serving import ModelCatalog, ServedModel, ServedModels
 from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.reconcilers.probes import ProbesReconciler
 from learnerd.reconcilers.training import CycleReport, TrainingReconciler
-from learnerd.store.adapters import AdapterStore, AdapterVersion
+from learnerd.store.adapters import AdapterVersion
 from learnerd.store.dlm import DocumentError, read_document
 from learnerd.store.probe_journal import ProbeJournal
 from learnerd.store.routing import DocumentRouter, DocumentScope
@@ -49,7 +50,7 @@ def evaluation_reconciler(cfg: Config, on_report: Callable[[Path, Report], None]
     """The evaluation reconciler of ``cfg`` (``on_report``: its metrics hook)."""
     return EvaluationReconciler(
         cfg.evaluation,
-        adapters=AdapterStore(cfg.layout.adapters_dir),
+        adapters=adapter_store(cfg),
         models_dir=cfg.layout.models_dir,
         docs_roots=cfg.layout.docs_roots,
         broken_document_retry_s=cfg.probes.broken_document_retry_s,
@@ -61,7 +62,7 @@ def served_models(cfg: Config) -> ServedModels:
     """The served-model manager of ``[serve]``: adapters from the store, ``learnerd evolve``'s best deltas
     of a document (``<steering_dir>/runs/<dlm_id>/deltas_best.json``) when ``steering`` is on."""
     return ServedModels(
-        AdapterStore(cfg.layout.adapters_dir),
+        adapter_store(cfg),
         cfg.layout.models_dir,
         capacity=cfg.serve.queue_size,
         steering=_best_deltas(cfg.layout.steering_dir / "runs") if cfg.serve.steering else None,
@@ -120,7 +121,7 @@ def training_reconciler(
     layout = cfg.layout
     router = document_router(cfg)
     scope = DocumentScope(layout.docs_roots, [router.resolve(cfg.rpc.document or cfg.probes.document)])
-    adapters = AdapterStore(layout.adapters_dir)
+    adapters = adapter_store(cfg)
     for leftover in adapters.recover():
         log.warning("removed an adapter version left half-written by a crash", path=str(leftover))
     return TrainingReconciler(

@@ -10,9 +10,11 @@ kept in step with the ``embeddings`` table, and the lease (see docs/fleet.md).
   own; a lock held elsewhere requeues the key after :data:`LOCK_RETRY_S`). A replica that dies loses its
   session, and PostgreSQL releases its locks at once. With ``[fleet] audit`` each reconcile is recorded
   in ``reconcile_log`` (queue, key, replica, started, finished).
-* **Membership**: the lease is renewed every ``heartbeat_s``; when the set of live replicas changes
-  (a start, a clean stop, an expired lease) every replica resyncs, so the keys of a dead replica are
-  picked up by their new owners within ``lease_ttl_s + heartbeat_s`` of its last renewal.
+* **Membership**: the lease is renewed every ``heartbeat_s``, and the live set is read again at each
+  renewal and at the moment the oldest other lease expires; when it changes (a start, a clean stop, an
+  expired lease) every replica resyncs, so the keys of a dead replica are picked up by their new owners
+  when its lease ends, ``lease_ttl_s`` after its last renewal (plus a database round trip). With
+  ``[fleet] audit`` each expiry is recorded in ``reconcile_log`` (queue ``replicas``).
 * **Vectors**: after an embeddings reconcile the owner NOTIFYs the keys; every other replica reloads
   those rows into its :class:`~learnerd.store.vector_index.VectorIndex`, and reloads everything after a
   membership change or a reconnect of its listening connection.
@@ -29,7 +31,6 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -37,8 +38,10 @@ import psycopg
 import structlog
 
 from learnerd.fleet import membership, notify
+from learnerd.fleet.ledger import adapter_store
 from learnerd.fleet.ownership import lock_id, owner
 from learnerd.runtime.reconcile import Result
+from learnerd.store.adapters import AdapterStore
 from learnerd.store.embeddings import iter_vectors
 from learnerd.store.pg import PgConnection
 from learnerd.store.vector_index import VectorIndex
@@ -51,6 +54,12 @@ FLUSH_S = 0.02
 """Seconds between flushes of the keys waiting to be sent to their owners."""
 RECONNECT_S = 1.0
 """Seconds between attempts to reconnect the listening connection."""
+EXPIRY_MARGIN_S = 0.01
+"""Seconds past a lease's expiry at which a survivor looks (the deletion's ``renewed < now - ttl`` is
+strict), and the shortest sleep of the heartbeat loop."""
+REPLICAS_QUEUE = "replicas"
+"""The ``reconcile_log`` queue of lease expiries: key the dead replica, started its last renewal,
+finished the deletion (the database's clock), replica the survivor that deleted it."""
 TRAIN_ROLE, PIPELINE_ROLE = "train", "pipeline"
 MODEL_QUEUES = ("training", "evaluation")
 """Queues whose keys only replicas with the "train" role own."""
@@ -181,7 +190,7 @@ class Fleet:
     ) -> None:
         self.url = url
         self.host = host or socket.gethostname()
-        self.replica_id = f"{self.host}:{os.path.abspath(state_dir)}"
+        self.replica_id = membership.replica_id(self.host, state_dir)
         self.roles = roles
         self.lease_ttl_s = lease_ttl_s
         self.heartbeat_s = heartbeat_s
@@ -190,13 +199,18 @@ class Fleet:
         self._lock_conn = PgConnection(url)  # raises psycopg.OperationalError: checked by db.connect first
         self._model = embedding_model
         self.index: VectorIndex | None = None
-        self.adapters_dir: Path | None = None  # the shared adapter store, on replicas that train
+        self.adapters: AdapterStore | None = None  # the shared adapter store, on replicas that train
         self.queues: dict[str, Any] = {}
         self.replicas: list[membership.Replica] = []
+        self._next_expiry: float | None = None  # seconds after _read_at when the oldest other lease expires
+        self._read_at = 0.0
         self._members: dict[str, list[str]] | None = None  # role -> live replica ids; None: own every key
         self._outbox: dict[str, dict[str, None]] = {}
         self._resync_depth = 0
         self.messages_received = 0
+        #: Called with a document key whose adapter another replica committed, and with None after a
+        #: resync (a commit may have been missed): the daemon's served models re-read the store.
+        self.adapters_changed: Callable[[str | None], None] | None = None
 
     # ------------------------------------------------------------------ ownership
 
@@ -261,9 +275,11 @@ class Fleet:
 
     def audit(self, queue: str, keys: Sequence[str], started: float) -> None:
         """Record the reconcile of ``keys`` (``[fleet] audit``); a failure is logged, never raised."""
+        self._record(queue, keys, started, time.time())
+
+    def _record(self, queue: str, keys: Sequence[str], started: float, finished: float) -> None:
         if not self._audit:
             return
-        finished = time.time()
         try:
             self._lock_conn.executemany(
                 "INSERT INTO reconcile_log (queue, key, replica, started, finished) VALUES (?, ?, ?, ?, ?)",
@@ -303,6 +319,10 @@ class Fleet:
         self.messages_received += 1
         if message.queue == notify.VECTORS:
             self.reload_vectors(message.keys)
+            return
+        if message.queue == notify.ADAPTERS:
+            for key in message.keys if self.adapters_changed is not None else ():
+                self.adapters_changed(key)
             return
         queue = self.queues.get(message.queue)
         if queue is None:
@@ -346,8 +366,15 @@ class Fleet:
     # ------------------------------------------------------------------ lifecycle
 
     def _refresh(self) -> bool:
-        """Read the live replicas; True when the set of owners changed."""
-        self.replicas = membership.live(self._conn, self.lease_ttl_s)
+        """Read the live replicas (deleting expired leases: audited as ``("replicas", dead id)`` rows, from
+        its last renewal to the deletion); True when the set of owners changed."""
+        view = membership.members(self._conn, self.lease_ttl_s)
+        self.replicas = view.replicas
+        self._next_expiry = membership.next_expiry_s(view, self.lease_ttl_s, self.replica_id)
+        self._read_at = time.monotonic()
+        for dead in view.expired:
+            log.warning("fleet.lease_expired", replica=dead.id, after_s=round(dead.deleted - dead.renewed, 3))
+            self._record(REPLICAS_QUEUE, [dead.id], dead.renewed, dead.deleted)
         members = {role: [r.id for r in self.replicas if role in r.roles] for role in (PIPELINE_ROLE, TRAIN_ROLE)}
         for role in self.roles:  # this replica always counts itself, even before its row is visible
             if self.replica_id not in members[role]:
@@ -355,6 +382,15 @@ class Fleet:
         changed = members != self._members
         self._members = members
         return changed
+
+    def _wait_s(self, next_renewal: float) -> float:
+        """Seconds to sleep: until this replica's next renewal (monotonic ``next_renewal``) or until the
+        oldest other lease expires (plus :data:`EXPIRY_MARGIN_S`), whichever comes first."""
+        now = time.monotonic()
+        wait = next_renewal - now
+        if self._next_expiry is not None:
+            wait = min(wait, self._next_expiry - (now - self._read_at) + EXPIRY_MARGIN_S)
+        return max(wait, EXPIRY_MARGIN_S)
 
     async def run(
         self, resync: Callable[[], None], *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -366,7 +402,7 @@ class Fleet:
         """
         membership.register(self._conn, self.replica_id, self.host, os.getpid(), self.roles)
         self._refresh()
-        self.record_adapters()
+        self.set_aside_orphan_adapters()
         log.info("fleet.joined", replica=self.replica_id, roles=self.roles, live=len(self.replicas))
         try:
             async with anyio.create_task_group() as tg:
@@ -380,27 +416,36 @@ class Fleet:
                 membership.leave(self._conn, self.replica_id)
 
     def _resync(self, resync: Callable[[], None], why: str) -> None:
-        """Resync the daemon's keys, the vector index and the adapter records; a failure is logged (the
-        next membership change, reconnect or restart resyncs again), never raised into the fleet's loops."""
+        """Resync the daemon's keys and the vector index, and set aside orphan adapter versions; a failure is
+        logged (the next membership change, reconnect or restart resyncs again), never raised into the
+        fleet's loops."""
         log.info("fleet.resync", why=why, owners={r: len(ids) for r, ids in self.owners().items()})
         try:
             with self.resyncing():
                 resync()
             self.resync_index()
-            self.record_adapters()
+            self.set_aside_orphan_adapters()
+            if self.adapters_changed is not None:
+                self.adapters_changed(None)
         except Exception:
             log.exception("fleet.resync_failed", why=why)
 
     async def _heartbeat(self, resync: Callable[[], None]) -> None:
+        """Renew the lease every ``heartbeat_s``, and look at the live set again the moment the oldest other
+        lease expires, so a dead replica's keys move when its lease ends (not up to a heartbeat later)."""
+        next_renewal = time.monotonic() + self.heartbeat_s
         while True:
-            await anyio.sleep(self.heartbeat_s)
+            await anyio.sleep(self._wait_s(next_renewal))
             try:
-                if not membership.renew(self._conn, self.replica_id):
-                    membership.register(self._conn, self.replica_id, self.host, os.getpid(), self.roles)
+                if time.monotonic() >= next_renewal:
+                    next_renewal = time.monotonic() + self.heartbeat_s
+                    if not membership.renew(self._conn, self.replica_id):
+                        membership.register(self._conn, self.replica_id, self.host, os.getpid(), self.roles)
                 if self._refresh():
                     self._resync(resync, "membership changed")
             except psycopg.Error as exc:
                 log.warning("fleet.heartbeat_failed", error=str(exc).strip()[:300])
+                self._next_expiry = None  # the view is stale: try again at the next renewal
 
     async def _flusher(self) -> None:
         while True:
@@ -451,32 +496,21 @@ class Fleet:
             "messages_received": self.messages_received,
         }
 
-    def record_adapter(self, doc_key: str, version: int, replica: str | None = None) -> None:
-        """Record in ``adapter_commits`` that ``version`` of the adapter ``doc_key`` is committed
-        (idempotent). The shared ``adapters_dir``'s atomic rename is the commit itself; this row follows
-        it, and :meth:`record_adapters` fills in any row a crash in between left out."""
-        self._conn.execute(
-            f"INSERT INTO adapter_commits (document, version, replica, committed_at) VALUES (?, ?, ?, {membership.NOW})"
-            " ON CONFLICT (document, version) DO NOTHING",
-            (doc_key, version, replica or self.replica_id),
-        )
-
-    def record_adapters(self) -> int:
-        """Record every committed version in ``adapters_dir`` that ``adapter_commits`` lacks (level-triggered,
-        run when the replica joins and at each resync); returns how many rows were missing."""
-        if self.adapters_dir is None or not self.adapters_dir.is_dir():
+    def set_aside_orphan_adapters(self) -> int:
+        """Move aside every adapter version directory without an ``adapter_commits`` row (renamed by a replica
+        that died before its COMMIT: never committed, never served); level-triggered, run when the replica
+        joins and at each resync. Returns how many."""
+        if self.adapters is None:
             return 0
-        from learnerd.store.adapters import AdapterStore
-
-        store = AdapterStore(self.adapters_dir)
-        known = {(r[0], r[1]) for r in self._conn.execute("SELECT document, version FROM adapter_commits")}
-        missing = [v for key in store.doc_keys() for v in store.list_versions(key) if (key, v.number) not in known]
-        for version in missing:
-            self.record_adapter(version.doc_key, version.number, replica="recovered")
-        return len(missing)
+        moved = self.adapters.set_aside_orphans()
+        for path in moved:
+            log.warning("fleet.adapter_orphan_set_aside", path=str(path))
+        return len(moved)
 
     def close(self) -> None:
         self._lock_conn.close()
+        if self.adapters is not None:
+            self.adapters.close()
 
 
 def fleet_for(cfg: Any, conn: Any, embedding_model: str) -> Fleet | None:
@@ -500,5 +534,5 @@ def fleet_for(cfg: Any, conn: Any, embedding_model: str) -> Fleet | None:
         embedding_model=embedding_model,
     )
     if cfg.training.enabled:
-        fleet.adapters_dir = cfg.layout.adapters_dir
+        fleet.adapters = adapter_store(cfg)
     return fleet

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 CHANNEL = "learnerd"
 VECTORS = "vectors"
+ADAPTERS = "adapters"
+"""The pseudo-queue of adapter commits: the keys are document keys (sent by the committing transaction)."""
 MAX_PAYLOAD_BYTES = 7900
 """Below PostgreSQL's 8000-byte NOTIFY payload limit."""
 

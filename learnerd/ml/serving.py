@@ -205,6 +205,15 @@ class ServedModels:
         if model is not None:
             self._executor.submit(self._preload, model, version, old)
 
+    def refresh(self, doc_key: str | None = None) -> None:
+        """Forget the version new requests of ``doc_key`` (every document when None) get, so the next one
+        reads the store again: a fleet replica calls this when another replica committed a version."""
+        with self._lock:
+            if doc_key is None:
+                self._current.clear()
+            else:
+                self._current.pop(doc_key, None)
+
     def submit(self, model: ServedModel, messages: Sequence[ChatMessage], params: SamplingParams) -> Job:
         """Admit a chat completion bound to ``model``'s current adapter version and queue it.
 

@@ -18,6 +18,14 @@ crash at any point leaves ``current`` naming the previous complete version; read
 directories, which exist only complete. A staging directory whose writer died (its flock is free) is
 removed by :meth:`AdapterStore.recover` — call it at start-up.
 
+With a :class:`CommitLedger` (a fleet on PostgreSQL, :mod:`learnerd.fleet.ledger`) the ledger's
+transaction is the commit point instead: under the document's lock in that transaction the version
+number is allocated from the ledger's rows, the staging directory is renamed into place, the row is
+recorded, and the transaction commits; if it fails the renamed directory is removed again. Readers
+(:meth:`AdapterStore.list_versions`, :meth:`AdapterStore.current`, :meth:`AdapterStore.resolve`) see only
+versions with a row, so a directory renamed by a replica that died before its COMMIT is never served;
+:meth:`AdapterStore.recover` moves such orphans aside (``versions/.orphan-vNNNN-<epoch s>``).
+
 The store knows nothing of training: it takes a directory and metadata, and gives them back.
 """
 
@@ -30,10 +38,12 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from learnerd.store.atomic import atomic_write_text, fsync_dir, fsync_tree
 
@@ -44,6 +54,7 @@ _VERSION_RE = re.compile(r"^v(\d{4,})$")
 _REF_RE = re.compile(r"^v?(\d+)$")
 _DOC_KEY_RE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}$")
 _STAGING_PREFIX = ".staging-"
+_ORPHAN_PREFIX = ".orphan-"
 
 
 class AdapterStoreError(Exception):
@@ -123,16 +134,53 @@ class Staging:
     path: Path
 
 
+class LedgerTransaction(Protocol):
+    """One open ledger transaction on one document, holding the document's commit lock."""
+
+    @property
+    def versions(self) -> frozenset[int]:
+        """The document's recorded version numbers, read under the lock."""
+        ...
+
+    def record(self, number: int) -> None:
+        """Record ``number`` as committed; it becomes visible when the transaction commits."""
+        ...
+
+
+class CommitLedger(Protocol):
+    """Where adapter versions are recorded as committed, transactionally (a database table).
+
+    Implemented by :class:`learnerd.fleet.ledger.AdapterLedger` over PostgreSQL's ``adapter_commits``.
+    """
+
+    def versions(self, doc_key: str) -> frozenset[int]:
+        """The recorded version numbers of ``doc_key`` (committed transactions only)."""
+        ...
+
+    def transaction(self, doc_key: str, *, wait: bool = True) -> AbstractContextManager[LedgerTransaction | None]:
+        """A transaction holding ``doc_key``'s commit lock (one at a time per document, across processes),
+        committed when the block exits normally and rolled back when it raises; the block gets None
+        when ``wait`` is False and the lock is held elsewhere."""
+        ...
+
+
 def version_name(number: int) -> str:
     """``3`` → ``v0003``."""
     return f"v{number:04d}"
 
 
 class AdapterStore:
-    """Adapters of every document under ``root`` (e.g. ``<state_dir>/adapters``)."""
+    """Adapters of every document under ``root`` (e.g. ``<state_dir>/adapters``); with ``ledger`` (a fleet
+    on PostgreSQL) a version is committed when its ledger row is (see the module docstring)."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], ledger: CommitLedger | None = None) -> None:
         self.root = Path(root)
+        self.ledger = ledger
+
+    def close(self) -> None:
+        """Release the ledger's connection, if any (the store stays usable)."""
+        if self.ledger is not None:
+            self.ledger.close()
 
     def doc_dir(self, doc_key: str) -> Path:
         """``<root>/<doc_key>``. Raises :class:`AdapterStoreError` for a key that is not a safe file name."""
@@ -147,7 +195,20 @@ class AdapterStore:
         return sorted(p.name for p in self.root.iterdir() if p.is_dir() and _DOC_KEY_RE.match(p.name))
 
     def list_versions(self, doc_key: str) -> list[AdapterVersion]:
-        """Complete versions of ``doc_key``, oldest first (empty for an unknown document)."""
+        """Complete versions of ``doc_key``, oldest first (empty for an unknown document); with a ledger,
+        only those it records.
+
+        Raises:
+            psycopg.Error: (with a ledger) the database is unreachable.
+        """
+        found = self._directories(doc_key)
+        if self.ledger is not None and found:
+            recorded = self.ledger.versions(doc_key)
+            found = [v for v in found if v.number in recorded]
+        return found
+
+    def _directories(self, doc_key: str) -> list[AdapterVersion]:
+        """Every ``vNNNN`` directory of ``doc_key``, oldest first, recorded in the ledger or not."""
         versions_dir = self.doc_dir(doc_key) / "versions"
         if not versions_dir.is_dir():
             return []
@@ -159,12 +220,17 @@ class AdapterStore:
         return sorted(found, key=lambda v: v.number)
 
     def current(self, doc_key: str) -> AdapterVersion | None:
-        """The version ``current`` names, or None when nothing was ever committed.
+        """The version ``current`` names, or None when nothing was ever committed. With a ledger: the
+        newest version it records (``current`` is written after each commit, for people to read).
 
         Raises:
             AdapterStoreError: ``current`` names a version that does not exist (never happens
                 through this API; it means someone edited the store by hand).
+            psycopg.Error: (with a ledger) the database is unreachable.
         """
+        if self.ledger is not None:
+            versions = self.list_versions(doc_key)
+            return versions[-1] if versions else None
         pointer = self.doc_dir(doc_key) / CURRENT_FILE
         try:
             name = pointer.read_text(encoding="utf-8").strip()
@@ -225,33 +291,79 @@ class AdapterStore:
         Writes ``metadata.json`` (with ``version`` filled in), fsyncs the whole directory, renames it to
         ``versions/vNNNN`` (N = highest existing + 1), fsyncs ``versions/``, then replaces ``current``.
 
+        With a ledger, N = the highest recorded + 1, and the rename happens inside the ledger's transaction
+        (module docstring): a directory already at ``vNNNN`` is an orphan and is moved aside first; if the
+        transaction fails the renamed directory is removed.
+
         Returns:
             the committed version.
 
         Raises:
             AdapterStoreError: ``staging`` holds no ``adapter_config.json`` (nothing was saved into it).
             OSError: the disk failed; ``current`` is then unchanged.
+            psycopg.Error: (with a ledger) the transaction failed; nothing was committed.
         """
         if not (staging.path / "adapter_config.json").is_file():
             raise AdapterStoreError(f"{staging.path}: no adapter_config.json; save the adapter before committing")
         doc_dir = self.doc_dir(staging.doc_key)
+        if self.ledger is not None:
+            return self._commit_recorded(self.ledger, staging, metadata)
         with self._doc_lock(doc_dir):
             existing = self.list_versions(staging.doc_key)
             number = (existing[-1].number if existing else 0) + 1
-            meta = {**metadata.to_dict(), "version": number}
-            (staging.path / METADATA_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", "utf-8")
-            fsync_tree(staging.path)
-            target = doc_dir / "versions" / version_name(number)
-            os.rename(staging.path, target)
-            fsync_dir(target.parent)
+            target = self._install(staging, metadata, number)
             atomic_write_text(doc_dir / CURRENT_FILE, version_name(number) + "\n")
         return AdapterVersion(staging.doc_key, number, target)
 
+    def _install(self, staging: Staging, metadata: AdapterMetadata, number: int) -> Path:
+        """Write ``metadata.json``, fsync, rename ``staging`` to ``versions/vNNNN``, fsync; returns the path."""
+        meta = {**metadata.to_dict(), "version": number}
+        (staging.path / METADATA_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", "utf-8")
+        fsync_tree(staging.path)
+        target = self.doc_dir(staging.doc_key) / "versions" / version_name(number)
+        os.rename(staging.path, target)
+        fsync_dir(target.parent)
+        return target
+
+    def _commit_recorded(self, ledger: CommitLedger, staging: Staging, metadata: AdapterMetadata) -> AdapterVersion:
+        doc_dir = self.doc_dir(staging.doc_key)
+        target: Path | None = None
+        try:
+            with ledger.transaction(staging.doc_key) as txn:
+                assert txn is not None  # waited for the lock
+                number = max(txn.versions, default=0) + 1
+                orphan = doc_dir / "versions" / version_name(number)
+                if orphan.exists():  # renamed by a commit whose transaction never committed
+                    self._set_aside(orphan)
+                target = self._install(staging, metadata, number)
+                txn.record(number)
+        except BaseException:
+            if target is not None:
+                shutil.rmtree(target, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    fsync_dir(target.parent)
+            raise
+        with contextlib.suppress(OSError):  # informational: readers ask the ledger
+            atomic_write_text(doc_dir / CURRENT_FILE, version_name(number) + "\n")
+        return AdapterVersion(staging.doc_key, number, target)
+
+    @staticmethod
+    def _set_aside(version_dir: Path) -> Path:
+        """Rename an orphan ``vNNNN`` to ``.orphan-vNNNN-<epoch s>`` beside it (listed by no reader)."""
+        aside = version_dir.with_name(f"{_ORPHAN_PREFIX}{version_dir.name}-{time.time_ns() // 1_000_000_000}")
+        os.rename(version_dir, aside)
+        fsync_dir(version_dir.parent)
+        return aside
+
     def recover(self) -> list[Path]:
-        """Remove staging directories whose writer is gone (a crash mid-training). Call at start-up.
+        """Remove staging directories whose writer is gone (a crash mid-training). Call at start-up. With a
+        ledger, also move aside every ``vNNNN`` directory it does not record (:meth:`set_aside_orphans`).
 
         Returns:
-            the directories removed.
+            the directories removed or moved aside.
+
+        Raises:
+            psycopg.Error: (with a ledger) the database is unreachable.
         """
         removed: list[Path] = []
         for doc_key in self.doc_keys():
@@ -264,7 +376,33 @@ class AdapterStore:
                     if entry.is_dir() and _lock_is_free(entry):
                         shutil.rmtree(entry, ignore_errors=True)
                         removed.append(entry)
-        return removed
+        return removed + self.set_aside_orphans()
+
+    def set_aside_orphans(self) -> list[Path]:
+        """(With a ledger) rename every ``vNNNN`` directory without a ledger row — renamed by a commit
+        whose transaction never committed — to ``.orphan-vNNNN-<epoch s>``, under the document's ledger
+        lock (a document whose lock is held, a commit in flight, is left for the next call). Without a
+        ledger: nothing.
+
+        Returns:
+            the orphans' new paths.
+
+        Raises:
+            psycopg.Error: the database is unreachable.
+        """
+        if self.ledger is None:
+            return []
+        moved: list[Path] = []
+        for doc_key in self.doc_keys():
+            if not self._directories(doc_key):
+                continue
+            with self.ledger.transaction(doc_key, wait=False) as txn:
+                if txn is None:
+                    continue
+                for version in self._directories(doc_key):
+                    if version.number not in txn.versions:
+                        moved.append(self._set_aside(version.path))
+        return moved
 
     @contextlib.contextmanager
     def _doc_lock(self, doc_dir: Path) -> Iterator[None]:

@@ -16,6 +16,7 @@ import pytest
 from learnerd.fleet.ownership import owner
 from learnerd.store import db
 from learnerd.store.dlm import read_document
+from tests.integration.test_fleet_parts import TAKEOVER_SLACK_S
 from tests.support.daemon import append_blocks
 from tests.support.daemon_process import DaemonProcess, wait_until
 from tests.support.pipeline import open_store, run_cli, run_once
@@ -157,12 +158,18 @@ def test_three_replicas_share_the_work_take_over_a_killed_one_and_equal_one_sqli
         log_rows = conn.execute("SELECT queue, key, replica, started, finished FROM reconcile_log").fetchall()
     finally:
         conn.close()
+    # Its lease was taken when it ended: deleted by a survivor lease_ttl_s after the victim's last renewal,
+    # plus the slack justified at tests/integration/test_fleet_parts.py::TAKEOVER_SLACK_S (database clock).
+    [(_, _, deleted_by, last_renewal, deleted)] = [r for r in log_rows if r[0] == "replicas"]
+    assert deleted_by != victim_id and TTL_S <= deleted - last_renewal <= TTL_S + TAKEOVER_SLACK_S
     survivors_did = {(q, k) for q, k, r, _, _ in log_rows if r != victim_id}
     assert all(("examples", b) in survivors_did for b in owned_by_victim)
     by_key: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
     for queue, key, replica, started, finished in log_rows:
         by_key.setdefault((queue, key), []).append((started, finished, replica))
     for key, spans in by_key.items():
+        if key[0] == "replicas":
+            continue  # lease expiries, not reconciles
         busy_until, busy_by = -1.0, ""
         for started, finished, replica in sorted(spans):
             assert replica == busy_by or started >= busy_until, f"{key} reconciled by {busy_by} and {replica} at once"

@@ -138,29 +138,6 @@ def test_notify_payloads_stay_under_the_limit_and_parse_back():
         list(notify.payloads("me", "probes", ["x" * 9000]))
 
 
-def test_committed_adapter_versions_are_recorded_and_a_missed_record_is_filled_in(url, tmp_path):
-    from learnerd.store.adapters import AdapterStore
-    from tests.integration.test_store_adapters import _metadata
-
-    store = AdapterStore(tmp_path / "adapters")  # the shared adapters_dir
-    versions = []
-    for _ in range(2):
-        with store.stage("learned") as staging:
-            (staging.path / "adapter_config.json").write_text("{}")
-            versions.append(store.commit(staging, _metadata()))
-    conn = db.connect(url)
-    fleet = Fleet(url, conn, state_dir=tmp_path / "gpu", roles=(PIPELINE_ROLE, TRAIN_ROLE))
-    fleet.adapters_dir = store.root
-    try:
-        fleet.record_adapter("learned", versions[0].number)  # the hook ran for v1; a crash came before v2's row
-        assert fleet.record_adapters() == 1 and fleet.record_adapters() == 0
-        rows = conn.execute("SELECT document, version, replica FROM adapter_commits ORDER BY version").fetchall()
-        assert [tuple(r) for r in rows] == [("learned", 1, fleet.replica_id), ("learned", 2, "recovered")]
-    finally:
-        fleet.close()
-        conn.close()
-
-
 def test_owned_reconcilers_keep_the_reconciler_contract(url, tmp_path):
     from learnerd.runtime.reconcile import BatchReconciler, Reconciler
 
@@ -183,3 +160,52 @@ def test_owned_reconcilers_keep_the_reconciler_contract(url, tmp_path):
     finally:
         fleet.close()
         conn.close()
+
+
+TAKEOVER_TTL_S, TAKEOVER_HEARTBEAT_S = 2.0, 0.9
+TAKEOVER_SLACK_S = 0.25
+"""How late past the lease's end the survivor may delete it: its wake-up margin (0.01 s), one DELETE round
+trip over a local socket (< 0.01 s) and the wake-up latency of a niced process on a loaded 2-core machine
+(tens of ms). Looking only at heartbeat cadence would take the lease ~0.85 s late here (below)."""
+
+
+@pytest.mark.anyio
+async def test_a_dead_replicas_keys_are_taken_over_when_its_lease_ends_not_a_heartbeat_later(url, tmp_path):
+    conn, victim_conn, probe = db.connect(url), db.connect(url), db.connect(url)
+    survivor = Fleet(
+        url, conn, state_dir=tmp_path / "s", lease_ttl_s=TAKEOVER_TTL_S, heartbeat_s=TAKEOVER_HEARTBEAT_S, audit=True
+    )
+    membership.register(victim_conn, "victim", "h2", 2, (PIPELINE_ROLE,))
+    keys = [f"b{i}" for i in range(40)]
+
+    def renewed(replica: str) -> float | None:
+        row = probe.execute("SELECT renewed FROM replicas WHERE id = ?", (replica,)).fetchone()
+        return row[0] if row else None
+
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(survivor.run, lambda: None)
+            victims = [k for k in keys if not survivor.owns("examples", k)]
+            assert victims and len(victims) < len(keys)
+            # The victim's last renewal comes just after one of the survivor's own renewals: a survivor that
+            # looked only at heartbeat cadence would notice the expiry ~0.85 s late (2.0 s = 2 × 0.9 + 0.2).
+            tick = renewed(survivor.replica_id)
+            with anyio.fail_after(10):
+                while renewed(survivor.replica_id) == tick:
+                    await anyio.sleep(0.005)
+            assert membership.renew(victim_conn, "victim")
+            victim_conn.close()  # killed: no renewal after this one
+            with anyio.fail_after(10):
+                while renewed("victim") is not None:
+                    await anyio.sleep(0.05)
+            assert all(survivor.owns("examples", k) for k in victims), "the victim's keys are the survivor's"
+            tg.cancel_scope.cancel()
+        rows = probe.execute("SELECT replica, started, finished FROM reconcile_log WHERE queue = 'replicas'").fetchall()
+    finally:
+        survivor.close()
+        for c in (conn, victim_conn, probe):
+            c.close()
+    # The survivor's audit row: the victim's last renewal and the deletion, both on the database's clock.
+    [(replica, last_renewal, deleted)] = [tuple(r) for r in rows]
+    assert replica == survivor.replica_id
+    assert TAKEOVER_TTL_S <= deleted - last_renewal <= TAKEOVER_TTL_S + TAKEOVER_SLACK_S

@@ -10,10 +10,12 @@ import pytest
 
 from learnerd.store import db
 from learnerd.store.blocks import BlockEvent, Cell, apply_event, get_block, list_block_ids
+from learnerd.store.dlm import read_document
 from learnerd.store.embeddings import delete_vectors, get_metas, iter_vectors, put_vectors
 from learnerd.store.examples import Example, delete_example, get_examples, list_examples, put_example
 from learnerd.store.foyle_traces import PartialTrace, delete_partial_trace, get_partial_trace, put_partial_trace
 from learnerd.store.watermarks import Watermark, delete_watermark, load_watermarks, put_watermark
+from tests.support.documents import qa_document
 from tests.support.pipeline import run_cli
 
 
@@ -114,6 +116,12 @@ def test_an_unreachable_database_is_a_clear_error_and_exit_1(tmp_path):
     with pytest.raises(db.StoreUnavailable, match="cannot reach the database"):
         db.connect(url)
     proc = run_cli("run", "--once", "--no-train", "--state-dir", str(tmp_path / "s"), "--store-url", url, check=False)
+    assert proc.returncode == 1
+    assert "cannot reach the database" in proc.stderr and "Traceback" not in proc.stderr
+    doc = qa_document(tmp_path / "docs" / "notes.dlm", [("q?", "a.")])
+    dlm_id = read_document(doc).frontmatter.dlm_id
+    (tmp_path / "s" / "adapters" / dlm_id / "versions" / "v0001").mkdir(parents=True)  # is it committed? ask
+    proc = run_cli("eval", str(doc), "--state-dir", str(tmp_path / "s"), "--store-url", url, check=False)
     assert proc.returncode == 1
     assert "cannot reach the database" in proc.stderr and "Traceback" not in proc.stderr
 

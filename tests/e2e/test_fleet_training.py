@@ -1,0 +1,124 @@
+"""Training on PostgreSQL, end to end: two real ``learnerd run`` replicas on one PostgreSQL database and one
+shared adapters_dir. The GPU-host replica trains the tiny built-in model on a saved document and commits
+v0001 (its ``adapter_commits`` row and its directory); the CPU front end (``[training] enabled = false``)
+never trains, yet reports that version (``ctl status``'s adapter count) and serves it on its OpenAI
+endpoint, told by the committing transaction's NOTIFY."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from learnerd.fleet.ledger import AdapterLedger
+from learnerd.store import db
+from learnerd.store.adapters import AdapterStore
+from learnerd.store.dlm import read_document
+from tests.qa_pairs import QA_PAIRS
+from tests.support.daemon_process import DaemonProcess, wait_until
+from tests.support.documents import qa_document
+from tests.support.serving import TOKEN, client
+
+pytestmark = pytest.mark.slow
+
+CONFIG = """\
+state_dir = "state"
+log_dirs = ["logs"]
+docs_dirs = ["{docs}"]
+
+[shutdown]
+drain_timeout_s = 60.0
+
+[training]
+enabled = {train}
+debounce_s = 0.3
+num_threads = 1
+niceness = 0
+warm_spare = false
+rescan_interval_s = 1.0
+
+[controllers.evaluation]
+workers = 1
+
+[evaluation]
+null_runs = 0
+max_prompts = 1
+
+[store]
+url = "{url}"
+adapters_dir = "{adapters}"
+
+[fleet]
+host = "{host}"
+lease_ttl_s = 15.0
+heartbeat_s = 3.0
+audit = true
+"""
+
+
+def replica_root(root: Path, models_dir: Path, **fields: str) -> Path:
+    (root / "logs").mkdir(parents=True)
+    (root / "state").mkdir()
+    (root / "state" / "models").symlink_to(models_dir)  # the session's built-in tiny model, built once
+    (root / "learnerd.toml").write_text(CONFIG.format(**fields))
+    return root
+
+
+def served_adapter(url: str) -> str | None:
+    models = {m.id: m for m in client(url).models.list()}
+    return models["notes"].model_extra["learnerd"]["adapter"] if "notes" in models else None
+
+
+def test_a_training_replica_commits_on_postgresql_and_a_front_end_serves_the_version(
+    postgres_url, short_root, models_dir, tiny_model_dir
+):
+    db.migrate(postgres_url)
+    docs, adapters = short_root / "docs", short_root / "adapters"
+    common = {"docs": docs, "url": postgres_url, "adapters": adapters}
+    gpu_root = replica_root(short_root / "gpu", models_dir, train="true", host="gpu-1", **common)
+    web_root = replica_root(short_root / "web", models_dir, train="false", host="web-1", **common)
+    gpu_id, web_id = f"gpu-1:{gpu_root / 'state'}", f"web-1:{web_root / 'state'}"
+
+    gpu = DaemonProcess(gpu_root, "--log-level", "info", name="gpu")
+    web = DaemonProcess(
+        web_root,
+        "--log-level",
+        "info",
+        "--listen-openai",
+        "127.0.0.1:0",
+        name="web",
+        env={"LEARNERD_OPENAI_TOKEN": TOKEN},
+    )
+    try:
+        gpu.wait_ready()
+        web.wait_ready()
+        url = web.client().call("GET", "/status")["endpoints"]["openai"]
+        assert served_adapter(url) is None  # asked before the commit: the front end caches "no adapter"
+
+        doc = qa_document(docs / "notes.dlm", QA_PAIRS[:2], training={"learning_rate": 1e-2, "max_steps": 4})
+        dlm_id = read_document(doc).frontmatter.dlm_id
+        wait_until(lambda: served_adapter(url) == "v0001", timeout=120, what="v0001 served by the front end")
+
+        with psycopg.connect(postgres_url) as conn:
+            commits = conn.execute("SELECT document, version, replica FROM adapter_commits").fetchall()
+            trained_by = conn.execute("SELECT DISTINCT replica FROM reconcile_log WHERE queue = 'training'").fetchall()
+        assert commits == [(dlm_id, 1, gpu_id)]
+        assert trained_by == [(gpu_id,)]  # the front end never trains
+        version_dir = adapters / dlm_id / "versions" / "v0001"
+        assert (version_dir / "adapter_config.json").is_file() and (version_dir / "metadata.json").is_file()
+        reader = AdapterStore(adapters, AdapterLedger(postgres_url, "test"))
+        try:
+            assert reader.current(dlm_id).path == version_dir
+        finally:
+            reader.close()
+        status = web.client().call("GET", "/status")
+        assert status["counts"]["adapters"] == 1 and "training" not in status["controllers"]
+        assert [r["id"] for r in status["fleet"]["replicas"]] == sorted([gpu_id, web_id])
+        for replica in (web, gpu):
+            replica.signal(signal.SIGTERM)
+            assert replica.wait(120) == 0, replica.log_text()[-3000:]
+    finally:
+        web.stop()
+        gpu.stop()
