@@ -174,13 +174,14 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the prompts")
     parser.add_argument("--seconds", type=float, default=10.0, help="search timing per phase")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads of both contenders (0: torch's default)")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch threads of both contenders (0: torch's default, the core count)"
+    )
     args = parser.parse_args()
-    if args.threads:
-        import torch
+    import torch
 
-        torch.set_num_threads(args.threads)
-        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the daemon's torch (the environment is inherited)
+    threads = args.threads or torch.get_num_threads()
+    torch.set_num_threads(threads)  # in process; the daemon gets the same count as [serve] num_threads
     model = args.model
     if "/" in model and not model.startswith("learnerd/") and not Path(model).expanduser().is_dir():
         print(f"no model directory {model}", file=sys.stderr)
@@ -203,6 +204,7 @@ def main() -> None:
         (root / "learnerd.toml").write_text(
             f'state_dir = "state"\nlog_dirs = ["logs"]\ndocs_dirs = ["docs"]\n\n[training]\nenabled = false\n\n'
             f'[serve]\nbase_models = ["{model}"]\nqueue_size = 64\nmax_tokens = {args.max_tokens}\n'
+            f"num_threads = {threads}\n"
         )
         openai_port, search_port = free_port(), free_port()
         repo = str(Path(__file__).resolve().parents[1])  # this checkout's learnerd in the daemon too

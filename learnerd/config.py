@@ -163,6 +163,7 @@ max_tokens = 512             # a request's max_tokens is clamped to this many to
 max_body_bytes = 1048576     # larger request bodies are refused (413)
 rag_k = 0                    # retrieved examples before the last user turn (0 = off; per request: learnerd.rag_k)
 steering = false             # apply `learnerd evolve`'s deltas_best.json of the document's run, when there is one
+num_threads = 0              # torch threads while generating; 0 = the usable cores minus one (at least 1)
 
 [export.foyle]               # foyle's Example protobuf files (<id>.example.binpb), off by default
 dir = ""                     # e.g. "~/.foyle/training"; needs foyle's embedding model (backend "openai")
@@ -515,6 +516,7 @@ class ServeConfig(_Section):
     max_body_bytes: int = Field(1024 * 1024, ge=1024)
     rag_k: int = Field(0, ge=0)
     steering: bool = False
+    num_threads: int = Field(0, ge=0)
 
     _listen = field_validator("listen")(_host_port_or_empty("serve"))
 

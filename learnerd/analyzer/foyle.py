@@ -50,6 +50,7 @@ from typing import Any
 from learnerd.analyzer.fields import MalformedLine, check_type, optional, parse_time, require
 from learnerd.store.blocks import BlockEvent, Cell
 from learnerd.store.foyle_traces import PartialTrace, delete_partial_trace, get_partial_trace, put_partial_trace
+from learnerd.store.locks import lock_for_merge
 
 SOURCE = "foyle"
 
@@ -130,6 +131,7 @@ def _trace_half(conn: sqlite3.Connection, obj: dict[str, Any], kind: str, half: 
     eval_mode = optional(obj, "evalMode", bool, False)
     _validate_half(obj, kind, half)  # refuse a bad half now, not when its partner arrives
     raw = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    lock_for_merge(conn, "foyle_traces", trace_id)  # the other half may be ingested on another host now
     stored = get_partial_trace(conn, trace_id)
     if stored is not None and stored.kind != kind:
         stored = None  # a trace id reused for another kind of trace: the newer line wins

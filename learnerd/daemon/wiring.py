@@ -66,6 +66,7 @@ def served_models(cfg: Config) -> ServedModels:
         cfg.layout.models_dir,
         capacity=cfg.serve.queue_size,
         steering=_best_deltas(cfg.layout.steering_dir / "runs") if cfg.serve.steering else None,
+        num_threads=cfg.serve.num_threads,
     )
 
 

@@ -11,13 +11,7 @@ from __future__ import annotations
 
 import os
 
-
-def usable_cores() -> int:
-    """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+from learnerd.ml.device import usable_cores
 
 
 def choose_threads(requested: int = 0) -> int:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
+from learnerd.store.locks import advisory_lock_id
+
 
 def _weight(replica: str, key: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{replica}\0{key}".encode(), digest_size=8).digest(), "big")
@@ -28,4 +30,4 @@ def owner(key: str, replicas: Sequence[str]) -> str | None:
 
 def lock_id(queue: str, key: str) -> int:
     """The signed 64-bit advisory lock key of ``key`` on ``queue`` (PostgreSQL's ``bigint`` lock space)."""
-    return int.from_bytes(hashlib.blake2b(f"{queue}\0{key}".encode(), digest_size=8).digest(), "big", signed=True)
+    return advisory_lock_id(queue, key)

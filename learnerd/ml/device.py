@@ -7,10 +7,19 @@ else float16; on CPU they are float32. LoRA adapter weights stay float32 (peft's
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from learnerd.config import DEVICE_CHOICES, DEVICE_PATTERN
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity; all of them where that is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 class DeviceError(ValueError):

@@ -15,6 +15,8 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
+from learnerd.store.locks import lock_for_merge
+
 CELL_KINDS = ("markup", "code")
 
 
@@ -111,7 +113,12 @@ def apply_event(conn: sqlite3.Connection, ev: BlockEvent, now: float) -> bool:
 
     Call it inside a transaction (:func:`learnerd.store.db.transaction`) together with the watermark
     of the line the event came from. ``now`` (epoch seconds) becomes ``updated_at`` when the row changes.
+
+    The merge reads the row, then writes it whole: under :func:`learnerd.store.locks.lock_for_merge`, so
+    replicas on several hosts merging events of one block at once (its context logged on one host, its
+    execution on another) take turns on PostgreSQL.
     """
+    lock_for_merge(conn, "blocks", ev.block_id)
     row = conn.execute("SELECT * FROM blocks WHERE id = ?", (ev.block_id,)).fetchone()
     old: dict[str, Any] = dict(row) if row is not None else {}
     new = (

@@ -8,8 +8,8 @@ PostgreSQL spells differently:
 * ``INSERT OR REPLACE INTO t (cols) VALUES (…)`` becomes ``INSERT … ON CONFLICT (primary key) DO UPDATE
   SET col = EXCLUDED.col`` for every other listed column (every caller lists every column, so the row
   ends the same as SQLite's delete-and-insert);
-* ``BEGIN IMMEDIATE`` becomes ``BEGIN`` (PostgreSQL's row locks and MVCC do what SQLite's database
-  lock does).
+* ``BEGIN IMMEDIATE`` becomes ``BEGIN``; where SQLite's database lock serialised a read-merge-write, the
+  store takes an advisory lock first (:func:`learnerd.store.locks.lock_for_merge`).
 
 and :func:`translate_ddl` maps the migration scripts' column types: ``INTEGER`` → ``BIGINT`` (inode
 numbers and byte offsets pass 2³¹), ``REAL`` → ``DOUBLE PRECISION`` (epoch seconds need 53 bits),

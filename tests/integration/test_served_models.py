@@ -27,7 +27,7 @@ QUESTION = [ChatMessage("user", "What is the capital of France?")]
 
 def config(tmp_path: Path, models_dir: Path, **serve) -> Config:
     cfg = Config(state_dir=tmp_path / "state", serve=ServeConfig(**serve))
-    cfg.state_dir.mkdir()
+    cfg.state_dir.mkdir(parents=True)
     (cfg.state_dir / "models").symlink_to(models_dir)
     return cfg
 
@@ -84,5 +84,23 @@ async def test_a_full_queue_refuses_with_a_retry_hint(tmp_path: Path, models_dir
         assert served.pending == 0
         text, _ = await answer(served)  # room again
         assert text
+    finally:
+        served.close()
+
+
+async def test_generation_runs_on_the_serve_thread_count(tmp_path: Path, models_dir: Path):
+    import torch
+
+    from learnerd.ml.device import usable_cores
+
+    default = wiring.served_models(config(tmp_path / "a", models_dir))
+    assert default.num_threads == max(1, usable_cores() - 1)
+    default.close()
+    before = torch.get_num_threads()
+    served = wiring.served_models(config(tmp_path / "b", models_dir, num_threads=before + 1))
+    try:
+        text, _ = await answer(served)
+        assert text and served._executor.submit(torch.get_num_threads).result() == before + 1  # the worker's count
+        assert torch.get_num_threads() == before  # OpenMP keeps the count per thread: this one is untouched
     finally:
         served.close()

@@ -156,3 +156,43 @@ def test_a_nul_character_is_a_malformed_line_on_postgres_and_the_batch_goes_on(p
         assert "NUL" in results[0].reason and list_block_ids(conn) == ["b-ok"]
     finally:
         conn.close()
+
+
+def test_two_replicas_merging_one_block_at_once_lose_nothing(postgres_url):
+    """A block's context ingested by one replica while another ingests its execution: the second merge
+    waits for the first transaction (the per-block advisory lock) and keeps both parts, where a plain
+    read-merge-write would overwrite the context with the empty one it read before the first commit."""
+    import threading
+
+    db.migrate(postgres_url)
+    first, second = db.connect(postgres_url), db.connect(postgres_url)
+    context = BlockEvent("b1", "blocklog", 10.0, context=(Cell("markup", "list files"),))
+    executed = BlockEvent("b1", "blocklog", 11.0, executed=Cell("code", "ls -la", "bash"), exit_code=0)
+    done = threading.Event()
+
+    def other_replica() -> None:
+        with db.transaction(second):
+            apply_event(second, executed, now=101.0)
+        done.set()
+
+    with db.transaction(first):
+        apply_event(first, context, now=100.0)
+        thread = threading.Thread(target=other_replica)
+        thread.start()
+        with psycopg.connect(postgres_url, autocommit=True) as watch:  # the second merge is waiting on a lock
+            waiting = (
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            for _ in range(600):
+                if watch.execute(waiting).fetchone()[0]:
+                    break
+                done.wait(0.05)
+            else:
+                raise AssertionError("the second merge never waited for the first")
+        assert not done.is_set()
+    thread.join(timeout=60)
+    block = get_block(first, "b1")
+    assert block.context and block.context[0].text == "list files"
+    assert block.executed is not None and block.executed.text == "ls -la"
+    first.close()
+    second.close()
