@@ -26,6 +26,7 @@ from learnerd.daemon.app import TRAINING, Daemon
 from learnerd.daemon.logging import current_level, parse_level, set_log_level
 from learnerd.daemon.reload import apply_config
 from learnerd.fleet.ledger import adapter_store
+from learnerd.ml.device import intra_op_threads
 from learnerd.runtime.workqueue import ControllerRateLimiter
 from learnerd.sources.backfill_job import BackfillTracker
 from learnerd.store.atomic import atomic_write_text
@@ -333,8 +334,16 @@ class DaemonControl:
         try:
             with self.daemon.metrics.search_duration.time():
                 hits = await anyio.to_thread.run_sync(
-                    nearest, embedder, self.daemon.index, text, k, limiter=self._search_limiter
+                    _nearest_on_one_thread, embedder, self.daemon.index, text, k, limiter=self._search_limiter
                 )
                 return describe_hits(self.daemon.conn, hits)
         finally:
             self._pending_searches -= 1
+
+
+def _nearest_on_one_thread(embedder: Any, index: Any, text: str, k: int) -> Any:
+    """:func:`~learnerd.store.retrieval.nearest` with one torch intra-op thread: a query is one short text,
+    embedded in milliseconds on one core, and more threads only spin against generation and ingestion
+    (``benchmarks/bench_serve.py``: search p99 while 4 streams generate)."""
+    with intra_op_threads(1):
+        return nearest(embedder, index, text, k)

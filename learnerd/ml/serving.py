@@ -33,7 +33,7 @@ from typing import Any
 import structlog
 
 from learnerd.ml.base_model import BUILTIN_BASE_MODELS, LoadedBase, load_base_model, resolve_base_model
-from learnerd.ml.device import usable_cores
+from learnerd.ml.device import intra_op_threads, usable_cores
 from learnerd.ml.rows import ChatMessage, render_chat
 from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
 
@@ -154,8 +154,8 @@ class ServedModels:
         capacity: jobs queued or generating at once; :meth:`submit` raises :class:`QueueFull` beyond.
         steering: ``(doc_key, tokenizer) -> logits processor or None``, called in the worker thread
             before each generation (e.g. ``learnerd evolve``'s best deltas of the document).
-        num_threads: torch intra-op threads while generating (``torch.set_num_threads`` in the generating
-            thread before each generation; OpenMP keeps the count per thread); 0: the usable cores minus
+        num_threads: torch intra-op threads while generating (set in the generating thread for each
+            generation, :func:`~learnerd.ml.device.intra_op_threads`); 0: the usable cores minus
             one, at least 1 — with every core in OpenMP, the event loop (HTTP, SSE, search) and the client
             compete with spinning workers, and on 2 cores 2 threads stream no faster than 1
             (``benchmarks/bench_serve.py``).
@@ -327,9 +327,8 @@ class ServedModels:
             if not job.cancelled.is_set():
                 base = self._base(job.model)
                 processor = self._logits_processor(job.model, base.loaded.tokenizer)
-                _set_threads(self.num_threads)
                 started = time.perf_counter()
-                with self._activate(base, job.version) as model:
+                with self._activate(base, job.version) as model, intra_op_threads(self.num_threads):
                     finished = _generate(job, model, base, processor)
                 finished.generate_s = time.perf_counter() - started
                 self._recent_job_s = 0.8 * self._recent_job_s + 0.2 * finished.generate_s
@@ -348,13 +347,6 @@ class ServedModels:
         with contextlib.suppress(RuntimeError):  # the event loop is gone (shutdown)
             job.loop.call_soon_threadsafe(self._job_done)
             job.emit(finished)
-
-
-def _set_threads(threads: int) -> None:
-    import torch
-
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
 
 
 @contextlib.contextmanager

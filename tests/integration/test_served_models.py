@@ -89,18 +89,25 @@ async def test_a_full_queue_refuses_with_a_retry_hint(tmp_path: Path, models_dir
 
 
 async def test_generation_runs_on_the_serve_thread_count(tmp_path: Path, models_dir: Path):
-    import torch
-
+    """``[serve] num_threads`` (default: the cores minus one) is the torch thread count during generation,
+    read by a logits processor that runs inside ``generate``."""
     from learnerd.ml.device import usable_cores
 
     default = wiring.served_models(config(tmp_path / "a", models_dir))
     assert default.num_threads == max(1, usable_cores() - 1)
     default.close()
-    before = torch.get_num_threads()
-    served = wiring.served_models(config(tmp_path / "b", models_dir, num_threads=before + 1))
+    seen: list[int] = []
+
+    def record(input_ids, scores):
+        import torch
+
+        seen.append(torch.get_num_threads())
+        return scores
+
+    served = wiring.served_models(config(tmp_path / "b", models_dir, num_threads=3))
+    served._steering = lambda doc_key, tokenizer: record
     try:
         text, _ = await answer(served)
-        assert text and served._executor.submit(torch.get_num_threads).result() == before + 1  # the worker's count
-        assert torch.get_num_threads() == before  # OpenMP keeps the count per thread: this one is untouched
+        assert text and seen and set(seen) == {3}
     finally:
         served.close()
