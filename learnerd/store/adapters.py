@@ -163,6 +163,10 @@ class CommitLedger(Protocol):
         when ``wait`` is False and the lock is held elsewhere."""
         ...
 
+    def close(self) -> None:
+        """Release the ledger's connections (reopened at the next use)."""
+        ...
+
 
 def version_name(number: int) -> str:
     """``3`` → ``v0003``."""
