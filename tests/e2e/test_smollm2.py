@@ -110,11 +110,13 @@ MADE_UP = {  # a tool SmolLM2 has never seen: only the retrieved examples can te
 }
 
 
-def test_retrieved_examples_give_the_answer_the_base_cannot(tmp_path: Path, models_dir: Path):
+def test_retrieved_examples_give_the_answer_the_base_cannot(tmp_path: Path):
     """The OpenAI-compatible endpoint of a real ``learnerd run`` serving a SmolLM2 document (no adapter):
     asked a task of a made-up tool, the base answers with prose; with ``rag_k`` 3 the learned examples go in
     as earlier turns and the answer is the tool's command for this task (a node no example names), exactly."""
-    write_config(tmp_path, models_dir)
+    models = tmp_path / "models"  # its own model cache: the session's holds the built-in models only
+    models.mkdir()
+    write_config(tmp_path, models)
     qa_document(tmp_path / "docs" / "shell.dlm", [("List the pods in the dev namespace", "kubectl get pods -n dev")],
                 base_model="smollm2-135m-instruct")  # fmt: skip
     append_blocks(tmp_path / "logs" / "blocks.jsonl", MADE_UP)
