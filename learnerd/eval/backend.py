@@ -37,6 +37,7 @@ import numpy as np
 from learnerd.ml.base_model import BaseModelRef, load_model_directory
 from learnerd.ml.device import Placement
 from learnerd.ml.divergence import TokenDist
+from learnerd.ml.generate import left_padded
 from learnerd.store.adapters import AdapterVersion, load_adapter
 
 NULL_INIT_SCALE = 0.02
@@ -336,15 +337,13 @@ class View:
         lengths = [len(p) + b for p, b in zip(prompts, max_new_tokens, strict=True)]
         for batch in _batches(lengths, self.backend.batch_tokens):
             self.backend.check_cancelled()
-            width = max(len(prompts[i]) for i in batch)
             pad = self.backend._pad_id
-            input_ids = torch.tensor([[pad] * (width - len(prompts[i])) + list(prompts[i]) for i in batch])
-            mask = torch.tensor([[0] * (width - len(prompts[i])) + [1] * len(prompts[i]) for i in batch])
-            device = self.backend.model.device
+            input_ids, mask = left_padded([prompts[i] for i in batch], pad, self.backend.model.device)
+            width = input_ids.shape[1]
             with torch.no_grad():
                 gen = self.backend.model.generate(
-                    input_ids=input_ids.to(device),
-                    attention_mask=mask.to(device),
+                    input_ids=input_ids,
+                    attention_mask=mask,
                     max_new_tokens=max(max_new_tokens[i] for i in batch),
                     do_sample=False,
                     pad_token_id=pad,

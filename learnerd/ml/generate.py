@@ -18,6 +18,24 @@ class Reply:
     token_ids: tuple[int, ...]
 
 
+def left_padded(prompts: Sequence[Sequence[int]], pad_id: int, device: Any = "cpu") -> tuple[Any, Any]:
+    """``(input_ids, attention_mask)`` of ``prompts`` padded on the left to the longest, int64 tensors of
+    shape ``(len(prompts), longest)`` on ``device`` — the layout HF ``generate`` takes for a batch (it derives
+    the position ids from the mask)."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    input_ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+    return input_ids, mask
+
+
+def generation_eos_ids(model: Any) -> set[int]:
+    """The end-of-sequence ids of ``model.generation_config`` (an int or a list there; empty when unset)."""
+    eos = model.generation_config.eos_token_id
+    return set(eos if isinstance(eos, list) else [eos]) - {None}
+
+
 def chat_turns(prompt: str, *, system: str | None = None, shots: Sequence[tuple[str, str]] = ()) -> list[ChatMessage]:
     """The messages of one question: ``system`` first when given, then each ``(question, answer)`` of
     ``shots`` as an earlier user / assistant turn (few-shot examples, the way foyle's agent passes
@@ -89,19 +107,17 @@ def greedy_replies(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     prompts = [render_chat(tokenizer, list(c), add_generation_prompt=True) for c in conversations]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    eos = model.generation_config.eos_token_id
-    eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
+    eos_ids = generation_eos_ids(model)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     replies: dict[int, Reply] = {}
     for start in range(0, len(order), batch_size):
         batch = order[start : start + batch_size]
-        width = max(len(prompts[i]) for i in batch)
-        input_ids = torch.tensor([[pad_id] * (width - len(prompts[i])) + prompts[i] for i in batch])
-        mask = torch.tensor([[0] * (width - len(prompts[i])) + [1] * len(prompts[i]) for i in batch])
+        input_ids, mask = left_padded([prompts[i] for i in batch], pad_id, model.device)
+        width = input_ids.shape[1]
         with torch.no_grad():
             out = model.generate(
-                input_ids=input_ids.to(model.device),
-                attention_mask=mask.to(model.device),
+                input_ids=input_ids,
+                attention_mask=mask,
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 pad_token_id=pad_id,

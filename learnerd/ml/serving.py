@@ -34,6 +34,7 @@ import structlog
 
 from learnerd.ml.base_model import BUILTIN_BASE_MODELS, LoadedBase, load_base_model, resolve_base_model
 from learnerd.ml.device import intra_op_threads, usable_cores
+from learnerd.ml.generate import generation_eos_ids
 from learnerd.ml.rows import ChatMessage, render_chat
 from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
 
@@ -367,8 +368,7 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
     if context and len(ids) >= context:
         raise PromptTooLong(f"the prompt is {len(ids)} tokens; the model's context is {context} tokens")
     max_new = min(job.params.max_tokens, context - len(ids)) if context else job.params.max_tokens
-    eos = base.loaded.model.generation_config.eos_token_id
-    eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
+    eos_ids = generation_eos_ids(base.loaded.model)
     text = _TextTracker(tokenizer, job.params.stop)
     state = {"prompt_seen": False, "eos": False}
 
