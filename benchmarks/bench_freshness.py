@@ -26,8 +26,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.tldr_to_blocklog import PEER_TLDR, TLDR_INPUT, block_lines, iter_blocks, positive, require_tldr
-from learnerd.config import Config
 from learnerd.daemon.app import Daemon
+from learnerd.daemon.config import Config
 from learnerd.daemon.logging import configure_logging
 from learnerd.ml.embedders import MiniLMEmbedder
 from learnerd.store.vector_index import VectorIndex

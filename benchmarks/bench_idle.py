@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from learnerd.analyzer import Analyzer
 from learnerd.analyzer.blocklog import event_line
-from learnerd.config import AnalyzerConfig
+from learnerd.analyzer.settings import AnalyzerConfig
 from learnerd.daemon.logging import configure_logging
 from learnerd.store.blocks import Cell
 from learnerd.store.db import connect

@@ -158,7 +158,7 @@ class Retriever:
     """learnerd's search over the state's stored vectors (the same calls as ``learnerd search``)."""
 
     def __init__(self, config: Path) -> None:
-        from learnerd.config import load_config
+        from learnerd.daemon.config import load_config
         from learnerd.ml.embedders import make_embedder
         from learnerd.store import db
         from learnerd.store.embeddings import load_index
@@ -230,7 +230,8 @@ def main() -> int:
 
     from learnerd.ml.base_model import BaseModelError, load_model_directory, resolve_base_model
     from learnerd.ml.device import resolve_device
-    from learnerd.store.adapters import AdapterStore, load_adapter
+    from learnerd.ml.loader import load_adapter
+    from learnerd.store.adapters import AdapterStore
     from learnerd.store.dlm import read_document
 
     torch.set_num_threads(args.threads)

@@ -42,10 +42,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import anyio
 
-from learnerd.config import TrainingSettings
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
 from learnerd.ml.cycle import train_cycle
 from learnerd.ml.rows import TrainingRow, document_rows
+from learnerd.ml.settings import TrainingSettings
 from learnerd.ml.train_runner import WarmSpare
 from learnerd.reconcilers.training import TrainingReconciler
 from learnerd.store.adapters import AdapterStore

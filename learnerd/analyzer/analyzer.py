@@ -67,9 +67,9 @@ from watchfiles import Change, awatch
 
 from learnerd.analyzer import ingest
 from learnerd.analyzer.discovery import discover, find_by_inode, is_log_path
+from learnerd.analyzer.settings import AnalyzerConfig
 from learnerd.analyzer.stats import AnalyzerStats, LineProblem, StatsRecorder
 from learnerd.analyzer.tail import Batch, read_batch
-from learnerd.config import AnalyzerConfig
 from learnerd.store.db import transaction
 from learnerd.store.foyle_traces import count_partial_traces
 from learnerd.store.watermarks import (
@@ -115,7 +115,7 @@ class Analyzer:
         log_dirs: directories whose log files are tailed, recursively. They need not exist yet.
         notify: called with a block id after each commit that changed that block; must not block.
             An exception from it is logged and ingestion goes on.
-        config: batch sizes, line limit, polling (:class:`learnerd.config.AnalyzerConfig`).
+        config: batch sizes, line limit, polling (:class:`learnerd.daemon.config.AnalyzerConfig`).
         clock: wall clock in epoch seconds, stamped on changed rows as ``updated_at``.
         registry: prometheus registry for the counters (see :mod:`learnerd.analyzer.stats`);
             None keeps them private.

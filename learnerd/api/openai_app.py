@@ -37,9 +37,9 @@ from learnerd.api.errors import ControlError, Unavailable
 from learnerd.api.health import health_routes
 from learnerd.api.http import Handler, access_log_middleware
 from learnerd.api.openai_models import ChatCompletionRequest, ModelCard, Usage, error_body
+from learnerd.api.settings import ServeConfig
 from learnerd.api.surface import ControlSurface
 from learnerd.api.tcp_endpoints import bearer_middleware
-from learnerd.config import ServeConfig
 from learnerd.ml.base_model import BaseModelError
 from learnerd.ml.rows import ChatMessage
 from learnerd.ml.serving import (

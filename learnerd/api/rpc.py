@@ -67,7 +67,7 @@ from learnerd.api.http import (
     throttle_of,
 )
 from learnerd.api.json_body import parse_json_body
-from learnerd.config import RPC_TOKEN_ENV
+from learnerd.api.settings import RPC_TOKEN_ENV
 from learnerd.sources.probe_inbox import InboxClosed, InboxFull, ProbeInbox
 from learnerd.store.dlm import UnrepresentableError, probe_section
 from learnerd.store.probe_journal import InjectedProbe

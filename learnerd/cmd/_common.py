@@ -6,8 +6,9 @@ import argparse
 import re
 from pathlib import Path
 
-from learnerd.config import Config, ConfigError, Environment, check_directories, find_config, load_config
+from learnerd.daemon.config import Config, Environment, check_directories, find_config, load_config
 from learnerd.daemon.logging import LEVELS, configure_logging, json_choice
+from learnerd.sections import ConfigError
 
 
 class CommandError(Exception):
@@ -40,7 +41,7 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
 
 
 def read_config(args: argparse.Namespace) -> Config:
-    """The config :func:`~learnerd.config.find_config` finds (``--config`` first) with ``--state-dir`` (and
+    """The config :func:`~learnerd.daemon.config.find_config` finds (``--config`` first) with ``--state-dir`` (and
     ``--log-dir`` / ``--docs-dir`` where the command has them) applied. No side effects: a reload calls it
     again, on the file the first call found.
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from learnerd.cmd._common import CommandError
-from learnerd.config import Config
+from learnerd.daemon.config import Config
 
 
 @dataclass(frozen=True)
@@ -82,8 +82,9 @@ def load_document_model(
     from learnerd.fleet.ledger import adapter_store
     from learnerd.ml.base_model import BaseModelError, load_base
     from learnerd.ml.device import DeviceError, resolve_device
+    from learnerd.ml.loader import load_adapter
     from learnerd.store import db
-    from learnerd.store.adapters import AdapterStoreError, load_adapter
+    from learnerd.store.adapters import AdapterStoreError
 
     key = doc_key or document.frontmatter.dlm_id
     hf_logging.disable_progress_bar()  # "Loading weights" bars would interleave with the command's output

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from learnerd.api.settings import RPC_TOKEN_ENV as TOKEN_ENV
+from learnerd.api.settings import parse_host_port
 from learnerd.api.tcp_endpoints import MIN_TOKEN_CHARS
 from learnerd.cmd._common import CommandError
-from learnerd.config import RPC_TOKEN_ENV as TOKEN_ENV
-from learnerd.config import Config, ConfigError, Environment, parse_host_port
+from learnerd.daemon.config import Config, Environment
+from learnerd.sections import ConfigError
 
 
 def add_training_options(parser: argparse.ArgumentParser) -> None:

@@ -27,7 +27,9 @@ from typing import Any
 
 from learnerd.cmd._common import CommandError, add_common_options, apply_logging, load_config_from_args, plain
 from learnerd.cmd._generation import add_generation_options, load_document_model, load_steering_processor, read_dlm
-from learnerd.config import ConfigError, SteeringConfig, config_from_dict
+from learnerd.daemon.config import config_from_dict
+from learnerd.sections import ConfigError
+from learnerd.steering.settings import SteeringConfig
 
 # flag dest -> [steering] key; a flag left out keeps the config's value
 _OVERRIDES = (

@@ -42,9 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def render_config(log_dirs: list[str]) -> str:
     """The text of a new config: ``log_dirs`` and ``docs_dirs`` set, every other key listed, commented out."""
-    from learnerd.config import REFERENCE
+    from learnerd.daemon.config import reference
 
-    reference = "".join(f"# {line}".rstrip() + "\n" for line in REFERENCE.splitlines())
+    reference = "".join(f"# {line}".rstrip() + "\n" for line in reference().splitlines())
     return (
         "# learnerd's configuration, written by `learnerd init`. Every key is optional: the block below lists\n"
         "# them all with their defaults. Relative paths are resolved against this file's directory.\n\n"
@@ -56,7 +56,9 @@ def render_config(log_dirs: list[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from learnerd.config import CONFIG_ENV, ConfigError, ProbesConfig, config_candidates, config_from_dict
+    from learnerd.daemon.config import CONFIG_ENV, config_candidates, config_from_dict
+    from learnerd.reconcilers.settings import ProbesConfig
+    from learnerd.sections import ConfigError
     from learnerd.store.atomic import atomic_write_text
     from learnerd.store.dlm import DocumentError, TrainingConfig, new_document
 

@@ -115,10 +115,11 @@ def service_options(cfg, args: argparse.Namespace):
     """
     import os
 
+    from learnerd.api.settings import OPENAI_TOKEN_ENV, parse_host_port
     from learnerd.api.tcp_endpoints import SEARCH_TOKEN_ENV, TokenError, check_token
     from learnerd.cmd._common import read_config
-    from learnerd.config import OPENAI_TOKEN_ENV, ConfigError, parse_host_port
     from learnerd.daemon.service import ServiceOptions
+    from learnerd.sections import ConfigError
 
     metrics = args.metrics_addr or cfg.admin.metrics_addr
     search = args.listen_search or cfg.admin.search_addr

@@ -38,11 +38,10 @@ def train(args: argparse.Namespace) -> int:
     import anyio
 
     from learnerd.daemon.statelock import StateDirBusy, StateLock
-    from learnerd.daemon.wiring import training_reconciler
     from learnerd.ml.base_model import BaseModelError
     from learnerd.ml.device import DeviceError
     from learnerd.ml.train_runner import TrainingFailed
-    from learnerd.reconcilers.training import DuplicateDocumentError
+    from learnerd.reconcilers.training import DuplicateDocumentError, training_reconciler
     from learnerd.store.dlm import DocumentError, TrainingConfigError
     from learnerd.store.probe_journal import JournalError
     from learnerd.store.state_dir import UnsafeStateDir

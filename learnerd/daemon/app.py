@@ -1,16 +1,20 @@
-"""The daemon's wiring and lifecycle — the one module of ``daemon/`` that imports ``reconcilers/``.
+"""The daemon's wiring and lifecycle — the one module of ``daemon/`` that builds reconcilers (from their specs).
 
-Data flow (DESIGN.md)::
+Data flow (DESIGN.md), as the specs' watches declare it (:mod:`learnerd.reconcilers.spec`)::
 
-    log files ─► Analyzer ─notify(block id)─► "examples" ─► ExamplesReconciler
-                                                              ├─► "embeddings" (example id) ─► EmbeddingsReconciler
-                                                              └─► "probes" (document path) ─► ProbesReconciler
-    committed adapter version ─► "evaluation" (document path) ─► EvaluationReconciler ─(auto_harvest)─► the document
+    log files ─► Analyzer ─BLOCKS(block id)─► "examples" ─► ExamplesReconciler ─EXAMPLES(change)─┐
+        ┌──────────────────────────────────────────────────────────────────────────────────────┘
+        ├─► "embeddings" (example id) ─► EmbeddingsReconciler
+        ├─► "foyle_export" (example id, with [export.foyle] dir) ─► FoyleExportReconciler
+        └─► "probes" (document paths) ─► ProbesReconciler
     .dlm saved / POST /rpc ─► TrainingIntake (watch, debounce, journal) ─► "training" ─► TrainingReconciler
-                                                                          adapter_committed(doc, version) ◄─┘
+        ─ADAPTERS(commit)─► "evaluation" (document path) ─► EvaluationReconciler ─(auto_harvest)─► the document
+                          └► the served models (hot swap)
 
-One SQLite connection and one event loop serve the analyzer and the reconcilers (no transaction is
-held across an ``await``); the embedder and the probes reconciler's file work run in worker threads.
+The table is :data:`learnerd.daemon.controllers.CONTROLLERS`; :meth:`Daemon.notify` fans every producer's
+event out to the specs that watch it. One SQLite connection and one event loop serve the analyzer and the
+reconcilers (no transaction is held across an ``await``); the embedder and the probes reconciler's file
+work run in worker threads.
 
 Start-up is level-triggered, like an informer's initial list: every block id goes on the "examples"
 queue, every example (and every orphan vector) on "embeddings", every routable document on "probes",
@@ -38,12 +42,11 @@ probes reconciler's writes); ``backfill`` never trains.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import structlog
@@ -52,8 +55,9 @@ from prometheus_client import CollectorRegistry
 from learnerd.analyzer.analyzer import Analyzer
 from learnerd.analyzer.stats import AnalyzerStats
 from learnerd.api.rpc import RpcServer
-from learnerd.config import Config
 from learnerd.daemon import wiring
+from learnerd.daemon.config import Config
+from learnerd.daemon.controllers import CONTROLLERS, MODEL_QUEUES, TRAINING
 from learnerd.daemon.metrics import DaemonMetrics
 from learnerd.fleet.fleet import fleet_for
 from learnerd.ml.embedders import Embedder, LazyEmbedder, embedder_dim, embedder_name, make_embedder
@@ -61,8 +65,8 @@ from learnerd.ml.serving import ServedModels
 from learnerd.reconcilers.embeddings import EmbeddingsReconciler
 from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.reconcilers.examples import ExamplesReconciler
-from learnerd.reconcilers.foyle_export import FoyleExportReconciler
-from learnerd.reconcilers.probes import ProbesReconciler
+from learnerd.reconcilers.probes import ProbesReconciler, document_router
+from learnerd.reconcilers.spec import ADAPTERS, BLOCKS, EXAMPLES, AdapterCommit, ControllerSpec, ExampleChange
 from learnerd.reconcilers.training import TrainingReconciler
 from learnerd.runtime.controller import Controller, ControllerStats
 from learnerd.runtime.controller_metrics import ControllerMetrics
@@ -70,65 +74,12 @@ from learnerd.runtime.reconcile import Reconciler
 from learnerd.runtime.workqueue import PrometheusMetricsProvider, RateLimitingQueue, default_controller_rate_limiter
 from learnerd.sources.training_intake import TrainingIntake
 from learnerd.store import db
-from learnerd.store.adapters import AdapterVersion
 from learnerd.store.blocks import count_blocks, list_block_ids
 from learnerd.store.embeddings import count_vectors, load_index
-from learnerd.store.examples import Example, count_examples, get_examples
+from learnerd.store.examples import count_examples, get_examples
 from learnerd.store.state_dir import secure_state_dir
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True)
-class ControllerRow:
-    """One row of the wiring table: a workqueue named ``name``, the reconciler ``build(daemon)`` makes,
-    and the controller that runs it with ``[controllers.<name>]``'s workers, timeout and retries.
-
-    ``stage``: ``"pipeline"`` queues are drained at shutdown, in table order; the ``"training"`` queue is
-    stopped instead (a cycle may run for hours; see the module docstring), and exists only with
-    ``[training] enabled``. ``needs_embedder``: built once the embedder has loaded (ingestion starts
-    before). ``enabled``: an optional row, wired only when it returns True for the config. A reconciler's
-    ``resync_keys()`` is its start-up list; its ``changes`` go into the summary;
-    a :class:`~learnerd.runtime.reconcile.BatchReconciler` is handed batches of its ``batch_size``.
-    """
-
-    name: str
-    build: Callable[[Daemon], Reconciler]
-    stage: Literal["pipeline", "training"] = "pipeline"
-    needs_embedder: bool = False
-    enabled: Callable[[Config], bool] | None = None
-
-
-#: The controllers, in pipeline order (the order the queues drain in). Adding a reconciler: one module
-#: in ``learnerd/reconcilers/`` and one row here (docs/architecture.md).
-CONTROLLERS: tuple[ControllerRow, ...] = (
-    ControllerRow("examples", lambda d: ExamplesReconciler(d.conn, d.cfg.examples, d.example_changed, clock=d.clock)),
-    ControllerRow(
-        "embeddings",
-        lambda d: EmbeddingsReconciler(
-            d.conn, d.require_embedder(), d.index, batch_size=d.cfg.embeddings.batch_size, clock=d.clock
-        ),
-        needs_embedder=True,
-    ),
-    ControllerRow(
-        "foyle_export",
-        lambda d: FoyleExportReconciler(
-            d.conn, Path(d.cfg.export.foyle.dir), embedder_name(d.cfg.embeddings), embedding_wait_s=1.0
-        ),
-        enabled=lambda cfg: bool(cfg.export.foyle.dir),
-    ),
-    ControllerRow("probes", lambda d: wiring.probes_reconciler(d.cfg, d.router)),
-    ControllerRow("evaluation", lambda d: wiring.evaluation_reconciler(d.cfg, on_report=d.metrics.evaluated)),
-    ControllerRow(
-        "training",
-        lambda d: wiring.training_reconciler(d.cfg, on_committed=d.adapter_committed, on_cycle=d.metrics.cycle),
-        stage="training",
-    ),
-)
-#: The always-wired queue names in pipeline order (the order they drain in); optional rows join them when enabled.
-PIPELINE: tuple[str, ...] = tuple(row.name for row in CONTROLLERS if row.stage == "pipeline" and row.enabled is None)
-#: The training queue: not drained at shutdown but stopped (see the module docstring).
-TRAINING = "training"
 
 
 @dataclass
@@ -189,36 +140,39 @@ class Daemon:
         layout = cfg.layout
         secure_state_dir(layout.root)
         self.conn = db.connect(layout.store_target)
-        self.fleet = fleet_for(cfg, self.conn, embedder_name(cfg.embeddings))
+        self.fleet = fleet_for(cfg, self.conn, embedder_name(cfg.embeddings), MODEL_QUEUES)
         self.embedder = embedder
         self.index = load_index(self.conn, embedder_name(cfg.embeddings), embedder_dim(cfg.embeddings))
         if self.fleet is not None:
             self.fleet.index = self.index
-        self.router = wiring.document_router(cfg)
+        self.router = document_router(cfg)
         self._queue_metrics = PrometheusMetricsProvider(self.registry)
         self._controller_metrics = ControllerMetrics(self.registry)
         self.metrics = DaemonMetrics(self.registry)
-        self._rows = [
-            row
-            for row in CONTROLLERS
-            if (row.stage == "pipeline" or cfg.training.enabled) and (row.enabled is None or row.enabled(cfg))
-        ]
+        #: The specs wired in this daemon (training only when enabled, optional ones when enabled), in order.
+        self.specs: tuple[ControllerSpec, ...] = tuple(
+            spec
+            for spec in CONTROLLERS
+            if (spec.stage == "pipeline" or cfg.training.enabled) and (spec.enabled is None or spec.enabled(cfg))
+        )
         #: This daemon's pipeline queues, in drain order.
-        self.pipeline: tuple[str, ...] = tuple(row.name for row in self._rows if row.stage == "pipeline")
+        self.pipeline: tuple[str, ...] = tuple(spec.name for spec in self.specs if spec.stage == "pipeline")
+        #: The daemon's own listeners of a producer's events, beside the specs' watches (see :meth:`notify`).
+        self._listeners: dict[str, list[Callable[[Any], None]]] = {}
         if not cfg.training.enabled and cfg.rpc.listen:
             raise ValueError("the RPC server feeds training; it cannot run with [training] enabled = false")
         if cfg.rpc.listen and not rpc_token:
             raise ValueError("the RPC server needs a bearer token")
-        self.queues: dict[str, RateLimitingQueue[str]] = {row.name: self._queue(row.name) for row in self._rows}
+        self.queues: dict[str, RateLimitingQueue[str]] = {spec.name: self._queue(spec.name) for spec in self.specs}
         self.reconcilers: dict[str, Reconciler] = {}
         self.controllers: dict[str, Controller] = {}
-        for row in self._rows:
-            if not row.needs_embedder:
-                self._wire(row)
+        for spec in self.specs:
+            if not spec.needs_embedder:
+                self._wire(spec)
         self.analyzer = Analyzer(
             self.conn,
             cfg.log_dirs,
-            self.queues["examples"].add,
+            lambda block_id: self.notify(BLOCKS, block_id),
             cfg.analyzer,
             clock=clock,
             registry=self.registry,
@@ -230,6 +184,8 @@ class Daemon:
         self.rpc: RpcServer | None = None
         #: The models of the OpenAI-compatible endpoint (``[serve] listen``), else None.
         self.served: ServedModels | None = wiring.served_models(cfg) if cfg.serve.listen else None
+        if self.served is not None:
+            self.listen(ADAPTERS, self._serve_committed)
         if self.fleet is not None and self.served is not None:
             self.fleet.adapters_changed = self.served.refresh
         if self.training is not None:
@@ -241,12 +197,12 @@ class Daemon:
         )
         return self.fleet.route(queue) if self.fleet is not None else queue  # type: ignore[return-value]
 
-    def _wire(self, row: ControllerRow) -> Controller:
-        reconciler = self.reconcilers[row.name] = row.build(self)
-        c = self.cfg.controller(row.name)
-        controller = self.controllers[row.name] = Controller(
+    def _wire(self, spec: ControllerSpec) -> Controller:
+        reconciler = self.reconcilers[spec.name] = spec.build(self)
+        c = self.cfg.controller(spec.name)
+        controller = self.controllers[spec.name] = Controller(
             self.fleet.own(reconciler) if self.fleet is not None else reconciler,
-            self.queues[row.name],
+            self.queues[spec.name],
             workers=c.workers,
             timeout_s=c.timeout_s,
             max_retries=c.max_retries,
@@ -286,26 +242,26 @@ class Daemon:
     # The reconcilers by their role (None until wired: embeddings waits for the embedder).
     @property
     def examples(self) -> ExamplesReconciler:
-        return self.reconcilers["examples"]  # type: ignore[return-value]
+        return self.reconcilers[ExamplesReconciler.name]  # type: ignore[return-value]
 
     @property
     def embeddings(self) -> EmbeddingsReconciler | None:
-        return self.reconcilers.get("embeddings")  # type: ignore[return-value]
+        return self.reconcilers.get(EmbeddingsReconciler.name)  # type: ignore[return-value]
 
     @property
     def probes(self) -> ProbesReconciler:
-        return self.reconcilers["probes"]  # type: ignore[return-value]
+        return self.reconcilers[ProbesReconciler.name]  # type: ignore[return-value]
 
     @property
     def evaluation(self) -> EvaluationReconciler:
-        return self.reconcilers["evaluation"]  # type: ignore[return-value]
+        return self.reconcilers[EvaluationReconciler.name]  # type: ignore[return-value]
 
     @property
     def training(self) -> TrainingReconciler | None:
         return self.reconcilers.get(TRAINING)  # type: ignore[return-value]
 
     def require_embedder(self) -> Embedder:
-        """The loaded embedder (the embeddings row is built only after it loaded)."""
+        """The loaded embedder (a spec that ``needs_embedder`` is built only after it loaded)."""
         assert self.embedder is not None, "the embeddings controller is wired after the embedder loads"
         return self.embedder
 
@@ -315,36 +271,38 @@ class Daemon:
 
     # ------------------------------------------------------------------ wiring callbacks
 
-    def example_changed(self, example_id: str, old: Example | None, new: Example | None) -> None:
-        """The examples reconciler's hook: re-embed (and re-export) the example, rewrite its old and new documents."""
-        self.queues["embeddings"].add(example_id)
-        if "foyle_export" in self.queues:
-            self.queues["foyle_export"].add(example_id)
-        for example in (old, new):
-            if example is not None:
-                self.queues["probes"].add(str(self.router.route(example)))
+    def notify(self, source: str, event: Any) -> None:
+        """Fan an event of ``source`` (:data:`~learnerd.reconcilers.spec.BLOCKS`, ``EXAMPLES``, ``ADAPTERS``)
+        out: each wired spec watching it gets the keys its watch maps the event to, each listener the event."""
+        for spec in self.specs:
+            for key in spec.keys_for(self, source, event):
+                self.queues[spec.name].add(key)
+        for listener in self._listeners.get(source, ()):
+            listener(event)
 
-    def adapter_committed(self, doc_path: str | os.PathLike[str], version: AdapterVersion) -> None:
-        """The training reconciler's ``on_committed`` hook: evaluate the document's new version, and serve
-        it to new chat completions (``[serve]``; requests in flight finish on the version they started with)."""
-        self.queues["evaluation"].add(str(doc_path))
-        if self.served is not None:
-            self.served.adapter_committed(version, wiring.served_model(doc_path))
+    def listen(self, source: str, listener: Callable[[Any], None]) -> None:
+        """Call ``listener(event)`` for every event of ``source`` (after the specs' queues got their keys)."""
+        self._listeners.setdefault(source, []).append(listener)
+
+    def _serve_committed(self, commit: AdapterCommit) -> None:
+        """Serve a committed version to new chat completions (``[serve]``; requests in flight finish on the
+        version they started with)."""
+        assert self.served is not None
+        self.served.adapter_committed(commit.version, wiring.served_model(commit.doc_path))
 
     def enqueue_blocks(self, block_ids: Iterable[str]) -> int:
         """Put blocks and everything derived from them on their queues; return how many blocks.
 
-        Example id = block id, so the same ids go to "embeddings"; their examples' documents go to
-        "probes". Reconcilers skip what is current, so this is always safe (backfill, resync).
+        Each block is a :data:`~learnerd.reconcilers.spec.BLOCKS` event, and its current example (or its
+        absence) an :data:`~learnerd.reconcilers.spec.EXAMPLES` change from nothing, so every watcher
+        looks again (example id = block id). Reconcilers skip what is current, so this is always safe
+        (backfill, resync).
         """
         ids = list(block_ids)
+        examples = get_examples(self.conn, ids)
         for key in ids:
-            self.queues["examples"].add(key)
-            self.queues["embeddings"].add(key)
-            if "foyle_export" in self.queues:
-                self.queues["foyle_export"].add(key)
-        for example in get_examples(self.conn, ids).values():
-            self.queues["probes"].add(str(self.router.route(example)))
+            self.notify(BLOCKS, key)
+            self.notify(EXAMPLES, ExampleChange(key, None, examples.get(key)))
         return len(ids)
 
     def resync(self) -> None:
@@ -379,9 +337,9 @@ class Daemon:
             else:
                 log.info("loading embedder", backend=self.cfg.embeddings.backend)
                 self.embedder = await anyio.to_thread.run_sync(make_embedder, self.cfg.embeddings)
-        for row in self._rows:
-            if row.needs_embedder:
-                tg.start_soon(self._wire(row).run, name=f"controller-{row.name}")
+        for spec in self.specs:
+            if spec.needs_embedder:
+                tg.start_soon(self._wire(spec).run, name=f"controller-{spec.name}")
 
     async def _serve(self, body: Callable[[anyio.abc.TaskGroup], Any], *, intake: bool) -> None:
         """Start the controllers (and, with ``intake``, the analyzer), run ``body``, then drain."""
@@ -520,7 +478,7 @@ class Daemon:
         """
 
         async def body(tg: anyio.abc.TaskGroup) -> None:
-            base = self.controllers["examples"].stats().reconciles
+            base = self._block_controller().stats().reconciles
             total = self.enqueue_blocks(list_block_ids(self.conn, updated_since=since))
             log.info("backfill", since=since, blocks=total)
             async with anyio.create_task_group() as reporter:
@@ -535,10 +493,14 @@ class Daemon:
         return self.summary()
 
     async def _report_progress(self, base: int, total: int, progress: Callable[[int, int], None]) -> None:
-        examples = self.controllers["examples"]
+        examples = self._block_controller()
         while (done := min(total, examples.stats().reconciles - base)) < total:
             progress(done, total)
             await anyio.sleep(0.1)
+
+    def _block_controller(self) -> Controller:
+        """The controller fed by blocks (the examples controller): a backfill's progress is its reconciles."""
+        return next(self.controllers[s.name] for s in self.specs if any(w.source == BLOCKS for w in s.watches))
 
     def summary(self) -> RunSummary:
         return RunSummary(
@@ -550,8 +512,8 @@ class Daemon:
             analyzer=self.analyzer.stats,
             controllers={name: c.stats() for name, c in self.controllers.items()},
             changes={name: dict(r.changes) for name, r in self.reconcilers.items()},
-            refused_examples=self.probes.refusals() if "probes" in self.reconcilers else [],
-            recall=dict(self.evaluation.recall) if "evaluation" in self.reconcilers else {},
+            refused_examples=self.probes.refusals() if ProbesReconciler.name in self.reconcilers else [],
+            recall=dict(self.evaluation.recall) if EvaluationReconciler.name in self.reconcilers else {},
         )
 
     def close(self) -> None:

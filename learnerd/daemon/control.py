@@ -21,13 +21,14 @@ import structlog
 
 import learnerd
 from learnerd.api.errors import BadRequest, Conflict, NotFound, TooManyRequests, Unavailable
-from learnerd.config import Config, ConfigError
 from learnerd.daemon.app import TRAINING, Daemon
+from learnerd.daemon.config import Config
 from learnerd.daemon.logging import current_level, parse_level, set_log_level
 from learnerd.daemon.reload import apply_config
 from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.device import intra_op_threads
 from learnerd.runtime.workqueue import ControllerRateLimiter
+from learnerd.sections import ConfigError
 from learnerd.sources.backfill_job import BackfillTracker
 from learnerd.store.atomic import atomic_write_text
 from learnerd.store.blocks import count_blocks, list_block_ids

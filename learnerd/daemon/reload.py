@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 from pydantic import BaseModel
 
-from learnerd.config import Config
+from learnerd.daemon.config import Config
 from learnerd.daemon.logging import configure_logging, current_level, json_choice, set_log_level
 from learnerd.runtime.workqueue import ControllerRateLimiter
 

@@ -35,9 +35,9 @@ from learnerd.api.unix_socket import (
     bind_admin_socket,
     remove_admin_socket,
 )
-from learnerd.config import Config
 from learnerd.daemon import sd_notify, wiring
 from learnerd.daemon.app import Daemon, RunSummary
+from learnerd.daemon.config import Config
 from learnerd.daemon.control import DaemonControl
 from learnerd.daemon.logging import adopt_library_loggers
 from learnerd.store.embeddings import count_vectors

@@ -38,7 +38,8 @@ from learnerd.ml.base_model import BaseModelRef, load_model_directory
 from learnerd.ml.device import Placement
 from learnerd.ml.divergence import TokenDist
 from learnerd.ml.generate import left_padded
-from learnerd.store.adapters import AdapterVersion, load_adapter
+from learnerd.ml.loader import load_adapter
+from learnerd.store.adapters import AdapterVersion
 
 NULL_INIT_SCALE = 0.02
 """Standard deviation of a null adapter's ``lora_A`` / ``lora_B`` entries (sway's ``init_scale``)."""

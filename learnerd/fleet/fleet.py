@@ -61,8 +61,6 @@ REPLICAS_QUEUE = "replicas"
 """The ``reconcile_log`` queue of lease expiries: key the dead replica, started its last renewal,
 finished the deletion (the database's clock), replica the survivor that deleted it."""
 TRAIN_ROLE, PIPELINE_ROLE = "train", "pipeline"
-MODEL_QUEUES = ("training", "evaluation")
-"""Queues whose keys only replicas with the "train" role own."""
 
 
 class RoutedQueue:
@@ -187,8 +185,11 @@ class Fleet:
         heartbeat_s: float = 3.0,
         audit: bool = False,
         embedding_model: str = "",
+        model_queues: tuple[str, ...] = (),
     ) -> None:
         self.url = url
+        #: Queues whose keys only replicas with the "train" role own (the controller specs' ``model_work``).
+        self.model_queues = model_queues
         self.host = host or socket.gethostname()
         self.replica_id = membership.replica_id(self.host, state_dir)
         self.roles = roles
@@ -214,11 +215,10 @@ class Fleet:
 
     # ------------------------------------------------------------------ ownership
 
-    @staticmethod
-    def role_of(queue: str) -> str:
-        """The role whose replicas own ``queue``'s keys: "train" for training and evaluation (model work,
-        on the hosts that train), else "pipeline"."""
-        return TRAIN_ROLE if queue in MODEL_QUEUES else PIPELINE_ROLE
+    def role_of(self, queue: str) -> str:
+        """The role whose replicas own ``queue``'s keys: "train" for the model queues (training and
+        evaluation: model work, on the hosts that train), else "pipeline"."""
+        return TRAIN_ROLE if queue in self.model_queues else PIPELINE_ROLE
 
     def owner_of(self, queue: str, key: str) -> str | None:
         """The live replica that owns ``key`` of ``queue`` (this one, before :meth:`run` registers), or
@@ -513,9 +513,10 @@ class Fleet:
             self.adapters.close()
 
 
-def fleet_for(cfg: Any, conn: Any, embedding_model: str) -> Fleet | None:
-    """The :class:`Fleet` of a daemon on ``cfg`` (a :class:`learnerd.config.Config`; None on SQLite: one
-    process, nothing to share); ``embedding_model`` names the vectors its index holds.
+def fleet_for(cfg: Any, conn: Any, embedding_model: str, model_queues: tuple[str, ...] = ()) -> Fleet | None:
+    """The :class:`Fleet` of a daemon on ``cfg`` (a :class:`learnerd.daemon.config.Config`; None on SQLite: one
+    process, nothing to share); ``embedding_model`` names the vectors its index holds; ``model_queues``
+    the queues only "train" replicas own.
 
     Raises:
         psycopg.OperationalError: the lock connection cannot be opened.
@@ -532,6 +533,7 @@ def fleet_for(cfg: Any, conn: Any, embedding_model: str) -> Fleet | None:
         heartbeat_s=cfg.fleet.heartbeat_s,
         audit=cfg.fleet.audit,
         embedding_model=embedding_model,
+        model_queues=model_queues,
     )
     if cfg.training.enabled:
         fleet.adapters = adapter_store(cfg)

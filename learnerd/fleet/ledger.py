@@ -21,16 +21,13 @@ import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from learnerd.fleet import membership, notify
 from learnerd.fleet.ownership import lock_id
 from learnerd.store import db
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.pg import PgConnection
-
-if TYPE_CHECKING:
-    from learnerd.config import Config
 
 LOCK_QUEUE = "adapters"
 """The advisory lock space of adapter commits (distinct from the training queue's reconcile locks)."""
@@ -124,8 +121,8 @@ class AdapterLedger:
                     conn.close()
 
 
-def adapter_store(cfg: Config) -> AdapterStore:
-    """The adapter store of ``cfg`` (a :class:`~learnerd.config.Config`): on PostgreSQL with an
+def adapter_store(cfg: Any) -> AdapterStore:
+    """The adapter store of ``cfg`` (the daemon's :class:`~learnerd.daemon.config.Config`): on PostgreSQL with an
     :class:`AdapterLedger` (recording this replica's id with its commits), else the plain one (SQLite)."""
     layout = cfg.layout
     if not layout.is_postgres:

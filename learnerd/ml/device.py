@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from learnerd.config import DEVICE_CHOICES, DEVICE_PATTERN
+from learnerd.ml.settings import DEVICE_CHOICES, DEVICE_PATTERN
 
 
 def usable_cores() -> int:

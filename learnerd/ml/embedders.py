@@ -14,7 +14,7 @@ from typing import Protocol
 import numpy as np
 import structlog
 
-from learnerd.config import EmbeddingsConfig
+from learnerd.ml.settings import EmbeddingsConfig
 
 log = structlog.get_logger(__name__)
 

@@ -18,6 +18,7 @@ import anyio
 import structlog
 
 from learnerd.ml.embedders import Embedder
+from learnerd.reconcilers.spec import EXAMPLES, ControllerSpec, Watch, Wiring, example_id
 from learnerd.runtime.reconcile import Result
 from learnerd.store import db
 from learnerd.store.embeddings import (
@@ -89,3 +90,23 @@ class EmbeddingsReconciler:
             self.changes.update(embedded=len(stale), deleted=len(gone))
             log.info("embeddings reconciled", embedded=len(stale), deleted=len(gone), batch=len(keys))
         return {k: Result() for k in keys}
+
+
+def _build(wiring: Wiring) -> EmbeddingsReconciler:
+    return EmbeddingsReconciler(
+        wiring.conn,
+        wiring.require_embedder(),
+        wiring.index,
+        batch_size=wiring.cfg.embeddings.batch_size,
+        clock=wiring.clock,
+    )
+
+
+#: Examples → vectors (batched): every changed example is embedded again; built once the embedder loaded.
+SPEC = ControllerSpec(
+    EmbeddingsReconciler.name,
+    _build,
+    defaults={"workers": 1, "timeout_s": 300.0},
+    watches=(Watch(EXAMPLES, example_id),),
+    needs_embedder=True,
+)

@@ -40,22 +40,25 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
 import structlog
 
-from learnerd.config import EvaluationSettings
 from learnerd.eval.harvest import HarvestResult, auto_harvest
 from learnerd.eval.history import adapter_key, report_path, version_reports
 from learnerd.eval.probes.base import EvalOptions
 from learnerd.eval.probes.recall import KIND as RECALL
 from learnerd.eval.probes.recall import normalize
 from learnerd.eval.report import Report, ReportError, Verdict, load_report, write_report
+from learnerd.eval.settings import EvaluationSettings
 from learnerd.eval.suite import evaluate_version, total_steps
 from learnerd.eval.threads import set_torch_threads
+from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.base_model import BaseModelError, resolve_base_model
 from learnerd.ml.device import DeviceError, resolve_device
+from learnerd.reconcilers.spec import ADAPTERS, AdapterCommit, ControllerSpec, Watch, Wiring
 from learnerd.runtime.reconcile import Result, TerminalError
 from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
 from learnerd.store.dlm import Document, DocumentError, read_document
@@ -280,3 +283,30 @@ def stuck_probes(store: AdapterStore, doc_key: str, report: Report, max_failing_
             elif p.verdict == Verdict.FAIL and p.evidence.get("harvested"):
                 counts[name] += 1
     return tuple(sorted(n for n, c in counts.items() if c >= max_failing_cycles))
+
+
+def evaluation_reconciler(cfg: Any, on_report: Callable[[Path, Report], None] | None = None) -> EvaluationReconciler:
+    """The evaluation reconciler of ``cfg`` (the daemon's :class:`~learnerd.daemon.config.Config`;
+    ``on_report``: its metrics hook)."""
+    return EvaluationReconciler(
+        cfg.evaluation,
+        adapters=adapter_store(cfg),
+        models_dir=cfg.layout.models_dir,
+        docs_roots=cfg.layout.docs_roots,
+        broken_document_retry_s=cfg.probes.broken_document_retry_s,
+        on_report=on_report,
+    )
+
+
+def _committed_document(wiring: Wiring, commit: AdapterCommit) -> list[str]:
+    return [str(commit.doc_path)]
+
+
+#: Committed adapter versions → reports: the document of every commit is evaluated (its current version).
+SPEC = ControllerSpec(
+    EvaluationReconciler.name,
+    lambda wiring: evaluation_reconciler(wiring.cfg, on_report=wiring.metrics.evaluated),
+    defaults={"workers": 1, "timeout_s": 3600.0},
+    watches=(Watch(ADAPTERS, _committed_document),),
+    model_work=True,
+)

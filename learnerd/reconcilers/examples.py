@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from learnerd.config import ExamplesConfig
+from learnerd.reconcilers.settings import ExamplesConfig
+from learnerd.reconcilers.spec import BLOCKS, EXAMPLES, ControllerSpec, ExampleChange, Watch, Wiring
 from learnerd.runtime.reconcile import Result
 from learnerd.store import db
 from learnerd.store.blocks import Block, get_block, list_block_ids
@@ -81,7 +82,7 @@ class ExamplesReconciler:
     ``changes`` counts what it did: ``written`` and ``deleted`` examples.
     """
 
-    name = "examples"
+    name = "examples"  # SPEC.name
 
     def __init__(
         self,
@@ -123,3 +124,17 @@ class ExamplesReconciler:
             log.info("example written", new=current is None)
         self._on_change(key, current, desired)
         return Result()
+
+
+def _build(wiring: Wiring) -> ExamplesReconciler:
+    def changed(key: str, old: Example | None, new: Example | None) -> None:
+        wiring.notify(EXAMPLES, ExampleChange(key, old, new))
+
+    return ExamplesReconciler(wiring.conn, wiring.cfg.examples, changed, clock=wiring.clock)
+
+
+#: Blocks → examples: fed by every block the analyzer ingests (block id = example id); its changes feed
+#: every spec watching :data:`~learnerd.reconcilers.spec.EXAMPLES`.
+SPEC = ControllerSpec(
+    ExamplesReconciler.name, _build, defaults={"workers": 2}, watches=(Watch(BLOCKS, lambda w, block_id: [block_id]),)
+)

@@ -17,6 +17,8 @@ from pathlib import Path
 import anyio.to_thread
 import structlog
 
+from learnerd.ml.embedders import embedder_name
+from learnerd.reconcilers.spec import EXAMPLES, ControllerSpec, Watch, Wiring, example_id
 from learnerd.runtime.reconcile import Result
 from learnerd.store import foyle_examples
 from learnerd.store.embeddings import get_vector, text_hash
@@ -68,3 +70,19 @@ class FoyleExportReconciler:
         if await anyio.to_thread.run_sync(foyle_examples.write_if_changed, path, data):
             self.changes["written"] += 1
         return Result()
+
+
+def _build(wiring: Wiring) -> FoyleExportReconciler:
+    cfg = wiring.cfg
+    return FoyleExportReconciler(
+        wiring.conn, Path(cfg.export.foyle.dir), embedder_name(cfg.embeddings), embedding_wait_s=1.0
+    )
+
+
+#: Examples → foyle ``Example`` files, wired only with ``[export.foyle] dir``.
+SPEC = ControllerSpec(
+    FoyleExportReconciler.name,
+    _build,
+    watches=(Watch(EXAMPLES, example_id),),
+    enabled=lambda cfg: bool(cfg.export.foyle.dir),
+)

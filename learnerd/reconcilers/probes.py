@@ -36,11 +36,13 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import anyio.to_thread
 import structlog
 
 from learnerd.ml.recipes import default_training
+from learnerd.reconcilers.spec import EXAMPLES, ControllerSpec, ExampleChange, Watch, Wiring
 from learnerd.runtime.reconcile import Result
 from learnerd.store.db import connect
 from learnerd.store.dlm import (
@@ -265,3 +267,34 @@ def _same_probe(present: Section, wanted: Section) -> bool:
         return present.qa_pairs() == wanted.qa_pairs()
     except DocumentError:
         return False
+
+
+def document_router(cfg: Any) -> DocumentRouter:
+    """Example → document, from ``[probes]`` of ``cfg`` (the daemon's :class:`~learnerd.daemon.config.Config`;
+    relative names under the first docs root)."""
+    return DocumentRouter(cfg.probes.document, cfg.probes.by_language, cfg.layout.docs_base)
+
+
+def probes_reconciler(cfg: Any, router: DocumentRouter | None = None, **hooks: object) -> ProbesReconciler:
+    """The probes reconciler of ``cfg`` (``hooks``: its test hooks, ``before_replace`` / ``monotonic``)."""
+    return ProbesReconciler(
+        router or document_router(cfg),
+        db_path=cfg.layout.store_target,
+        base_model=cfg.probes.base_model,
+        broken_document_retry_s=cfg.probes.broken_document_retry_s,
+        rewrite_interval_s=cfg.probes.rewrite_interval_s,
+        **hooks,  # type: ignore[arg-type]
+    )
+
+
+def _documents_of(wiring: Wiring, change: ExampleChange) -> list[str]:
+    """The documents a changed example left and joined (its old and new routes)."""
+    return [str(wiring.router.route(e)) for e in (change.old, change.new) if e is not None]
+
+
+#: Examples → probe sections: the documents an example left or joined are rewritten.
+SPEC = ControllerSpec(
+    ProbesReconciler.name,
+    lambda wiring: probes_reconciler(wiring.cfg, wiring.router),
+    watches=(Watch(EXAMPLES, _documents_of),),
+)

@@ -32,6 +32,7 @@ moving a document keeps its adapters; two documents claiming the same ``dlm_id``
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -43,7 +44,7 @@ import anyio
 import anyio.to_thread
 import structlog
 
-from learnerd.config import TrainingSettings
+from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.base_model import BaseModelError, resolve_base_model
 from learnerd.ml.cycle import CycleOutcome, ReplayPolicy, train_cycle
 from learnerd.ml.device import DeviceError, resolve_device
@@ -51,7 +52,10 @@ from learnerd.ml.hyperparams import check_trainable
 from learnerd.ml.lora import ProgressEvent
 from learnerd.ml.recipes import default_training, training_config
 from learnerd.ml.rows import TrainingRow, document_rows
+from learnerd.ml.settings import TrainingSettings
 from learnerd.ml.train_runner import TrainingFailed, WarmSpare
+from learnerd.reconcilers.probes import document_router
+from learnerd.reconcilers.spec import ADAPTERS, AdapterCommit, ControllerSpec, Wiring
 from learnerd.runtime.reconcile import Result, TerminalError
 from learnerd.store.adapters import AdapterStore, AdapterVersion
 from learnerd.store.dlm import (
@@ -66,6 +70,7 @@ from learnerd.store.dlm import (
     update_document,
 )
 from learnerd.store.probe_journal import ProbeJournal
+from learnerd.store.routing import DocumentScope
 
 log = structlog.get_logger(__name__)
 
@@ -351,3 +356,51 @@ def _read_rows(path: Path) -> tuple[Document, list[TrainingRow]]:
     """The document and its training rows (blocking: parsing a large document takes a while)."""
     document = read_document(path)
     return document, document_rows(document)
+
+
+def training_reconciler(
+    cfg: Any,
+    on_committed: Callable[[str | os.PathLike[str], AdapterVersion], None] | None = None,
+    on_cycle: Callable[[CycleReport], None] | None = None,
+) -> TrainingReconciler:
+    """The training reconciler of ``cfg`` (the daemon's :class:`~learnerd.daemon.config.Config`): the
+    adapter store (crash leftovers removed first) and the journal of injected probes under the state
+    directory, whose probes may name only documents under ``docs_dirs`` or the ``[rpc] document``
+    (``on_committed``, ``on_cycle``: its hooks).
+
+    Raises:
+        JournalError: the probe journal is damaged, or names a document out of that scope.
+    """
+    layout = cfg.layout
+    router = document_router(cfg)
+    scope = DocumentScope(layout.docs_roots, [router.resolve(cfg.rpc.document or cfg.probes.document)])
+    adapters = adapter_store(cfg)
+    for leftover in adapters.recover():
+        log.warning("removed an adapter version left half-written by a crash", path=str(leftover))
+    return TrainingReconciler(
+        adapters,
+        cfg.training,
+        models_dir=layout.models_dir,
+        journal=ProbeJournal(layout.probe_journal, document_allowed=scope),
+        new_document_base_model=cfg.probes.base_model,
+        on_committed=on_committed,  # type: ignore[arg-type]
+        on_cycle=on_cycle,
+    )
+
+
+def _build(wiring: Wiring) -> TrainingReconciler:
+    def committed(doc_path: str | os.PathLike[str], version: AdapterVersion) -> None:
+        wiring.notify(ADAPTERS, AdapterCommit(doc_path, version))
+
+    return training_reconciler(wiring.cfg, on_committed=committed, on_cycle=wiring.metrics.cycle)
+
+
+#: Documents → adapter versions: fed by the training intake (file watch, debounce, probe inbox), not a
+#: watch; stopped rather than drained at shutdown; its commits feed every spec watching ``ADAPTERS``.
+SPEC = ControllerSpec(
+    TrainingReconciler.name,
+    _build,
+    defaults={"workers": 1, "timeout_s": 6 * 3600.0},
+    stage="training",
+    model_work=True,
+)

@@ -30,7 +30,8 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from learnerd.config import AnalyzerConfig, TrainingSettings
+from learnerd.analyzer.settings import AnalyzerConfig
+from learnerd.ml.settings import TrainingSettings
 from learnerd.ml.train_runner import WarmSpare
 from learnerd.runtime.debounce import Debouncer
 from learnerd.runtime.workqueue import RateLimitingQueue

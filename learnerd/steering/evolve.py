@@ -56,7 +56,6 @@ from typing import Any, Literal
 import structlog
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
-from learnerd.config import EvolutionSettings
 from learnerd.ml.generate import Reply, greedy_reply
 from learnerd.steering.clusters import VocabularyClusters, map_bytes, save_clusters
 from learnerd.steering.judges import Judge
@@ -80,6 +79,7 @@ from learnerd.steering.reflectors import (
     format_messages,
     reflector_messages,
 )
+from learnerd.steering.settings import EvolutionSettings
 from learnerd.store.atomic import atomic_write_bytes, atomic_write_text
 
 log = structlog.get_logger(__name__)

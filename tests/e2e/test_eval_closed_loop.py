@@ -17,8 +17,8 @@ from itertools import pairwise
 import anyio
 import pytest
 
-from learnerd.config import Config
 from learnerd.daemon.app import Daemon
+from learnerd.daemon.config import Config
 from learnerd.eval.history import history
 from learnerd.store.dlm import read_document
 from tests.qa_pairs import QA_PAIRS

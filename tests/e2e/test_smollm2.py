@@ -18,11 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from learnerd.config import Config
-from learnerd.daemon.wiring import evaluation_reconciler
+from learnerd.daemon.config import Config
 from learnerd.eval.report import load_report
 from learnerd.ml.gguf_import import find_smollm2_gguf
-from learnerd.reconcilers.evaluation import exact_recall
+from learnerd.reconcilers.evaluation import evaluation_reconciler, exact_recall
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.conftest import REPO_ROOT, cli_env, learnerd_command

@@ -93,10 +93,11 @@ def test_the_recorded_best_composite_is_reproduced_by_its_deltas(workspace):
 
     from learnerd.ml.base_model import load_base
     from learnerd.ml.generate import greedy_reply
+    from learnerd.ml.loader import load_adapter
     from learnerd.steering.evolve import score
     from learnerd.steering.judges import MatchJudge
     from learnerd.steering.processor import load_steering
-    from learnerd.store.adapters import AdapterStore, load_adapter
+    from learnerd.store.adapters import AdapterStore
 
     base = load_base("learnerd/tiny-llama", cache_dir=workspace.state / "models")
     model = load_adapter(base.model, AdapterStore(workspace.state / "adapters").current(workspace.key))

@@ -11,7 +11,8 @@ import pytest
 
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
 from learnerd.ml.generate import greedy_answer
-from learnerd.store.adapters import AdapterStore, load_adapter
+from learnerd.ml.loader import load_adapter
+from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.qa_pairs import QA_PAIRS
 from tests.support.documents import qa_document

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
-from learnerd.store.adapters import AdapterStore, load_adapter
+from learnerd.ml.loader import load_adapter
+from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.conftest import cli_env, learnerd_command
 from tests.qa_pairs import EXTRA_QA_PAIRS, QA_PAIRS

@@ -8,8 +8,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from learnerd.config import config_from_dict
 from learnerd.daemon.app import Daemon
+from learnerd.daemon.config import config_from_dict
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.qa_pairs import EXTRA_QA_PAIRS, QA_PAIRS

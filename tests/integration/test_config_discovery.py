@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from learnerd.cmd._common import read_config
 from learnerd.cmd.main import build_parser, main
 from learnerd.cmd.run import warn_if_nothing_is_watched
-from learnerd.config import REFERENCE, Config, config_candidates, config_from_dict, load_config
+from learnerd.daemon.config import Config, config_candidates, config_from_dict, load_config, reference
 from learnerd.store.dlm import TrainingConfig, read_document
 
 pytestmark = pytest.mark.usefixtures("restore_log_level")
@@ -86,7 +86,7 @@ def test_init_writes_a_commented_config_and_a_valid_document(homes: Path, capsys
     assert cfg.log_dirs == [homes / "logs"] and cfg.docs_dirs == [target / "docs"]
     lines = config.read_text().splitlines()
     commented = "".join(line.removeprefix("#").removeprefix(" ") + "\n" for line in lines if line.startswith("#"))
-    assert REFERENCE in commented, "every setting is listed, commented out"
+    assert reference() in commented, "every setting is listed, commented out"
 
     doc = read_document(document)
     block = doc.frontmatter.raw["training"]
@@ -112,7 +112,7 @@ def test_init_into_the_xdg_directory_needs_no_flag_next(homes: Path, capsys):
 
 
 def test_the_reference_lists_every_setting_at_its_default(tmp_path: Path):
-    raw = tomllib.loads(REFERENCE)
+    raw = tomllib.loads(reference())
     cfg, defaults = config_from_dict(raw, base=tmp_path), Config()
     for name in Config.model_fields:
         value = getattr(defaults, name)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from learnerd.config import load_config
+from learnerd.daemon.config import load_config
 from learnerd.daemon.logging import current_level, set_log_level
 from learnerd.daemon.service import ServiceOptions
 from tests.support.daemon import running_service

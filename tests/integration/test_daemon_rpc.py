@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from learnerd.api.rpc import MAX_BODY_BYTES, RpcServer
-from learnerd.config import TrainingSettings
+from learnerd.ml.settings import TrainingSettings
 from learnerd.reconcilers.training import TrainingReconciler
 from learnerd.sources.probe_inbox import ProbeInbox
 from learnerd.store.adapters import AdapterStore

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from learnerd.config import ExamplesConfig, config_from_dict
-from learnerd.daemon.wiring import probes_reconciler
+from learnerd.daemon.config import config_from_dict
 from learnerd.reconcilers.examples import judge
+from learnerd.reconcilers.probes import probes_reconciler
+from learnerd.reconcilers.settings import ExamplesConfig
 from learnerd.store.blocks import Block, Cell
 from learnerd.store.db import connect, transaction
 from learnerd.store.dlm import read_document

@@ -10,6 +10,7 @@ import anyio
 import numpy as np
 import pytest
 
+from learnerd.daemon.controllers import MODEL_QUEUES
 from learnerd.fleet import membership, notify
 from learnerd.fleet.fleet import PIPELINE_ROLE, TRAIN_ROLE, Fleet
 from learnerd.fleet.ownership import owner
@@ -62,8 +63,10 @@ def test_leases_expire_and_a_registered_replica_counts_itself(url, tmp_path):
 
 def test_advisory_locks_are_exclusive_and_training_keys_go_only_to_train_replicas(url, tmp_path):
     conns = [db.connect(url) for _ in range(2)]
-    front = Fleet(url, conns[0], state_dir=tmp_path / "front", roles=(PIPELINE_ROLE,))
-    trainer = Fleet(url, conns[1], state_dir=tmp_path / "gpu", roles=(PIPELINE_ROLE, TRAIN_ROLE))
+    front = Fleet(url, conns[0], state_dir=tmp_path / "front", roles=(PIPELINE_ROLE,), model_queues=MODEL_QUEUES)
+    trainer = Fleet(
+        url, conns[1], state_dir=tmp_path / "gpu", roles=(PIPELINE_ROLE, TRAIN_ROLE), model_queues=MODEL_QUEUES
+    )
     try:
         for fleet, conn in ((front, conns[0]), (trainer, conns[1])):
             membership.register(conn, fleet.replica_id, fleet.host, 1, fleet.roles)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from learnerd.analyzer.blocklog import event_line
-from learnerd.config import ExportConfig, FoyleExportConfig
+from learnerd.reconcilers.settings import ExportConfig, FoyleExportConfig
 from learnerd.store.blocks import Cell
 from learnerd.store.foyle_examples import PROTO_ROOT
 from tests.support.daemon import append_blocks, daemon_config, eventually, running_service

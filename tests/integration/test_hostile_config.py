@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from learnerd.cmd.main import main
-from learnerd.config import ConfigError, load_config
+from learnerd.daemon.config import load_config
 from learnerd.daemon.service import ServiceOptions
+from learnerd.sections import ConfigError
 from tests.conftest import cli_env, learnerd_command
 from tests.support.daemon import daemon_config, running_service
 from tests.support.daemon_process import CONFIG, daemon_process, wait_until

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from learnerd.config import config_from_dict
-from learnerd.daemon.wiring import probes_reconciler
+from learnerd.daemon.config import config_from_dict
+from learnerd.reconcilers.probes import probes_reconciler
 from learnerd.store.db import connect, transaction
 from learnerd.store.dlm import QAPair, probe_section, read_document, update_document
 from learnerd.store.examples import Example, delete_example, put_example

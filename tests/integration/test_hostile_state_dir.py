@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from learnerd.config import TrainingSettings
-from learnerd.daemon import wiring
 from learnerd.daemon.app import Daemon
 from learnerd.daemon.statelock import StateLock
+from learnerd.ml.settings import TrainingSettings
+from learnerd.reconcilers.training import training_reconciler
 from learnerd.store.probe_journal import JournalError
 from learnerd.store.state_dir import UnsafeStateDir
 from tests.conftest import cli_env, learnerd_command
@@ -110,14 +110,14 @@ def test_case9_a_journaled_document_outside_the_document_roots_is_refused(tmp_pa
     outside = tmp_path / "etc" / "cron.dlm"
     journal.write_text(_journal_line(str(inside), "Inside?") + _journal_line(str(outside)).replace("f" * 32, "e" * 32))
     with pytest.raises(JournalError, match=rf"injected-probes\.jsonl:2: .*{re.escape(str(outside))}"):
-        wiring.training_reconciler(cfg)
+        training_reconciler(cfg)
     escaped = cfg.docs_dirs[0] / ".." / "escaped.dlm"  # in a docs dir by name only
     journal.write_text(_journal_line(str(escaped)))
     with pytest.raises(JournalError, match=r"escaped\.dlm"):
-        wiring.training_reconciler(cfg)
+        training_reconciler(cfg)
 
     journal.write_text(_journal_line(str(inside), "Inside?"))
-    reconciler = wiring.training_reconciler(cfg)  # within docs_dirs: accepted
+    reconciler = training_reconciler(cfg)  # within docs_dirs: accepted
     assert reconciler.journal is not None
     assert [p.prompt for p in reconciler.journal.pending()] == ["Inside?"]
     reconciler.journal.close()

@@ -17,10 +17,11 @@ import structlog
 
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
 from learnerd.ml.cycle import plan_cycle, train_cycle
+from learnerd.ml.loader import load_adapter
 from learnerd.ml.lora import train_lora
 from learnerd.ml.rows import TrainingRow
 from learnerd.ml.train_runner import TrainingFailed, WarmSpare
-from learnerd.store.adapters import AdapterStore, load_adapter
+from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import TrainingConfig
 from tests.conftest import cli_env
 from tests.qa_pairs import EXTRA_QA_PAIRS, QA_PAIRS

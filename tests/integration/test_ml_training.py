@@ -13,9 +13,10 @@ import torch
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
 from learnerd.ml.cycle import ReplayPolicy, plan_cycle, train_cycle
 from learnerd.ml.generate import greedy_answer
+from learnerd.ml.loader import load_adapter
 from learnerd.ml.lora import rows_loss, train_lora
 from learnerd.ml.rows import TrainingRow
-from learnerd.store.adapters import AdapterStore, load_adapter
+from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import TrainingConfig
 from tests.qa_pairs import EXTRA_QA_PAIRS, QA_PAIRS
 

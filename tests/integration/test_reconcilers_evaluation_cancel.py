@@ -7,11 +7,11 @@ import anyio
 import pytest
 import structlog
 
-from learnerd.config import Config
-from learnerd.daemon.wiring import evaluation_reconciler
+from learnerd.daemon.config import Config
 from learnerd.eval.history import report_path
 from learnerd.eval.probes.base import EvalOptions
 from learnerd.eval.suite import total_steps
+from learnerd.reconcilers.evaluation import evaluation_reconciler
 from learnerd.store.adapters import AdapterStore
 from tests.qa_pairs import QA_PAIRS
 from tests.support.evaluation import qa_document, state_with_models

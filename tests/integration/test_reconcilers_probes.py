@@ -9,9 +9,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from learnerd.config import config_from_dict
-from learnerd.daemon.wiring import probes_reconciler
-from learnerd.reconcilers.probes import ProbesReconciler
+from learnerd.daemon.config import config_from_dict
+from learnerd.reconcilers.probes import ProbesReconciler, probes_reconciler
 from learnerd.runtime.reconcile import Result
 from learnerd.store.db import connect, transaction
 from learnerd.store.dlm import QAPair, read_document
@@ -181,7 +180,7 @@ def test_a_save_by_a_persons_editor_during_the_write_loses_neither_change(tmp_pa
 
 @pytest.mark.parametrize("bad", [{"by_language": {"python": 3}}, {"document": ""}, {"broken_document_retry_s": 0}])
 def test_probes_config_is_validated(tmp_path: Path, bad: dict) -> None:
-    from learnerd.config import ConfigError
+    from learnerd.sections import ConfigError
 
     with pytest.raises(ConfigError, match="probes"):
         config_from_dict({"probes": bad}, base=tmp_path)

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from learnerd.config import TrainingSettings
+from learnerd.ml.settings import TrainingSettings
 from learnerd.reconcilers.training import TrainingReconciler
 from learnerd.runtime.reconcile import Result, TerminalError
 from learnerd.store.adapters import AdapterStore

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from learnerd.config import Config, ServeConfig
+from learnerd.api.settings import ServeConfig
 from learnerd.daemon import wiring
+from learnerd.daemon.config import Config
 from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.rows import ChatMessage
 from learnerd.ml.serving import Delta, QueueFull, SamplingParams, ServedModel

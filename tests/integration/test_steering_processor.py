@@ -11,6 +11,7 @@ import torch
 
 from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.generate import greedy_reply
+from learnerd.ml.loader import load_adapter
 from learnerd.steering.clusters import eos_token_ids, load_or_build_clusters
 from learnerd.steering.processor import (
     ClusterBiasProcessor,
@@ -19,7 +20,7 @@ from learnerd.steering.processor import (
     processor_for,
     write_steering,
 )
-from learnerd.store.adapters import AdapterStore, load_adapter
+from learnerd.store.adapters import AdapterStore
 from tests.qa_pairs import QA_PAIRS
 from tests.support.steering import one_thread, trained_document
 

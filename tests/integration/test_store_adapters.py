@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from learnerd.ml.base_model import load_model_directory
+from learnerd.ml.loader import load_adapter
 from learnerd.ml.lora import attach_lora
 from learnerd.store import adapters as adapters_module
-from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterStoreError, load_adapter
+from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterStoreError
 from learnerd.store.dlm import TrainingConfig
 from tests.conftest import cli_env
 

@@ -14,7 +14,7 @@ import anyio
 import structlog
 
 from learnerd.analyzer import Analyzer
-from learnerd.config import AnalyzerConfig
+from learnerd.analyzer.settings import AnalyzerConfig
 from learnerd.store.db import connect
 
 

@@ -15,9 +15,11 @@ import aiohttp
 import anyio
 
 from learnerd.analyzer.blocklog import event_line
-from learnerd.config import AnalyzerConfig, Config, TrainingSettings
+from learnerd.analyzer.settings import AnalyzerConfig
 from learnerd.daemon.app import Daemon
+from learnerd.daemon.config import Config
 from learnerd.daemon.service import Service, ServiceOptions
+from learnerd.ml.settings import TrainingSettings
 from learnerd.store.blocks import Cell
 
 

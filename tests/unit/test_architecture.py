@@ -44,7 +44,10 @@ def test_the_layers_hold() -> None:
     [
         ("store/atomic.py", "from learnerd.daemon import app", "layers"),
         ("api/errors.py", "from learnerd.daemon import control", "layers"),
-        ("runtime/debounce.py", "from learnerd import config", "runtime is independent"),
+        ("runtime/debounce.py", "from learnerd import sections", "runtime is independent"),
+        ("api/search.py", "from learnerd.reconcilers import probes", "api imports neither reconcilers nor daemon"),
+        ("store/atomic.py", "import torch", "nothing else imports torch"),
+        ("analyzer/tail.py", "from peft import PeftModel", "nothing else imports torch"),
     ],
 )
 def test_a_forbidden_import_breaks_a_contract(tmp_path: Path, module: str, forbidden: str, contract: str) -> None:

@@ -4,7 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from learnerd.config import ConfigError, load_config
+from learnerd.daemon.config import Config, load_config
+from learnerd.daemon.controllers import CONTROLLERS
+from learnerd.reconcilers.settings import ControllerConfig
+from learnerd.sections import ConfigError
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -34,9 +37,17 @@ def test_a_controller_section_keeps_the_defaults_it_does_not_mention(tmp_path):
 
 
 def test_a_controller_table_must_name_a_controller(tmp_path):
-    names = "examples, embeddings, probes, evaluation, training"
+    names = "examples, embeddings, foyle_export, probes, evaluation, training"
     with pytest.raises(ConfigError, match=rf"\[controllers.custom\].*{names}"):
         load_config(write(tmp_path, "[controllers.custom]\nworkers = 3\n"))
+
+
+@pytest.mark.parametrize("spec", CONTROLLERS, ids=lambda spec: spec.name)
+def test_every_controller_spec_is_configurable_and_starts_from_its_defaults(tmp_path, spec):
+    cfg = load_config(write(tmp_path, f"[controllers.{spec.name}]\nworkers = 3\n"))
+    expected = ControllerConfig(**{**spec.defaults, "workers": 3})
+    assert cfg.controller(spec.name) == expected
+    assert Config().controller(spec.name) == ControllerConfig(**spec.defaults)
 
 
 @pytest.mark.parametrize(

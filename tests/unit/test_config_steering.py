@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from learnerd.config import ConfigError, SteeringConfig, config_from_dict
+from learnerd.daemon.config import config_from_dict
+from learnerd.sections import ConfigError
+from learnerd.steering.settings import SteeringConfig
 
 
 def test_defaults():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from learnerd.config import config_from_dict
+from learnerd.daemon.config import config_from_dict
 from learnerd.daemon.reload import diff_configs, is_live_setting
 
 
@@ -23,9 +23,7 @@ def test_diff_names_every_changed_setting_by_its_dotted_key(tmp_path: Path) -> N
     changed = diff_configs(old, new)
     assert changed == {
         "controllers.examples.timeout_s": (60.0, 9.0),
-        "controllers.probes.max_retries": (None, 15),
-        "controllers.probes.timeout_s": (None, 60.0),
-        "controllers.probes.workers": (None, 1),
+        "controllers.probes.workers": (2, 1),
         "log_dirs": ([str(tmp_path / "logs")], [str(tmp_path / "logs"), str(tmp_path / "more")]),
         "probes.by_language": ({}, {"python": "py.dlm"}),
         "workqueue.qps": (10.0, 2.0),

@@ -7,8 +7,9 @@ import re
 import pytest
 import torch
 
-from learnerd.config import Config, ConfigError, load_config
+from learnerd.daemon.config import Config, load_config
 from learnerd.ml.device import DeviceError, check_device, resolve_device
+from learnerd.sections import ConfigError
 
 NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
 

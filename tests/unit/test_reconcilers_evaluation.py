@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from learnerd.config import Config
-from learnerd.daemon.wiring import evaluation_reconciler
+from learnerd.daemon.config import Config
 from learnerd.eval.history import REPORT_FILE
 from learnerd.eval.report import ProbeResult, Report, Score, Verdict, write_report
-from learnerd.reconcilers.evaluation import stuck_probes
+from learnerd.reconcilers.evaluation import evaluation_reconciler, stuck_probes
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.support.evaluation import DLM_ID, commit_version

@@ -1,7 +1,7 @@
 import pytest
 
-from learnerd.config import ExamplesConfig
 from learnerd.reconcilers.examples import ExamplesReconciler, judge, query_of
+from learnerd.reconcilers.settings import ExamplesConfig
 from learnerd.runtime.reconcile import Result
 from learnerd.store import db
 from learnerd.store.blocks import Block, BlockEvent, Cell, apply_event, get_block

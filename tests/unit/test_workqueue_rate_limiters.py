@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from learnerd.config import WorkqueueConfig
+from learnerd.reconcilers.settings import WorkqueueConfig
 from learnerd.runtime.workqueue import (
     BucketRateLimiter,
     FakeClock,

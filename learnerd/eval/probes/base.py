@@ -16,10 +16,10 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from learnerd.config import EvaluationSettings
 from learnerd.eval.backend import DifferentialBackend, View
 from learnerd.eval.inputs import DocumentInputs
 from learnerd.eval.report import ProbeResult, Verdict
+from learnerd.eval.settings import EvaluationSettings
 
 FOLLOW_UPS: tuple[str, ...] = (
     "Please go on.",

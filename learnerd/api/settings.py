@@ -1,0 +1,114 @@
+"""The HTTP surfaces' sections: ``[admin]`` (metrics, search), ``[rpc]`` (live probe injection) and
+``[serve]`` (the OpenAI-compatible endpoint), their addresses' grammar and their tokens' variables."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from learnerd.sections import ConfigError, Section
+
+RPC_TOKEN_ENV = "LEARNERD_PROBE_TOKEN"
+"""The environment variable holding the RPC server's bearer token (dlm's is ``DLM_PROBE_TOKEN``)."""
+
+OPENAI_TOKEN_ENV = "LEARNERD_OPENAI_TOKEN"
+"""The environment variable holding the OpenAI-compatible endpoint's bearer token."""
+
+
+def parse_host_port(text: str, where: str = "address") -> tuple[str, int]:
+    """``"127.0.0.1:9464"`` → ``("127.0.0.1", 9464)``; ``"[::1]:9464"`` → ``("::1", 9464)``. Port 0 lets
+    the kernel choose a free port (``learnerd ctl status`` shows which).
+
+    Raises:
+        ConfigError: not ``HOST:PORT`` with a port in 0..65535.
+    """
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{where} must be HOST:PORT (e.g. 127.0.0.1:9464), not {text!r}")
+    return host, int(port)
+
+
+def _host_port_or_empty(section: str) -> Callable[..., Any]:
+    """A field validator: ``""`` or a valid ``HOST:PORT``."""
+
+    def check(cls: type, value: str, info: ValidationInfo) -> str:
+        if value:
+            parse_host_port(value, f"{section}.{info.field_name}")
+        return value
+
+    return classmethod(check)  # type: ignore[return-value]
+
+
+class AdminConfig(Section):
+    """The admin socket is always <state_dir>/learnerd.sock.
+
+    The optional TCP endpoints beside the admin socket, and limits on what requests may ask.
+    """
+
+    metrics_addr: str = ""
+    """HOST:PORT serving GET /metrics over TCP ("" = off); --metrics-addr"""
+    search_addr: str = ""
+    """HOST:PORT serving POST /search over TCP behind a bearer token; --listen-search"""
+    max_body_bytes: int = Field(64 * 1024, ge=1024)
+    """request bodies larger than this are refused (413)"""
+    max_k: int = Field(100, ge=1)
+    """the largest k a search may ask for"""
+
+    _addresses = field_validator("metrics_addr", "search_addr")(_host_port_or_empty("admin"))
+
+
+class RpcConfig(Section):
+    """Live probe injection (dlm's inject_probe); --listen-rpc HOST:PORT.
+
+    The probe-injection RPC server (``learnerd.api.rpc``). ``listen`` is ``HOST:PORT`` (empty: off).
+    """
+
+    listen: str = ""
+    """HOST:PORT; empty: no RPC server. The token is $LEARNERD_PROBE_TOKEN"""
+    document: str = ""
+    """the document injected probes go to; empty: the [probes] document"""
+    capacity: int = Field(1000, ge=1)
+    """probes accepted but not yet written into the document; beyond: HTTP 429"""
+
+    _listen = field_validator("listen")(_host_port_or_empty("rpc"))
+
+    def address(self) -> tuple[str, int] | None:
+        """``(host, port)`` of ``listen``, or None when the server is off."""
+        return parse_host_port(self.listen, "rpc.listen") if self.listen else None
+
+
+class ServeConfig(Section):
+    """OpenAI-compatible serving (learnerd.api.openai_app); --listen-openai HOST:PORT.
+
+    Serves through :mod:`learnerd.ml.serving`; sizes in tokens and bytes.
+    """
+
+    listen: str = ""
+    """HOST:PORT; empty: off. Bearer token $LEARNERD_OPENAI_TOKEN (required off loopback)"""
+    base_models: list[str] = Field(default_factory=list)
+    """base models listed besides the documents' bases ([] = the [probes] base)"""
+    queue_size: int = Field(16, ge=1)
+    """chat completions queued or generating; beyond: HTTP 429 with Retry-After"""
+    max_tokens: int = Field(512, ge=1)
+    """a request's max_tokens is clamped to this many tokens"""
+    max_body_bytes: int = Field(1024 * 1024, ge=1024)
+    """larger request bodies are refused (413)"""
+    rag_k: int = Field(0, ge=0)
+    """retrieved examples before the last user turn (0 = off; per request: learnerd.rag_k)"""
+    steering: bool = False
+    """apply `learnerd evolve`'s deltas_best.json of the document's run, when there is one"""
+    num_threads: int = Field(0, ge=0)
+    """torch threads while generating; 0 = the usable cores minus one (at least 1)"""
+
+    _listen = field_validator("listen")(_host_port_or_empty("serve"))
+
+    @field_validator("base_models")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        if not all(value):
+            raise ValueError("serve.base_models: names must not be empty")
+        return value

@@ -1,0 +1,98 @@
+"""The reconcilers' sections: ``[examples]``, ``[probes]``, ``[export.foyle]``, and how their controllers run
+(``[workqueue]``'s rate limiter, ``[controllers.NAME]``: workers, timeout, retries)."""
+
+from __future__ import annotations
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from learnerd.sections import Section, relative_to_the_file
+
+
+class ExamplesConfig(Section):
+    """How blocks become examples (learnerd.reconcilers.examples)."""
+
+    learn_only_corrections: bool = False
+    """foyle's original rule: learn only when executed != generated"""
+    max_query_chars: int = Field(2000, ge=1)
+    """longer contexts are cut to their last this many characters"""
+
+
+class ProbesConfig(Section):
+    """Where learned examples become ### Q !probe sections."""
+
+    document: str = Field("learned.dlm", min_length=1)
+    """relative to the first docs_dirs entry (else <state_dir>/docs), or absolute"""
+    by_language: dict[str, str] = Field(default_factory=dict)
+    """example language -> document, e.g. { python = "python.dlm" }"""
+    base_model: str = Field("learnerd/tiny-llama", min_length=1)
+    """base_model of a document learnerd creates: built-in or a local HF model dir"""
+    broken_document_retry_s: float = Field(60.0, gt=0)
+    """re-check a document that does not parse this often"""
+    rewrite_interval_s: float = Field(1.0, ge=0)
+    """a document is rewritten at most this often: a burst of examples is one write"""
+
+    @field_validator("by_language")
+    @classmethod
+    def _no_empty_document(cls, value: dict[str, str]) -> dict[str, str]:
+        if not all(value.values()):
+            raise ValueError("probes.by_language: document names must not be empty")
+        return value
+
+
+class WorkqueueConfig(Section):
+    """client-go's DefaultControllerRateLimiter.
+
+    Rate-limiter settings of every workqueue; defaults are client-go's ``DefaultControllerRateLimiter``.
+    """
+
+    base_delay_s: float = Field(0.005, gt=0)
+    """a failed key's first backoff; it doubles with each failure ..."""
+    max_delay_s: float = Field(1000.0, gt=0)
+    """... up to this many seconds"""
+    qps: float = Field(10.0, gt=0)
+    """the token bucket shared by all keys: requeues per second ..."""
+    burst: int = Field(100, ge=1)
+    """... and its burst"""
+
+    @model_validator(mode="after")
+    def _delays_ordered(self) -> WorkqueueConfig:
+        if self.base_delay_s > self.max_delay_s:
+            raise ValueError(
+                f"workqueue: need base_delay_s <= max_delay_s, not {self.base_delay_s} > {self.max_delay_s}"
+            )
+        return self
+
+
+class ControllerConfig(Section):
+    """One table per controller; its defaults come from the reconciler's spec.
+
+    One ``[controllers.NAME]`` table per reconciler spec (:data:`learnerd.daemon.controllers.CONTROLLERS`).
+    """
+
+    workers: int = Field(2, ge=1)
+    """keys reconciled at once"""
+    timeout_s: float = Field(60.0, gt=0)
+    """a reconcile running longer is cancelled and requeued with backoff"""
+    max_retries: int = Field(15, ge=0)
+    """failures of one key before it is dropped (logged and counted)"""
+
+
+class FoyleExportConfig(Section):
+    """foyle's Example protobuf files (<id>.example.binpb), off by default.
+
+    A relative ``dir`` is resolved against the config file's directory.
+    """
+
+    dir: str = ""
+    """e.g. "~/.foyle/training"; needs foyle's embedding model (backend "openai")"""
+
+    @field_validator("dir")
+    @classmethod
+    def _dir_relative_to_the_file(cls, value: str, info: ValidationInfo) -> str:
+        return relative_to_the_file(value, info)
+
+
+class ExportConfig(Section):
+    """Copies of the learned examples in other tools' formats."""
+
+    foyle: FoyleExportConfig = Field(default_factory=FoyleExportConfig)

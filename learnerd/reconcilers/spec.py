@@ -1,0 +1,120 @@
+"""A reconciler's controller spec: how the daemon builds, runs, feeds and drains it — declared once, beside
+the reconciler, after controller-runtime's builder (``For``, ``Watches(source, EnqueueRequestsFromMapFunc)``).
+
+Every reconciler module exports one :class:`ControllerSpec` as ``SPEC``; the daemon's table
+(:data:`learnerd.daemon.controllers.CONTROLLERS`) is the tuple of them, and everything else derives from
+it: the queue and the controller (``[controllers.NAME]`` starts from ``defaults``), the allowed
+``[controllers.NAME]`` tables, the start-up resync (the reconciler's ``resync_keys()``), the drain order
+(the tuple's order), the fleet's model queues (``model_work``), and the fan-out of changes (``watches``).
+
+The producers a spec may watch (the ``source`` of a :class:`Watch`) and the events they emit:
+
+* :data:`BLOCKS` — a block id (``str``): a block was ingested by the analyzer, or listed by a backfill;
+* :data:`EXAMPLES` — an :class:`ExampleChange`: the examples reconciler wrote or deleted an example
+  (a backfill emits one with ``old = None`` and the current example for every listed block);
+* :data:`ADAPTERS` — an :class:`AdapterCommit`: the training reconciler committed an adapter version.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from learnerd.runtime.reconcile import Reconciler
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from learnerd.ml.embedders import Embedder
+    from learnerd.store.adapters import AdapterVersion
+    from learnerd.store.examples import Example
+    from learnerd.store.routing import DocumentRouter
+    from learnerd.store.vector_index import VectorIndex
+
+BLOCKS = "blocks"
+"""The producer of block ids: the analyzer's intake and a backfill's listing."""
+EXAMPLES = "examples"
+"""The producer of :class:`ExampleChange` events: the examples reconciler (and a backfill)."""
+ADAPTERS = "adapters"
+"""The producer of :class:`AdapterCommit` events: the training reconciler."""
+
+
+@dataclass(frozen=True)
+class ExampleChange:
+    """An example was written or deleted: ``old`` before, ``new`` after (None: absent)."""
+
+    example_id: str
+    old: Example | None
+    new: Example | None
+
+
+@dataclass(frozen=True)
+class AdapterCommit:
+    """An adapter version of the document at ``doc_path`` was committed."""
+
+    doc_path: str | os.PathLike[str]
+    version: AdapterVersion
+
+
+class Wiring(Protocol):
+    """What a spec's ``build`` and a watch's ``keys`` may use: the daemon's shared parts.
+
+        ``cfg`` is the daemon's composed :class:`learnerd.daemon.config.Config` (a reconciler reads its own
+        sections from it and passes explicit values to its constructor); ``notify(source, event)`` fans an event
+        out to every spec watching ``source`` (and to the daemon's own listeners); ``metrics`` is the daemon's
+    :class:`learnerd.daemon.metrics.DaemonMetrics` (``evaluated(path, report)``, ``cycle(report)``).
+    """
+
+    cfg: Any
+    conn: sqlite3.Connection
+    clock: Callable[[], float]
+    router: DocumentRouter
+    index: VectorIndex
+    metrics: Any
+
+    def require_embedder(self) -> Embedder: ...
+
+    def notify(self, source: str, event: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class Watch:
+    """``keys(wiring, event)``: the keys of the watching controller that an event of ``source`` makes stale
+    (controller-runtime's ``EnqueueRequestsFromMapFunc``)."""
+
+    source: str
+    keys: Callable[[Wiring, Any], Iterable[str]]
+
+
+@dataclass(frozen=True)
+class ControllerSpec:
+    """One controller: ``name`` (the one spelling: its queue, its ``[controllers.NAME]`` table, its metrics'
+    label, its ``changes`` in the run summary), ``build(wiring)`` its reconciler, ``defaults`` the
+    :class:`~learnerd.reconcilers.settings.ControllerConfig` keys it starts from, ``watches`` what feeds it.
+
+    ``stage``: ``"pipeline"`` queues are drained at shutdown, in the table's order; ``"training"`` is stopped
+    instead (a cycle may run for hours) and exists only with ``[training] enabled``. ``needs_embedder``:
+    built once the embedder has loaded (ingestion starts before). ``enabled(cfg)``: an optional controller,
+    wired only when it returns True. ``model_work``: in a fleet, only replicas with the "train" role own its
+    keys (they load models).
+    """
+
+    name: str
+    build: Callable[[Wiring], Reconciler]
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    watches: tuple[Watch, ...] = ()
+    stage: Literal["pipeline", "training"] = "pipeline"
+    needs_embedder: bool = False
+    enabled: Callable[[Any], bool] | None = None
+    model_work: bool = False
+
+    def keys_for(self, wiring: Wiring, source: str, event: Any) -> list[str]:
+        """The keys an event of ``source`` puts on this controller's queue (none when it does not watch it)."""
+        return [key for watch in self.watches if watch.source == source for key in watch.keys(wiring, event)]
+
+
+def example_id(wiring: Wiring, change: ExampleChange) -> list[str]:
+    """A :class:`Watch` map: the changed example's own id (its vector, its export file)."""
+    return [change.example_id]

@@ -1,0 +1,41 @@
+"""The ground floor of the settings: the base of every config section, :class:`ConfigError` and path resolution.
+
+Each subsystem declares its own sections in a ``settings.py`` beside its code (``store/``, ``ml/``,
+``analyzer/``, ``fleet/``, ``eval/``, ``steering/``, ``reconcilers/``, ``api/``); the daemon's config module
+(:mod:`learnerd.daemon.config`) composes them into the file's layout, loads TOML and generates the commented
+reference from the fields' own docstrings. A setting is declared once: its field, its range, its docstring.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo
+
+
+class ConfigError(ValueError):
+    """Raised for an unreadable config file, an unknown key or a value of the wrong type or range."""
+
+
+class Section(BaseModel):
+    """A config table: unknown keys refused, no type coercion (TOML's int may stand for a float), no nan/inf.
+
+    The docstring under each field is its description in the generated reference (pydantic's
+    ``use_attribute_docstrings``); the first line of a section's own docstring heads its table there.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, use_attribute_docstrings=True)
+
+
+def resolve_path(raw: str, base: Path) -> Path:
+    """``raw`` with ``~`` and ``$VARS`` expanded, made absolute against ``base`` (the config file's directory)."""
+    p = Path(os.path.expandvars(os.path.expanduser(raw)))
+    return p if p.is_absolute() else (base / p).resolve()
+
+
+def relative_to_the_file(value: str, info: ValidationInfo) -> str:
+    """A field validator's body for a path setting: ``value`` resolved against the config file's directory
+    (the validation context's ``base``); unchanged when empty or when there is no file."""
+    base = (info.context or {}).get("base")
+    return str(resolve_path(value, base)) if value and base is not None else value
