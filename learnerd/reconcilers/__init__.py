@@ -1,1 +1,2 @@
-"""Level-triggered, idempotent reconcilers: one module each (examples, embeddings, probes, training, evaluation)."""
+"""Level-triggered, idempotent reconcilers, one module each (examples, embeddings, foyle_export, probes,
+evaluation, training), each exporting its controller spec (``SPEC``, :mod:`learnerd.reconcilers.spec`)."""

@@ -129,7 +129,7 @@ NOBODY = 65534
 
 
 def _client_as_nobody(socket_path: Path) -> str:
-    """The admin client's error message when run as uid nobody (a forked child; see test_daemon_admin)."""
+    """The admin client's error message when run as uid nobody (a forked child; see test_api_admin)."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
