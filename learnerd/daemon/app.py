@@ -55,9 +55,9 @@ from prometheus_client import CollectorRegistry
 from learnerd.analyzer.analyzer import Analyzer
 from learnerd.analyzer.stats import AnalyzerStats
 from learnerd.api.rpc import RpcServer
-from learnerd.daemon import wiring
+from learnerd.daemon import controllers, wiring
 from learnerd.daemon.config import Config
-from learnerd.daemon.controllers import CONTROLLERS, MODEL_QUEUES, TRAINING
+from learnerd.daemon.controllers import MODEL_QUEUES, TRAINING
 from learnerd.daemon.metrics import DaemonMetrics
 from learnerd.fleet.fleet import fleet_for
 from learnerd.ml.embedders import Embedder, LazyEmbedder, embedder_dim, embedder_name, make_embedder
@@ -152,7 +152,7 @@ class Daemon:
         #: The specs wired in this daemon (training only when enabled, optional ones when enabled), in order.
         self.specs: tuple[ControllerSpec, ...] = tuple(
             spec
-            for spec in CONTROLLERS
+            for spec in controllers.CONTROLLERS
             if (spec.stage == "pipeline" or cfg.training.enabled) and (spec.enabled is None or spec.enabled(cfg))
         )
         #: This daemon's pipeline queues, in drain order.
@@ -478,7 +478,7 @@ class Daemon:
         """
 
         async def body(tg: anyio.abc.TaskGroup) -> None:
-            base = self._block_controller().stats().reconciles
+            base = self.block_controller().stats().reconciles
             total = self.enqueue_blocks(list_block_ids(self.conn, updated_since=since))
             log.info("backfill", since=since, blocks=total)
             async with anyio.create_task_group() as reporter:
@@ -493,12 +493,12 @@ class Daemon:
         return self.summary()
 
     async def _report_progress(self, base: int, total: int, progress: Callable[[int, int], None]) -> None:
-        examples = self._block_controller()
+        examples = self.block_controller()
         while (done := min(total, examples.stats().reconciles - base)) < total:
             progress(done, total)
             await anyio.sleep(0.1)
 
-    def _block_controller(self) -> Controller:
+    def block_controller(self) -> Controller:
         """The controller fed by blocks (the examples controller): a backfill's progress is its reconciles."""
         return next(self.controllers[s.name] for s in self.specs if any(w.source == BLOCKS for w in s.watches))
 

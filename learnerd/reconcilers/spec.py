@@ -92,7 +92,8 @@ class Watch:
 class ControllerSpec:
     """One controller: ``name`` (the one spelling: its queue, its ``[controllers.NAME]`` table, its metrics'
     label, its ``changes`` in the run summary), ``build(wiring)`` its reconciler, ``defaults`` the
-    :class:`~learnerd.reconcilers.settings.ControllerConfig` keys it starts from, ``watches`` what feeds it.
+    :class:`~learnerd.reconcilers.settings.ControllerConfig` keys it starts from, ``watches`` what feeds it,
+    ``key_kind`` what its keys are (in messages: "block id", "document path").
 
     ``stage``: ``"pipeline"`` queues are drained at shutdown, in the table's order; ``"training"`` is stopped
     instead (a cycle may run for hours) and exists only with ``[training] enabled``. ``needs_embedder``:
@@ -109,6 +110,7 @@ class ControllerSpec:
     needs_embedder: bool = False
     enabled: Callable[[Any], bool] | None = None
     model_work: bool = False
+    key_kind: str = "document path"
 
     def keys_for(self, wiring: Wiring, source: str, event: Any) -> list[str]:
         """The keys an event of ``source`` puts on this controller's queue (none when it does not watch it)."""

@@ -144,6 +144,11 @@ class Controller:
         return self._reconciler.name
 
     @property
+    def workers(self) -> int:
+        """How many workers reconcile at once (``[controllers.NAME] workers``)."""
+        return self._workers
+
+    @property
     def queue(self) -> RateLimitingQueue[str]:
         return self._queue
 

@@ -44,6 +44,7 @@ class SteeringConfig(EvolutionSettings):
     reflector_base_url: str = ""
     """"" = the openai client's default (api.openai.com)"""
     reflector_model: str = "gpt-4o"
+    """the reflector endpoint's model name"""
     reflector_max_attempts: int = Field(3, ge=1)
     """requests per iteration before an invalid reply is an error"""
     offline_step: float = Field(1.0, gt=0)
@@ -51,7 +52,9 @@ class SteeringConfig(EvolutionSettings):
     judge: Literal["match", "llm"] = "match"
     """or "llm" (an OpenAI-compatible endpoint judges each answer)"""
     judge_base_url: str = ""
+    """"" = the openai client's default (api.openai.com)"""
     judge_model: str = "gpt-4o"
+    """the judge endpoint's model name"""
     numeric_tolerance: float = Field(0.01, ge=0, lt=1)
     """relative tolerance of the match judge's number comparison"""
     api_key_env: str = "OPENAI_API_KEY"

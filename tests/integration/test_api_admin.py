@@ -12,8 +12,8 @@ import pytest
 import structlog
 from prometheus_client.parser import text_string_to_metric_families
 
-from learnerd.daemon.app import PIPELINE
 from learnerd.daemon.config import load_config
+from learnerd.daemon.controllers import PIPELINE
 from learnerd.daemon.logging import configure_logging, current_level
 from learnerd.daemon.service import ServiceOptions
 from learnerd.store.examples import count_examples

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from learnerd.analyzer.blocklog import event_line
+from learnerd.daemon.app import Daemon
+from learnerd.daemon.config import config_from_dict
 from learnerd.reconcilers.settings import ExportConfig, FoyleExportConfig
 from learnerd.store.blocks import Cell
 from learnerd.store.foyle_examples import PROTO_ROOT
@@ -82,3 +84,18 @@ async def test_examples_are_foyle_example_files(short_root: Path, minilm, foyle_
 
 async def _async(value: bool) -> bool:
     return value
+
+
+def test_the_export_controller_takes_its_controllers_table(tmp_path: Path, minilm):
+    raw = {
+        "state_dir": "state",
+        "log_dirs": ["logs"],
+        "training": {"enabled": False},
+        "export": {"foyle": {"dir": "foyle"}},
+        "controllers": {"foyle_export": {"workers": 3}},
+    }
+    daemon = Daemon(config_from_dict(raw, base=tmp_path), embedder=minilm)
+    try:
+        assert daemon.controllers["foyle_export"].workers == 3
+    finally:
+        daemon.close()

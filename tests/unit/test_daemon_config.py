@@ -1,13 +1,17 @@
 """The TOML config: defaults, path resolution, refusals, and per-controller defaults kept."""
 
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
-from learnerd.daemon.config import Config, load_config
+from learnerd.daemon.config import Config, load_config, reference
 from learnerd.daemon.controllers import CONTROLLERS
 from learnerd.reconcilers.settings import ControllerConfig
 from learnerd.sections import ConfigError
+from tests.conftest import REPO_ROOT
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -78,3 +82,44 @@ def test_evaluation_calibration_and_threads(tmp_path):
     for bad in ('calibration = "mine"', "num_threads = -1"):
         with pytest.raises(ConfigError, match="evaluation"):
             load_config(write(tmp_path, f"[evaluation]\n{bad}\n"))
+
+
+def _fields(model: type[BaseModel], prefix: str = "") -> dict[str, Any]:
+    """Every setting of ``model`` as ``"table.key": FieldInfo``, nested sections walked."""
+    out: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            out.update(_fields(annotation, f"{prefix}{name}."))
+        elif name != "path" and name != "controllers":
+            out[f"{prefix}{name}"] = info
+    for spec in CONTROLLERS if not prefix else ():
+        out.update({f"controllers.{spec.name}.{k}": v for k, v in ControllerConfig.model_fields.items()})
+    return out
+
+
+def _keys(table: dict[str, Any], prefix: str = "") -> set[str]:
+    keys: set[str] = set()
+    for key, value in table.items():
+        if isinstance(value, dict) and key != "by_language":
+            keys |= _keys(value, f"{prefix}{key}.")
+        else:
+            keys.add(f"{prefix}{key}")
+    return keys
+
+
+def test_the_reference_is_generated_from_every_field_and_its_docstring():
+    fields = _fields(Config)
+    assert _keys(tomllib.loads(reference())) == set(fields), "one line per setting, nothing else"
+    undocumented = sorted(key for key, info in fields.items() if not info.description)
+    assert undocumented == [], "each setting's docstring is its description in the reference"
+    for key, info in fields.items():
+        assert " ".join(info.description.split())[:40] in " ".join(reference().split()), key
+
+
+def test_the_documented_reference_is_the_generated_one():
+    documented = (REPO_ROOT / "docs" / "config-reference.toml").read_text()
+    assert documented == reference(), (
+        "docs/config-reference.toml is stale: python -c 'from learnerd.daemon.config import reference; "
+        'print(reference(), end="")\' > docs/config-reference.toml'
+    )
