@@ -171,7 +171,7 @@ class Retriever:
     def shots(self, text: str) -> list[tuple[str, str]]:
         from learnerd.store.retrieval import describe_hits, nearest
 
-        hits = describe_hits(self.conn, nearest(self.embedder, self.index, text, RAG_K))
+        hits = describe_hits(self.conn, nearest(self.embedder, self.index, text, RAG_K), RAG_K)
         return [(h["query"], h["answer"]) for h in reversed(list(hits))]  # the best example nearest the prompt
 
 

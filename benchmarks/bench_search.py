@@ -15,7 +15,7 @@ Measured, interleaved in rounds so both see the same machine load:
   the JSON answer — HTTP, the peer-uid check, JSON, the hop to a worker thread, the embedding, the
   faiss search, the SQLite lookup of the hits;
 * **baseline**: the same embedder model, the same padded index and the same SQLite lookup, called
-  directly in this process (``describe_hits(conn, nearest(embedder, index, text, k))``).
+  directly in this process (``describe_hits(conn, nearest(embedder, index, text, k), k)``).
 
 The ratio daemon / baseline is the serving overhead. Queries are descriptions of held-out tldr
 examples (pages not ingested). Run: ``python benchmarks/bench_search.py`` (``--help`` for knobs).
@@ -173,7 +173,7 @@ def main() -> None:
         assert status["counts"]["indexed"] == args.total, status["counts"]
 
         def baseline(text: str) -> list[str]:
-            return [h["id"] for h in describe_hits(conn, nearest(embedder, index, text, args.k))]
+            return [h["id"] for h in describe_hits(conn, nearest(embedder, index, text, args.k), args.k)]
 
         async def measure() -> tuple[list[float], list[float], int]:
             import aiohttp

@@ -1,7 +1,12 @@
 """Log files → blocks (foyle TN005): watermarked tailing and one module per input format.
 
-The daemon uses :class:`Analyzer` (see :mod:`learnerd.analyzer.analyzer`); writers of learnerd's own
-block-log format use :func:`learnerd.analyzer.blocklog.event_line`.
+Each format is a :class:`~learnerd.analyzer.reader.Reader` (the contract: :mod:`learnerd.analyzer.reader`)
+in its own module — :mod:`~learnerd.analyzer.blocklog` (learnerd's block log), :mod:`~learnerd.analyzer.foyle`
+(foyle's raw logs), :mod:`~learnerd.analyzer.own_log` (learnerd's own log lines, skipped) — listed in
+:data:`learnerd.analyzer.registry.READERS`; every reader's block events end in one intake
+(:mod:`learnerd.analyzer.ingest`). The daemon uses :class:`Analyzer` (see
+:mod:`learnerd.analyzer.analyzer`); writers of learnerd's own block-log format use
+:func:`learnerd.analyzer.blocklog.event_line`.
 """
 
 from learnerd.analyzer.analyzer import Analyzer, Notify

@@ -1,10 +1,15 @@
 """The analyzer: tails every log file in the configured directories and turns lines into blocks
 (foyle TN005 "continuous log processing", with TN006's ``notifier`` callback).
 
+The analyzer knows the JSON-lines framing (files, lines, byte-offset watermarks), not the formats:
+each line goes through :func:`learnerd.analyzer.ingest.ingest_line` to the reader in
+:data:`learnerd.analyzer.registry.READERS` that detects it.
+
 Guarantees:
 
 - **Exactly-once ingestion, crash-safe.** Lines are read in bounded batches (``batch_max_lines`` /
-  ``batch_max_bytes``); each batch's block rows, partial foyle traces and the file's watermark
+  ``batch_max_bytes``); each batch's block rows, the records its readers keep pending (half foyle
+  traces) and the file's watermark
   (path, inode, byte offset, line count, fingerprint) commit in one SQLite transaction. A crash at
   any moment (``kill -9``) loses nothing and duplicates nothing: a restart resumes at the last
   committed watermark, and re-merging an event is a no-op anyway.
@@ -28,7 +33,7 @@ Guarantees:
   transaction is held across an ``await``.
 - **Bad input never stops ingestion.** Malformed lines (bad UTF-8, bad JSON, missing or ill-typed
   fields, and any exception a line causes: see :func:`learnerd.analyzer.ingest.ingest_line`),
-  unknown event types, oversized lines (skipped unread) and unjoinable foyle traces are counted and
+  unknown event types, oversized lines (skipped unread) and unjoinable traces are counted and
   logged (one structlog event each, with ``file`` and ``line``), and the next line is read; the last
   malformed line is kept in the stats for ``ctl status``. Valid JSON from another program (runme's
   ``level``/``ts``/``msg`` lines) and a whole-file JSON document (a pretty-printed ``.json``: its
@@ -50,7 +55,6 @@ every ``poll_interval_s``.
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import stat
@@ -66,12 +70,13 @@ from prometheus_client import CollectorRegistry
 from watchfiles import Change, awatch
 
 from learnerd.analyzer import ingest
-from learnerd.analyzer.discovery import discover, find_by_inode, is_log_path
+from learnerd.analyzer.discovery import JSON_DOCUMENT_REASON, discover, find_by_inode, is_json_document, is_log_path
+from learnerd.analyzer.reader import SKIPPED, UNJOINABLE
+from learnerd.analyzer.registry import pending_records
 from learnerd.analyzer.settings import AnalyzerConfig
 from learnerd.analyzer.stats import AnalyzerStats, LineProblem, StatsRecorder
 from learnerd.analyzer.tail import Batch, read_batch
 from learnerd.store.db import transaction
-from learnerd.store.foyle_traces import count_partial_traces
 from learnerd.store.watermarks import (
     FINGERPRINT_BYTES,
     Watermark,
@@ -101,9 +106,6 @@ class _Tracked:
     mid_line: bool | None = None  # None: not known yet (looked up from the byte before offset)
     idle_stat: tuple[int, int] | None = None  # (size, mtime_ns) when the last read found nothing new
     json_document: bool = False  # the file read from byte 0 is one (pretty-printed) JSON document, not a log
-
-
-_JSON_DOCUMENT = "not a block log: the file is one JSON document (e.g. pretty-printed), not one JSON object per line"
 
 
 class Analyzer:
@@ -159,7 +161,7 @@ class Analyzer:
                     wm.path, wm.inode, wm.offset, wm.line, wm.fingerprint, wm.fingerprint_len
                 )
         self._stats.set_files_tracked(len(self._tracked))
-        self._stats.set_pending_traces(count_partial_traces(conn))
+        self._stats.set_pending_traces(pending_records(conn))
         for root in self._roots:
             if not os.path.exists(root):
                 log.info("log directory does not exist yet; waiting for it", dir=root)
@@ -399,7 +401,7 @@ class Analyzer:
                 self._restart(t, "log file truncated; reading it from the start", st)
                 end = st.st_size
             if t.offset == 0:
-                t.json_document = _is_json_document(fd, st.st_size, cfg.max_line_bytes)
+                t.json_document = is_json_document(fd, st.st_size, cfg.max_line_bytes)
             batch = read_batch(
                 fd,
                 t.offset,
@@ -441,12 +443,12 @@ class Analyzer:
         with transaction(self._conn):
             for raw in batch.lines:
                 if t.json_document:
-                    results.append(ingest.LineResult(ingest.FOREIGN, reason=_JSON_DOCUMENT))
+                    results.append(ingest.LineResult(ingest.FOREIGN, reason=JSON_DOCUMENT_REASON))
                 else:
                     results.append(ingest.ingest_line(self._conn, raw, now))
             put_watermark(self._conn, new, now, self._host)
             if any(r.trace_id for r in results):
-                pending = count_partial_traces(self._conn)
+                pending = pending_records(self._conn)
         start_offset = t.offset
         t.offset, t.line, t.mid_line = batch.end_offset, batch.end_line, batch.mid_line
         t.fingerprint, t.fingerprint_len = fingerprint, fp_len
@@ -495,14 +497,14 @@ class Analyzer:
                     bytes=raw.length,
                     max_line_bytes=self._config.max_line_bytes,
                 )
-            elif r.outcome == ingest.SKIPPED:
+            elif r.outcome == SKIPPED:
                 stats.add("skipped_lines")
             elif r.outcome == ingest.JOINED:
                 stats.add("traces_joined")
-            elif r.outcome == ingest.UNJOINABLE:
+            elif r.outcome == UNJOINABLE:
                 stats.unjoinable(r.reason)
                 log.debug(
-                    "foyle trace names no block; not ingested",
+                    f"{r.reader} trace names no block; not ingested",
                     file=path,
                     line=raw.number,
                     trace_id=r.trace_id,
@@ -628,24 +630,3 @@ class Analyzer:
         if is_log_path(path, self._roots):
             return True
         return change == Change.added and os.path.isdir(path)  # a new directory may hold log files
-
-
-def _is_json_document(fd: int, size: int, max_bytes: int) -> bool:
-    """Whether the file is one JSON document spread over lines (a pretty-printed ``.json``): its first
-    line is not JSON by itself, and the whole file (at most ``max_bytes``) is."""
-    if size == 0 or size > max_bytes:
-        return False
-    head = os.pread(fd, min(size, 64 * 1024), 0)
-    first = head.split(b"\n", 1)[0].removeprefix(b"\xef\xbb\xbf")
-    if b"\n" not in head.rstrip() or not first.strip():
-        return False
-    try:
-        json.loads(first)
-        return False  # line 1 is JSON by itself: a JSON-lines log
-    except Exception:  # ValueError, RecursionError: not by itself
-        pass
-    try:
-        json.loads(os.pread(fd, size, 0).removeprefix(b"\xef\xbb\xbf"))
-    except Exception:
-        return False
-    return True

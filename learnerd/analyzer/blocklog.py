@@ -10,7 +10,8 @@ specification, with examples, is ``docs/block-log-format.md``.
 
 Line framing: UTF-8, LF-terminated (a CR before the LF is tolerated), at most
 ``[analyzer] max_line_bytes`` bytes. A line is recognised as a block-log event by its ``learnerd``
-key; any other JSON object is tried as a foyle log line.
+key (:data:`READER`, first in :data:`learnerd.analyzer.registry.READERS`); any other JSON object is
+offered to the next format in the registry.
 
 Fields common to every event:
 
@@ -47,10 +48,12 @@ missing or of the wrong type makes the line malformed (counted, logged with file
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 from learnerd.analyzer.fields import MalformedLine, UnknownEvent, check_type, optional, parse_time, require
+from learnerd.analyzer.reader import EVENTS, JSON_LINES, Parsed, Reader
 from learnerd.store.blocks import CELL_KINDS, BlockEvent, Cell
 
 FORMAT_VERSION = 1
@@ -99,6 +102,14 @@ def parse_event(obj: dict[str, Any]) -> BlockEvent:
         raise MalformedLine("missing field 'exit_code' (null when unknown)")
     exit_code = optional(obj, "exit_code", int, None)
     return BlockEvent(block_id, SOURCE, when, executed=cell, exit_code=exit_code, eval_mode=eval_mode)
+
+
+def _parse(conn: sqlite3.Connection, obj: dict[str, Any], now: float) -> Parsed:
+    return Parsed(EVENTS, [parse_event(obj)])
+
+
+READER = Reader("blocklog", JSON_LINES, detect=is_block_log, parse=_parse)
+"""learnerd's block log in the registry: each line one event, merged as it comes."""
 
 
 def _cell(raw: Any, where: str) -> Cell:

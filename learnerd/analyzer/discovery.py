@@ -1,13 +1,14 @@
 """Which files are log files: every regular file under a log directory, recursively, whose name
-ends in ``.jsonl``, ``.json`` or ``.log`` (any case).
+ends in a suffix of the JSON-lines framing (:data:`learnerd.analyzer.reader.JSON_LINES`: ``.jsonl``,
+``.json`` or ``.log``, any case) — and, by content, which of them is no log after all (a pretty-printed
+JSON document: :func:`is_json_document`).
 
 Left out: anything whose name, or the name of a directory between it and the log directory,
 starts with ``.`` (dotfiles, editors' and writers' hidden temp files, ``.git``); names ending in
 ``~``; symbolic links (a link and its target would be read twice); rotated names that no longer
 end in one of the suffixes (``app.log.1``, ``app.log-20240501``, ``app.log.2.gz``) — a file
 rotated away under such a name is finished through the analyzer's open handle or found by its
-inode, never re-read from the start. foyle names its logs ``foyle.logs.<timestamp>.json``, and
-learnerd's block logs conventionally end in ``.jsonl``.
+inode, never re-read from the start.
 
 Depth: only files at most :data:`MAX_DEPTH` directories below a log directory count (a file directly
 in it is at depth 0). The walk is iterative, so a directory tree of any depth (a hostile 1,000-level
@@ -16,17 +17,19 @@ nest) never exhausts Python's stack; it simply is not descended past that depth.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
 
-LOG_SUFFIXES = (".jsonl", ".json", ".log")
+from learnerd.analyzer.reader import JSON_LINES
+
 MAX_DEPTH = 32
 """Directories below a log directory that are still searched for log files; deeper ones are not."""
 
 
 def is_log_name(name: str) -> bool:
     """Whether a file name (no directory) counts as a log file."""
-    return not name.startswith(".") and not name.endswith("~") and name.lower().endswith(LOG_SUFFIXES)
+    return not name.startswith(".") and not name.endswith("~") and name.lower().endswith(JSON_LINES.suffixes)
 
 
 def is_log_path(path: str, roots: Iterable[str]) -> bool:
@@ -86,3 +89,35 @@ def find_by_inode(directory: str, inode: int) -> str | None:
     except OSError:
         return None
     return None
+
+
+JSON_DOCUMENT_REASON = (
+    "not a block log: the file is one JSON document (e.g. pretty-printed), not one JSON object per line"
+)
+"""The reason given for each line of a file :func:`is_json_document` finds (counted as foreign lines)."""
+
+
+def is_json_document(fd: int, size: int, max_bytes: int) -> bool:
+    """Whether the open file ``fd`` (``size`` bytes) is one JSON document spread over lines (a
+    pretty-printed ``.json``), not a log: its first line is not JSON by itself, and the whole file (at
+    most ``max_bytes``; a larger file is taken for a log) is.
+
+    Raises:
+        OSError: reading failed.
+    """
+    if size == 0 or size > max_bytes:
+        return False
+    head = os.pread(fd, min(size, 64 * 1024), 0)
+    first = head.split(b"\n", 1)[0].removeprefix(b"\xef\xbb\xbf")
+    if b"\n" not in head.rstrip() or not first.strip():
+        return False
+    try:
+        json.loads(first)
+        return False  # line 1 is JSON by itself: a JSON-lines log
+    except Exception:  # ValueError, RecursionError: not by itself
+        pass
+    try:
+        json.loads(os.pread(fd, size, 0).removeprefix(b"\xef\xbb\xbf"))
+    except Exception:
+        return False
+    return True

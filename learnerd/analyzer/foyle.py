@@ -2,8 +2,9 @@
 
 foyle (github.com/jlewi/foyle) logs with zap, one JSON object per line with ``severity``, ``time``
 (epoch seconds), ``caller``, ``function`` (the Go function that logged), ``message`` and, inside a
-request, ``traceId``. A line is taken as foyle's when it is a JSON object with a string ``message``
-and no ``learnerd`` key. Three kinds of line matter; every other foyle line (server start-up,
+request, ``traceId``. A line is taken as foyle's (:data:`READER`) when it is a JSON object with a
+string ``message`` that the block log, before foyle in :data:`learnerd.analyzer.registry.READERS`, did
+not claim (it has no ``learnerd`` key). Three kinds of line matter; every other foyle line (server start-up,
 OpenAI request/response, ``Agent.Generate returning blocks``, streaming traces) is *skipped*:
 counted, not an error.
 
@@ -44,12 +45,18 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from dataclasses import dataclass, field
 from typing import Any
 
 from learnerd.analyzer.fields import MalformedLine, check_type, optional, parse_time, require
+from learnerd.analyzer.reader import EVENTS, JSON_LINES, PENDING, SKIPPED, UNJOINABLE, Parsed, Reader
 from learnerd.store.blocks import BlockEvent, Cell
-from learnerd.store.foyle_traces import PartialTrace, delete_partial_trace, get_partial_trace, put_partial_trace
+from learnerd.store.foyle_traces import (
+    PartialTrace,
+    count_partial_traces,
+    delete_partial_trace,
+    get_partial_trace,
+    put_partial_trace,
+)
 from learnerd.store.locks import lock_for_merge
 
 SOURCE = "foyle"
@@ -63,35 +70,18 @@ _MARKUP_KINDS = ("MARKUP", "CELL_KIND_MARKUP", 1)
 _CODE_KINDS = ("CODE", "CELL_KIND_CODE", 2)
 
 
-@dataclass
-class FoyleOutcome:
-    """What one foyle line amounted to.
-
-    ``kind``: ``"events"`` (``events`` to merge; ``joined`` is True when they complete a trace),
-    ``"pending"`` (half a trace, stored), ``"skipped"`` (irrelevant line) or ``"unjoinable"``
-    (``reason`` says why; ``trace_id`` or ``""`` for LogEvents).
-    """
-
-    kind: str
-    events: list[BlockEvent] = field(default_factory=list)
-    joined: bool = False
-    reason: str = ""
-    trace_id: str = ""
-
-
-SKIPPED = "skipped"
-
-
 def is_foyle_line(obj: dict[str, Any]) -> bool:
     """Whether a parsed JSON line looks like one of foyle's zap log lines (a string ``message``)."""
     return isinstance(obj.get("message"), str)
 
 
-def ingest_foyle_line(conn: sqlite3.Connection, obj: dict[str, Any], now: float) -> FoyleOutcome:
+def ingest_foyle_line(conn: sqlite3.Connection, obj: dict[str, Any], now: float) -> Parsed:
     """Classify one foyle line and, for a trace half, store or join it in ``foyle_traces``.
 
     Call inside the transaction that also writes the line's watermark; ``now`` (epoch seconds) is
-    the partial trace's ``updated_at``. The returned events are not yet applied to ``blocks``.
+    the partial trace's ``updated_at``. The returned events are not yet applied to ``blocks``; a
+    half trace is :data:`~learnerd.analyzer.reader.PENDING`, a LogEvent's unjoinable result has no
+    ``trace_id``.
 
     Raises:
         MalformedLine: a line of a kind that matters (trace half, LogEvent) with missing or
@@ -99,7 +89,7 @@ def ingest_foyle_line(conn: sqlite3.Connection, obj: dict[str, Any], now: float)
     """
     function = obj.get("function")
     if not isinstance(function, str):
-        return FoyleOutcome(SKIPPED)
+        return Parsed(SKIPPED)
     if _LOG_EVENTS.search(function) or obj.get("message") == "LogEvent":
         return _log_event(obj)
     if _GENERATE.search(function):
@@ -109,7 +99,7 @@ def ingest_foyle_line(conn: sqlite3.Connection, obj: dict[str, Any], now: float)
         elif isinstance(obj.get("response"), dict):
             half = "response"
         else:
-            return FoyleOutcome(SKIPPED)
+            return Parsed(SKIPPED)
     elif _EXECUTE.search(function):
         kind = "execute"
         if isinstance(obj.get("request"), dict) and "block" in obj["request"]:
@@ -117,13 +107,13 @@ def ingest_foyle_line(conn: sqlite3.Connection, obj: dict[str, Any], now: float)
         elif isinstance(obj.get("response"), dict):
             half = "response"
         else:
-            return FoyleOutcome(SKIPPED)
+            return Parsed(SKIPPED)
     else:
-        return FoyleOutcome(SKIPPED)
+        return Parsed(SKIPPED)
     return _trace_half(conn, obj, kind, half, now)
 
 
-def _trace_half(conn: sqlite3.Connection, obj: dict[str, Any], kind: str, half: str, now: float) -> FoyleOutcome:
+def _trace_half(conn: sqlite3.Connection, obj: dict[str, Any], kind: str, half: str, now: float) -> Parsed:
     trace_id = require(obj, "traceId", str)
     if not trace_id:
         raise MalformedLine("field 'traceId' is empty")
@@ -141,7 +131,7 @@ def _trace_half(conn: sqlite3.Connection, obj: dict[str, Any], kind: str, half: 
     trace = PartialTrace(trace_id, kind, request, response, eval_mode or bool(stored and stored.eval_mode), first_time)
     if request is None or response is None:
         put_partial_trace(conn, trace, now)
-        return FoyleOutcome("pending", trace_id=trace_id)
+        return Parsed(PENDING, trace_id=trace_id)
     delete_partial_trace(conn, trace_id)
     joined = _join_generate(trace) if kind == "generate" else _join_execute(trace)
     joined.trace_id = trace_id
@@ -161,7 +151,7 @@ def _validate_half(obj: dict[str, Any], kind: str, half: str) -> None:
         _exit_code(obj["response"])
 
 
-def _join_generate(trace: PartialTrace) -> FoyleOutcome:
+def _join_generate(trace: PartialTrace) -> Parsed:
     request = json.loads(trace.request or "{}")
     response = json.loads(trace.response or "{}")
     context = tuple(_block(b, "request.doc.blocks[]")[1] for b in _blocks(request["request"]["doc"], "request.doc"))
@@ -174,17 +164,17 @@ def _join_generate(trace: PartialTrace) -> FoyleOutcome:
                 BlockEvent(block_id, SOURCE, when, context=context, generated=cell, eval_mode=trace.eval_mode)
             )
     if not events:
-        return FoyleOutcome("unjoinable", reason="no_block_ids")
-    return FoyleOutcome("events", events=events, joined=True)
+        return Parsed(UNJOINABLE, reason="no_block_ids")
+    return Parsed(EVENTS, events=events, joined=True)
 
 
-def _join_execute(trace: PartialTrace) -> FoyleOutcome:
+def _join_execute(trace: PartialTrace) -> Parsed:
     request = json.loads(trace.request or "{}")
     response = json.loads(trace.response or "{}")
     block_id, cell = _block(request["request"]["block"], "request.block")
     block_id = block_id or request.get("blockId") or ""
     if not block_id:
-        return FoyleOutcome("unjoinable", reason="empty_block_id")
+        return Parsed(UNJOINABLE, reason="empty_block_id")
     executed = Cell("code", cell.text, cell.language)
     when = parse_time(response.get("time"))
     event = BlockEvent(
@@ -195,7 +185,7 @@ def _join_execute(trace: PartialTrace) -> FoyleOutcome:
         exit_code=_exit_code(response["response"]),
         eval_mode=trace.eval_mode,
     )
-    return FoyleOutcome("events", events=[event], joined=True)
+    return Parsed(EVENTS, events=[event], joined=True)
 
 
 def _blocks(container: dict[str, Any], where: str) -> list[dict[str, Any]]:
@@ -228,11 +218,11 @@ def _exit_code(response: dict[str, Any]) -> int | None:
     return code
 
 
-def _log_event(obj: dict[str, Any]) -> FoyleOutcome:
+def _log_event(obj: dict[str, Any]) -> Parsed:
     event = require(obj, "event", dict)
     event_type = optional(event, "type", str, "", "event") or optional(obj, "eventType", str, "")
     if event_type not in ("EXECUTE", "ACCEPTED", "REJECTED"):
-        return FoyleOutcome(SKIPPED)
+        return Parsed(SKIPPED)
     when = parse_time(obj.get("time"))
     selected = optional(event, "selectedId", str, "", "event") or optional(obj, "selectedCellId", str, "")
     cells = optional(event, "cells", list, [], "event")
@@ -240,25 +230,25 @@ def _log_event(obj: dict[str, Any]) -> FoyleOutcome:
         check_type(c, dict, f"event.cells[{i}]")
     if event_type == "EXECUTE":
         if not selected:
-            return FoyleOutcome("unjoinable", reason="missing_selected_id")
+            return Parsed(UNJOINABLE, reason="missing_selected_id")
         for i, c in enumerate(cells):
             if _cell_id(c, f"event.cells[{i}]") != selected:
                 continue
             if c.get("kind") not in _CODE_KINDS:
-                return FoyleOutcome("unjoinable", reason="not_a_code_cell")
+                return Parsed(UNJOINABLE, reason="not_a_code_cell")
             text = optional(c, "value", str, "", f"event.cells[{i}]")
             language = optional(c, "languageId", str, "", f"event.cells[{i}]")
             executed = Cell("code", text, language)
             event_out = BlockEvent(selected, SOURCE, when, executed=executed, exit_code=_runme_exit_code(c))
-            return FoyleOutcome("events", events=[event_out])
-        return FoyleOutcome("unjoinable", reason="cell_not_found")
+            return Parsed(EVENTS, events=[event_out])
+        return Parsed(UNJOINABLE, reason="cell_not_found")
     ids = [cid for i, c in enumerate(cells) if (cid := _cell_id(c, f"event.cells[{i}]"))] or (
         [selected] if selected else []
     )
     if not ids:
-        return FoyleOutcome("unjoinable", reason="missing_selected_id")
+        return Parsed(UNJOINABLE, reason="missing_selected_id")
     status = event_type.lower()
-    return FoyleOutcome("events", events=[BlockEvent(i, SOURCE, when, suggestion_status=status) for i in ids])
+    return Parsed(EVENTS, events=[BlockEvent(i, SOURCE, when, suggestion_status=status) for i in ids])
 
 
 def _cell_id(cell: dict[str, Any], where: str) -> str:
@@ -281,3 +271,7 @@ def _runme_exit_code(cell: dict[str, Any]) -> int | None:
     if isinstance(success, bool):
         return 0 if success else 1
     return None
+
+
+READER = Reader("foyle", JSON_LINES, detect=is_foyle_line, parse=ingest_foyle_line, pending=count_partial_traces)
+"""foyle's raw logs in the registry; its pending records are the half traces in ``foyle_traces``."""

@@ -1,14 +1,13 @@
-"""One log line → block rows: format detection, parsing and merging, inside the batch's transaction.
+"""One log line → block rows: decoding, the format's reader, and the one intake that merges block events.
 
-Format rule, per line (a file may mix formats): the line must be a UTF-8 JSON object (a UTF-8 BOM
-on a file's first line is ignored); one with a ``learnerd`` key is a block-log event
-(:mod:`learnerd.analyzer.blocklog`), one with a string ``message`` is a foyle log line
-(:mod:`learnerd.analyzer.foyle`); one with ``event`` and ``level`` (or ``log_level``) keys is learnerd's own
-structlog output and is skipped (were learnerd's log written into a log directory, reporting its
-lines as malformed would feed on itself, the trap foyle's analyzer documents); any other JSON
-object is *foreign*: valid JSON from another program (runme's ``level``/``ts``/``msg`` lines, a
-service's own log) and skipped as "not a block log" (the analyzer warns once per file). Invalid
-JSON, a JSON value that is not an object, and a block-log or foyle line with bad fields are
+Per line (a file may mix formats): the line must be a UTF-8 JSON object (a UTF-8 BOM on a file's
+first line is ignored); it goes to the first reader of the :data:`~learnerd.analyzer.reader.JSON_LINES`
+framing in :data:`learnerd.analyzer.registry.READERS` that detects it (learnerd's block log, foyle's
+raw logs, learnerd's own log lines, which are skipped), and the block events that reader parses from
+it are merged into ``blocks`` here, the one place every reader's events reach the store. A JSON object
+no reader detects is *foreign*: valid JSON from another program (runme's ``level``/``ts``/``msg``
+lines, a service's own log), skipped as "not a block log" (the analyzer warns once per file).
+Invalid JSON, a JSON value that is not an object, and a line its reader finds bad fields in are
 malformed. Blank lines are ignored.
 
 :func:`ingest_line` is the one place where a line's failure becomes a result: every line runs under
@@ -27,20 +26,18 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
-from learnerd.analyzer import blocklog, foyle
+from learnerd.analyzer import registry
 from learnerd.analyzer.fields import MalformedLine, UnknownEvent
+from learnerd.analyzer.reader import EVENTS, JSON_LINES, Parsed
 from learnerd.analyzer.tail import RawLine
 from learnerd.store import pg
-from learnerd.store.blocks import BlockEvent, apply_event
+from learnerd.store.blocks import apply_event
 
-# What a line amounted to (the analyzer's counters follow these names).
+# What a line amounted to (the analyzer's counters follow these names): its reader's verdict, one of
+# learnerd.analyzer.reader's EVENTS, PENDING, SKIPPED and UNJOINABLE, or one of these.
 BLANK = "blank"
-EVENTS = "events"  # block events merged (a block-log event, a foyle LogEvent)
-JOINED = "joined"  # a foyle trace completed and merged
-PENDING = "pending"  # half a foyle trace, kept for its other half
-SKIPPED = "skipped"  # a foyle (or learnerd's own) log line that carries nothing learnerd uses
-FOREIGN = "foreign"  # valid JSON from another program: skipped, not a block log
-UNJOINABLE = "unjoinable"
+JOINED = "joined"  # block events that completed a trace, merged
+FOREIGN = "foreign"  # valid JSON no reader detects: another program's, skipped
 MALFORMED = "malformed"
 UNKNOWN = "unknown"
 OVERSIZED = "oversized"
@@ -59,17 +56,19 @@ STORE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, pg.ERRORS)
 @dataclass
 class LineResult:
     """``outcome`` is one of the constants above; ``changed`` the ids of blocks whose row changed;
-    ``reason`` explains malformed / unknown / oversized / unjoinable lines; ``trace_id`` names the
-    foyle trace a line completed or left pending."""
+    ``reason`` explains malformed / unknown / oversized / unjoinable / foreign lines; ``trace_id``
+    names the trace a line completed or left pending; ``reader`` the name of the reader that detected
+    the line (``""`` when none did)."""
 
     outcome: str
     changed: list[str] = field(default_factory=list)
     reason: str = ""
     trace_id: str = ""
+    reader: str = ""
 
 
 def ingest_line(conn: sqlite3.Connection, raw: RawLine, now: float) -> LineResult:
-    """Parse ``raw`` and merge what it says into ``blocks`` (and ``foyle_traces``), under a savepoint.
+    """Parse ``raw`` with its format's reader and merge what it says into ``blocks``, under a savepoint.
 
     Must run inside a transaction (:func:`learnerd.store.db.transaction`); ``now`` (epoch seconds)
     stamps the rows it changes. Bad input never raises: whatever exception the line causes, what it
@@ -148,37 +147,30 @@ def _ingest(conn: sqlite3.Connection, raw: RawLine, now: float) -> LineResult:
         return LineResult(MALFORMED, reason=_printable(f"invalid JSON: {exc}"))
     if not isinstance(obj, dict):
         return LineResult(MALFORMED, reason="not a JSON object")
-    if blocklog.is_block_log(obj):
-        event = blocklog.parse_event(obj)  # raises MalformedLine / UnknownEvent
-        return LineResult(EVENTS, changed=_apply(conn, [event], now))
-    if foyle.is_foyle_line(obj):
-        return _foyle(conn, obj, now)
-    if "event" in obj and ("level" in obj or "log_level" in obj):
-        return LineResult(SKIPPED)  # learnerd's own structlog line: a log dir holding it must not loop
-    return LineResult(FOREIGN, reason=foreign_reason(obj))
+    reader = registry.reader_for(obj, JSON_LINES)
+    if reader is None:
+        return LineResult(FOREIGN, reason=foreign_reason(obj))
+    # The reader may store state (half a trace) before the line is fully judged: the caller's
+    # savepoint undoes it when the line turns out malformed.
+    return _intake(conn, reader.parse(conn, obj, now), now, reader.name)
 
 
 def foreign_reason(obj: dict[str, Any]) -> str:
-    """Why a JSON object is taken for another program's log line: the first of its keys."""
+    """Why a JSON object is taken for another program's log line: the first of its keys, and the
+    readers that did not detect it."""
     keys = _printable(", ".join(repr(k) for k in list(obj)[:5]))
-    return f"not a block log: a JSON object with keys {keys or '(none)'} and no 'learnerd' key or string 'message'"
+    readers = ", ".join(registry.reader_names(JSON_LINES))
+    return f"not a block log: a JSON object with keys {keys or '(none)'} that no reader ({readers}) detects"
 
 
-def _foyle(conn: sqlite3.Connection, obj: dict[str, Any], now: float) -> LineResult:
-    """A foyle line (a trace half is stored before the line is fully judged: the caller's savepoint
-    undoes it when the line turns out malformed)."""
-    out = foyle.ingest_foyle_line(conn, obj, now)
-    if out.kind == "events":
-        return LineResult(JOINED if out.joined else EVENTS, _apply(conn, out.events, now), trace_id=out.trace_id)
-    if out.kind == "pending":
-        return LineResult(PENDING, trace_id=out.trace_id)
-    if out.kind == "unjoinable":
-        return LineResult(UNJOINABLE, reason=out.reason, trace_id=out.trace_id)
-    return LineResult(SKIPPED)
-
-
-def _apply(conn: sqlite3.Connection, events: list[BlockEvent], now: float) -> list[str]:
-    return [ev.block_id for ev in events if apply_event(conn, ev, now)]
+def _intake(conn: sqlite3.Connection, parsed: Parsed, now: float, reader: str) -> LineResult:
+    """The one intake: a reader's verdict on a line → the line's result, its block events merged into
+    ``blocks`` (:func:`learnerd.store.blocks.apply_event`). Every reader's events reach the store here,
+    and only here; any other verdict becomes the line's outcome as it is."""
+    if parsed.kind == EVENTS:
+        changed = [ev.block_id for ev in parsed.events if apply_event(conn, ev, now)]
+        return LineResult(JOINED if parsed.joined else EVENTS, changed, trace_id=parsed.trace_id, reader=reader)
+    return LineResult(parsed.kind, reason=parsed.reason, trace_id=parsed.trace_id, reader=reader)
 
 
 def _refuse_constant(name: str) -> Any:

@@ -97,7 +97,9 @@ def _line_problem(problem: dict[str, Any]) -> str:
 
 
 def print_status(status: dict[str, Any]) -> None:
-    """The daemon's status: a summary, the controllers, the analyzer's counters, the last backfill."""
+    """The daemon's status: a summary, the controllers, the analyzer's counters, the last backfill, and
+    the warnings an operator must act on (e.g. a foyle export foyle will refuse)."""
+    from rich.markup import escape
     from rich.table import Table
 
     out = console()
@@ -168,6 +170,9 @@ def print_status(status: dict[str, Any]) -> None:
 
     if status.get("backfill"):
         out.print(backfill_line(status["backfill"]))
+
+    for warning in status.get("warnings", ()):
+        out.print(f"[bold yellow]warning[/]: {escape(warning)}")
 
 
 def print_fleet(fleet: dict[str, Any]) -> None:

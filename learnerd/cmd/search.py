@@ -50,7 +50,7 @@ def search_offline(cfg, text: str, k: int) -> list[dict]:
     try:
         embedder = make_embedder(cfg.embeddings)
         index = load_index(conn, embedder.name, embedder.dim or None)
-        return list(describe_hits(conn, nearest(embedder, index, text, k)))
+        return describe_hits(conn, nearest(embedder, index, text, k), k)
     finally:
         conn.close()
 

@@ -184,6 +184,7 @@ class DaemonControl:
             "analyzer": dataclasses.asdict(daemon.analyzer.stats),
             "backfill": job.to_json() if job is not None else None,
             "fleet": daemon.fleet.status(list_block_ids(daemon.conn)) if daemon.fleet is not None else None,
+            "warnings": [w for r in daemon.reconcilers.values() for w in getattr(r, "warnings", ())],
         }
 
     # ------------------------------------------------------------------ steer
@@ -338,7 +339,7 @@ class DaemonControl:
                 hits = await anyio.to_thread.run_sync(
                     _nearest_on_one_thread, embedder, self.daemon.index, text, k, limiter=self._search_limiter
                 )
-                return describe_hits(self.daemon.conn, hits)
+                return describe_hits(self.daemon.conn, hits, k)
         finally:
             self._pending_searches -= 1
 

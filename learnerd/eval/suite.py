@@ -24,8 +24,9 @@ from typing import Any
 from learnerd import __version__
 from learnerd.eval.backend import DifferentialBackend, NonFiniteLogitsError
 from learnerd.eval.inputs import document_inputs
-from learnerd.eval.probes import PROBES, null_adapter
-from learnerd.eval.probes.base import EvalOptions, ProbeContext, errored
+from learnerd.eval.probes import CALIBRATED, PROBES
+from learnerd.eval.probes.base import EvalOptions, ProbeContext
+from learnerd.eval.probes.common import errored
 from learnerd.eval.report import ProbeResult, Report
 from learnerd.eval.score import compute_score
 from learnerd.ml.base_model import BaseModelRef
@@ -40,7 +41,7 @@ SWAY_VERSION = "0.1.0"
 def total_steps(options: EvalOptions) -> int:
     """How many times an evaluation with ``options`` reports progress: once per calibrated probe kind and
     noise seed, and once after each probe."""
-    return len(null_adapter.CALIBRATED) * options.null_runs + len(PROBES)
+    return len(CALIBRATED) * options.null_runs + len(PROBES)
 
 
 def evaluate(

@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio.to_thread
 import structlog
 
-from learnerd.ml.embedders import embedder_name
+from learnerd.ml.embedders import embedder_dim, embedder_name
 from learnerd.reconcilers.spec import EXAMPLES, ControllerSpec, Watch, Wiring, example_id
 from learnerd.runtime.reconcile import Result
 from learnerd.store import foyle_examples
@@ -35,18 +35,31 @@ class FoyleExportReconciler:
         directory: where the files go (created when missing).
         embedding_model: the name of the embedder whose vectors are exported.
         embedding_wait_s: seconds before an example without a current vector is looked at again.
+        embedding_dim: the embedder's vector size when known before its first vector (MiniLM: 384).
+
+    ``warnings`` holds what an operator must know (``ctl status``): foyle refuses embeddings that are not
+    :data:`~learnerd.store.foyle_examples.FOYLE_EMBEDDING_DIM` long, so the files are written but foyle
+    will not load them; said once, at start-up or at the first such vector.
     """
 
     name = "foyle_export"
 
     def __init__(
-        self, conn: sqlite3.Connection, directory: Path, embedding_model: str, embedding_wait_s: float = 1.0
+        self,
+        conn: sqlite3.Connection,
+        directory: Path,
+        embedding_model: str,
+        embedding_wait_s: float = 1.0,
+        embedding_dim: int | None = None,
     ) -> None:
         self._conn = conn
         self.directory = Path(directory)
         self._model = embedding_model
         self._wait_s = embedding_wait_s
         self.changes: Counter[str] = Counter()
+        self.warnings: list[str] = []
+        if embedding_dim is not None:
+            self._check_dim(embedding_dim)
         foyle_examples.message_classes()  # compile foyle's protos now: a broken toolchain fails at start
 
     def resync_keys(self) -> list[str]:
@@ -55,9 +68,6 @@ class FoyleExportReconciler:
 
     async def reconcile(self, key: str) -> Result:
         path = foyle_examples.example_path(self.directory, key)
-        if path is None:
-            log.warning("example not exported to foyle: its id is not a safe file name", example_id=key)
-            return Result()
         example = get_example(self._conn, key)
         if example is None:
             if await anyio.to_thread.run_sync(foyle_examples.remove, path):
@@ -66,16 +76,33 @@ class FoyleExportReconciler:
         stored = get_vector(self._conn, key)
         if stored is None or stored[0].model != self._model or stored[0].text_hash != text_hash(example.query):
             return Result(requeue_after=self._wait_s)
+        self._check_dim(len(stored[1]))
         data = foyle_examples.example_bytes(example, stored[1])
         if await anyio.to_thread.run_sync(foyle_examples.write_if_changed, path, data):
             self.changes["written"] += 1
         return Result()
 
 
+    def _check_dim(self, dim: int) -> None:
+        if dim == foyle_examples.FOYLE_EMBEDDING_DIM or self.warnings:
+            return
+        message = (
+            f"foyle loads only {foyle_examples.FOYLE_EMBEDDING_DIM}-d embeddings; the exported files carry "
+            f"{dim}-d vectors of {self._model}, so foyle will refuse them: set [embeddings] backend = \"openai\" "
+            "with foyle's model (text-embedding-3-small)"
+        )
+        self.warnings.append(message)
+        log.warning("foyle_export.embedding_dim", dim=dim, expected=foyle_examples.FOYLE_EMBEDDING_DIM, hint=message)
+
+
 def _build(wiring: Wiring) -> FoyleExportReconciler:
     cfg = wiring.cfg
     return FoyleExportReconciler(
-        wiring.conn, Path(cfg.export.foyle.dir), embedder_name(cfg.embeddings), embedding_wait_s=1.0
+        wiring.conn,
+        Path(cfg.export.foyle.dir),
+        embedder_name(cfg.embeddings),
+        embedding_wait_s=1.0,
+        embedding_dim=embedder_dim(cfg.embeddings),
     )
 
 

@@ -11,7 +11,9 @@ useful when learnerd's ``[embeddings]`` backend is the OpenAI-compatible one wit
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import os
 import re
 import subprocess
@@ -20,17 +22,24 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from learnerd.store.atomic import atomic_write_bytes, fsync_dir
 from learnerd.store.examples import Example
+
+#: The embedding size foyle's ``loadRow`` accepts (OpenAI's text-embedding-3-small, foyle's model).
+FOYLE_EMBEDDING_DIM = 1536
 
 #: foyle's file name suffix (``learner.go``'s ``fileSuffix``).
 SUFFIX = ".example.binpb"
 PROTO_ROOT = Path(__file__).parent / "foyle_proto"
 TRAINER_PROTO = "foyle/v1alpha1/trainer.proto"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,200}$")
+_NAME_MAX_BYTES = 255  # NAME_MAX of Linux file systems
+_HASHED_PREFIX = "%%"  # never produced by percent-encoding: a name too long to hold its id
 
 
 class FoyleProtoError(RuntimeError):
@@ -72,9 +81,26 @@ def message_classes() -> dict[str, Any]:
     return {**classes, "BlockKind": {v.name: v.number for v in pool.FindEnumTypeByName("BlockKind").values}}
 
 
-def example_path(directory: str | os.PathLike[str], example_id: str) -> Path | None:
-    """``<directory>/<id>.example.binpb``, or None when the id is not a safe file name."""
-    return Path(directory) / f"{example_id}{SUFFIX}" if _SAFE_ID.match(example_id) else None
+def file_stem(example_id: str) -> str:
+    """The file name (before :data:`SUFFIX`) of ``example_id``: the id itself when it is a safe file name
+    (letters, digits, ``._-``, not starting with ``.``), else its percent-encoding (RFC 3986, every byte but
+    ``A-Za-z0-9_.-~`` as ``%XX``, a leading ``.`` too), so ``tldr:am:0`` is ``tldr%3Aam%3A0``. A safe id never
+    holds ``%``, so :func:`id_of_stem` is the inverse. An encoding longer than a file name may be
+    (255 bytes) is ``%%`` + the id's SHA-256 (hex); such a file's id is read from its message. foyle reads
+    ``Example.id`` from the message, never from the name (``learner.go``)."""
+    if _SAFE_ID.match(example_id):
+        return example_id
+    stem = quote(example_id, safe="")
+    if stem.startswith("."):
+        stem = "%2E" + stem[1:]
+    if len(stem) + len(SUFFIX) > _NAME_MAX_BYTES:
+        stem = _HASHED_PREFIX + hashlib.sha256(example_id.encode("utf-8")).hexdigest()
+    return stem
+
+
+def example_path(directory: str | os.PathLike[str], example_id: str) -> Path:
+    """``<directory>/<file_stem(id)>.example.binpb`` (see :func:`file_stem`)."""
+    return Path(directory) / f"{file_stem(example_id)}{SUFFIX}"
 
 
 def example_bytes(example: Example, embedding: np.ndarray | None) -> bytes:
@@ -91,11 +117,23 @@ def example_bytes(example: Example, embedding: np.ndarray | None) -> bytes:
 
 
 def ids_on_disk(directory: str | os.PathLike[str]) -> list[str]:
-    """Ids of the ``*.example.binpb`` files in ``directory`` (none when it does not exist)."""
+    """Ids of the ``*.example.binpb`` files in ``directory`` (none when it does not exist): decoded from
+    the name (:func:`file_stem`'s inverse), or read from the message of a hashed name (skipped when the
+    file does not parse: it is not one of ours)."""
     root = Path(directory)
     if not root.is_dir():
         return []
-    return sorted(p.name[: -len(SUFFIX)] for p in root.iterdir() if p.name.endswith(SUFFIX))
+    ids = []
+    for path in root.iterdir():
+        if not path.name.endswith(SUFFIX):
+            continue
+        stem = path.name[: -len(SUFFIX)]
+        if not stem.startswith(_HASHED_PREFIX):
+            ids.append(unquote(stem))
+            continue
+        with contextlib.suppress(OSError, DecodeError):
+            ids.append(message_classes()["Example"].FromString(path.read_bytes()).id)
+    return sorted(ids)
 
 
 def write_if_changed(path: Path, data: bytes) -> bool:

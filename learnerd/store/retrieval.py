@@ -4,6 +4,10 @@ Two halves, because they run in different threads in the daemon: :func:`nearest`
 and searches the :class:`~learnerd.store.vector_index.VectorIndex` (CPU-bound; a worker thread),
 :func:`describe_hits` looks the examples up in SQLite (the connection's own thread, the event loop).
 ``learnerd search`` offline calls both in a row.
+
+Two examples may hold one answer (two pages teach the same command): a result lists each answer once, at
+its best score, so :func:`nearest` fetches :data:`OVERFETCH` times ``k`` candidates and
+:func:`describe_hits` keeps the first ``k`` distinct answers.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ import numpy as np
 
 from learnerd.store.examples import get_examples
 from learnerd.store.vector_index import VectorIndex
+
+OVERFETCH = 4
+"""Candidates fetched per wanted hit, so duplicate answers can be dropped and ``k`` hits still remain."""
 
 
 class TextEmbedder(Protocol):
@@ -36,26 +43,33 @@ class SearchHit(TypedDict):
 
 
 def nearest(embedder: TextEmbedder, index: VectorIndex, text: str, k: int) -> list[tuple[str, float]]:
-    """Embed ``text`` and return the ``k`` (example id, cosine similarity) pairs nearest to it, best first.
+    """Embed ``text`` and return the ``OVERFETCH × k`` (example id, cosine similarity) pairs nearest to it,
+    best first (candidates for :func:`describe_hits`, which keeps ``k``).
 
-    Blocking (the embedder's forward pass and the faiss search); fewer than ``k`` pairs when the
-    index holds fewer vectors.
+    Blocking (the embedder's forward pass and the faiss search); fewer pairs when the index holds fewer
+    vectors.
     """
-    return index.search(embedder.embed([text])[0], k)
+    return index.search(embedder.embed([text])[0], k * OVERFETCH)
 
 
-def describe_hits(conn: sqlite3.Connection, hits: list[tuple[str, float]]) -> list[SearchHit]:
-    """The examples of ``hits`` with their scores (rounded to 4 digits), in the same order; ids with
-    no stored example (deleted since they were indexed) are left out."""
+def describe_hits(conn: sqlite3.Connection, hits: list[tuple[str, float]], k: int) -> list[SearchHit]:
+    """The first ``k`` examples of ``hits`` (best first) with their scores (rounded to 4 digits), each
+    answer once: an example whose answer (whitespace folded) an earlier hit already gave is left out, as
+    are ids with no stored example (deleted since they were indexed)."""
     examples = get_examples(conn, [i for i, _ in hits])
-    return [
-        SearchHit(
-            id=i,
-            query=examples[i].query,
-            answer=examples[i].answer,
-            language=examples[i].language,
-            score=round(score, 4),
+    seen: set[str] = set()
+    described: list[SearchHit] = []
+    for i, score in hits:
+        example = examples.get(i)
+        answer = " ".join(example.answer.split()) if example is not None else ""
+        if example is None or answer in seen:
+            continue
+        seen.add(answer)
+        described.append(
+            SearchHit(
+                id=i, query=example.query, answer=example.answer, language=example.language, score=round(score, 4)
+            )
         )
-        for i, score in hits
-        if i in examples
-    ]
+        if len(described) == k:
+            break
+    return described

@@ -57,8 +57,11 @@ async def test_examples_are_foyle_example_files(short_root: Path, minilm, foyle_
     cfg = daemon_config(short_root, export=ExportConfig(foyle=FoyleExportConfig(dir=str(export))))
     log_file = short_root / "logs" / "blocks.jsonl"
     append_blocks(log_file, BLOCKS)
-    async with running_service(cfg, minilm):
+    async with running_service(cfg, minilm) as running:
         await eventually(lambda: _async(len(files(export)) == 3), timeout=60, what="three files")
+        async with running.session() as session, session.get("/status") as response:
+            warnings = (await response.json())["warnings"]
+        assert len(warnings) == 1 and "1536" in warnings[0] and "384" in warnings[0], "MiniLM's files: foyle refuses"
         for block_id, (query, answer) in BLOCKS.items():
             example = trainer_pb2.Example.FromString((export / f"{block_id}.example.binpb").read_bytes())
             assert example.id == block_id
@@ -99,3 +102,24 @@ def test_the_export_controller_takes_its_controllers_table(tmp_path: Path, minil
         assert daemon.controllers["foyle_export"].workers == 3
     finally:
         daemon.close()
+
+
+async def test_ids_that_are_not_file_names_are_exported_under_an_encoded_name(short_root: Path, minilm, foyle_pb2):
+    trainer_pb2, _ = foyle_pb2
+    export = short_root / "foyle"
+    cfg = daemon_config(short_root, export=ExportConfig(foyle=FoyleExportConfig(dir=str(export))))
+    long_id = "page:" + ":" * 100  # its percent-encoding (300 bytes) is no file name: stored under its hash
+    blocks = {"tldr:am:0": ("apply a mailbox patch", "git am patch.mbox"), long_id: ("show the date", "date")}
+    append_blocks(short_root / "logs" / "blocks.jsonl", blocks)
+    async with running_service(cfg, minilm):
+        await eventually(lambda: _async(len(files(export)) == 2), timeout=60, what="both exported")
+    ids = {trainer_pb2.Example.FromString(data).id: name for name, data in files(export).items()}
+    assert set(ids) == set(blocks), "every example is exported, foyle reads the id from the message"
+    assert ids["tldr:am:0"] == "tldr%3Aam%3A0.example.binpb"
+    assert ids[long_id].startswith("%%") and len(ids[long_id]) <= 255
+
+    with (short_root / "logs" / "blocks.jsonl").open("a") as f:  # both fail later: no longer examples
+        for block_id in blocks:
+            f.write(event_line("executed", block_id, 1_700_000_100.0, cell=Cell("code", "x", "bash"), exit_code=1))
+    async with running_service(cfg, minilm):
+        await eventually(lambda: _async(files(export) == {}), timeout=60, what="both files deleted")

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from learnerd.store.atomic import replace_if_unchanged
-from learnerd.store.dlm import ConflictError, DocumentError, new_document, probe_section, read_document, update_document
+from learnerd.store.dlm import (
+    ConflictError,
+    DocumentError,
+    UnrepresentableError,
+    new_document,
+    probe_section,
+    read_document,
+    update_document,
+)
 
 FM = "---\ndlm_id: 01KPPJZWBDDDYRESSA0HESRDHS\nbase_model: smollm2-135m\n---\n\n# Notes\n"
 
@@ -88,3 +97,16 @@ def test_a_malformed_document_is_refused_untouched(tmp_path: Path) -> None:
     with pytest.raises(DocumentError, match=":7: unknown section fence"):
         update_document(doc, add_probe("a"))
     assert doc.read_text() == FM + "::bogus::\n"
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "reason"),
+    [
+        ("How do I write a probe?\n### Q\nlike this", "cat doc.dlm", "the question has a line '### Q'"),
+        ("Show a pair", "### A", "the answer has a line '### A'"),
+        ("Mark a probe", "echo\n  ### Q !probe  ", "the answer has a line '### Q !probe'"),
+    ],
+)
+def test_a_body_line_that_reads_as_a_header_is_refused_by_name(question: str, answer: str, reason: str) -> None:
+    with pytest.raises(UnrepresentableError, match=re.escape(reason)):
+        probe_section(question, answer, source="learnerd/x")

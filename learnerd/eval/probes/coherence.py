@@ -18,16 +18,46 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import TYPE_CHECKING
+
+from pydantic import Field
 
 from learnerd.eval.backend import View
 from learnerd.eval.half_life import fit_half_life, sparkline
-from learnerd.eval.probes.base import NotApplicable, ProbeContext, errored, result, skipped
+from learnerd.eval.probes.common import NotApplicable, ProbeOptions, errored, result, skipped
 from learnerd.eval.report import ProbeResult, Verdict
 from learnerd.ml.divergence import divergence
 from learnerd.ml.rows import ChatMessage
 
+if TYPE_CHECKING:
+    from learnerd.eval.probes.base import ProbeContext
+
 KIND = "multi_turn_coherence_decay"
 CATEGORY = "adherence"  # sway's score category
+FOLLOW_UPS: tuple[str, ...] = (
+    "Please go on.",
+    "Say more about that.",
+    "Why is that?",
+    "Can you give an example?",
+    "What follows from that?",
+    "Anything else?",
+    "Summarise what you said.",
+)
+"""The user turns the probe cycles through after the first answer."""
+
+
+class Options(ProbeOptions):
+    """``multi_turn_coherence_decay``'s knobs (``max_turns`` and ``half_life_target`` are ``[evaluation]``
+    settings)."""
+
+    dialogue_prompts: int = Field(2, ge=1)
+    """dialogues rolled, one per question of the document"""
+    turn_max_new_tokens: int = Field(48, ge=1)
+    """new tokens of each answer in a dialogue at most"""
+    follow_ups: tuple[str, ...] = Field(FOLLOW_UPS, min_length=1)
+    """the user turns after the first answer, cycled"""
+
+
 NO_CHAT_TEMPLATE = "the base model's tokenizer has no chat template; a multi-turn dialogue needs one"
 
 

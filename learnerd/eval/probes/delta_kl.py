@@ -17,10 +17,11 @@ import math
 import statistics
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
 
-from learnerd.eval.probes.base import (
+from learnerd.eval.probes.common import (
     NotApplicable,
-    ProbeContext,
+    ProbeOptions,
     ViewFactory,
     errored,
     result,
@@ -31,8 +32,22 @@ from learnerd.eval.probes.base import (
 from learnerd.eval.report import ProbeResult, Verdict
 from learnerd.ml.divergence import LN2, divergence
 
+if TYPE_CHECKING:
+    from learnerd.eval.probes.base import ProbeContext
+
 KIND = "delta_kl"
 CATEGORY = "adherence"  # sway's score category
+
+
+class Options(ProbeOptions):
+    """``delta_kl``'s knobs (sway's ``DeltaKLSpec`` defaults)."""
+
+    delta_divergence: Literal["js", "kl"] = "js"
+    """the divergence measured: Jensen-Shannon or KL(ft ‖ base), nats"""
+    assert_z_gte: float = 3.0
+    """passes at this many null-adapter standard deviations above the null mean"""
+    assert_mean_gte: float = 0.02
+    """without a null calibration, passes at this mean divergence (nats)"""
 
 
 SENTINEL_PROMPTS: tuple[str, ...] = (

@@ -27,15 +27,39 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
 
 from learnerd.eval.backend import View
 from learnerd.eval.inputs import Scored
-from learnerd.eval.probes.base import NotApplicable, ProbeContext, ViewFactory, errored, result, skipped, z_score
+from learnerd.eval.probes.common import (
+    NotApplicable,
+    ProbeOptions,
+    ViewFactory,
+    errored,
+    result,
+    skipped,
+    z_score,
+)
 from learnerd.eval.report import ProbeResult, Verdict
+
+if TYPE_CHECKING:
+    from learnerd.eval.probes.base import ProbeContext
 
 KIND = "section_internalization"
 CATEGORY = "attribution"  # sway's score category
+
+
+class Options(ProbeOptions):
+    """``section_internalization``'s knobs."""
+
+    section_threshold: float = 0.05
+    """a section passes at this effective lift (own lift minus leak lift)"""
+    passing_section_frac: float = Field(0.5, ge=0, le=1)
+    """the probe passes when this fraction of the sections passes"""
+    leak_sections: int = Field(8, ge=0)
+    """other sections scored in each section's context for its leak lift"""
 
 
 def _items(ctx: ProbeContext) -> list[tuple[tuple[Scored, ...], tuple[Scored, ...]]]:

@@ -8,9 +8,10 @@ calibrated on sway's sentinel prompts, so equal raw values give sway's z-scores;
 in parameter-name order and calibrates on the document's prompts. The per-kind ``mean``, population
 ``std`` (floored at 1e-6), ``n`` and ``degenerate`` (1.0 when there is one sample or all are equal: no
 z-score is computed then, sway's rule) go to ``ctx.null_stats``,
-where later probes read them, and to the report's top-level ``null_stats``. Calibrated kinds:
-``delta_kl`` and ``section_internalization``; the recall and multi-turn probes have no meaningful noise
-baseline (a noise adapter recalls nothing and holds no dialogue).
+where later probes read them, and to the report's top-level ``null_stats``. Calibrated kinds: the probes
+of :data:`~learnerd.eval.probes.PROBES` that offer ``raw_value`` (:data:`~learnerd.eval.probes.CALIBRATED`);
+the recall and multi-turn probes have no meaningful noise baseline (a noise adapter recalls nothing and
+holds no dialogue).
 
 The probe's own verdict is ``pass`` (it judges nothing; its category, ``baseline``, weighs 0 in the overall score),
 ``skip`` when ``null_runs`` is 0.
@@ -20,25 +21,37 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
-from learnerd.eval.probes import delta_kl, internalization
-from learnerd.eval.probes.base import NotApplicable, ProbeContext, ViewFactory, result, skipped
+from pydantic import Field
+
+from learnerd.eval.probes.common import NotApplicable, ProbeOptions, result, skipped
 from learnerd.eval.report import ProbeResult, Verdict
+
+if TYPE_CHECKING:
+    from learnerd.eval.probes.base import ProbeContext
 
 KIND = "null_adapter"
 CATEGORY = "baseline"  # sway's score category
 NAME = "null_baseline"
 STD_FLOOR = 1e-6
-CALIBRATED: dict[str, Callable[[ProbeContext, ViewFactory], float]] = {
-    delta_kl.KIND: delta_kl.raw_value,
-    internalization.KIND: internalization.raw_value,
-}
+
+
+class Options(ProbeOptions):
+    """The noise adapters' knobs (``null_runs`` and ``calibration`` are ``[evaluation]`` settings; sway's
+    ``NullAdapterSpec`` defaults)."""
+
+    null_init_scale: float = Field(0.02, gt=0)
+    """standard deviation of a noise adapter's lora_A / lora_B entries"""
+    null_seed_base: int = 1000
+    """the noise adapters' seeds are null_seed_base, null_seed_base + 1, …"""
 
 
 def run(ctx: ProbeContext) -> ProbeResult:
     """Calibrate, fill ``ctx.null_stats``, and report the samples."""
+    from learnerd.eval.probes import CALIBRATED  # the registry lists this module too: imported when it is complete
+
     opts = ctx.options
     if opts.null_runs == 0:
         return skipped(NAME, KIND, "null_runs is 0: probes fall back to fixed thresholds")
@@ -46,14 +59,15 @@ def run(ctx: ProbeContext) -> ProbeResult:
     samples: dict[str, list[float]] = {}
     not_calibrated: dict[str, str] = {}
     module_order = opts.calibration == "sway"
-    for kind, raw_value in CALIBRATED.items():
+    for probe in CALIBRATED:
+        kind = probe.KIND
         values: list[float] = []
         for i in range(opts.null_runs):
             seed = opts.null_seed_base + i
             if kind not in not_calibrated:
                 try:
                     view = partial(ctx.backend.as_null_adapter, seed, opts.null_init_scale, module_order=module_order)
-                    values.append(raw_value(ctx, view))
+                    values.append(probe.raw_value(ctx, view))
                 except NotApplicable as exc:
                     not_calibrated[kind] = str(exc)
                 except Exception as exc:

@@ -20,14 +20,29 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import time
+from typing import TYPE_CHECKING
+
+from pydantic import Field
 
 from learnerd.eval.inputs import ProbePair
-from learnerd.eval.probes.base import ProbeContext, errored, result, skipped
+from learnerd.eval.probes.common import ProbeOptions, errored, result, skipped
 from learnerd.eval.report import ProbeResult, Verdict
+
+if TYPE_CHECKING:
+    from learnerd.eval.probes.base import ProbeContext
 
 KIND = "probe_recall"
 CATEGORY = "adherence"  # sway's score category
 ANSWER_SLACK_TOKENS = 8
+
+
+class Options(ProbeOptions):
+    """``probe_recall``'s knobs."""
+
+    min_similarity: float = Field(0.9, ge=0, le=1)
+    """an answer passes at this character-level similarity to the reference (or an exact match)"""
+    max_answer_tokens: int = Field(128, ge=1)
+    """new tokens of an answer at most (else the reference's length + 8)"""
 
 
 def normalize(text: str) -> str:

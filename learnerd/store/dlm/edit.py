@@ -24,7 +24,7 @@ from learnerd.store.atomic import replace_if_unchanged
 from learnerd.store.dlm.document import Document, Section, harvest_marker, parse_body, parse_bytes, parse_text
 from learnerd.store.dlm.errors import DocumentError
 from learnerd.store.dlm.frontmatter import CURRENT_DLM_VERSION, new_ulid, render_frontmatter
-from learnerd.store.dlm.qa import QAPair, blank_line_free, normalize_turn, question_text, render_qa
+from learnerd.store.dlm.qa import HEADERS, QAPair, blank_line_free, normalize_turn, question_text, render_qa
 
 
 class UnrepresentableError(ValueError):
@@ -93,6 +93,10 @@ def probe_section(question: str, answer: str, *, source: str) -> Section:
         raise UnrepresentableError("empty question or answer")
     if not blank_line_free(a):
         raise UnrepresentableError("the answer has a blank line (the released dlm 0.10.0 ends an answer there)")
+    for role, text in (("question", q), ("answer", a)):
+        header = next((line.strip() for line in text.split("\n") if line.strip() in HEADERS), None)
+        if header is not None:
+            raise UnrepresentableError(f"the {role} has a line {header!r} that reads as a Q/A header")
     try:
         marker = harvest_marker(source)
     except ValueError as exc:

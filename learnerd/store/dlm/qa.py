@@ -34,6 +34,8 @@ from learnerd.store.dlm.errors import DocumentError
 Q_HEADER = "### Q"
 PROBE_HEADER = "### Q !probe"
 A_HEADER = "### A"
+HEADERS = frozenset({Q_HEADER, PROBE_HEADER, A_HEADER})
+"""The lines (stripped) the grammar reads as headers."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ def parse_qa(lines: Sequence[str], *, path: str | Path | None = None, first_line
 
     def read_body(j: int) -> tuple[str, int]:
         start = j
-        while j < n and lines[j].strip() not in (Q_HEADER, PROBE_HEADER, A_HEADER):
+        while j < n and lines[j].strip() not in HEADERS:
             j += 1
         return "\n".join(lines[start:j]).strip(), j
 

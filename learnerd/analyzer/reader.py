@@ -1,0 +1,93 @@
+"""The reader contract: what one log format declares so that the analyzer reads it.
+
+A log format is one module of this package defining a :class:`Reader` (by convention ``READER``) and
+one row in :data:`learnerd.analyzer.registry.READERS`. Everything else is the analyzer's and the same
+for every format: finding the files, tailing them from a persisted watermark, committing each batch's
+blocks with its watermark in one transaction, counting and logging bad records, merging block events
+into ``blocks`` (the one intake, :func:`learnerd.analyzer.ingest.ingest_line`) and notifying.
+
+A reader says:
+
+- ``name``: what the format is called in logs and reasons (``"blocklog"``, ``"foyle"``).
+- ``framing``: how the files holding it are found and cut into records, and so what their watermark
+  counts. :data:`JSON_LINES` (byte offsets) is the only framing today; a source watermarked by rowid
+  (atuin's ``history.db``, a SQLite database) needs a second :class:`Framing` and a tailer for it in
+  the analyzer, after which each such format is again one module and one row.
+- ``detect(record) -> bool``: whether a record is in this format, judged from the record alone (no
+  configuration). A framing's records are offered to its readers in registry order and the first
+  that detects a record parses it, so one file may mix formats; a record that no reader detects is
+  *foreign* (another program's: counted, warned about once per file, skipped).
+- ``parse(conn, record, now) -> Parsed``: what the record says, as block events for the intake to
+  merge. It runs inside the batch's transaction, under a savepoint of its own: it may keep state in
+  the store (foyle keeps the first half of a trace until the other half arrives) and a failure
+  rolls that back. It never writes ``blocks`` itself. It raises
+  :class:`~learnerd.analyzer.fields.MalformedLine` for a record with missing or ill-typed fields and
+  :class:`~learnerd.analyzer.fields.UnknownEvent` for a well-formed record of a kind or version it
+  does not know; any other exception also makes the record malformed, except a database failure,
+  which rolls the batch back for a retry.
+- ``pending(conn) -> int`` (optional): how many records the format keeps in the store waiting for
+  another record (the ``pending_traces`` gauge sums them); None for a format that never waits.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from learnerd.store.blocks import BlockEvent
+
+Record = dict[str, Any]
+"""One record of a format: a JSON object, for the :data:`JSON_LINES` framing."""
+
+# What one record amounted to (``Parsed.kind``).
+EVENTS = "events"  # block events for the intake (``joined``: they complete a trace)
+PENDING = "pending"  # part of a trace, kept in the store for the rest (``trace_id`` names it)
+SKIPPED = "skipped"  # a record of the format that carries nothing learnerd uses
+UNJOINABLE = "unjoinable"  # a record (or the trace it completed) that names no block (``reason``: why)
+
+
+@dataclass
+class Parsed:
+    """What a reader made of one record: ``kind`` is one of :data:`EVENTS`, :data:`PENDING`,
+    :data:`SKIPPED`, :data:`UNJOINABLE`; ``events`` (for :data:`EVENTS`) are not yet merged;
+    ``joined`` is True when they complete a trace of several records; ``reason`` says why a record is
+    unjoinable (a short label, counted per label); ``trace_id`` names the trace a record completed or
+    left pending (``""`` when none)."""
+
+    kind: str
+    events: list[BlockEvent] = field(default_factory=list)
+    joined: bool = False
+    reason: str = ""
+    trace_id: str = ""
+
+
+@dataclass(frozen=True)
+class Framing:
+    """How the files holding a format are found and cut into records, and so what their watermark counts.
+
+    ``suffixes``: a regular file whose name ends in one of these (any case) is read in this framing;
+    :mod:`learnerd.analyzer.discovery` says what is left out whatever its name.
+    """
+
+    suffixes: tuple[str, ...]
+
+
+JSON_LINES = Framing(suffixes=(".jsonl", ".json", ".log"))
+"""One UTF-8 JSON object per LF-terminated line (:mod:`learnerd.analyzer.tail` reads the lines,
+:mod:`learnerd.analyzer.ingest` decodes them); a file's watermark is the byte offset just past its last
+consumed line, with the line count, its inode and a fingerprint of its first bytes
+(:mod:`learnerd.store.watermarks`). foyle names its logs ``foyle.logs.<timestamp>.json``; learnerd's
+block logs conventionally end in ``.jsonl``."""
+
+
+@dataclass(frozen=True)
+class Reader:
+    """One log format (see the module docstring for each field's contract)."""
+
+    name: str
+    framing: Framing
+    detect: Callable[[Record], bool]
+    parse: Callable[[sqlite3.Connection, Record, float], Parsed]
+    pending: Callable[[sqlite3.Connection], int] | None = None

@@ -1,0 +1,41 @@
+"""The log formats the analyzer reads: one :class:`~learnerd.analyzer.reader.Reader` per format.
+
+Adding a format: write its module in this package, with a ``READER``, and add that reader to
+:data:`READERS` (docs/architecture.md, "A log format"); nothing else changes. The analyzer reads the
+tuple at every record, so a test may monkeypatch it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from learnerd.analyzer import blocklog, foyle, own_log
+from learnerd.analyzer.reader import Framing, Reader, Record
+
+READERS: tuple[Reader, ...] = (blocklog.READER, foyle.READER, own_log.READER)
+"""Every format, in the order a record is offered to them: the first whose ``detect`` accepts it
+parses it. Order matters only for a record two formats would claim (a ``learnerd`` key and a string
+``message``: the block log's), so learnerd's own log comes last."""
+
+
+def reader_for(record: Record, framing: Framing) -> Reader | None:
+    """The first reader of ``framing`` in :data:`READERS` that detects ``record``; None when none does
+    (the record is foreign)."""
+    for reader in READERS:
+        if reader.framing is framing and reader.detect(record):
+            return reader
+    return None
+
+
+def reader_names(framing: Framing) -> list[str]:
+    """The names of the readers of ``framing``, in registry order (for the reason of a foreign record)."""
+    return [reader.name for reader in READERS if reader.framing is framing]
+
+
+def pending_records(conn: sqlite3.Connection) -> int:
+    """Records every format keeps in the store waiting for another record (foyle's half traces).
+
+    Raises:
+        sqlite3.Error: the database failed.
+    """
+    return sum(reader.pending(conn) for reader in READERS if reader.pending is not None)
