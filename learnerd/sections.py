@@ -28,10 +28,14 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, use_attribute_docstrings=True)
 
 
-def resolve_path(raw: str, base: Path) -> Path:
-    """``raw`` with ``~`` and ``$VARS`` expanded, made absolute against ``base`` (the config file's directory)."""
+def resolve_path(raw: str, base: Path, *, follow_symlinks: bool = True) -> Path:
+    """``raw`` with ``~`` and ``$VARS`` expanded, made absolute against ``base`` (the config file's directory);
+    with ``follow_symlinks`` False only ``.`` and ``..`` are folded, so a symlink named in the path stays
+    visible to whoever must refuse it (the state directory)."""
     p = Path(os.path.expandvars(os.path.expanduser(raw)))
-    return p if p.is_absolute() else (base / p).resolve()
+    if p.is_absolute():
+        return p
+    return (base / p).resolve() if follow_symlinks else Path(os.path.abspath(base / p))
 
 
 def relative_to_the_file(value: str, info: ValidationInfo) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def read_config(args: argparse.Namespace) -> Config:
         args.config = str(found) if found is not None else None
     cfg = load_config(args.config)
     if args.state_dir:
-        cfg.state_dir = Path(args.state_dir).expanduser().resolve()
+        cfg.state_dir = Path(os.path.abspath(Path(args.state_dir).expanduser()))  # a symlink stays refusable
     url = getattr(args, "store_url", None) or Environment().store_url
     if url:
         cfg.store.url = (

@@ -143,7 +143,7 @@ class Config(Section):
         data = dict(data)
         base = info.context["base"]
         if isinstance(data.get("state_dir"), str):
-            data["state_dir"] = resolve_path(data["state_dir"], base)
+            data["state_dir"] = resolve_path(data["state_dir"], base, follow_symlinks=False)
         for key in ("log_dirs", "docs_dirs"):
             if isinstance(data.get(key), list):
                 data[key] = [resolve_path(v, base) if isinstance(v, str) else v for v in data[key]]

@@ -303,10 +303,12 @@ def _committed_document(wiring: Wiring, commit: AdapterCommit) -> list[str]:
 
 
 #: Committed adapter versions → reports: the document of every commit is evaluated (its current version).
+#: Cancelled at shutdown, not drained: a cancelled evaluation writes no report, so the next start evaluates again.
 SPEC = ControllerSpec(
     EvaluationReconciler.name,
     lambda wiring: evaluation_reconciler(wiring.cfg, on_report=wiring.metrics.evaluated),
     defaults={"workers": 1, "timeout_s": 3600.0},
     watches=(Watch(ADAPTERS, _committed_document),),
+    shutdown="cancel",
     model_work=True,
 )

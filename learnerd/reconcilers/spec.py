@@ -96,7 +96,11 @@ class ControllerSpec:
     ``key_kind`` what its keys are (in messages: "block id", "document path").
 
     ``stage``: ``"pipeline"`` queues are drained at shutdown, in the table's order; ``"training"`` is stopped
-    instead (a cycle may run for hours) and exists only with ``[training] enabled``. ``needs_embedder``:
+    instead (a cycle may run for hours) and exists only with ``[training] enabled``. ``shutdown``: how a
+    pipeline controller ends at shutdown — ``"drain"``, its queued and in-flight keys are reconciled first;
+    ``"cancel"``, at once, first of all: its reconciles in flight are cancelled and its queued keys left (model
+    work that runs for minutes; its reconciler must write nothing when cancelled, and its ``resync_keys()``
+    lists the key again at the next start). ``needs_embedder``:
     built once the embedder has loaded (ingestion starts before). ``enabled(cfg)``: an optional controller,
     wired only when it returns True. ``model_work``: in a fleet, only replicas with the "train" role own its
     keys (they load models).
@@ -107,6 +111,7 @@ class ControllerSpec:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     watches: tuple[Watch, ...] = ()
     stage: Literal["pipeline", "training"] = "pipeline"
+    shutdown: Literal["drain", "cancel"] = "drain"
     needs_embedder: bool = False
     enabled: Callable[[Any], bool] | None = None
     model_work: bool = False

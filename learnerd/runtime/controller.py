@@ -10,11 +10,17 @@ a worker takes from the queue:
 * any other exception, a return value that is not a :class:`~learnerd.runtime.reconcile.Result`, or the
   per-reconcile timeout → ``add_rate_limited(key)`` while ``num_requeues(key) < max_retries``
   (logged as a warning), then ``forget(key)`` and the key is dropped (logged as an error, counted);
+* cancelled by :meth:`Controller.shutdown` with ``cancel=True`` → no outcome at all (logged, not counted);
 * in every case ``done(key)`` — so a key is never reconciled by two workers at once, and adds
   that arrive while it is reconciled collapse into exactly one more run.
 
 No exception raised by a reconciler ends a worker. Cancellation (the daemon's task group being
 cancelled) does end it, and the key in hand is marked done without any outcome.
+
+A paused controller starts nothing: no key is handed to a reconciler from :meth:`Controller.pause` until
+:meth:`Controller.resume`, not even while its queue drains at shutdown (its queued keys are then left
+unreconciled: a level-triggered start-up resync lists them again). A key a worker was being handed at the
+moment of the pause goes back on the queue.
 
 A :class:`~learnerd.runtime.reconcile.BatchReconciler` gets up to ``batch_size`` keys per call: the worker
 waits for one key, takes as many more as are ready right now, calls ``reconcile_batch`` and applies
@@ -96,6 +102,8 @@ class Controller:
         max_retries: rate-limited requeues of a failing key before it is dropped, >= 0.
         metrics: where to count (see :mod:`learnerd.runtime.controller_metrics`); unregistered
             metrics by default.
+        paused: create it paused (:meth:`pause`): it starts nothing, not even the first keys queued,
+            until :meth:`resume`.
 
     Raises:
         ValueError: a setting is out of range, or the batch reconciler's ``batch_size`` is < 1.
@@ -110,6 +118,7 @@ class Controller:
         timeout_s: float = 60.0,
         max_retries: int = 15,
         metrics: ControllerMetrics | None = None,
+        paused: bool = False,
     ) -> None:
         if workers < 1 or timeout_s <= 0 or max_retries < 0:
             raise ValueError(
@@ -128,9 +137,12 @@ class Controller:
         self._max_retries = max_retries
         self._metrics = (metrics if metrics is not None else ControllerMetrics()).for_controller(reconciler.name)
         self._running = False
-        self._paused = False
+        self._stopped: anyio.Event | None = None  # set when run() returns; made by run(), in the event loop
+        self._paused = paused
+        self._cancelling = False  # shutdown(cancel=True) was called
         self._get_scopes: set[anyio.CancelScope] = set()  # workers waiting for a key
         self._pause_scopes: set[anyio.CancelScope] = set()  # workers waiting for resume()
+        self._call_scopes: set[anyio.CancelScope] = set()  # reconcile calls in flight
         self._reconciles = 0
         self._failures = 0
         self._terminal = 0
@@ -155,10 +167,9 @@ class Controller:
     async def run(self) -> None:
         """Run the workers and the queue's timer task (do not start ``queue.run`` yourself).
 
-        Returns once the queue has been shut down and every worker has handed out and finished
-        what was still queued: stop it with ``queue.shutdown()`` or ``await queue.shutdown_with_drain()``.
-        Cancel the enclosing task group to stop at once (keys in flight are then marked done with
-        no outcome).
+        Returns once the queue has been shut down and every worker has finished what it still had to do
+        (see :meth:`shutdown`, which also waits for this). Cancel the enclosing task group to stop at once
+        (keys in flight are then marked done with no outcome).
 
         Raises:
             RuntimeError: this controller (or its queue's timer) is already running.
@@ -166,6 +177,7 @@ class Controller:
         if self._running:
             raise RuntimeError(f"controller {self.name!r} is already running")
         self._running = True
+        self._stopped = anyio.Event()
         log.info("controller started", controller=self.name, workers=self._workers, batch_size=self._batch_size)
         try:
             async with anyio.create_task_group() as tg:
@@ -174,7 +186,27 @@ class Controller:
                     tg.start_soon(self._worker, name=f"{self.name}-worker-{i}")
         finally:
             self._running = False
+            self._stopped.set()
         log.info("controller stopped", controller=self.name)
+
+    async def shutdown(self, *, cancel: bool = False) -> None:
+        """Shut the queue down (later adds are ignored) and return once :meth:`run` has returned (at once
+        when it is not running).
+
+        By default the workers drain first: every key still queued, and every key added again while it
+        was in flight, is reconciled — unless the controller is paused, which starts nothing: its
+        reconciles in flight finish and its queued keys are left. With ``cancel``, the reconciles in
+        flight are cancelled (their keys marked done with no outcome) and the queued keys are left: for
+        work that may run for minutes, whose reconciler writes nothing when cancelled and lists the key
+        again at the next start's resync.
+        """
+        if cancel:
+            self._cancelling = True
+            for scope in self._call_scopes:
+                scope.cancel()
+        self._queue.shutdown()
+        if self._running and self._stopped is not None:
+            await self._stopped.wait()
 
     def configure(self, *, timeout_s: float, max_retries: int) -> None:
         """Change the per-reconcile timeout and the retry limit (a config reload); the next reconcile
@@ -199,8 +231,8 @@ class Controller:
     def pause(self) -> None:
         """Stop handing keys to workers. Adds still queue up; reconciles in flight finish.
 
-        A shutdown of the queue overrides a pause: the keys still queued are reconciled, so that
-        :meth:`run` (and ``shutdown_with_drain``) can return.
+        A paused controller starts nothing, not even when its queue shuts down: its workers then end
+        and leave the queued keys, so that :meth:`run` (and :meth:`shutdown`) can return.
         """
         self._paused = True
         for scope in self._get_scopes:
@@ -235,8 +267,10 @@ class Controller:
 
     async def _worker(self) -> None:
         queue = self._queue
-        while True:
-            if self._paused and not queue.shutting_down:
+        while not self._cancelling:
+            if self._paused:
+                if queue.shutting_down:
+                    return  # a paused controller starts nothing, not even to drain its queue
                 with anyio.CancelScope() as scope:  # resume() cancels it; a shutdown ends the wait
                     self._pause_scopes.add(scope)
                     try:
@@ -258,6 +292,14 @@ class Controller:
             keys = [key]
             while len(keys) < self._batch_size and (more := queue.get_nowait()) is not None:
                 keys.append(more)
+            if self._paused or self._cancelling:
+                # Paused (or cancelled) while this worker was being woken with a key: nothing starts. The key
+                # goes back on the queue (added while it is processing, so done() queues it again); a queue
+                # that is shutting down ignores the add, and the key is left for the next start's resync.
+                for k in keys:
+                    queue.add(k)
+                    queue.done(k)
+                continue
             try:
                 await self._reconcile(keys)
             finally:
@@ -278,14 +320,19 @@ class Controller:
             finally:
                 self._metrics.active_workers.dec()
             duration = self._queue.clock.now() - started
+            if outcomes is None:
+                log.info("reconcile cancelled: the controller is shutting down", keys=len(keys), duration_s=duration)
+                return
             self._metrics.observe_duration(duration)
             for key in keys:
                 with structlog.contextvars.bound_contextvars(key=key):
                     self._apply(key, outcomes[key], duration)
 
-    async def _call(self, keys: list[str]) -> dict[str, _Outcome]:
+    async def _call(self, keys: list[str]) -> dict[str, _Outcome] | None:
+        """Each key's outcome; None when :meth:`shutdown` cancelled the call."""
         outcomes: dict[str, _Outcome] = {}
         with anyio.move_on_after(self._timeout_s) as scope:
+            self._call_scopes.add(scope)
             try:
                 if self._batched:
                     returned = await self._reconciler.reconcile_batch(list(keys))  # type: ignore[attr-defined]
@@ -294,7 +341,11 @@ class Controller:
                     outcomes = {keys[0]: _checked(await self._reconciler.reconcile(keys[0]), "reconcile")}
             except Exception as exc:
                 outcomes = dict.fromkeys(keys, exc)
+            finally:
+                self._call_scopes.discard(scope)
         if scope.cancelled_caught:
+            if self._cancelling:
+                return None
             outcomes = dict.fromkeys(keys, _ReconcileTimeout(self._timeout_s))
         return outcomes
 

@@ -121,3 +121,24 @@ def test_case9_a_journaled_document_outside_the_document_roots_is_refused(tmp_pa
     assert reconciler.journal is not None
     assert [p.prompt for p in reconciler.journal.pending()] == ["Inside?"]
     reconciler.journal.close()
+
+
+@pytest.mark.parametrize("how", ["config", "flag"])
+def test_a_symlinked_state_dir_is_refused_however_it_is_named(tmp_path: Path, how: str) -> None:
+    (tmp_path / "real-state").mkdir(mode=0o700)
+    (tmp_path / "state").symlink_to(tmp_path / "real-state")
+    (tmp_path / "logs").mkdir()
+    config = tmp_path / "learnerd.toml"
+    config.write_text('state_dir = "state"\nlog_dirs = ["logs"]\n[training]\nenabled = false\n')
+    extra = ["--config", str(config)] if how == "config" else ["--state-dir", str(tmp_path / "state")]
+    result = subprocess.run(
+        learnerd_command("run", "--once", "--log-dir", str(tmp_path / "logs"), *extra),
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "symlink" in result.stderr and "Traceback" not in result.stderr
+    assert list((tmp_path / "real-state").iterdir()) == [], "nothing is created through the link"

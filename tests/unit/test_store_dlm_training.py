@@ -3,10 +3,13 @@ what learnerd's trainer refuses of it (``check_trainable``)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from learnerd.ml.hyperparams import check_trainable
-from learnerd.store.dlm import TrainingConfig, TrainingConfigError
+from learnerd.store.dlm import DocumentError, TrainingConfig, TrainingConfigError
+from learnerd.store.dlm.document import MAX_DOCUMENT_BYTES, parse_bytes
 
 
 def test_defaults_are_dlms():
@@ -95,3 +98,24 @@ def test_total_steps_from_epochs_or_budget():
     assert cfg.total_steps(0) == 0
     assert TrainingConfig(max_steps=7).total_steps(1000) == 7
     assert TrainingConfig().batch_size() == 8 and TrainingConfig().accumulation() == 1
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "range_"),
+    [
+        ("num_epochs", 10**9, "1..1000"),
+        ("max_steps", 10**9, "1..1000000"),
+        ("lora_alpha", 10**21, "1..1024"),
+        ("seed", 2**64, "0..4294967295"),
+        ("seed", -1, "0..4294967295"),
+    ],
+)
+def test_hostile_budgets_and_seeds_are_refused_with_their_range(key: str, value: int, range_: str) -> None:
+    with pytest.raises(TrainingConfigError, match=rf"training\.{key} must be in {re.escape(range_)}"):
+        TrainingConfig.from_mapping({key: value})
+
+
+def test_a_document_larger_than_the_limit_is_refused_before_parsing() -> None:
+    data = b"---\ndlm_id: 01KPPJZWBDDDYRESSA0HESRDHS\nbase_model: x\n---\n" + b"a" * MAX_DOCUMENT_BYTES
+    with pytest.raises(DocumentError, match="learnerd reads at most 16,777,216"):
+        parse_bytes(data)

@@ -355,12 +355,24 @@ def read_document(path: str | Path) -> Document:
     return parse_bytes(Path(path).read_bytes(), path=path)
 
 
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+"""The largest document parsed (bytes): 16 MiB is thousands of times a real notebook's Q/A sections, and a
+larger file would cost the daemon and the training process gigabytes of parse and tokenizer state."""
+
+
 def parse_bytes(data: bytes, *, path: str | Path | None = None) -> Document:
     """Parse a document from its bytes (UTF-8, optional BOM, any of LF / CRLF / CR line ends).
 
     Raises:
-        DocumentError: not UTF-8, no frontmatter, invalid frontmatter, or a malformed fence.
+        DocumentError: larger than :data:`MAX_DOCUMENT_BYTES`, not UTF-8, no frontmatter, invalid
+            frontmatter, or a malformed fence.
     """
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise DocumentError(
+            f"the document is {len(data):,} bytes; learnerd reads at most {MAX_DOCUMENT_BYTES:,} "
+            "(split it into several documents)",
+            path=path,
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

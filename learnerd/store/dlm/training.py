@@ -10,6 +10,10 @@ LoRA rank ``lora_r`` 8 (1..256), ``lora_alpha`` 16, ``lora_dropout`` 0.05 (0..0.
 learnerd adds one key dlm does not have: ``max_steps``, a budget of optimizer steps per training cycle
 that replaces ``num_epochs`` when set (``None`` by default).
 
+learnerd bounds what dlm leaves open, so a hostile or mistyped document cannot hold the one training worker
+for days or commit a garbage adapter: ``lora_alpha`` 1..1024 (at most 4 × the largest rank), ``num_epochs``
+1..1000, ``max_steps`` 1..1,000,000, ``seed`` 0..2³²−1 (numpy's and the data loader's seed range).
+
 The block is a pydantic model in lax mode (but booleans are no numbers, and nan and inf are refused), which
 matters for YAML 1.1: PyYAML reads ``learning_rate: 2e-4`` (no dot) as the *string* ``"2e-4"``. Keys dlm knows
 but that are not single-adapter fields (``preference``, ``cpt``, ``adapters``, ``sources``, ...:
@@ -62,22 +66,22 @@ class TrainingConfig(BaseModel):
 
     adapter: Literal["lora", "qlora", "dora"] = "lora"
     lora_r: int = Field(8, ge=1, le=256)
-    lora_alpha: int = Field(16, ge=1)
+    lora_alpha: int = Field(16, ge=1, le=1024)
     lora_dropout: float = Field(0.05, ge=0.0, le=0.5)
     target_modules: str | tuple[str, ...] = "auto"
     sequence_len: int = Field(2048, ge=64, le=32768)
     micro_batch_size: str | int = "auto"
     grad_accum: str | int = "auto"
     learning_rate: float = Field(2e-4, gt=0.0)
-    num_epochs: int = Field(3, ge=1)
+    num_epochs: int = Field(3, ge=1, le=1000)
     optimizer: Literal["adamw_torch", "adamw_bnb_8bit", "paged_adamw_8bit", "galore_adamw", "galore_adamw_8bit"] = (
         "adamw_torch"
     )
     lr_scheduler: Literal["cosine", "linear", "constant"] = "cosine"
     warmup_ratio: float = Field(0.1, ge=0.0, le=0.5)
     precision: Literal[None, "bf16", "fp16", "fp32"] = None
-    seed: int = 42
-    max_steps: int | None = Field(None, ge=1)
+    seed: int = Field(42, ge=0, le=2**32 - 1)
+    max_steps: int | None = Field(None, ge=1, le=1_000_000)
     extra: dict[str, Any] = Field(default_factory=dict)
 
     def __init__(self, **data: Any) -> None:
