@@ -1,10 +1,14 @@
-"""A small client for assistants: retrieval, chat and probe injection against a running ``learnerd run``.
+"""A small client for assistants: retrieval, chat, probe injection and block logging against a running
+``learnerd run``.
 
 * :meth:`LearnerdClient.search` — ``POST /search`` (``--listen-search``, token ``$LEARNERD_SEARCH_TOKEN``);
 * :meth:`LearnerdClient.chat` — the official ``openai`` client on the OpenAI-compatible endpoint
   (``--listen-openai``, token ``$LEARNERD_OPENAI_TOKEN``); :attr:`LearnerdClient.openai` is that client;
 * :meth:`LearnerdClient.inject_probe` — dlm's ``inject_probe`` on ``POST /rpc`` (``--listen-rpc``, token
-  ``$LEARNERD_PROBE_TOKEN``).
+  ``$LEARNERD_PROBE_TOKEN``);
+* :meth:`LearnerdClient.log_block` / :meth:`LearnerdClient.log_events` — block-log events (the format of
+  ``docs/block-log-format.md``) on ``POST /v1/blocks``, the same listener and token; what the daemon learns
+  from (``docs/integrations.md``).
 
 :class:`AsyncLearnerdClient` has the same methods as coroutines. Tokens left out are read from those
 environment variables. Every HTTP error raises :class:`LearnerdError` (``openai``'s own errors for chat).
@@ -14,14 +18,18 @@ from __future__ import annotations
 
 import json
 import os
+import time as _time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
-from typing import Any, TypedDict
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Required, TypedDict, Unpack
 
 import aiohttp
 import openai
 
+from learnerd.analyzer.blocklog import event_line
+from learnerd.store.blocks import Cell
 from learnerd.store.retrieval import SearchHit
 
 SEARCH_TOKEN_ENV = "LEARNERD_SEARCH_TOKEN"
@@ -36,6 +44,14 @@ class ProbeAccepted(TypedDict):
     accepted: bool
     next_cycle_eta_s: int
     queue_depth: int
+
+
+class BlocksAccepted(TypedDict):
+    """``accepted``: events the daemon made durable (fsynced) for its analyzer; ``block_ids``: the blocks they are
+    about, in order of first mention."""
+
+    accepted: int
+    block_ids: list[str]
 
 
 class LearnerdError(RuntimeError):
@@ -65,6 +81,53 @@ def _checked(status: int, body: bytes) -> Any:
 
 def _probe_body(prompt: str, reference: str, tags: Iterable[str]) -> dict[str, Any]:
     return {"method": "inject_probe", "params": {"prompt": prompt, "reference": reference, "tags": list(tags)}}
+
+
+class BlockFields(TypedDict, total=False):
+    """What :meth:`LearnerdClient.log_block` says about a block besides its executed code."""
+
+    exit_code: Required[int | None]
+    """the executed code's exit status: 0 or None (unknown) — the block may be learned; anything else — it is
+    kept, never learned"""
+    context: Sequence[str | Cell]
+    """the cells before it, in order (a string is a markdown cell); the markdown right before the block is the
+    example's query, headings included (default: none — then nothing is learned from it)"""
+    language: str
+    """the code's language, e.g. ``"bash"``, ``"python"`` (default ``""``)"""
+    generated: str | None
+    """what the assistant suggested for the block, if anything"""
+    block_id: str | None
+    """default: a new random id (returned in ``block_ids``); log again with the same id and a later ``time``
+    for a re-execution"""
+    time: float | None
+    """when it ran, epoch seconds (default: now)"""
+    eval_mode: bool
+    """produced while evaluating the assistant: never learned from"""
+
+
+def _block_events(
+    executed: str,
+    *,
+    exit_code: int | None,
+    context: Sequence[str | Cell] = (),
+    language: str = "",
+    generated: str | None = None,
+    block_id: str | None = None,
+    time: float | None = None,
+    eval_mode: bool = False,
+) -> list[dict[str, Any]]:
+    """The block-log events of one block (:class:`BlockFields`), written by
+    :func:`learnerd.analyzer.blocklog.event_line`: a context event, a generated one when given, an executed one."""
+    block_id = block_id or f"block-{uuid.uuid4().hex}"
+    when = _time.time() if time is None else time
+    cells = [Cell("markup", c) if isinstance(c, str) else c for c in context]
+    lines = [event_line("context", block_id, when, cells=cells, eval_mode=eval_mode)]
+    if generated is not None:
+        suggested = Cell("code", generated, language)
+        lines.append(event_line("generated", block_id, when, cell=suggested, eval_mode=eval_mode))
+    ran = Cell("code", executed, language)
+    lines.append(event_line("executed", block_id, when, cell=ran, exit_code=exit_code, eval_mode=eval_mode))
+    return [json.loads(line) for line in lines]
 
 
 class _Endpoints:
@@ -114,7 +177,7 @@ class LearnerdClient(_Endpoints):
         url = self.url(self.search_url, "/search", "search")
         return self._post(url, {"text": text, "k": k}, self.search_headers)
 
-    def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> Any:
+    def _post(self, url: str, body: Any, headers: dict[str, str]) -> Any:
         request = urllib.request.Request(
             url, json.dumps(body).encode(), {**headers, "Content-Type": "application/json"}, method="POST"
         )
@@ -134,6 +197,26 @@ class LearnerdClient(_Endpoints):
         """Push a probe into the next training cycle (dlm's contract). Raises :class:`LearnerdError`."""
         url = self.url(self.rpc_url, "/rpc", "RPC")
         return self._post(url, _probe_body(prompt, reference, tags), self.rpc_headers)
+
+    def log_events(self, events: Iterable[Mapping[str, Any]]) -> BlocksAccepted:
+        """Log block-log events (``docs/block-log-format.md``) with ``POST /v1/blocks``; all or none are accepted,
+        and they are durable when this returns.
+
+        Raises:
+            LearnerdError: refused (400 names the bad event's ``index``; 401 a wrong token; 503 not written).
+        """
+        url = self.url(self.rpc_url, "/v1/blocks", "RPC")
+        return self._post(url, [dict(e) for e in events], self.rpc_headers)
+
+    def log_block(self, executed: str, **block: Unpack[BlockFields]) -> BlocksAccepted:
+        """Log one block: the ``executed`` code and what :class:`BlockFields` says about it (``exit_code`` is
+        required: it decides whether the block may be learned).
+
+        Raises:
+            ValueError: the arguments make no valid event (:func:`~learnerd.analyzer.blocklog.event_line`).
+            LearnerdError: refused, as :meth:`log_events`.
+        """
+        return self.log_events(_block_events(executed, **block))
 
     def close(self) -> None:
         self.openai.close()
@@ -168,7 +251,7 @@ class AsyncLearnerdClient(_Endpoints):
         url = self.url(self.search_url, "/search", "search")
         return await self._post(url, {"text": text, "k": k}, self.search_headers)
 
-    async def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> Any:
+    async def _post(self, url: str, body: Any, headers: dict[str, str]) -> Any:
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=self._timeout)
         async with self._http.post(url, json=body, headers=headers) as response:
@@ -181,6 +264,13 @@ class AsyncLearnerdClient(_Endpoints):
     async def inject_probe(self, prompt: str, reference: str, tags: Iterable[str] = ()) -> ProbeAccepted:
         url = self.url(self.rpc_url, "/rpc", "RPC")
         return await self._post(url, _probe_body(prompt, reference, tags), self.rpc_headers)
+
+    async def log_events(self, events: Iterable[Mapping[str, Any]]) -> BlocksAccepted:
+        url = self.url(self.rpc_url, "/v1/blocks", "RPC")
+        return await self._post(url, [dict(e) for e in events], self.rpc_headers)
+
+    async def log_block(self, executed: str, **block: Unpack[BlockFields]) -> BlocksAccepted:
+        return await self.log_events(_block_events(executed, **block))
 
     async def aclose(self) -> None:
         if self._http is not None:

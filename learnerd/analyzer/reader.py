@@ -4,7 +4,7 @@ A log format is one module of this package defining a :class:`Reader` (by conven
 one row in :data:`learnerd.analyzer.registry.READERS`. Everything else is the analyzer's and the same
 for every format: finding the files, tailing them from a persisted watermark, committing each batch's
 blocks with its watermark in one transaction, counting and logging bad records, merging block events
-into ``blocks`` (the one intake, :func:`learnerd.analyzer.ingest.ingest_line`) and notifying.
+into ``blocks`` (the one intake, in :mod:`learnerd.analyzer.ingest`) and notifying.
 
 A reader says:
 

@@ -14,8 +14,9 @@ from learnerd.analyzer.reader import Framing, Reader, Record
 
 READERS: tuple[Reader, ...] = (blocklog.READER, foyle.READER, own_log.READER)
 """Every format, in the order a record is offered to them: the first whose ``detect`` accepts it
-parses it. Order matters only for a record two formats would claim (a ``learnerd`` key and a string
-``message``: the block log's), so learnerd's own log comes last."""
+parses it. Order matters only for a record two formats would claim: the block log's ``learnerd`` key
+wins over foyle's string ``message``, and foyle's ``message`` over the ``event`` and ``level`` keys of
+learnerd's own log."""
 
 
 def reader_for(record: Record, framing: Framing) -> Reader | None:

@@ -1,4 +1,7 @@
-"""The probe-injection RPC server (``learnerd run --listen-rpc HOST:PORT``): dlm's ``inject_probe``.
+"""The RPC server (``learnerd run --listen-rpc HOST:PORT``): dlm's ``inject_probe``, and ``POST /v1/blocks``.
+
+``POST /v1/blocks`` (block-log events over HTTP, behind the same bearer token, the same 64 KiB cap and the
+same body deadline) is :mod:`learnerd.api.blocks`; the rest of this docstring is ``inject_probe``.
 
 The contract is dlm's (``src/dlm/train/rpc.py``), so sway's push sink talks to learnerd unchanged::
 
@@ -9,7 +12,7 @@ The contract is dlm's (``src/dlm/train/rpc.py``), so sway's push sink talks to l
 
 Answers (JSON bodies; every error is ``{"error": "<reason>"}``), checked in this order:
 
-* **404** — any path but ``/rpc`` (and **405** for ``/rpc`` with a method other than POST);
+* **404** — any path but ``/rpc`` and ``/v1/blocks`` (and **405** for those with a method other than POST);
 * **401** — the ``Authorization`` header is missing, not ``Bearer``, or the token is wrong (compared
   with :func:`hmac.compare_digest` on the header's bytes, in constant time for a token of the right
   length; a byte that is not UTF-8 is a wrong token);
@@ -49,6 +52,7 @@ import anyio
 import structlog
 from aiohttp import web
 
+from learnerd.api.blocks import BLOCKS_PATH, BlocksEndpoint
 from learnerd.api.errors import (
     BadRequest,
     MethodNotAllowed,
@@ -90,6 +94,7 @@ class RpcServer:
         document: the absolute path of the document injected probes are written into.
         eta: seconds until the next cycle of a document has finished (``next_cycle_eta_s``).
         limits: what a client may hold of the listener (timeouts, connection cap).
+        blocks: serves ``POST /v1/blocks`` (:mod:`learnerd.api.blocks`) behind the same token; None: 404.
 
     Raises:
         ValueError: an empty token.
@@ -105,6 +110,7 @@ class RpcServer:
         host: str = "127.0.0.1",
         port: int = 0,
         limits: ServerLimits | None = None,
+        blocks: BlocksEndpoint | None = None,
     ) -> None:
         if not token:
             raise ValueError(f"the RPC server needs a bearer token; set {RPC_TOKEN_ENV}")
@@ -115,8 +121,11 @@ class RpcServer:
         self.host = host
         self.port = port
         self.limits = limits or ServerLimits()
+        self._blocks = blocks
         self.app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[error_middleware])
         self.app.router.add_post(RPC_PATH, self._handle)
+        if blocks is not None:
+            self.app.router.add_post(BLOCKS_PATH, self._handle_blocks)
         self.app.router.add_route("*", "/{tail:.*}", self._not_found)
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -139,16 +148,24 @@ class RpcServer:
                 await runner.cleanup()
 
     async def _not_found(self, request: web.Request) -> web.Response:
-        if request.path == RPC_PATH:
+        if request.path == RPC_PATH or (request.path == BLOCKS_PATH and self._blocks is not None):
             raise MethodNotAllowed(f"{request.method} not allowed; use POST", headers={"Allow": "POST"})
         raise NotFound(f"unknown path {request.path}")
 
-    async def _handle(self, request: web.Request) -> web.Response:
+    def _authorize(self, request: web.Request) -> None:
+        """Raise :class:`Unauthorized` (and log it, throttled) unless the request bears the token."""
         if not bearer_matches(request, self._token):
             throttle_of(request).warning(
                 "refused", "rpc request refused: missing or wrong bearer token", remote=request.remote
             )
             raise Unauthorized("missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+    async def _handle_blocks(self, request: web.Request) -> web.Response:
+        assert self._blocks is not None
+        return await self._blocks.handle(request, self._authorize)
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        self._authorize(request)
         prompt, reference, tags = _parse(await read_body(request))
         probe = InjectedProbe(
             id=InjectedProbe.new_id(),

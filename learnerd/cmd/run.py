@@ -161,11 +161,11 @@ def _is_loopback(host: str) -> bool:
 
 
 def warn_if_nothing_is_watched(cfg) -> None:
-    """Log a warning when ``log_dirs`` is empty: the daemon would run, and ``--once`` succeed, on zero lines
-    without a word."""
+    """Log a warning when ``log_dirs`` is empty and no RPC listener takes ``POST /v1/blocks``: the daemon would
+    run, and ``--once`` succeed, on zero lines without a word."""
     import structlog
 
-    if cfg.log_dirs:
+    if cfg.log_dirs or cfg.rpc.listen:
         return
     where = f"in {cfg.path}" if cfg.path else "(no config file was found: see learnerd init)"
     structlog.get_logger(__name__).warning(
@@ -208,8 +208,8 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.store.state_dir import UnsafeStateDir
 
     cfg = load_config_from_args(args)
-    warn_if_nothing_is_watched(cfg)
     rpc_token = apply_training_options(args, cfg)
+    warn_if_nothing_is_watched(cfg)
     options = None if args.once else service_options(cfg, args)
     try:
         lock = StateLock(cfg.state_dir)

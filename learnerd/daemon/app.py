@@ -24,8 +24,12 @@ block's commit and its example's) converges, and a restart with nothing new chan
 
 Shutdown drains in pipeline order: intake stops, then each queue is shut down with drain (its
 in-flight and queued keys finish; upstream reconciles may still add downstream), all within
-``[shutdown] drain_timeout_s``; past it, whatever is still running is cancelled. Watermarks need no
-flushing: each batch's watermark commits with the batch's blocks.
+``[shutdown] drain_timeout_s``; past it, whatever is still running is cancelled. A controller whose spec
+says ``shutdown="cancel"`` (evaluation: minutes of model work) is not drained but cancelled at once, at the
+start of the drain: its reconcile in flight stops (an evaluation within one batch) and writes nothing, and
+its queued keys are left — the next start's resync lists them again. A paused controller starts nothing,
+not even in the drain: its in-flight reconciles finish, its queued keys are left for the next start.
+Watermarks need no flushing: each batch's watermark commits with the batch's blocks.
 
 On PostgreSQL (``[store] url``) the daemon is one replica of a fleet (:mod:`learnerd.fleet`): its
 queues route keys to their owners, its reconcilers run each key under the key's advisory lock, and
@@ -42,6 +46,7 @@ probes reconciler's writes); ``backfill`` never trains.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -54,6 +59,7 @@ from prometheus_client import CollectorRegistry
 
 from learnerd.analyzer.analyzer import Analyzer
 from learnerd.analyzer.stats import AnalyzerStats
+from learnerd.api.blocks import BlocksEndpoint
 from learnerd.api.rpc import RpcServer
 from learnerd.daemon import controllers, wiring
 from learnerd.daemon.config import Config
@@ -77,6 +83,7 @@ from learnerd.store import db
 from learnerd.store.blocks import count_blocks, list_block_ids
 from learnerd.store.embeddings import count_vectors, load_index
 from learnerd.store.examples import count_examples, get_examples
+from learnerd.store.ingest_log import IngestLog
 from learnerd.store.state_dir import secure_state_dir
 
 log = structlog.get_logger(__name__)
@@ -166,12 +173,16 @@ class Daemon:
         self.queues: dict[str, RateLimitingQueue[str]] = {spec.name: self._queue(spec.name) for spec in self.specs}
         self.reconcilers: dict[str, Reconciler] = {}
         self.controllers: dict[str, Controller] = {}
+        self._start_paused: set[str] = set()  # controllers that start paused (see start_paused)
         for spec in self.specs:
             if not spec.needs_embedder:
                 self._wire(spec)
+        #: Events accepted by ``POST /v1/blocks``, tailed by the analyzer beside ``log_dirs`` (always, so events
+        #: acknowledged before a restart without ``--listen-rpc`` are still read).
+        self.ingest = IngestLog(layout.ingest_dir)
         self.analyzer = Analyzer(
             self.conn,
-            cfg.log_dirs,
+            [*cfg.log_dirs, self.ingest.directory],
             lambda block_id: self.notify(BLOCKS, block_id),
             cfg.analyzer,
             clock=clock,
@@ -207,8 +218,21 @@ class Daemon:
             timeout_s=c.timeout_s,
             max_retries=c.max_retries,
             metrics=self._controller_metrics,
+            paused=spec.name in self._start_paused,
         )
         return controller
+
+    def start_paused(self, names: Iterable[str]) -> list[str]:
+        """Have the controllers ``names`` start paused; call it before :meth:`run`. They start nothing,
+        not even the keys the start-up resync queues, until resumed: the ones wired already are paused
+        now, before any of their workers runs, and one wired later (embeddings, once its embedder has
+        loaded) is created paused. Returns the names among ``names`` that this daemon wires."""
+        known = [name for name in names if name in self.queues]
+        self._start_paused.update(known)
+        for name in known:
+            if name in self.controllers:
+                self.controllers[name].pause()
+        return known
 
     def _wire_training_intake(self, rpc_token: str | None) -> None:
         """What feeds the "training" queue (file watch, debounce, probe inbox) and the RPC server."""
@@ -237,6 +261,7 @@ class Daemon:
                 eta=intake.eta,
                 host=address[0],
                 port=address[1],
+                blocks=BlocksEndpoint(self.ingest, max_line_bytes=cfg.analyzer.max_line_bytes, registry=self.registry),
             )
 
     # The reconcilers by their role (None until wired: embeddings waits for the embedder).
@@ -405,14 +430,29 @@ class Daemon:
             self.training.stop()
 
     async def _drain(self, tg: anyio.abc.TaskGroup) -> None:
+        """Cancel the ``shutdown="cancel"`` controllers and drain the others in pipeline order (see the module
+        docstring), within ``[shutdown] drain_timeout_s``; past it, cancel whatever still runs."""
+        cancelled = {spec.name for spec in self.specs if spec.stage == "pipeline" and spec.shutdown == "cancel"}
         with anyio.move_on_after(self.cfg.shutdown.drain_timeout_s) as scope:
-            for name in self.pipeline:
-                await self.queues[name].shutdown_with_drain()
+            async with anyio.create_task_group() as stopping:
+                for name in self.pipeline:
+                    if name in cancelled:
+                        stopping.start_soon(functools.partial(self._shutdown_controller, name, cancel=True))
+                for name in self.pipeline:
+                    if name not in cancelled:
+                        await self._shutdown_controller(name, cancel=False)
         if scope.cancelled_caught:
             log.warning("drain timed out; cancelling in-flight work", timeout_s=self.cfg.shutdown.drain_timeout_s)
             for queue in self.queues.values():
                 queue.shutdown()
             tg.cancel_scope.cancel()
+
+    async def _shutdown_controller(self, name: str, *, cancel: bool) -> None:
+        controller = self.controllers.get(name)
+        if controller is None:  # never wired (the embedder failed to load): nothing reconciles its queue
+            self.queues[name].shutdown()
+        else:
+            await controller.shutdown(cancel=cancel)
 
     def stop_now(self) -> None:
         """Stop at once (a second SIGINT): cancel the drain in progress and every task; keys in flight

@@ -35,6 +35,7 @@ from learnerd.api.settings import RPC_TOKEN_ENV, AdminConfig, RpcConfig, ServeCo
 from learnerd.eval.settings import EvaluationSettings
 from learnerd.fleet.settings import FleetConfig
 from learnerd.ml.settings import EmbeddingsConfig, TrainingSettings
+from learnerd.privacy.settings import PrivacyConfig
 from learnerd.reconcilers.settings import (
     ControllerConfig,
     ExamplesConfig,
@@ -114,6 +115,7 @@ class Config(Section):
     """directories of .dlm documents"""
     analyzer: AnalyzerConfig = Field(default_factory=AnalyzerConfig)
     examples: ExamplesConfig = Field(default_factory=ExamplesConfig)
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     embeddings: EmbeddingsConfig = Field(default_factory=EmbeddingsConfig)
     probes: ProbesConfig = Field(default_factory=ProbesConfig)
     workqueue: WorkqueueConfig = Field(default_factory=WorkqueueConfig)
@@ -201,8 +203,10 @@ def _commented(text: str, comment: str | None) -> list[str]:
     """``text`` with ``comment`` beside it, aligned at the comment column and wrapped."""
     if not comment:
         return [text]
-    pad = max(_COMMENT_COLUMN, len(text) + 1)
     words = " ".join(comment.split())
+    if len(text) + 1 > _COMMENT_COLUMN + 20:  # a long value: its comment goes above it
+        return [f"# {line}" for line in textwrap.wrap(words, _COMMENT_WIDTH - 2)] + [text]
+    pad = max(_COMMENT_COLUMN, len(text) + 1)
     lines = textwrap.wrap(words, max(40, _COMMENT_WIDTH - pad - 2))
     out = [f"{text.ljust(pad)}# {lines[0]}"]
     out += [f"{'':{pad}}# {line}" for line in lines[1:]]

@@ -86,6 +86,7 @@ class DaemonControl:
         self._started = time.monotonic()
         self._running = False
         self._pause_all = False
+        self._restored: set[str] = set()  # the controllers restore_paused() made start paused
         self._search_limiter = anyio.CapacityLimiter(SEARCH_WORKERS)
         self.max_pending_searches = max_pending_searches
         self._pending_searches = 0
@@ -102,14 +103,17 @@ class DaemonControl:
         """Where background jobs (a backfill) run: the service's task group."""
         self._task_group = task_group
 
+    def restore_paused(self) -> None:
+        """Before the daemon runs: the controllers paused before the last restart
+        (:attr:`~learnerd.store.layout.StateLayout.paused_controllers`) start paused, so they start nothing,
+        not even the keys of the start-up resync (:meth:`~learnerd.daemon.app.Daemon.start_paused`)."""
+        self._restored = set(self.daemon.start_paused(self._load_paused()))
+        for name in sorted(self._restored):
+            log.warning("controller paused before the restart stays paused (learnerd ctl resume)", controller=name)
+
     def mark_running(self) -> None:
-        """Start-up is over (every controller exists): pause the controllers paused before the last restart
-        (:attr:`~learnerd.store.layout.StateLayout.paused_controllers`), and re-apply a ``pause`` of all controllers."""
+        """Start-up is over (every controller exists): re-apply a ``pause`` of all controllers."""
         self._running = True
-        for name in self._load_paused():
-            if name in self.daemon.controllers and not self.daemon.controllers[name].paused:
-                self.daemon.controllers[name].pause()
-                log.warning("controller paused before the restart stays paused (learnerd ctl resume)", controller=name)
         if self._pause_all:
             for controller in self.daemon.controllers.values():
                 controller.pause()
@@ -130,7 +134,8 @@ class DaemonControl:
         return names
 
     def _save_paused(self) -> None:
-        names = sorted(name for name, paused in self._paused().items() if paused)
+        not_wired_yet = {name for name in self._restored if name not in self.daemon.controllers}  # embeddings
+        names = sorted({name for name, paused in self._paused().items() if paused} | not_wired_yet)
         try:
             atomic_write_text(self.daemon.cfg.layout.paused_controllers, json.dumps(names) + "\n")
         except OSError as exc:

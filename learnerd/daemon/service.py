@@ -4,6 +4,7 @@ around :meth:`Daemon.run <learnerd.daemon.app.Daemon.run>`.
 Order of events (``learnerd run``; tests run the same in-process)::
 
     state dir 0700, admin socket bound (stale one replaced)    STATUS=starting: loading the embedder
+    controllers paused before the restart paused again          (before any of them runs)
     admin API, --metrics-addr, --listen-search serving          (ctl status works while the model loads)
     embedder loaded, controllers running, resync queued         READY=1  (task_status.started())
     ... serving: SIGHUP / POST /reload                          RELOADING=1 … READY=1
@@ -151,6 +152,7 @@ class Service:
             raise ServiceError(f"cannot serve the admin socket: {exc}") from exc
         runners: list[web.AppRunner] = []
         try:
+            self.control.restore_paused()
             await self._start_endpoints(admin, runners)
             sd_notify.notify("STATUS=starting: loading the embedder")
             async with anyio.create_task_group() as tg:

@@ -92,10 +92,13 @@ class DifferentialBackend:
         *,
         cancel: threading.Event | None = None,
     ) -> DifferentialBackend:
-        """Load ``base`` (offline; on ``placement``, default CPU float32) and attach ``version``'s adapter.
+        """Load ``base`` (offline; on ``placement``, default CPU float32) and attach ``version``'s adapter,
+        through the process's one loader (:mod:`learnerd.ml.loader`: one lock, a known-answer check after
+        each load).
 
         Raises:
             BaseModelError: the base cannot be loaded.
+            ModelCheckError: the base or the base with the adapter failed its known-answer check.
             OSError / ValueError: peft cannot load the adapter directory.
         """
         model, tokenizer = load_model_directory(base.path, name=base.name, placement=placement)

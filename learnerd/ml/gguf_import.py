@@ -10,7 +10,10 @@ distribution's metadata (``importlib.metadata``).
 chat template under ``<cache_dir>/gguf-<16 hex of the file's sha256>``. Like the built-in models
 (:mod:`learnerd.ml.tiny_model`) it is built in a temporary directory renamed into place, and the
 directory holds :data:`~learnerd.ml.tiny_model.IDENTITY_FILE` with the source file's and the weights'
-sha256, so a half-converted model is never at the final name and the identity is stable.
+sha256, so a half-converted model is never at the final name and the identity is stable. The conversion
+holds the process's model-loading lock (:func:`learnerd.ml.loader.loading`): a second thread asking for
+the same file waits and finds it converted, and no load runs beside the conversion's ``from_pretrained``;
+the converted model must pass the loader's known-answer check before it is saved.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from learnerd.ml.loader import ModelCheckError, load_pretrained, loading
 from learnerd.ml.tiny_model import IDENTITY_FILE, weights_sha256
 from learnerd.store.atomic import publish_directory
 
@@ -69,6 +73,7 @@ def ensure_gguf_model(cache_dir: str | os.PathLike[str], gguf_path: str | os.Pat
     Raises:
         GGUFImportError: the file is absent or transformers cannot read it (the message names the file);
             nothing is left in ``cache_dir``.
+        ModelCheckError: the dequantised model failed the loader's known-answer check; nothing is left.
         OSError: ``cache_dir`` cannot be written.
     """
     source = Path(gguf_path)
@@ -79,6 +84,14 @@ def ensure_gguf_model(cache_dir: str | os.PathLike[str], gguf_path: str | os.Pat
     target = cache / f"gguf-{source_sha[:16]}"
     if (target / IDENTITY_FILE).is_file():
         return target
+    with loading():
+        if not (target / IDENTITY_FILE).is_file():  # else another thread converted it while this one waited
+            _build(source, source_sha, cache, target)
+    return target
+
+
+def _build(source: Path, source_sha: str, cache: Path, target: Path) -> None:
+    """Convert ``source`` in a staging directory under ``cache`` and publish it as ``target``."""
     cache.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".build-gguf-", dir=cache))
     try:
@@ -93,20 +106,19 @@ def ensure_gguf_model(cache_dir: str | os.PathLike[str], gguf_path: str | os.Pat
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-    return target
 
 
 def _convert(source: Path, out_dir: Path) -> str:
-    """Dequantise ``source`` with transformers and save it to ``out_dir``; return the weights' sha256."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Dequantise ``source`` with transformers (under the loader's lock, checked) and save it to ``out_dir``;
+    return the weights' sha256."""
     from transformers.utils import logging as hf_logging
 
     progress_bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-        model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+        model, tokenizer = load_pretrained(source.parent, gguf_file=source.name)
+    except ModelCheckError:
+        raise
     except Exception as exc:  # the GGUF reader raises many types (ValueError, KeyError, struct.error, ...)
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise GGUFImportError(f"cannot read GGUF file {source}: {reason}") from exc

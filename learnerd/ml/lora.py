@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from learnerd.ml.hyperparams import check_trainable
+from learnerd.ml.loader import load_adapter, loading
 from learnerd.ml.rows import IGNORE_INDEX, EncodedRow, RowEncodingError, TrainingRow, encode_rows
 from learnerd.store.dlm import TrainingConfig
 
@@ -81,27 +82,34 @@ ProgressCallback = Callable[[ProgressEvent], None]
 
 def attach_lora(model: Any, config: TrainingConfig, resume_from: str | Path | None = None) -> Any:
     """Wrap ``model`` in a trainable peft adapter: a new one shaped by ``config`` (initialised from
-    ``config.seed``), or the saved adapter directory ``resume_from`` (its own shape; trainable).
+    ``config.seed``), or the saved adapter directory ``resume_from`` (its own shape; trainable). Either
+    holds the process's model-loading lock (:func:`learnerd.ml.loader.loading`): peft changes ``model`` in
+    place and draws the new adapter from torch's global generator, which a load beside it would also draw from.
 
     Returns:
         a ``peft.PeftModel``; only the adapter's parameters require grad.
+
+    Raises:
+        ModelCheckError: the resumed adapter failed the loader's known-answer check
+            (:func:`learnerd.ml.loader.load_adapter`).
     """
     import torch
-    from peft import LoraConfig, PeftModel, TaskType, get_peft_model
+    from peft import LoraConfig, TaskType, get_peft_model
 
-    torch.manual_seed(config.seed)
-    if resume_from is not None:
-        return PeftModel.from_pretrained(model, str(resume_from), is_trainable=True)
-    lora = LoraConfig(
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=config.peft_target_modules(),
-        use_dora=config.adapter == "dora",
-        bias="none",
-        task_type=TaskType.CAUSAL_LM,
-    )
-    return get_peft_model(model, lora)
+    with loading():
+        torch.manual_seed(config.seed)
+        if resume_from is not None:
+            return load_adapter(model, resume_from, trainable=True)
+        lora = LoraConfig(
+            r=config.lora_r,
+            lora_alpha=config.lora_alpha,
+            lora_dropout=config.lora_dropout,
+            target_modules=config.peft_target_modules(),
+            use_dora=config.adapter == "dora",
+            bias="none",
+            task_type=TaskType.CAUSAL_LM,
+        )
+        return get_peft_model(model, lora)
 
 
 def train_lora(

@@ -14,6 +14,13 @@ after the job that last held it. No request waits for a swap and none fails beca
 
 Each document's adapters are named ``<doc_key>@vNNNN`` inside one ``PeftModel`` per base; the base
 alone (a request for a base model's name) runs inside ``disable_adapter()``.
+
+Loads. Bases and adapters are loaded through the process's one loader (:mod:`learnerd.ml.loader`: one
+lock shared with the evaluation and everything else that loads a model, and a known-answer check after
+each load). A load that fails its check is never served: the base is discarded with its adapters and
+loaded once more; when that fails too the request gets :class:`ModelUnavailable` (the endpoint's 503 with
+``Retry-After``), and until a load of that base passes, :meth:`ServedModels.unready_reason` says why (the
+daemon's ``/readyz`` is not ready).
 """
 
 from __future__ import annotations
@@ -32,13 +39,27 @@ from typing import Any
 
 import structlog
 
-from learnerd.ml.base_model import BUILTIN_BASE_MODELS, LoadedBase, load_base_model, resolve_base_model
+from learnerd.ml.base_model import BUILTIN_BASE_MODELS, BaseModelRef, LoadedBase, load_base_model, resolve_base_model
 from learnerd.ml.device import intra_op_threads, usable_cores
 from learnerd.ml.generate import generation_eos_ids
+from learnerd.ml.loader import ModelCheckError, load_adapter
 from learnerd.ml.rows import ChatMessage, render_chat
 from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
 
 log = structlog.get_logger(__name__)
+LOAD_ATTEMPTS = 2
+"""Loads of a model per request when a load fails its known-answer check: the first and one reload."""
+UNAVAILABLE_RETRY_AFTER_S = 30
+"""``Retry-After`` (seconds) of a request whose model failed its known-answer check on every attempt."""
+
+
+class ModelUnavailable(Exception):
+    """The model failed its known-answer check on every load attempt: it is not served. ``retry_after_s``
+    (seconds) is a hint; the next request loads it again."""
+
+    def __init__(self, reason: str, retry_after_s: int) -> None:
+        super().__init__(reason)
+        self.retry_after_s = retry_after_s
 
 
 class QueueFull(Exception):
@@ -181,6 +202,7 @@ class ServedModels:
         self._lock = threading.Lock()
         self._current: dict[str, AdapterVersion | None] = {}
         self._held: Counter[str] = Counter()  # adapter name -> jobs holding it
+        self._unready: dict[str, str] = {}  # base identity -> why its last load failed its check
         self._pending = 0
         self._recent_job_s = 1.0
 
@@ -190,6 +212,12 @@ class ServedModels:
     def pending(self) -> int:
         """Jobs queued or generating now."""
         return self._pending
+
+    def unready_reason(self) -> str | None:
+        """Why serving is not ready: the models whose last load failed its known-answer check (each is
+        loaded again by its next request), or None when every model loaded so far passed. Thread-safe."""
+        with self._lock:
+            return "; ".join(self._unready.values()) or None
 
     def current_version(self, doc_key: str) -> AdapterVersion | None:
         """The version new requests for ``doc_key`` get: the hook's latest, else the store's ``current``."""
@@ -255,8 +283,34 @@ class ServedModels:
 
     # ------------------------------------------------------------------ worker thread
 
-    def _base(self, model: ServedModel) -> _Base:
-        ref = resolve_base_model(model.base_model, cache_dir=self.models_dir, relative_to=model.relative_to)
+    def _ready(self, model: ServedModel, version: AdapterVersion | None) -> tuple[_Base, Any]:
+        """``model``'s base, loaded if needed, and :meth:`_activate`'s context for ``version``. A load that
+        fails its known-answer check is discarded with everything loaded on that base, and loaded again
+        (:data:`LOAD_ATTEMPTS` in all); its reason is in :meth:`unready_reason` until a load passes.
+
+        Raises:
+            ModelUnavailable: every attempt failed the check.
+            BaseModelError, AdapterStoreError, OSError, ValueError: the model cannot be loaded at all.
+        """
+        reason = ""
+        for attempt in range(1, LOAD_ATTEMPTS + 1):
+            ref = resolve_base_model(model.base_model, cache_dir=self.models_dir, relative_to=model.relative_to)
+            try:
+                base = self._base(ref)
+                view = self._activate(base, version)
+            except ModelCheckError as exc:
+                self._bases.pop(ref.identity, None)
+                reason = f"model {model.id!r} failed its known-answer check: {exc}"
+                with self._lock:
+                    self._unready[ref.identity] = reason
+                log.error("served model failed its known-answer check", model=model.id, attempt=attempt, error=str(exc))
+                continue
+            with self._lock:
+                self._unready.pop(ref.identity, None)
+            return base, view
+        raise ModelUnavailable(reason, UNAVAILABLE_RETRY_AFTER_S)
+
+    def _base(self, ref: BaseModelRef) -> _Base:
         base = self._bases.get(ref.identity)
         if base is None:
             started = time.perf_counter()
@@ -274,12 +328,7 @@ class ServedModels:
             identity = version.metadata().base_model_identity
             if identity != base.loaded.ref.identity:
                 raise AdapterStoreError(f"{name} was trained on {identity}, not on {base.loaded.ref.identity}")
-            if base.peft is None:
-                from peft import PeftModel
-
-                base.peft = PeftModel.from_pretrained(base.loaded.model, str(version.path), adapter_name=name).eval()
-            else:
-                base.peft.load_adapter(str(version.path), adapter_name=name)
+            base.peft = load_adapter(base.loaded.model if base.peft is None else base.peft, version, name=name)
             base.adapters.add(name)
             log.info("adapter loaded for serving", adapter=name)
         base.peft.set_adapter(name)
@@ -302,8 +351,7 @@ class ServedModels:
 
     def _preload(self, model: ServedModel, version: AdapterVersion | None, old: AdapterVersion | None) -> None:
         try:
-            base = self._base(model)
-            self._activate(base, version)
+            base, _ = self._ready(model, version)
             if old is not None and base.peft is not None:
                 with self._lock:
                     self._held[adapter_name(old)] += 1
@@ -326,10 +374,10 @@ class ServedModels:
         finished = Finished("cancelled", 0, 0, None, 0.0)
         try:
             if not job.cancelled.is_set():
-                base = self._base(job.model)
+                base, view = self._ready(job.model, job.version)
                 processor = self._logits_processor(job.model, base.loaded.tokenizer)
                 started = time.perf_counter()
-                with self._activate(base, job.version) as model, intra_op_threads(self.num_threads):
+                with view as model, intra_op_threads(self.num_threads):
                     finished = _generate(job, model, base, processor)
                 finished.generate_s = time.perf_counter() - started
                 self._recent_job_s = 0.8 * self._recent_job_s + 0.2 * finished.generate_s

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from learnerd.ml.loader import loading
 from learnerd.store.atomic import publish_directory
 
 BUILDER_VERSION = 1
@@ -177,9 +178,11 @@ def weights_sha256(model: Any) -> str:
 def ensure_tiny_model(cache_dir: str | os.PathLike[str], spec: TinyModelSpec | None = None) -> Path:
     """The directory of the tiny model for ``spec`` under ``cache_dir``, built there first if missing.
 
-    Safe against concurrent callers (each builds in its own temporary directory; the first rename
-    wins and the others discard theirs) and against crashes (a half-built temporary directory is never
-    at the final name; stale ones older than an hour are removed by the next call).
+    Safe against concurrent callers — in this process the build holds the model-loading lock
+    (:func:`learnerd.ml.loader.loading`: a waiting thread finds the model built); across processes each
+    builds in its own temporary directory, the first rename wins and the others discard theirs — and
+    against crashes (a half-built temporary directory is never at the final name; stale ones older than an
+    hour are removed by the next call).
 
     Returns:
         ``<cache_dir>/tiny-llama-<spec.cache_key()>``, loadable with ``from_pretrained(local_files_only=True)``.
@@ -192,6 +195,14 @@ def ensure_tiny_model(cache_dir: str | os.PathLike[str], spec: TinyModelSpec | N
     target = cache / f"tiny-llama-{spec.cache_key()}"
     if (target / IDENTITY_FILE).is_file():
         return target
+    with loading():
+        if not (target / IDENTITY_FILE).is_file():  # else another thread built it while this one waited
+            _build(spec, cache, target)
+    return target
+
+
+def _build(spec: TinyModelSpec, cache: Path, target: Path) -> None:
+    """Build ``spec``'s model in a staging directory under ``cache`` and publish it as ``target``."""
     cache.mkdir(parents=True, exist_ok=True)
     _remove_stale_builds(cache)
     from transformers.utils import logging as hf_logging
@@ -215,7 +226,6 @@ def ensure_tiny_model(cache_dir: str | os.PathLike[str], spec: TinyModelSpec | N
             hf_logging.enable_progress_bar()
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-    return target
 
 
 def read_identity(model_dir: str | os.PathLike[str]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from learnerd.privacy.policy import CommandPolicy
 from learnerd.reconcilers.settings import ExamplesConfig
 from learnerd.reconcilers.spec import BLOCKS, EXAMPLES, ControllerSpec, ExampleChange, Watch, Wiring
 from learnerd.runtime.reconcile import Result
@@ -35,10 +36,12 @@ ExampleChanged = Callable[[str, Example | None, Example | None], None]
 
 @dataclass(frozen=True)
 class Verdict:
-    """Whether a block is learnable; ``reason`` says why not (for logs)."""
+    """Whether a block is learnable; ``reason`` says why not (for logs); ``refused``: by the privacy policy
+    (a dangerous command, an injection), counted apart from the ordinary reasons."""
 
     example: Example | None
     reason: str = ""
+    refused: bool = False
 
 
 def query_of(block: Block, max_chars: int) -> str:
@@ -56,8 +59,9 @@ def query_of(block: Block, max_chars: int) -> str:
     return question_text(query[-max_chars:]) if len(query) > max_chars else query
 
 
-def judge(block: Block, cfg: ExamplesConfig) -> Verdict:
-    """The example ``block`` should give, or None with the reason it is not learnable."""
+def judge(block: Block, cfg: ExamplesConfig, policy: CommandPolicy | None = None) -> Verdict:
+    """The example ``block`` should give, or None with the reason it is not learnable; ``policy``
+    (:class:`~learnerd.privacy.policy.CommandPolicy`) refuses dangerous commands and injected contexts."""
     executed = block.executed
     if executed is None:
         return Verdict(None, "not executed")
@@ -73,13 +77,17 @@ def judge(block: Block, cfg: ExamplesConfig) -> Verdict:
     query = query_of(block, cfg.max_query_chars)
     if not query:
         return Verdict(None, "no markdown context before the cell")
+    refusal = policy.command_refusal(answer) or policy.context_refusal(query) if policy is not None else None
+    if refusal:
+        return Verdict(None, f"refused by policy: {refusal}", refused=True)
     return Verdict(Example(id=block.id, query=query, answer=answer, language=executed.language))
 
 
 class ExamplesReconciler:
     """Level-triggered block → example reconciler (key: block id = example id).
 
-    ``changes`` counts what it did: ``written`` and ``deleted`` examples.
+    ``changes`` counts what it did: ``written`` and ``deleted`` examples; ``refusals`` the blocks the
+    privacy policy refused (by reason), since start (a resync counts each refused block again).
     """
 
     name = "examples"  # SPEC.name
@@ -90,9 +98,12 @@ class ExamplesReconciler:
         cfg: ExamplesConfig,
         on_change: ExampleChanged,
         clock: Callable[[], float] = time.time,
+        policy: CommandPolicy | None = None,
     ) -> None:
         self._conn = conn
         self._cfg = cfg
+        self._policy = policy
+        self.refusals: Counter[str] = Counter()
         self._on_change = on_change
         self._clock = clock
         self.changes: Counter[str] = Counter()
@@ -103,7 +114,10 @@ class ExamplesReconciler:
 
     async def reconcile(self, key: str) -> Result:
         block = get_block(self._conn, key)
-        verdict = judge(block, self._cfg) if block is not None else Verdict(None, "block not found")
+        verdict = judge(block, self._cfg, self._policy) if block is not None else Verdict(None, "block not found")
+        if verdict.refused:
+            self.refusals[verdict.reason] += 1
+            log.info("block refused", reason=verdict.reason)
         current = get_example(self._conn, key)
         desired = verdict.example
         if desired is None:
@@ -130,7 +144,9 @@ def _build(wiring: Wiring) -> ExamplesReconciler:
     def changed(key: str, old: Example | None, new: Example | None) -> None:
         wiring.notify(EXAMPLES, ExampleChange(key, old, new))
 
-    return ExamplesReconciler(wiring.conn, wiring.cfg.examples, changed, clock=wiring.clock)
+    return ExamplesReconciler(
+        wiring.conn, wiring.cfg.examples, changed, clock=wiring.clock, policy=CommandPolicy(wiring.cfg.privacy)
+    )
 
 
 #: Blocks → examples: fed by every block the analyzer ingests (block id = example id); its changes feed

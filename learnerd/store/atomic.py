@@ -20,6 +20,26 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+def append_synced(fd: int, data: bytes) -> None:
+    """Append ``data`` to the file open on ``fd`` (opened with ``O_APPEND``), then fsync it: when this returns,
+    ``data`` survives a crash or a power loss.
+
+    Raises:
+        OSError: the write or the fsync failed; the file is first cut back to its size before the call (as far
+            as it can be), so no partial line is left in front of later appends.
+    """
+    size = os.fstat(fd).st_size
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> None:
     """Replace ``path`` with ``data`` atomically (temp file, fsync, rename, fsync the directory).
 

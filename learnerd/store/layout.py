@@ -10,6 +10,8 @@
                                       ``[store] adapters_dir`` names a shared one
         models/                       built and converted base models (``learnerd.ml``)
         journals/injected-probes.jsonl  probes accepted over RPC, not yet in their document
+        ingest/http-YYYYMMDD.jsonl    block-log events accepted by ``POST /v1/blocks`` (``learnerd.store.ingest_log``),
+                                      one file per UTC day; the analyzer tails this directory beside ``log_dirs``
         paused-controllers.json       the controllers ``learnerd ctl pause`` paused (kept across restarts)
         steering/                     vocabulary clusters and ``learnerd evolve`` runs
         docs/                         the documents learnerd writes when no ``docs_dirs`` is configured
@@ -71,6 +73,12 @@ class StateLayout:
     def probe_journal(self) -> Path:
         """The journal of probes accepted over RPC (``learnerd.store.probe_journal``)."""
         return self.root / "journals" / "injected-probes.jsonl"
+
+    @property
+    def ingest_dir(self) -> Path:
+        """The block-log files learnerd writes itself (events accepted over HTTP, ``learnerd.store.ingest_log``);
+        the analyzer tails it as one more log directory."""
+        return self.root / "ingest"
 
     @property
     def paused_controllers(self) -> Path:

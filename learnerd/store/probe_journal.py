@@ -26,7 +26,6 @@ worker threads while the training reconciler consumes from another).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -39,7 +38,7 @@ from typing import Any
 
 import structlog
 
-from learnerd.store.atomic import atomic_write_bytes, fsync_dir
+from learnerd.store.atomic import append_synced, atomic_write_bytes, fsync_dir
 
 log = structlog.get_logger(__name__)
 
@@ -182,7 +181,7 @@ class ProbeJournal:
         with self._lock:
             if any(p.id in self._pending for p in probes):
                 raise ValueError("a probe with this id is already pending")
-            self._write_synced(lines)
+            append_synced(self._fd, lines)
             for probe in probes:
                 self._pending[probe.id] = probe
 
@@ -196,7 +195,7 @@ class ProbeJournal:
             known = [i for i in dict.fromkeys(ids) if i in self._pending]
             if not known:
                 return 0
-            self._write_synced(_line({"op": "consume", "ids": known}))
+            append_synced(self._fd, _line({"op": "consume", "ids": known}))
             for probe_id in known:
                 del self._pending[probe_id]
             if not self._pending and os.fstat(self._fd).st_size > COMPACT_BYTES:
@@ -210,19 +209,6 @@ class ProbeJournal:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
-
-    def _write_synced(self, data: bytes) -> None:
-        """Append ``data`` and fsync; on failure cut the file back so no partial line precedes later ones."""
-        size = os.fstat(self._fd).st_size
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._fd, view) :]
-            os.fsync(self._fd)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, size)
-            raise
 
     def _load(self) -> None:
         try:

@@ -441,7 +441,7 @@ async def test_pause_lets_the_reconcile_in_flight_finish() -> None:
         assert reconciler.calls == ["first", "second"]
 
 
-async def test_shutdown_overrides_pause_so_run_returns() -> None:
+async def test_a_paused_controller_starts_nothing_when_shut_down_and_run_returns() -> None:
     clock = FakeClock()
     reconciler = ScriptedReconciler(clock=clock)
     controller = make_controller(reconciler, clock)
@@ -451,8 +451,119 @@ async def test_shutdown_overrides_pause_so_run_returns() -> None:
         controller.queue.add("b")
         await settle()
         assert reconciler.calls == []
-    # running() shut the queue down and saw run() return
-    assert reconciler.calls == ["a", "b"]
+    # running() shut the queue down and saw run() return, without reconciling the queued keys
+    assert reconciler.calls == [] and len(controller.queue) == 2
+
+
+async def test_a_controller_created_paused_starts_nothing_until_resumed() -> None:
+    clock = FakeClock()
+    reconciler = ScriptedReconciler(clock=clock)
+    controller = make_controller(reconciler, clock, paused=True)
+    controller.queue.add("a")  # queued before the workers run, as the start-up resync does
+    async with running(controller):
+        assert controller.paused and reconciler.calls == []
+        controller.resume()
+        await settle()
+        assert reconciler.calls == ["a"]
+
+
+async def test_a_pause_while_a_worker_is_handed_a_key_starts_nothing() -> None:
+    clock = FakeClock()
+    reconciler = ScriptedReconciler(clock=clock)
+    controller = make_controller(reconciler, clock, workers=2)
+    async with running(controller):  # both workers wait in get()
+        controller.queue.add("a")  # wakes one worker with the key; it has not run yet
+        controller.pause()
+        await settle()
+        assert reconciler.calls == [] and len(controller.queue) == 1 and controller.stats().in_flight == ()
+        controller.resume()
+        await settle()
+        assert reconciler.calls == ["a"]
+
+
+async def test_shutdown_drains_the_queue_then_returns_once_run_has() -> None:
+    clock = FakeClock()
+    gate = anyio.Event()
+    reconciler = ScriptedReconciler(clock=clock)
+
+    async def blocked() -> Result:
+        await gate.wait()
+        return Result()
+
+    reconciler.script["a"] = [blocked]
+    controller = make_controller(reconciler, clock)
+    returned = anyio.Event()
+
+    async def shutdown() -> None:
+        await controller.shutdown()
+        returned.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(controller.run)
+        controller.queue.add("a")
+        controller.queue.add("b")
+        await settle()
+        tg.start_soon(shutdown)
+        await settle()
+        assert not returned.is_set()
+        gate.set()
+        await until(returned.is_set)
+    assert reconciler.calls == ["a", "b"] and controller.stats().reconciles == 2
+
+
+async def test_shutdown_of_a_paused_controller_lets_the_reconcile_in_flight_finish_and_starts_nothing() -> None:
+    clock = FakeClock()
+    gate = anyio.Event()
+    reconciler = ScriptedReconciler(clock=clock)
+
+    async def blocked() -> Result:
+        await gate.wait()
+        return Result()
+
+    reconciler.script["a"] = [blocked]
+    controller = make_controller(reconciler, clock)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(controller.run)
+        controller.queue.add("a")
+        controller.queue.add("b")
+        await settle()
+        controller.pause()
+        tg.start_soon(controller.shutdown)
+        await settle()
+        assert controller.stats().in_flight == ("a",)
+        gate.set()
+    assert reconciler.calls == ["a"] and controller.stats().reconciles == 1 and len(controller.queue) == 1
+
+
+async def test_shutdown_with_cancel_cancels_the_reconcile_in_flight_without_an_outcome() -> None:
+    clock = FakeClock()
+    reconciler = ScriptedReconciler(clock=clock)
+    cancelled = anyio.Event()
+
+    async def endless() -> Result:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cancelled.set()
+        raise AssertionError("unreachable")
+
+    reconciler.script["a"] = [endless]
+    controller = make_controller(reconciler, clock, workers=2)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(controller.run)
+        controller.queue.add("a")
+        await settle()
+        reconciler.script["b"] = [endless]
+        controller.queue.add("b")  # the second worker takes it
+        controller.queue.add("c")
+        await settle()
+        assert controller.stats().in_flight == ("a", "b")
+        with capture_logs() as logs:
+            await controller.shutdown(cancel=True)  # returns once run() has
+    assert cancelled.is_set() and sorted(reconciler.calls) == ["a", "b"], "c was never started"
+    stats = controller.stats()
+    assert (stats.reconciles, stats.failures, stats.retries, stats.in_flight) == (0, 0, 0, ())
+    assert [e["event"] for e in logs].count("reconcile cancelled: the controller is shutting down") == 2
 
 
 async def test_shutdown_with_drain_waits_for_the_reconcile_in_flight() -> None:

@@ -13,11 +13,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import ModuleType
 
-from learnerd.eval.probes import coherence, delta_kl, internalization, null_adapter, recall
+from learnerd.eval.probes import (
+    calibration_drift,
+    coherence,
+    delta_kl,
+    internalization,
+    null_adapter,
+    paraphrase,
+    recall,
+    retention,
+)
 
 #: The probes in the order a run executes them: the null-adapter calibration first (its statistics feed
 #: the z-scores of the others).
-PROBES: tuple[ModuleType, ...] = (null_adapter, recall, delta_kl, coherence, internalization)
+PROBES: tuple[ModuleType, ...] = (
+    null_adapter,
+    recall,
+    delta_kl,
+    coherence,
+    internalization,
+    paraphrase,
+    calibration_drift,
+    retention,
+)
 
 #: The probes :mod:`.null_adapter` calibrates, in :data:`PROBES` order: those that offer ``raw_value``.
 CALIBRATED: tuple[ModuleType, ...] = tuple(probe for probe in PROBES if hasattr(probe, "raw_value"))

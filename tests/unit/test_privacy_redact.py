@@ -1,0 +1,95 @@
+"""Secret redaction (detect-secrets plugins plus learnerd's shell patterns): every secret becomes a typed
+placeholder, nothing else changes, and redacting twice changes nothing more."""
+
+from __future__ import annotations
+
+import pytest
+
+from learnerd.privacy.redact import Redactor
+from learnerd.privacy.settings import PrivacyConfig
+
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+
+
+@pytest.fixture(scope="module")
+def redactor() -> Redactor:
+    return Redactor()
+
+
+@pytest.mark.parametrize(
+    ("text", "secret", "redacted"),
+    [
+        (
+            f"export AWS_SECRET_ACCESS_KEY={AWS_SECRET}",
+            AWS_SECRET,
+            "export AWS_SECRET_ACCESS_KEY=<AWS_SECRET_ACCESS_KEY>",
+        ),
+        (
+            "export AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE",
+            "AKIAIOSFODNN7EXAMPLE",
+            "export AWS_ACCESS_KEY_ID=<AWS_ACCESS_KEY_ID>",
+        ),
+        (
+            f'curl -H "Authorization: Bearer {JWT}" https://api',
+            JWT,
+            'curl -H "Authorization: Bearer <BEARER_TOKEN>" https://api',
+        ),
+        ("mysql -u root -pHunter2Secret!", "Hunter2Secret!", "mysql -u root -p<MYSQL_PASSWORD>"),
+        (
+            "curl -u user:password https://example.com",
+            "password",
+            "curl -u user:<BASIC_AUTH_PASSWORD> https://example.com",
+        ),
+        (
+            "git clone https://bob:s3cr3tPass@github.com/x/y",
+            "s3cr3tPass",
+            "git clone https://bob:<BASIC_AUTH_CREDENTIALS>@github.com/x/y",
+        ),
+        ("docker run -e DB_PASSWORD=Sup3rS3cret! app", "Sup3rS3cret!", "docker run -e DB_PASSWORD=<DB_PASSWORD> app"),
+        ("psql --password=pg-pass-123 -h db", "pg-pass-123", "psql --password=<PASSWORD> -h db"),
+        (f"token = {JWT[:20]}… and {JWT}", JWT, None),  # a JWT found by detect-secrets, widened to the whole token
+        (
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
+            "MIIEpAIBAAKCAQEA",
+            "<PRIVATE_KEY>",
+        ),
+    ],
+)
+def test_a_secret_becomes_its_placeholder(redactor: Redactor, text: str, secret: str, redacted: str | None) -> None:
+    result = redactor.redact(text)
+    assert secret not in result.text
+    if redacted is not None:
+        assert result.text == redacted
+    assert sum(result.kinds.values()) >= 1
+    assert redactor.redact(result.text).text == result.text, "idempotent"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "kubectl get pods -n dev",
+        "echo $GITHUB_TOKEN",
+        "export TOKEN=${GITHUB_TOKEN}",
+        "tar -czf backup.tar.gz ./data",
+        "ssh-keygen -t ed25519 -C me@example.com",
+        "git log --oneline -n 5",
+        "List the pods in the dev namespace",
+    ],
+)
+def test_ordinary_commands_and_references_are_untouched(redactor: Redactor, text: str) -> None:
+    result = redactor.redact(text)
+    assert result.text == text and not result.kinds
+
+
+def test_the_allow_list_and_extra_patterns_are_applied() -> None:
+    cfg = PrivacyConfig(allow=["AKIAIOSFODNN7EXAMPLE"], extra_patterns=[r"ticket-(?P<secret>\d{6})"])
+    redactor = Redactor(cfg)
+    assert redactor.redact("aws --key AKIAIOSFODNN7EXAMPLE").text == "aws --key AKIAIOSFODNN7EXAMPLE"
+    assert redactor.redact("open ticket-123456 now").text == "open ticket-<SECRET> now"
+
+
+def test_only_the_configured_plugins_run() -> None:
+    text = "aws --key AKIAIOSFODNN7EXAMPLE"
+    assert Redactor(PrivacyConfig(plugins=[])).redact(text).text == text, "learnerd's patterns need NAME=value"
+    assert Redactor(PrivacyConfig(plugins=["AWSKeyDetector"])).redact(text).text == "aws --key <AWS_ACCESS_KEY>"
