@@ -76,6 +76,7 @@ from learnerd.analyzer.registry import pending_records
 from learnerd.analyzer.settings import AnalyzerConfig
 from learnerd.analyzer.stats import AnalyzerStats, LineProblem, StatsRecorder
 from learnerd.analyzer.tail import Batch, read_batch
+from learnerd.privacy.redact import Redactor
 from learnerd.store.db import transaction
 from learnerd.store.watermarks import (
     FINGERPRINT_BYTES,
@@ -117,12 +118,14 @@ class Analyzer:
         log_dirs: directories whose log files are tailed, recursively. They need not exist yet.
         notify: called with a block id after each commit that changed that block; must not block.
             An exception from it is logged and ingestion goes on.
-        config: batch sizes, line limit, polling (:class:`learnerd.daemon.config.AnalyzerConfig`).
+        config: batch sizes, line limit, polling (:class:`learnerd.analyzer.settings.AnalyzerConfig`).
         clock: wall clock in epoch seconds, stamped on changed rows as ``updated_at``.
         registry: prometheus registry for the counters (see :mod:`learnerd.analyzer.stats`);
             None keeps them private.
         host: the replica host its watermarks are keyed by (``""`` for a single process; see
             :mod:`learnerd.store.watermarks`).
+        redactor: replaces secrets in every record before it is stored (:mod:`learnerd.privacy.redact`);
+            None stores records as read.
 
     Use :meth:`sync` to ingest what the files hold now, :meth:`run` to keep ingesting until
     cancelled; :meth:`close` (or ``with``) releases the file handles the analyzer keeps.
@@ -138,8 +141,10 @@ class Analyzer:
         clock: Callable[[], float] = time.time,
         registry: CollectorRegistry | None = None,
         host: str = "",
+        redactor: Redactor | None = None,
     ) -> None:
         self._conn = conn
+        self._redactor = redactor
         self._host = host
         self._roots = tuple(dict.fromkeys(os.path.abspath(os.path.expanduser(os.fspath(d))) for d in log_dirs))
         self._notify = notify
@@ -445,7 +450,7 @@ class Analyzer:
                 if t.json_document:
                     results.append(ingest.LineResult(ingest.FOREIGN, reason=JSON_DOCUMENT_REASON))
                 else:
-                    results.append(ingest.ingest_line(self._conn, raw, now))
+                    results.append(ingest.ingest_line(self._conn, raw, now, self._redactor))
             put_watermark(self._conn, new, now, self._host)
             if any(r.trace_id for r in results):
                 pending = pending_records(self._conn)
@@ -468,6 +473,9 @@ class Analyzer:
         path = t.path
         stats.add("lines_read", sum(1 for raw in batch.lines if not raw.continuation))
         stats.add("bytes_read", nbytes)
+        for result in results:
+            if result.redacted:
+                stats.redacted(result.redacted)
         changed: dict[str, None] = {}
         for raw, r in zip(batch.lines, results, strict=True):
             changed.update(dict.fromkeys(r.changed))

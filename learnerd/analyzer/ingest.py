@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ from learnerd.analyzer import registry
 from learnerd.analyzer.fields import MalformedLine, UnknownEvent
 from learnerd.analyzer.reader import EVENTS, JSON_LINES, Parsed
 from learnerd.analyzer.tail import RawLine
+from learnerd.privacy.redact import Redactor
 from learnerd.store import pg
 from learnerd.store.blocks import apply_event
 
@@ -58,17 +60,22 @@ class LineResult:
     """``outcome`` is one of the constants above; ``changed`` the ids of blocks whose row changed;
     ``reason`` explains malformed / unknown / oversized / unjoinable / foreign lines; ``trace_id``
     names the trace a line completed or left pending; ``reader`` the name of the reader that detected
-    the line (``""`` when none did)."""
+    the line (``""`` when none did); ``redacted`` the secrets replaced in it, by placeholder kind."""
 
     outcome: str
     changed: list[str] = field(default_factory=list)
     reason: str = ""
     trace_id: str = ""
     reader: str = ""
+    redacted: Counter[str] = field(default_factory=Counter)
 
 
-def ingest_line(conn: sqlite3.Connection, raw: RawLine, now: float) -> LineResult:
+def ingest_line(conn: sqlite3.Connection, raw: RawLine, now: float, redactor: Redactor | None = None) -> LineResult:
     """Parse ``raw`` with its format's reader and merge what it says into ``blocks``, under a savepoint.
+
+    With a ``redactor`` (:class:`learnerd.privacy.redact.Redactor`) every string of the decoded record is
+    redacted before any reader sees it, so nothing a reader stores (block cells, half a foyle trace) holds
+    a secret; the result's ``redacted`` counts the placeholders by kind.
 
     Must run inside a transaction (:func:`learnerd.store.db.transaction`); ``now`` (epoch seconds)
     stamps the rows it changes. Bad input never raises: whatever exception the line causes, what it
@@ -82,7 +89,7 @@ def ingest_line(conn: sqlite3.Connection, raw: RawLine, now: float) -> LineResul
     """
     conn.execute("SAVEPOINT log_line")
     try:
-        result = _ingest(conn, raw, now)
+        result = _ingest(conn, raw, now, redactor)
     except UnknownEvent as exc:
         _rollback_to_savepoint(conn)
         return LineResult(UNKNOWN, reason=_printable(str(exc)))
@@ -125,7 +132,7 @@ def _rollback_to_savepoint(conn: sqlite3.Connection) -> None:
     conn.execute("RELEASE log_line")
 
 
-def _ingest(conn: sqlite3.Connection, raw: RawLine, now: float) -> LineResult:
+def _ingest(conn: sqlite3.Connection, raw: RawLine, now: float, redactor: Redactor | None) -> LineResult:
     if raw.continuation:
         if raw.data is not None and not raw.data.strip():
             return LineResult(BLANK)
@@ -150,9 +157,14 @@ def _ingest(conn: sqlite3.Connection, raw: RawLine, now: float) -> LineResult:
     reader = registry.reader_for(obj, JSON_LINES)
     if reader is None:
         return LineResult(FOREIGN, reason=foreign_reason(obj))
+    redacted: Counter[str] = Counter()
+    if redactor is not None:  # before the reader parses (and may store) anything of the record
+        obj = redactor.redact_json(obj, redacted)
     # The reader may store state (half a trace) before the line is fully judged: the caller's
     # savepoint undoes it when the line turns out malformed.
-    return _intake(conn, reader.parse(conn, obj, now), now, reader.name)
+    result = _intake(conn, reader.parse(conn, obj, now), now, reader.name)
+    result.redacted = redacted
+    return result
 
 
 def foreign_reason(obj: dict[str, Any]) -> str:

@@ -24,6 +24,8 @@ Metric names (prometheus-client adds ``_total`` to counters on exposition):
 - ``learnerd_analyzer_rescans_total``: full rescans of the log directories (listing every directory
   and checking every tracked file); while the watcher runs, one per ``rescan_interval_s``.
 - ``learnerd_analyzer_errors_total``: passes or files that failed (I/O, database) and will be retried.
+- ``learnerd_redactions_total{kind}``: secrets replaced by a typed placeholder before storage
+  (:mod:`learnerd.privacy.redact`); ``redactions`` in the snapshot.
 
 The snapshot also names the last malformed line (``last_malformed``: file, line, reason, epoch
 seconds) and the last file that failed (``last_error``), for ``learnerd ctl status``.
@@ -32,6 +34,7 @@ seconds) and the last file that failed (``last_error``), for ``learnerd ctl stat
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -85,6 +88,7 @@ class AnalyzerStats:
     skipped_lines: int = 0
     foreign_lines: int = 0
     unjoinable_traces: dict[str, int] = field(default_factory=dict)
+    redactions: dict[str, int] = field(default_factory=dict)
     truncations: int = 0
     rotations: int = 0
     deleted_files: int = 0
@@ -107,6 +111,9 @@ class StatsRecorder:
         self._unjoinable = Counter(
             _PREFIX + "unjoinable_traces", "foyle traces or events that name no known block.", ["reason"], registry=reg
         )
+        self._redactions = Counter(
+            "learnerd_redactions", "Secrets replaced by typed placeholders before storage.", ["kind"], registry=reg
+        )
         self._files = Gauge(_PREFIX + "files_tracked", "Log files being tailed.", registry=reg)
         self._pending = Gauge(_PREFIX + "pending_traces", "foyle traces waiting for their other half.", registry=reg)
 
@@ -119,6 +126,12 @@ class StatsRecorder:
     def unjoinable(self, reason: str) -> None:
         self._stats.unjoinable_traces[reason] = self._stats.unjoinable_traces.get(reason, 0) + 1
         self._unjoinable.labels(reason=reason).inc()
+
+    def redacted(self, kinds: Mapping[str, int]) -> None:
+        """Count secrets replaced by placeholders, by kind (``AWS_SECRET_ACCESS_KEY``, ``BEARER_TOKEN``, …)."""
+        for kind, n in kinds.items():
+            self._stats.redactions[kind] = self._stats.redactions.get(kind, 0) + n
+            self._redactions.labels(kind=kind).inc(n)
 
     def problem(self, kind: str, problem: LineProblem) -> None:
         """Remember ``problem`` as the last ``"malformed"`` line or the last ``"error"`` of a file."""

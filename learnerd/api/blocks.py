@@ -22,16 +22,17 @@ event refuses the whole request, and nothing of it is written.
 
 Answers (``{"error": …}`` bodies, as every RPC answer): **401** without the bearer token; **413** over
 the listener's 64 KiB; **408** a body slower than the body deadline; **400** an empty body, a body that
-is not JSON (or hostile JSON, :mod:`learnerd.api.json_body`), or a bad event —
-``{"error": "event <i>: <reason>", "index": <i>}``, ``i`` counting events from 0 (blank lines are not
-events); **503** the events could not be made durable (disk full, I/O error: retry); **200**
-``{"accepted": <events>, "block_ids": [<the blocks they are about, in order of first mention>]}``, sent
-only after the events are fsynced in ``<state_dir>/ingest/`` (:mod:`learnerd.store.ingest_log`).
+is not JSON (or hostile JSON, :mod:`learnerd.api.json_body`: in a JSON array it refuses the body as a whole,
+without an index), or a bad event — ``{"error": "event <i>: <reason>", "index": <i>}``, ``i`` counting
+events from 0 (blank lines are not events; a JSON line that is not JSON is a bad event); **503** the
+events could not be made durable (disk full, I/O error: retry); **200** ``{"accepted": <events>,
+"block_ids": [<the blocks they are about, in order of first mention>]}``, sent only after the events are
+fsynced in ``<state_dir>/ingest/`` (:mod:`learnerd.store.ingest_log`).
 
 Durability: an accepted event is one line appended to learnerd's own block-log file, which the analyzer
 tails like a file of ``log_dirs`` (watermarked, crash-safe): the HTTP path and the file path end in the
-same intake, with the same counters, and the block becomes an example when the analyzer reads the line
-(usually within ``[analyzer] debounce_ms``). Requests are counted in ``learnerd_rpc_block_requests_total``
+same intake, with the same counters, and the block becomes an example once the analyzer has read the line
+(it watches the directory). Requests are counted in ``learnerd_rpc_block_requests_total``
 (label ``outcome``: accepted, invalid, unauthorized, too_large, timeout, unavailable, error) and accepted
 events in ``learnerd_rpc_block_events_total``.
 """
@@ -39,18 +40,21 @@ events in ``learnerd_rpc_block_events_total``.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
+from prometheus_client import Counter as PromCounter
 
 from learnerd.analyzer.blocklog import is_block_log, parse_event
 from learnerd.analyzer.fields import MalformedLine, UnknownEvent
 from learnerd.api.errors import BadRequest, ControlError, Unavailable
 from learnerd.api.http import json_response, read_body
 from learnerd.api.json_body import parse_json_body
+from learnerd.privacy.redact import Redactor
 from learnerd.store.blocks import BlockEvent
 from learnerd.store.ingest_log import IngestLog
 
@@ -61,9 +65,13 @@ INT64 = range(-(2**63), 2**63)
 _OUTCOMES = {400: "invalid", 401: "unauthorized", 408: "timeout", 413: "too_large", 503: "unavailable"}
 
 
-def parse_events(body: bytes, *, max_line_bytes: int) -> tuple[list[bytes], list[str]]:
+def parse_events(
+    body: bytes, *, max_line_bytes: int, redactor: Redactor | None = None, redacted: Counter[str] | None = None
+) -> tuple[list[bytes], list[str]]:
     """The block-log lines of a ``POST /v1/blocks`` body, each validated as the module docstring says, and
-    the ids of the blocks they are about (in order of first mention).
+    the ids of the blocks they are about (in order of first mention). With a ``redactor`` every string of an
+    event is redacted before its line is made (nothing posted reaches the disk with a secret in it); the
+    placeholders put in are counted into ``redacted``.
 
     Returns:
         ``(lines, block_ids)``: each line is the event's JSON object, compact, UTF-8, ending in LF.
@@ -86,6 +94,8 @@ def parse_events(body: bytes, *, max_line_bytes: int) -> tuple[list[bytes], list
     block_ids: dict[str, None] = {}
     for index, obj in enumerate(events):
         event = _event(index, obj)
+        if redactor is not None:
+            obj = redactor.redact_json(obj, redacted)
         line = (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
         if len(line) - 1 > max_line_bytes:
             raise _bad(index, f"its line is {len(line) - 1} bytes, over [analyzer] max_line_bytes ({max_line_bytes})")
@@ -132,18 +142,33 @@ class BlocksEndpoint:
         log: the ingest log the analyzer tails (its directory must be one of the analyzer's log directories).
         max_line_bytes: ``[analyzer] max_line_bytes``: an event whose line is longer is refused (400).
         registry: where the counters go; None keeps them private.
+        redactor: replaces secrets in every event before it is written (:mod:`learnerd.privacy.redact`).
     """
 
-    def __init__(self, log: IngestLog, *, max_line_bytes: int, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        log: IngestLog,
+        *,
+        max_line_bytes: int,
+        registry: CollectorRegistry | None = None,
+        redactor: Redactor | None = None,
+    ) -> None:
         self._log = log
         self._max_line_bytes = max_line_bytes
-        self.requests = Counter(
+        self._redactor = redactor
+        self.redactions = PromCounter(
+            "learnerd_rpc_block_redactions",
+            "Secrets replaced by typed placeholders in events posted to /v1/blocks.",
+            ["kind"],
+            registry=registry,
+        )
+        self.requests = PromCounter(
             "learnerd_rpc_block_requests",
             "POST /v1/blocks requests by outcome.",
             ["outcome"],
             registry=registry,
         )
-        self.events = Counter(
+        self.events = PromCounter(
             "learnerd_rpc_block_events", "Block-log events accepted over HTTP (durable).", registry=registry
         )
 
@@ -156,7 +181,13 @@ class BlocksEndpoint:
         """
         try:
             authorize(request)
-            lines, block_ids = parse_events(await read_body(request), max_line_bytes=self._max_line_bytes)
+            redacted: Counter[str] = Counter()
+            lines, block_ids = parse_events(
+                await read_body(request),
+                max_line_bytes=self._max_line_bytes,
+                redactor=self._redactor,
+                redacted=redacted,
+            )
             try:
                 await anyio.to_thread.run_sync(self._log.append, lines)
             except OSError as exc:
@@ -168,5 +199,7 @@ class BlocksEndpoint:
             self.requests.labels("error").inc()
             raise
         self.requests.labels("accepted").inc()
+        for kind, n in redacted.items():
+            self.redactions.labels(kind).inc(n)
         self.events.inc(len(lines))
         return json_response({"accepted": len(lines), "block_ids": block_ids})

@@ -13,8 +13,10 @@ puts its few-shot examples in the prompt. Every response carries ``"learnerd": {
 Errors have OpenAI's body, ``{"error": {"message", "type", "param", "code"}}``: 400 bad JSON or fields,
 a prompt longer than the context; 401 no or wrong bearer token; 404 unknown model or path; 413 a body
 over ``[serve] max_body_bytes``; 429 with ``Retry-After`` when ``[serve] queue_size`` completions are
-queued or generating; 503 (``Retry-After``) while the daemon starts or drains, and when the model cannot be
-loaded.
+queued or generating; 503 (``Retry-After``) while the daemon starts or drains, and when the model failed
+its known-answer check after a reload (:class:`~learnerd.ml.serving.ModelUnavailable`: a broken model is
+never served); 503 when the model cannot be loaded. ``/readyz`` is not ready while a served model's last
+load failed its check (:mod:`learnerd.api.health`).
 ``max_tokens`` is clamped to ``[serve] max_tokens``.
 """
 
@@ -41,11 +43,13 @@ from learnerd.api.settings import ServeConfig
 from learnerd.api.surface import ControlSurface
 from learnerd.api.tcp_endpoints import bearer_middleware
 from learnerd.ml.base_model import BaseModelError
+from learnerd.ml.loader import ModelCheckError
 from learnerd.ml.rows import ChatMessage
 from learnerd.ml.serving import (
     Delta,
     Finished,
     ModelCatalog,
+    ModelUnavailable,
     PromptTooLong,
     QueueFull,
     SamplingParams,
@@ -261,7 +265,15 @@ class OpenAIEndpoint:
                 first = await events.__anext__()
             except PromptTooLong as exc:
                 raise OpenAIError(400, str(exc), code="context_length_exceeded") from None
-            except (BaseModelError, AdapterStoreError) as exc:
+            except ModelUnavailable as exc:
+                raise OpenAIError(
+                    503,
+                    f"the model is not served: {exc}",
+                    "server_error",
+                    "unavailable",
+                    {"Retry-After": str(exc.retry_after_s)},
+                ) from None
+            except (BaseModelError, AdapterStoreError, ModelCheckError) as exc:
                 raise OpenAIError(503, f"the model cannot be served: {exc}", "server_error", "unavailable") from None
             if isinstance(first, Delta):
                 first_at = time.perf_counter()
@@ -407,6 +419,6 @@ def openai_app(
     endpoint = OpenAIEndpoint(catalog, served, control, settings, ServeMetrics(registry))
     app.router.add_get("/v1/models", endpoint.list_models)
     app.router.add_post("/v1/chat/completions", endpoint.chat_completions)
-    app.add_routes(health_routes(lambda: control.state))
+    app.add_routes(health_routes(lambda: control.state, control.unready_reason))
     app.router.add_route("*", "/{tail:.*}", _not_found)
     return app

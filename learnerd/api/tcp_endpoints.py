@@ -86,13 +86,16 @@ def search_app(control: ControlSurface, token: str, max_body_bytes: int) -> web.
         middlewares=[access_log_middleware("search request", _remote), error_middleware, bearer_middleware(token)],
     )
     app.router.add_post("/search", search_handler(control))
-    app.add_routes(health_routes(lambda: control.state))
+    app.add_routes(health_routes(lambda: control.state, control.unready_reason))
     return app
 
 
-def metrics_app(registry: CollectorRegistry, state: Callable[[], str]) -> web.Application:
-    """``GET /metrics`` (the daemon's one registry) and the health probes (``state()``: the daemon's state)."""
+def metrics_app(
+    registry: CollectorRegistry, state: Callable[[], str], unready_reason: Callable[[], str | None]
+) -> web.Application:
+    """``GET /metrics`` (the daemon's one registry) and the health probes (``state()``: the daemon's state;
+    ``unready_reason()``: why a running daemon is not ready, see :mod:`learnerd.api.health`)."""
     app = web.Application(middlewares=[access_log_middleware("metrics request", _remote), error_middleware])
     app.router.add_get("/metrics", metrics_handler(registry))
-    app.add_routes(health_routes(state))
+    app.add_routes(health_routes(state, unready_reason))
     return app

@@ -15,7 +15,8 @@ def summary_dict(summary: RunSummary) -> dict:
 
 
 def print_summary(summary: RunSummary, as_json: bool, title: str) -> None:
-    """A readable table on stdout, or the JSON of :func:`summary_dict`."""
+    """A readable table on stdout, then one ``warning:`` line per undertrained document; or the JSON of
+    :func:`summary_dict`."""
     if as_json:
         json.dump(summary_dict(summary), sys.stdout, indent=2, default=str)
         print()
@@ -48,6 +49,10 @@ def print_summary(summary: RunSummary, as_json: bool, title: str) -> None:
     for controller, counts in summary.changes.items():
         for change, n in sorted(counts.items()):
             table.add_row(f"{controller}: {change.replace('_', ' ')}", str(n))
+    for kind, n in sorted(a.redactions.items()):
+        table.add_row(f"secrets redacted: <{kind}>", str(n))
+    for reason, n in sorted(summary.refused_by_policy.items()):
+        table.add_row(f"blocks {reason}", str(n))
     if summary.refused_examples:
         table.add_row("probes: examples refused (see --json)", str(len(summary.refused_examples)))
     for path, r in sorted(summary.recall.items()):
@@ -62,3 +67,5 @@ def print_summary(summary: RunSummary, as_json: bool, title: str) -> None:
                 f"{name}: failures / dropped / terminal", f"{stats.failures} / {stats.dropped} / {stats.terminal}"
             )
     Console().print(table)
+    for path, reason in sorted(summary.undertrained.items()):
+        print(f"warning: {path.rsplit('/', 1)[-1]}: {reason}")

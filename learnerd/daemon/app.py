@@ -68,6 +68,7 @@ from learnerd.daemon.metrics import DaemonMetrics
 from learnerd.fleet.fleet import fleet_for
 from learnerd.ml.embedders import Embedder, LazyEmbedder, embedder_dim, embedder_name, make_embedder
 from learnerd.ml.serving import ServedModels
+from learnerd.privacy.redact import Redactor
 from learnerd.reconcilers.embeddings import EmbeddingsReconciler
 from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.reconcilers.examples import ExamplesReconciler
@@ -95,7 +96,10 @@ class RunSummary:
     ``refused_examples``: the examples the probes reconciler wrote no section for, each
     ``{"example_id", "document", "reason"}`` (:meth:`~learnerd.reconcilers.probes.ProbesReconciler.refusals`);
     ``recall``: per evaluated document, its current adapter version and the probes the base and the
-    adapter answer exactly (``{"version", "before", "after", "probes"}``)."""
+    adapter answer exactly (``{"version", "before", "after", "probes"}``); ``undertrained``: per document
+    whose last training cycle trained too little, the ``undertrained: <cause>; <fix>`` line;
+    ``refused_by_policy``: the blocks the privacy policy kept from becoming examples, by reason
+    (:mod:`learnerd.privacy.policy`)."""
 
     blocks: int
     examples: int
@@ -107,6 +111,8 @@ class RunSummary:
     changes: dict[str, dict[str, int]] = field(default_factory=dict)
     refused_examples: list[dict[str, str]] = field(default_factory=list)
     recall: dict[str, dict[str, int | str]] = field(default_factory=dict)
+    undertrained: dict[str, str] = field(default_factory=dict)
+    refused_by_policy: dict[str, int] = field(default_factory=dict)
 
     def changed_anything(self) -> bool:
         return any(v for counts in self.changes.values() for v in counts.values())
@@ -180,6 +186,8 @@ class Daemon:
         #: Events accepted by ``POST /v1/blocks``, tailed by the analyzer beside ``log_dirs`` (always, so events
         #: acknowledged before a restart without ``--listen-rpc`` are still read).
         self.ingest = IngestLog(layout.ingest_dir)
+        #: Replaces secrets before anything is stored (``[privacy]``): the analyzer's records, POST /v1/blocks.
+        self.redactor = Redactor(cfg.privacy)
         self.analyzer = Analyzer(
             self.conn,
             [*cfg.log_dirs, self.ingest.directory],
@@ -188,6 +196,7 @@ class Daemon:
             clock=clock,
             registry=self.registry,
             host=self.fleet.host if self.fleet is not None else "",
+            redactor=self.redactor,
         )
         self._started = time.monotonic()
         self._serve_scopes: list[anyio.CancelScope] = []  # the running task group's and the drain's
@@ -261,7 +270,12 @@ class Daemon:
                 eta=intake.eta,
                 host=address[0],
                 port=address[1],
-                blocks=BlocksEndpoint(self.ingest, max_line_bytes=cfg.analyzer.max_line_bytes, registry=self.registry),
+                blocks=BlocksEndpoint(
+                    self.ingest,
+                    max_line_bytes=cfg.analyzer.max_line_bytes,
+                    registry=self.registry,
+                    redactor=self.redactor,
+                ),
             )
 
     # The reconcilers by their role (None until wired: embeddings waits for the embedder).
@@ -341,6 +355,12 @@ class Daemon:
                     self.queues[name].add(key)
         log.info("resync", **{name: len(self.queues[name]) for name in self.pipeline})
 
+    def _resync_all(self) -> None:
+        """The fleet's resync (membership changed: keys moved between replicas): every pipeline key, and
+        every document for training, so a document a dead replica was training is trained by its new owner."""
+        self.resync()
+        self.resync_training()
+
     def resync_training(self) -> None:
         """The training queue's initial list: every watched document and every one with pending probes."""
         if self.training_intake is not None:
@@ -407,7 +427,7 @@ class Daemon:
     ) -> None:
         assert self.fleet is not None
         with scope:
-            await self.fleet.run(self.resync, task_status=task_status)
+            await self.fleet.run(self._resync_all, task_status=task_status)
 
     async def _run_training_intake(
         self, scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -554,6 +574,8 @@ class Daemon:
             changes={name: dict(r.changes) for name, r in self.reconcilers.items()},
             refused_examples=self.probes.refusals() if ProbesReconciler.name in self.reconcilers else [],
             recall=dict(self.evaluation.recall) if EvaluationReconciler.name in self.reconcilers else {},
+            refused_by_policy=dict(self.examples.refusals),
+            undertrained=dict(self.training.undertrained) if self.training is not None else {},
         )
 
     def close(self) -> None:

@@ -28,6 +28,7 @@ from learnerd.daemon.logging import current_level, parse_level, set_log_level
 from learnerd.daemon.reload import apply_config
 from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.device import intra_op_threads
+from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.runtime.workqueue import ControllerRateLimiter
 from learnerd.sections import ConfigError
 from learnerd.sources.backfill_job import BackfillTracker
@@ -148,6 +149,12 @@ class DaemonControl:
             return "draining"
         return "running" if self._running else "starting"
 
+    def unready_reason(self) -> str | None:
+        """Why the running daemon is not ready: a served model's last load failed its known-answer check
+        (:meth:`~learnerd.ml.serving.ServedModels.unready_reason`); None when nothing is wrong."""
+        served = self.daemon.served
+        return served.unready_reason() if served is not None else None
+
     # ------------------------------------------------------------------ read
 
     def status(self) -> dict[str, Any]:
@@ -187,9 +194,13 @@ class DaemonControl:
             },
             "controllers": controllers,
             "analyzer": dataclasses.asdict(daemon.analyzer.stats),
+            "evaluation_failures": (
+                daemon.evaluation.failed_attempts() if EvaluationReconciler.name in daemon.reconcilers else {}
+            ),
             "backfill": job.to_json() if job is not None else None,
             "fleet": daemon.fleet.status(list_block_ids(daemon.conn)) if daemon.fleet is not None else None,
             "warnings": [w for r in daemon.reconcilers.values() for w in getattr(r, "warnings", ())],
+            "privacy": {"redacted": daemon.analyzer.stats.redactions, "refused": dict(daemon.examples.refusals)},
         }
 
     # ------------------------------------------------------------------ steer

@@ -10,21 +10,38 @@ One stream, one format: records of libraries that use the standard :mod:`logging
 at ``warning`` or above, so a JSON log stays one JSON object per line. Exceptions render as a
 ``exception`` string holding the whole traceback in JSON, and as a traceback without local
 variables on a terminal (locals could hold tokens). Hugging Face progress bars (transformers'
-"Loading weights" tqdm bar) are turned off: they are not log lines.
+"Loading weights" tqdm bar) are turned off: they are not log lines. A JSON log holds no terminal escape
+sequences (transformers prints its ``LOAD REPORT`` title in bold whatever the stream): :func:`strip_ansi`
+removes them from every string value. Third-party deprecation warnings that no learnerd call causes and
+learnerd cannot change (:data:`LIBRARY_WARNINGS`) are filtered out where they are raised.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
-from typing import TextIO
+import warnings
+from collections.abc import MutableMapping
+from typing import Any, TextIO
 
 import structlog
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 
 _current: dict[str, object] = {"level": "info", "json": None, "stream": None}
+
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
+"""ECMA-48 escape sequences: CSI (colours, bold, cursor moves), OSC (hyperlinks, titles), and the others
+(``ESC`` + intermediate bytes + one final byte: ``ESC 7``, ``ESC ( B``)."""
+
+LIBRARY_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
+    # peft reads PreTrainedModel.is_gradient_checkpointing whenever it wraps a model in a PeftModel (every
+    # adapter load: generate, eval, serving, training), and transformers 5 deprecates that property.
+    (r"`is_gradient_checkpointing` is deprecated", FutureWarning, r"transformers\.modeling_utils"),
+)
+"""``(message regex, category, module regex)`` of the third-party warnings :func:`adopt_library_loggers` filters."""
 
 
 def parse_level(name: str) -> int:
@@ -61,7 +78,7 @@ def configure_logging(level: str = "info", json: bool | None = None, stream: Tex
     ]
     renderer: structlog.typing.Processor
     if as_json:
-        shared.append(structlog.processors.format_exc_info)
+        shared += [structlog.processors.format_exc_info, strip_ansi]
         renderer = structlog.processors.JSONRenderer(sort_keys=False)
     else:
         colors = out.isatty()
@@ -109,13 +126,24 @@ def current_level() -> str:
     return str(_current["level"])
 
 
+def strip_ansi(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog processor: remove terminal escape sequences (:data:`_ESCAPES`) from every string value."""
+    for key, value in event_dict.items():
+        if isinstance(value, str) and "\x1b" in value:
+            event_dict[key] = _ESCAPES.sub("", value)
+    return event_dict
+
+
 def adopt_library_loggers() -> None:
-    """Turn off Hugging Face's tqdm bars and route transformers' loggers through ours.
+    """Turn off Hugging Face's tqdm bars, filter :data:`LIBRARY_WARNINGS` and route transformers' loggers
+    through ours.
 
     Called by :func:`configure_logging`, and again once transformers has been imported (the daemon
     does after loading the embedder): transformers gives its loggers a stderr handler of its own on
     first use, which would put plain-text lines into a JSON log.
     """
+    for message, category, module in LIBRARY_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # read when huggingface_hub / transformers import
     transformers = sys.modules.get("transformers")
     if transformers is not None:

@@ -7,6 +7,8 @@
 * ``learnerd_training_loss_nats{document}``: final training loss, nats per token, of each document's last cycle;
 * ``learnerd_adapter_version{document}``: the adapter version last committed for each document;
 * ``learnerd_evaluations_total``, ``learnerd_evaluation_duration_seconds`` (histogram): evaluations written;
+* ``learnerd_evaluation_failures_total{document}``: failed evaluation attempts (every probe errored, or the
+  evaluation raised), each retried with backoff and never written as a report;
 * ``learnerd_evaluation_score{document}``: sway's overall score of the document's last evaluation, in [0, 1];
 * ``learnerd_probe_pass_rate{document}``: passing / judged ``probe_recall`` probes of that evaluation;
 * ``learnerd_search_duration_seconds``: seconds per ``POST /search`` answered from the live index (histogram).
@@ -67,6 +69,12 @@ class DaemonMetrics:
             registry=registry,
         )
         self.evaluations = Counter("learnerd_evaluations", "Evaluation reports written.", registry=registry)
+        self.evaluation_failures = Counter(
+            "learnerd_evaluation_failures",
+            "Failed evaluation attempts (retried, never a report), by document.",
+            ["document"],
+            registry=registry,
+        )
         self.evaluation_duration = Histogram(
             "learnerd_evaluation_duration_seconds",
             "Wall seconds of each evaluation.",
@@ -102,6 +110,10 @@ class DaemonMetrics:
             self.training_duration.observe(report.duration_s)
             self.training_loss.labels(document).set(result.final_loss)
             self.adapter_version.labels(document).set(outcome.version.number)
+
+    def evaluation_failed(self, path: Path) -> None:
+        """The evaluation reconciler's ``on_failure`` hook."""
+        self.evaluation_failures.labels(str(path)).inc()
 
     def evaluated(self, path: Path, report: Report) -> None:
         """The evaluation reconciler's ``on_report`` hook."""

@@ -195,7 +195,7 @@ class Service:
         if opts.metrics_addr is not None:
             host, port = opts.metrics_addr
             runner = await self._serve(
-                metrics_app(self.daemon.registry, lambda: self.control.state),
+                metrics_app(self.daemon.registry, lambda: self.control.state, self.control.unready_reason),
                 lambda r: web.TCPSite(r, host, port),
                 f"{host}:{port}",
                 runners,

@@ -9,7 +9,10 @@ what they do carry:
 * a *failing* ``calibration_drift``'s ``evidence.worst_offenders[]`` (``prompt``, ``gold``): the
   general-knowledge items whose per-token log-probability regressed most → knowledge-retention
   candidates. Like every candidate, only from a failing probe (dlm reads failing probes only): a passing
-  probe lists its worst items too, and they are general knowledge, not the document's subject;
+  probe lists its worst items too, and they are general knowledge, not the document's subject. The closed
+  loop (``reinforce``) writes none of them: it reinforces what the document teaches, and learnerd's own
+  evaluation reports ``calibration_drift`` after every cycle (on the built-in tiny model, which knows no
+  general knowledge, it always fails), so each cycle would append five more general-knowledge probes;
 * a failing ``section_internalization``'s ``evidence.per_section[]`` entries with ``passed: false``
   → :class:`UndertrainedSection` findings: the document's own sections (by section id) the adapter did
   not learn. They need more training, not a new section, so they are reported and never written.
@@ -56,6 +59,7 @@ from learnerd.store.dlm import (
 from learnerd.store.dlm.qa import Q_HEADER
 
 DEFAULT_TAG = "auto-harvest"
+GENERAL_KNOWLEDGE = "general-knowledge items (evidence.worst_offenders) are not written with reinforce"
 
 
 class HarvestError(Exception):
@@ -254,13 +258,14 @@ def plan_harvest(
         if probe.verdict != Verdict.FAIL:
             continue
         evidence: Mapping[str, Any] = probe.evidence
-        found = _worst_offenders(probe.name, probe.kind, evidence) if probe.kind == "calibration_drift" else []
-        found += _prompt_reference(probe.name, probe.kind, evidence)
+        general = _worst_offenders(probe.name, probe.kind, evidence) if probe.kind == "calibration_drift" else []
+        found = ([] if reinforce else general) + _prompt_reference(probe.name, probe.kind, evidence)
         if probe.kind == "section_internalization" and isinstance(evidence.get("per_section"), list):
             ids = [e["section_id"] for e in evidence["per_section"] if _failed_section(e)]
             undertrained += [UndertrainedSection(probe.name, sid, by_id.get(sid)) for sid in ids]
         elif not found:
-            unharvestable.append(UnharvestableProbe(probe.name, probe.kind, "no evidence.prompt / evidence.reference"))
+            why = GENERAL_KNOWLEDGE if general else "no evidence.prompt / evidence.reference"
+            unharvestable.append(UnharvestableProbe(probe.name, probe.kind, why))
         candidates += found
     if strict and unharvestable:
         names = ", ".join(f"{u.name} ({u.kind})" for u in unharvestable)

@@ -1,9 +1,11 @@
 """Run every probe against one adapter version and build its sway schema-1 report.
 
 Order: a preflight finite check of both views (a failure gives a report with one ``preflight`` error
-probe and nothing else), the ``null_adapter`` calibration (its statistics feed the z-scores), then
-``probe_recall`` (one result per probe pair), ``delta_kl``, ``multi_turn_coherence_decay`` and
-``section_internalization``. A probe that raises becomes an ``error`` result; the others still run.
+probe and nothing else), then the probes of :data:`~learnerd.eval.probes.PROBES`: the ``null_adapter``
+calibration (its statistics feed the z-scores), ``probe_recall`` (one result per probe pair), ``delta_kl``,
+``multi_turn_coherence_decay``, ``section_internalization``, and the retention probes
+``paraphrase_invariance``, ``calibration_drift`` and ``answer_retention``. A probe that raises becomes an
+``error`` result; the others still run.
 
 Report fields: ``sway_version`` is the sway release whose report schema and probe semantics learnerd
 follows (``0.1.0``, as in real reports); ``generator`` (an extra top-level key, kept by readers) says

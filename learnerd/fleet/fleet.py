@@ -497,14 +497,15 @@ class Fleet:
         }
 
     def set_aside_orphan_adapters(self) -> int:
-        """Move aside every adapter version directory without an ``adapter_commits`` row (renamed by a replica
-        that died before its COMMIT: never committed, never served); level-triggered, run when the replica
-        joins and at each resync. Returns how many."""
+        """Remove the staging directories of dead writers (a replica killed mid-cycle: its flock is gone) and
+        move aside every adapter version directory without an ``adapter_commits`` row (renamed by a replica
+        that died before its COMMIT: never committed, never served) — :meth:`AdapterStore.recover`;
+        level-triggered, run when the replica joins and at each resync. Returns how many."""
         if self.adapters is None:
             return 0
-        moved = self.adapters.set_aside_orphans()
+        moved = self.adapters.recover()
         for path in moved:
-            log.warning("fleet.adapter_orphan_set_aside", path=str(path))
+            log.warning("fleet.adapter_leftover_removed", path=str(path))
         return len(moved)
 
     def close(self) -> None:

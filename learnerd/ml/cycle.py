@@ -32,7 +32,7 @@ import structlog
 
 from learnerd.ml.base_model import BaseModelRef
 from learnerd.ml.lora import ProgressEvent, TrainingResult
-from learnerd.ml.recipes import undertrained_reason
+from learnerd.ml.recipes import DocumentTraining, undertrained_reason
 from learnerd.ml.rows import TrainingRow
 from learnerd.ml.train_runner import WarmSpare, run_training
 from learnerd.ml.train_worker import TrainingRequest
@@ -76,11 +76,14 @@ class CyclePlan:
 
 @dataclass(frozen=True)
 class CycleOutcome:
-    """The plan, and — unless the plan was ``none`` — the committed version and the training result."""
+    """The plan, and — unless the plan was ``none`` — the committed version and the training result;
+    ``undertrained``: the ``undertrained: <cause>; <fix>`` line when the cycle trained too little
+    (:func:`learnerd.ml.recipes.undertrained_reason`), else None."""
 
     plan: CyclePlan
     version: AdapterVersion | None
     result: TrainingResult | None
+    undertrained: str | None = None
 
 
 def plan_cycle(
@@ -155,6 +158,7 @@ async def train_cycle(
     *,
     replay: ReplayPolicy | None = None,
     fresh: bool = False,
+    own_keys: frozenset[str] = frozenset(),
     num_threads: int | None = None,
     niceness: int = 0,
     device: str = "cpu",
@@ -170,6 +174,8 @@ async def train_cycle(
         rows: every training row of the document now.
         config: the document's ``training`` block.
         replay, fresh: see :func:`plan_cycle`.
+        own_keys: the fields of ``config`` the document itself sets
+            (:attr:`learnerd.ml.recipes.DocumentTraining.own_keys`); the undertrained warning blames only these.
         num_threads: torch threads in the training process (None: torch's default).
         niceness: added to the training process's nice value (0: unchanged).
         device: where the training process trains (``auto``, ``cpu``, ``cuda``, ``cuda:N``).
@@ -221,11 +227,15 @@ async def train_cycle(
                 "vocab_size": result.vocab_size,
             },
         )
-        if (reason := undertrained_reason(result.steps, result.final_loss, result.vocab_size)) is not None:
+        training = DocumentTraining(config, base.builtin, own_keys)
+        reason = undertrained_reason(
+            result.steps, result.final_loss, result.vocab_size, training=training, rows=result.rows
+        )
+        if reason is not None:
             log.warning("training.undertrained", doc_key=doc_key, reason=reason)
         # fsync of a large adapter can take a while: keep it off the event loop.
         version = await anyio.to_thread.run_sync(store.commit, staging, metadata)
-    return CycleOutcome(plan=plan, version=version, result=result)
+    return CycleOutcome(plan=plan, version=version, result=result, undertrained=reason)
 
 
 def library_versions() -> dict[str, str]:

@@ -111,8 +111,12 @@ def _build(source: Path, source_sha: str, cache: Path, target: Path) -> None:
 def _convert(source: Path, out_dir: Path) -> str:
     """Dequantise ``source`` with transformers (under the loader's lock, checked) and save it to ``out_dir``;
     return the weights' sha256."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_reader
     from transformers.utils import logging as hf_logging
 
+    # The GGUF reader draws its "Converting and de-quantizing" bar with tqdm.auto, which ignores transformers'
+    # switch; transformers' own tqdm obeys it, so the bar is off whenever transformers' bars are.
+    gguf_reader.tqdm = hf_logging.tqdm
     progress_bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:

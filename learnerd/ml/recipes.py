@@ -13,15 +13,20 @@ document leaves out from a recipe chosen by its base model (the document's own k
   SmolLM2-135M-Instruct from 0/20 to 20/20 exact greedy recall on tldr pairs
   (``benchmarks/bench_learning.py``).
 
-:func:`undertrained_reason` is the check behind the ``undertrained`` warning and report finding: fewer
-than :data:`MIN_STEPS` optimizer steps, or a final loss above ln(vocabulary size) nats/token — worse than
-a uniform guess over the vocabulary, so the adapter cannot have learned its rows.
+:func:`document_training` resolves a document's block over the recipe and remembers which values are the
+document's own (:class:`DocumentTraining`). :func:`undertrained_reason` is the check behind the
+``training.undertrained`` warning and the report finding: fewer than :data:`MIN_STEPS` optimizer steps, or
+a final loss above ln(vocabulary size) nats/token — worse than a uniform guess over the vocabulary, so the
+adapter cannot have learned its rows. Given the cycle's :class:`DocumentTraining` it names the cause and the
+fix: the document's own keys that caused it (never a value that is learnerd's recipe), or — when learnerd's
+defaults gave too few steps — how many epochs would reach :data:`MIN_STEPS`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from learnerd.ml.base_model import BUILTIN_BASE_MODELS
@@ -46,6 +51,23 @@ PRETRAINED_RECIPE: dict[str, Any] = {
 MIN_STEPS = 50
 UNDERTRAINED = "undertrained"
 """The prefix of the report finding (sway reports findings as one-line strings)."""
+STEP_KEYS = ("num_epochs", "max_steps", "micro_batch_size", "grad_accum")
+"""The ``training`` keys that decide how many optimizer steps a cycle takes over its rows."""
+
+
+@dataclass(frozen=True)
+class DocumentTraining:
+    """A document's training: ``config``, its ``training`` block over the recipe of its base (``builtin``:
+    a built-in random model), and ``own_keys``, the fields whose value is the document's — those its block
+    sets to something other than the recipe's value (a key that repeats the recipe is learnerd's)."""
+
+    config: TrainingConfig
+    builtin: bool
+    own_keys: frozenset[str]
+
+    def recipe(self) -> TrainingConfig:
+        """What learnerd's recipe alone gives for this base."""
+        return TrainingConfig.from_mapping(recipe_for(self.builtin))
 
 
 def recipe_for(builtin: bool) -> dict[str, Any]:
@@ -58,8 +80,8 @@ def default_training(base_model: str) -> dict[str, Any]:
     return recipe_for(base_model.strip() in BUILTIN_BASE_MODELS)
 
 
-def training_config(raw_block: Mapping[str, Any] | None, *, builtin: bool) -> TrainingConfig:
-    """The document's ``training`` block over :func:`recipe_for`'s defaults.
+def document_training(raw_block: Mapping[str, Any] | None, *, builtin: bool) -> DocumentTraining:
+    """The document's ``training`` block over :func:`recipe_for`'s defaults, and which values are its own.
 
     Args:
         raw_block: the block as written in the frontmatter (None or empty: all defaults).
@@ -68,24 +90,79 @@ def training_config(raw_block: Mapping[str, Any] | None, *, builtin: bool) -> Tr
     Raises:
         TrainingConfigError: a value of the block is invalid (as :meth:`TrainingConfig.from_mapping`).
     """
-    return TrainingConfig.from_mapping({**recipe_for(builtin), **dict(raw_block or {})})
+    block = dict(raw_block or {})
+    recipe = recipe_for(builtin)
+    config = TrainingConfig.from_mapping({**recipe, **block})
+    default = TrainingConfig.from_mapping(recipe)
+    fields = TrainingConfig.model_fields.keys() - {"extra"}
+    own = frozenset(k for k in block if k in fields and getattr(config, k) != getattr(default, k))
+    return DocumentTraining(config, builtin, own)
 
 
-def undertrained_reason(steps: int, final_loss: float, vocab_size: int | None) -> str | None:
-    """A one-line ``undertrained: ...`` finding when a cycle trained fewer than :data:`MIN_STEPS` steps or
-    ended above the uniform-guess loss ln(``vocab_size``) nats/token; None when neither holds.
+def undertrained_reason(
+    steps: int, final_loss: float, vocab_size: int | None, *, training: DocumentTraining | None = None, rows: int = 0
+) -> str | None:
+    """A one-line ``undertrained: <cause>; <fix>`` finding when a cycle trained fewer than :data:`MIN_STEPS`
+    steps or ended above the uniform-guess loss ln(``vocab_size``) nats/token; None when neither holds.
 
-    ``vocab_size`` None or 0 (unknown) skips the loss check.
+    ``vocab_size`` None or 0 (unknown) skips the loss check. With the cycle's ``training`` and the number of
+    ``rows`` it trained on, the fix names the document's own keys to delete, or the ``num_epochs`` that
+    reaches :data:`MIN_STEPS`; without them it is the general advice (more epochs or more rows).
     """
-    reasons = []
-    if steps < MIN_STEPS:
-        reasons.append(f"{steps} optimizer steps (< {MIN_STEPS})")
-    if vocab_size and final_loss > math.log(vocab_size):
-        uniform = math.log(vocab_size)
-        reasons.append(f"final loss {final_loss:.3f} nats/token above a uniform guess ln({vocab_size}) = {uniform:.3f}")
-    if not reasons:
+    few = steps < MIN_STEPS
+    high = bool(vocab_size) and final_loss > math.log(vocab_size or 1)
+    causes = []
+    if few:
+        causes.append(f"{steps} optimizer steps (< {MIN_STEPS})")
+    if high:
+        uniform = math.log(vocab_size or 1)
+        causes.append(f"final loss {final_loss:.3f} nats/token above a uniform guess ln({vocab_size}) = {uniform:.3f}")
+    if not causes:
         return None
+    if training is None or rows <= 0:
+        remedy = "fix: more epochs (training.num_epochs) or more rows"
+    else:
+        remedy = _remedy(training, steps, rows, few=few, high=high)
+    return f"{UNDERTRAINED}: {' and '.join(causes)}; {remedy}"
+
+
+def _epochs_to_reach(config: TrainingConfig, rows: int) -> int:
+    """The fewest ``num_epochs`` with which ``config`` (its ``max_steps`` aside) takes :data:`MIN_STEPS`
+    optimizer steps over ``rows`` rows (``rows`` > 0)."""
+    per_epoch = config.model_copy(update={"num_epochs": 1, "max_steps": None}).total_steps(rows)
+    return math.ceil(MIN_STEPS / per_epoch)
+
+
+def _remedy(training: DocumentTraining, steps: int, rows: int, *, few: bool, high: bool) -> str:
+    """``cause: ...; fix: ...`` for :func:`undertrained_reason`: blame only the document's own keys."""
+    config, recipe = training.config, training.recipe()
+    blamed = [k for k in STEP_KEYS if few and k in training.own_keys]
+    if high and "learning_rate" in training.own_keys:
+        blamed.append("learning_rate")
+    if blamed:
+        listing = ", ".join(f"{k}: {_value(getattr(config, k))}" for k in blamed)
+        them = "it" if len(blamed) == 1 else "them"
+        without = config.model_copy(update={k: getattr(recipe, k) for k in blamed})
+        after = without.total_steps(rows)
+        if after >= MIN_STEPS:
+            fix = f"delete {them} to use learnerd's recipe for this base ({after} steps over {rows} rows)"
+        else:
+            epochs = _epochs_to_reach(without, rows)
+            fix = f"delete {them} and set training.num_epochs: {epochs} ({epochs} epochs reach {MIN_STEPS} steps)"
+        return f"cause: the document's training block sets {listing}; fix: {fix}"
+    if few:
+        epochs = _epochs_to_reach(config, rows)
+        return (
+            f"cause: learnerd's default of {config.num_epochs} epochs over {rows} rows at micro-batch "
+            f"{config.batch_size()} is {steps} steps; fix: set training.num_epochs: {epochs} in the document "
+            f"({epochs} epochs reach {MIN_STEPS} steps), or add examples"
+        )
     return (
-        f"{UNDERTRAINED}: {' and '.join(reasons)}; raise training.num_epochs or learning_rate "
-        "(or leave them out for learnerd's per-base defaults)"
+        f"cause: learnerd's default learning_rate {_value(config.learning_rate)} did not fit these rows; fix: set "
+        "training.learning_rate in the document (lower if the loss rose during training, higher if it stayed flat)"
     )
+
+
+def _value(value: Any) -> str:
+    """A training value as the document would write it (``0.0002``, ``auto``)."""
+    return f"{value:g}" if isinstance(value, float) else str(value)

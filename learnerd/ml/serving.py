@@ -18,8 +18,10 @@ alone (a request for a base model's name) runs inside ``disable_adapter()``.
 Loads. Bases and adapters are loaded through the process's one loader (:mod:`learnerd.ml.loader`: one
 lock shared with the evaluation and everything else that loads a model, and a known-answer check after
 each load). A load that fails its check is never served: the base is discarded with its adapters and
-loaded once more; when that fails too the request gets :class:`ModelUnavailable` (the endpoint's 503 with
-``Retry-After``), and until a load of that base passes, :meth:`ServedModels.unready_reason` says why (the
+loaded once more. When that fails too, the request gets :class:`ModelUnavailable` (the endpoint's 503 with
+``Retry-After``), and so does every request for that base until it is loaded again in the background
+``reload_after_s`` later (again and again until a load passes: a daemon that is not ready gets no traffic
+to reload it). Until a load of that base passes, :meth:`ServedModels.unready_reason` says why (the
 daemon's ``/readyz`` is not ready).
 """
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import threading
 import time
@@ -49,13 +52,11 @@ from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVers
 log = structlog.get_logger(__name__)
 LOAD_ATTEMPTS = 2
 """Loads of a model per request when a load fails its known-answer check: the first and one reload."""
-UNAVAILABLE_RETRY_AFTER_S = 30
-"""``Retry-After`` (seconds) of a request whose model failed its known-answer check on every attempt."""
 
 
 class ModelUnavailable(Exception):
-    """The model failed its known-answer check on every load attempt: it is not served. ``retry_after_s``
-    (seconds) is a hint; the next request loads it again."""
+    """The model failed its known-answer check on every load attempt: it is not served until a background
+    reload passes, in about ``retry_after_s`` seconds."""
 
     def __init__(self, reason: str, retry_after_s: int) -> None:
         super().__init__(reason)
@@ -181,6 +182,9 @@ class ServedModels:
             one, at least 1 — with every core in OpenMP, the event loop (HTTP, SSE, search) and the client
             compete with spinning workers, and on 2 cores 2 threads stream no faster than 1
             (``benchmarks/bench_serve.py``).
+        reload_after_s: after a model failed its known-answer check on every attempt, its requests are
+            refused (:class:`ModelUnavailable`) and it is loaded again in the background this many
+            seconds later, until a load passes.
     """
 
     def __init__(
@@ -191,6 +195,7 @@ class ServedModels:
         capacity: int = 16,
         steering: Callable[[str, Any], Any] | None = None,
         num_threads: int = 0,
+        reload_after_s: float = 30.0,
     ) -> None:
         self.adapters = adapters
         self.num_threads = num_threads or max(1, usable_cores() - 1)
@@ -203,6 +208,9 @@ class ServedModels:
         self._current: dict[str, AdapterVersion | None] = {}
         self._held: Counter[str] = Counter()  # adapter name -> jobs holding it
         self._unready: dict[str, str] = {}  # base identity -> why its last load failed its check
+        self.reload_after_s = reload_after_s
+        self._reloads: dict[str, tuple[threading.Timer, float]] = {}  # base identity -> (reload, when: monotonic)
+        self._closed = False
         self._pending = 0
         self._recent_job_s = 1.0
 
@@ -278,7 +286,12 @@ class ServedModels:
         await asyncio.wrap_future(self._executor.submit(self._preload, model, version, None))
 
     def close(self) -> None:
-        """Cancel nothing, wait for the job in progress, free the worker thread."""
+        """Cancel nothing but pending background reloads, wait for the job in progress, free the worker thread."""
+        with self._lock:
+            self._closed = True
+            reloads, self._reloads = list(self._reloads.values()), {}
+        for timer, _ in reloads:
+            timer.cancel()
         self._executor.shutdown(wait=True, cancel_futures=True)
 
     # ------------------------------------------------------------------ worker thread
@@ -286,15 +299,23 @@ class ServedModels:
     def _ready(self, model: ServedModel, version: AdapterVersion | None) -> tuple[_Base, Any]:
         """``model``'s base, loaded if needed, and :meth:`_activate`'s context for ``version``. A load that
         fails its known-answer check is discarded with everything loaded on that base, and loaded again
-        (:data:`LOAD_ATTEMPTS` in all); its reason is in :meth:`unready_reason` until a load passes.
+        (:data:`LOAD_ATTEMPTS` in all); its reason is in :meth:`unready_reason` until a load passes. When
+        every attempt failed, a background reload is due in ``reload_after_s`` and requests are refused
+        until then.
 
         Raises:
-            ModelUnavailable: every attempt failed the check.
+            ModelUnavailable: every attempt failed the check, now or before the reload that is due.
+            ModelCheckError: converting the base's GGUF file gave a model that failed the check.
             BaseModelError, AdapterStoreError, OSError, ValueError: the model cannot be loaded at all.
         """
+        ref = resolve_base_model(model.base_model, cache_dir=self.models_dir, relative_to=model.relative_to)
+        with self._lock:
+            due = self._reloads.get(ref.identity)
+            if due is not None:
+                wait_s = max(1, math.ceil(due[1] - time.monotonic()))
+                raise ModelUnavailable(self._unready.get(ref.identity, "not loaded yet"), wait_s)
         reason = ""
         for attempt in range(1, LOAD_ATTEMPTS + 1):
-            ref = resolve_base_model(model.base_model, cache_dir=self.models_dir, relative_to=model.relative_to)
             try:
                 base = self._base(ref)
                 view = self._activate(base, version)
@@ -308,7 +329,27 @@ class ServedModels:
             with self._lock:
                 self._unready.pop(ref.identity, None)
             return base, view
-        raise ModelUnavailable(reason, UNAVAILABLE_RETRY_AFTER_S)
+        self._schedule_reload(ref.identity, model)
+        raise ModelUnavailable(reason, max(1, math.ceil(self.reload_after_s)))
+
+    def _schedule_reload(self, identity: str, model: ServedModel) -> None:
+        """Load ``model`` (its base and current adapter) again in the worker thread ``reload_after_s`` from now."""
+
+        def reload() -> None:
+            version = self.current_version(model.doc_key) if model.doc_key else None
+            with self._lock:  # close() sets _closed under the lock before it shuts the executor down
+                self._reloads.pop(identity, None)
+                if not self._closed:
+                    self._executor.submit(self._preload, model, version, None)
+
+        with self._lock:
+            if self._closed or identity in self._reloads:
+                return
+            timer = threading.Timer(self.reload_after_s, reload)
+            timer.daemon = True
+            self._reloads[identity] = (timer, time.monotonic() + self.reload_after_s)
+        timer.start()
+        log.warning("served model not served until it is loaded again", model=model.id, in_s=self.reload_after_s)
 
     def _base(self, ref: BaseModelRef) -> _Base:
         base = self._bases.get(ref.identity)

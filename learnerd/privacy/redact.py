@@ -97,6 +97,29 @@ class Redactor:
             offset += len(line) + 1
         return self._replace(text, spans)
 
+    def redact_json(self, value: Any, kinds: Counter[str] | None = None) -> Any:
+        """``value`` (parsed JSON: dicts, lists, strings, numbers) with every string redacted (object keys
+        are names, not data: kept); each placeholder put in is counted into ``kinds``. Iterative: any
+        depth the JSON parser accepted is walked."""
+        kinds = kinds if kinds is not None else Counter()
+        root: list[Any] = [value]
+        stack: list[tuple[Any, Any]] = [(root, 0)]
+        while stack:
+            container, key = stack.pop()
+            item = container[key]
+            if isinstance(item, str):
+                redaction = self.redact(item)
+                if redaction.kinds:
+                    container[key] = redaction.text
+                    kinds.update(redaction.kinds)
+            elif isinstance(item, dict):
+                copy = container[key] = dict(item)
+                stack.extend((copy, k) for k in copy)
+            elif isinstance(item, list):
+                copy = container[key] = list(item)
+                stack.extend((copy, i) for i in range(len(copy)))
+        return root[0]
+
     def _replace(self, text: str, spans: list[tuple[int, int, str]]) -> Redaction:
         kinds: Counter[str] = Counter()
         out: list[str] = []

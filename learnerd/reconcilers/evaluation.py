@@ -4,13 +4,13 @@ configured — its failures flow back into the document. Key: a document path.
 ``reconcile(doc_path)`` is level-triggered. It reads the document, finds its current adapter version in
 the adapter store (key: the document's ``dlm_id``, :func:`~learnerd.eval.history.adapter_key`) and:
 
-1. if that version has no report (``versions/vNNNN/eval.json``), evaluates it against the document as
-   it is now (:func:`~learnerd.eval.suite.evaluate_version`, in a worker thread, one at a time, on
-   ``[evaluation] num_threads`` torch threads), adds the *stuck* probes to the report's findings and writes
-   the report atomically. It logs ``evaluation.started``, one ``evaluation.progress`` per step
-   (``step`` of ``of``) and ``evaluation.finished``. When the reconcile is cancelled (the controller's
-   timeout, a drain or the daemon stopping), the worker thread stops at its next batch — within about
-   a second on the tiny model — before the reconcile returns, and nothing is written;
+1. if that version has no report (``versions/vNNNN/eval.json``), or only a failed one (below), evaluates it
+   against the document as it is now (:func:`~learnerd.eval.suite.evaluate_version`, in a worker thread,
+   one at a time, on ``[evaluation] num_threads`` torch threads), adds the *stuck* probes to the report's
+   findings and writes the report atomically. It logs ``evaluation.started``, one ``evaluation.progress``
+   per step (``step`` of ``of``) and ``evaluation.finished``. When the reconcile is cancelled (the
+   controller's timeout, a drain or the daemon stopping), the worker thread stops at its next batch —
+   within about a second on the tiny model — before the reconcile returns, and nothing is written;
 2. with ``[evaluation] auto_harvest = true``, applies the report's failing probes to the document through
    :func:`~learnerd.eval.harvest.auto_harvest` — the code ``learnerd harvest`` runs — in ``reinforce`` mode:
    a failing ``!probe`` of the document gets one plain ``### Q`` copy of itself, and copies whose probe a
@@ -25,20 +25,31 @@ that were trained with its harvested copy, with no pass since: it is listed in t
 ``extra["stuck_probes"]`` and logged, and never harvested again until it passes — so a person who deletes
 the copy of a probe the adapter cannot learn is not overruled forever.
 
+An evaluation that errors is a **failed attempt**, never a report: one whose probes all errored
+(:func:`evaluation_failure`: nothing was measured — a model broken by its load, non-finite logits) or
+that raised (a model that failed the loader's known-answer check, ...). Nothing is written, so neither the
+harvest nor a later reconcile reads it; the attempt is recorded (:attr:`EvaluationReconciler.failed`,
+shown by ``learnerd ctl status``; ``on_failure``: the ``learnerd_evaluation_failures_total`` metric) and
+the reconcile raises, so the controller retries the key with its rate-limited backoff. A stored report
+whose probes all errored (older learnerd wrote those) counts as failed: it is evaluated again.
+
 Nothing to do (``Result()``): the document is gone, or has no adapter yet. A document that does not parse
 is checked again after ``[probes] broken_document_retry_s``; an unusable base model is a terminal error.
 
 Feeding: :meth:`EvaluationReconciler.resync_keys` lists every ``.dlm`` document under the docs directories
-that has an adapter (the daemon's start-up resync); the training reconciler's ``on_committed(doc_path,
-version)`` hook enqueues the document after each committed version.
+that has an adapter (the daemon's start-up resync: each current version whose report is missing or failed
+is evaluated again); the training reconciler's ``on_committed(doc_path, version)`` hook enqueues the
+document after each committed version.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +79,31 @@ CANCEL_POLL_S = 0.05
 """How often a cancelled reconcile checks whether its evaluation thread has stopped (seconds)."""
 
 
+class EvaluationFailed(Exception):
+    """An evaluation measured nothing (:func:`evaluation_failure`): a failed attempt, retried, not a report."""
+
+
+@dataclass(frozen=True)
+class FailedAttempt:
+    """A document's failed evaluations since its last report: of ``version`` (e.g. ``v0003``), ``attempts``
+    in a row, the last one's ``error`` (``"Type: message"``) at ``at`` (Unix seconds)."""
+
+    version: str
+    attempts: int
+    error: str
+    at: float
+
+
+def evaluation_failure(report: Report) -> str | None:
+    """Why ``report`` is a failed attempt rather than a report — every probe errored (the preflight
+    included; skipped probes aside), so nothing was measured — or None when it is a report (a probe or a
+    few may have errored beside results)."""
+    errored = [p for p in report.probes if p.verdict == Verdict.ERROR]
+    if not errored or any(p.verdict not in (Verdict.ERROR, Verdict.SKIP) for p in report.probes):
+        return None
+    return f"every probe errored ({len(errored)}), first {errored[0].name}: {errored[0].message}"
+
+
 class EvaluationReconciler:
     """Evaluates each document's current adapter version and, when configured, harvests its failures.
 
@@ -79,6 +115,8 @@ class EvaluationReconciler:
         broken_document_retry_s: a document that does not parse is checked again after this long (seconds).
         on_report: called with ``(document path, report)`` after each evaluation is written (metrics;
             must not block).
+        on_failure: called with the document's path after each failed attempt (metrics; must not block;
+            called from the evaluation's worker thread).
     """
 
     name = "evaluation"
@@ -92,6 +130,7 @@ class EvaluationReconciler:
         docs_roots: Sequence[Path],
         broken_document_retry_s: float = 60.0,
         on_report: Callable[[Path, Report], None] | None = None,
+        on_failure: Callable[[Path], None] | None = None,
     ) -> None:
         self.settings = settings
         self.options = EvalOptions.from_settings(settings)
@@ -100,10 +139,16 @@ class EvaluationReconciler:
         self._docs_dirs = list(docs_roots)
         self._retry_s = broken_document_retry_s
         self._on_report = on_report
+        self._on_failure = on_failure
         self._limiter = anyio.CapacityLimiter(1)
         self.changes: Counter[str] = Counter()  # versions evaluated, sections harvested, documents written
         self.stuck: dict[str, tuple[str, ...]] = {}  # document key -> stuck probe names, as of its last reconcile
         self.recall: dict[str, dict[str, int | str]] = {}  # document key -> exact_recall() of its current version
+        self.failed: dict[str, FailedAttempt] = {}  # document key -> its failed attempts since its last report
+
+    def failed_attempts(self) -> dict[str, dict[str, Any]]:
+        """:attr:`failed` as JSON-able dicts, by document path (for ``learnerd ctl status``)."""
+        return {key: dataclasses.asdict(attempt) for key, attempt in list(self.failed.items())}
 
     def resync_keys(self) -> list[str]:
         """Every ``.dlm`` document under the docs directories that has a current adapter version."""
@@ -155,6 +200,8 @@ class EvaluationReconciler:
             DeviceError: ``[evaluation] device`` names a GPU this machine does not have.
             AdapterStoreError, OSError: the store or the file system failed.
             EvaluationCancelled: ``cancel`` was set during the evaluation.
+            EvaluationFailed: every probe errored; recorded in :attr:`failed`, nothing written.
+            ModelCheckError, RuntimeError: the evaluation could not run (recorded in :attr:`failed` too).
         """
         path = Path(key)
         if not path.exists():
@@ -165,6 +212,7 @@ class EvaluationReconciler:
         if version is None:
             return None
         report = self._report(path, document, version, cancel)
+        self.failed.pop(key, None)
         before, after, probes = exact_recall(report)
         self.recall[key] = {"version": version.name, "before": before, "after": after, "probes": probes}
         if self.settings.auto_harvest:
@@ -177,9 +225,14 @@ class EvaluationReconciler:
         target = report_path(version)
         if target.exists():
             try:
-                return load_report(target)
+                stored = load_report(target)
             except ReportError as exc:
                 log.warning("evaluation.report_unreadable", path=str(target), error=str(exc))
+            else:
+                failure = evaluation_failure(stored)
+                if failure is None:
+                    return stored
+                log.warning("evaluation.stored_report_failed", path=str(target), reason=failure)
         base = resolve_base_model(document.frontmatter.base_model, cache_dir=self._models_dir, relative_to=path.parent)
         placement = resolve_device(self.settings.device)
         threads = set_torch_threads(self.settings.num_threads)
@@ -192,9 +245,18 @@ class EvaluationReconciler:
             done += 1
             log.info("evaluation.progress", path=str(path), version=version.name, step=done, of=total, done=step)
 
-        report = evaluate_version(
-            document, version, base, options=self.options, progress=progress, cancel=cancel, placement=placement
-        )
+        try:
+            report = evaluate_version(
+                document, version, base, options=self.options, progress=progress, cancel=cancel, placement=placement
+            )
+            failure = evaluation_failure(report)
+            if failure is not None:
+                raise EvaluationFailed(f"{version.name}: {failure}")
+        except (BaseModelError, DocumentError):
+            raise
+        except Exception as exc:
+            self._failed_attempt(path, version, exc)
+            raise
         stuck = stuck_probes(self.store, version.doc_key, report, self.settings.max_failing_cycles)
         if stuck:
             note = (
@@ -222,6 +284,15 @@ class EvaluationReconciler:
             wall_s=round(report.wall_seconds, 2),
         )
         return report
+
+    def _failed_attempt(self, path: Path, version: AdapterVersion, exc: Exception) -> None:
+        previous = self.failed.get(str(path))
+        attempts = previous.attempts + 1 if previous is not None and previous.version == version.name else 1
+        error = f"{type(exc).__name__}: {exc}"
+        self.failed[str(path)] = FailedAttempt(version.name, attempts, error, time.time())
+        log.warning("evaluation.failed", path=str(path), version=version.name, attempt=attempts, error=error)
+        if self._on_failure is not None:
+            self._on_failure(path)
 
     def _harvest(self, path: Path, report: Report) -> HarvestResult:
         stuck = set(report.extra.get("stuck_probes") or ())
@@ -285,9 +356,13 @@ def stuck_probes(store: AdapterStore, doc_key: str, report: Report, max_failing_
     return tuple(sorted(n for n, c in counts.items() if c >= max_failing_cycles))
 
 
-def evaluation_reconciler(cfg: Any, on_report: Callable[[Path, Report], None] | None = None) -> EvaluationReconciler:
+def evaluation_reconciler(
+    cfg: Any,
+    on_report: Callable[[Path, Report], None] | None = None,
+    on_failure: Callable[[Path], None] | None = None,
+) -> EvaluationReconciler:
     """The evaluation reconciler of ``cfg`` (the daemon's :class:`~learnerd.daemon.config.Config`;
-    ``on_report``: its metrics hook)."""
+    ``on_report``, ``on_failure``: its metrics hooks)."""
     return EvaluationReconciler(
         cfg.evaluation,
         adapters=adapter_store(cfg),
@@ -295,6 +370,7 @@ def evaluation_reconciler(cfg: Any, on_report: Callable[[Path, Report], None] | 
         docs_roots=cfg.layout.docs_roots,
         broken_document_retry_s=cfg.probes.broken_document_retry_s,
         on_report=on_report,
+        on_failure=on_failure,
     )
 
 
@@ -306,7 +382,9 @@ def _committed_document(wiring: Wiring, commit: AdapterCommit) -> list[str]:
 #: Cancelled at shutdown, not drained: a cancelled evaluation writes no report, so the next start evaluates again.
 SPEC = ControllerSpec(
     EvaluationReconciler.name,
-    lambda wiring: evaluation_reconciler(wiring.cfg, on_report=wiring.metrics.evaluated),
+    lambda wiring: evaluation_reconciler(
+        wiring.cfg, on_report=wiring.metrics.evaluated, on_failure=wiring.metrics.evaluation_failed
+    ),
     defaults={"workers": 1, "timeout_s": 3600.0},
     watches=(Watch(ADAPTERS, _committed_document),),
     shutdown="cancel",

@@ -50,7 +50,7 @@ from learnerd.ml.cycle import CycleOutcome, ReplayPolicy, train_cycle
 from learnerd.ml.device import DeviceError, resolve_device
 from learnerd.ml.hyperparams import check_trainable
 from learnerd.ml.lora import ProgressEvent
-from learnerd.ml.recipes import default_training, training_config
+from learnerd.ml.recipes import default_training, document_training
 from learnerd.ml.rows import TrainingRow, document_rows
 from learnerd.ml.settings import TrainingSettings
 from learnerd.ml.train_runner import TrainingFailed, WarmSpare
@@ -129,6 +129,8 @@ class CycleReport:
                 final_loss=result.final_loss,
                 tokens=result.tokens_trained,
             )
+        if self.outcome.undertrained is not None:
+            fields["undertrained"] = self.outcome.undertrained
         return fields
 
 
@@ -177,6 +179,7 @@ class TrainingReconciler:
         self._owners: dict[str, str] = {}  # dlm_id -> path of the document trained under it
         self.in_flight: dict[str, float] = {}  # key -> clock() at the start of its cycle
         self.recent_cycles_s: deque[float] = deque(maxlen=RECENT_CYCLES)
+        self.undertrained: dict[str, str] = {}  # key -> the undertrained line of its last committed cycle
         self.changes: Counter[str] = Counter()  # adapters committed, probes written
         self._scopes: set[anyio.CancelScope] = set()
         self._stopping = False
@@ -260,6 +263,10 @@ class TrainingReconciler:
         if report.outcome.version is not None:
             self.recent_cycles_s.append(report.duration_s)
             self.changes["adapters_committed"] += 1
+            if report.outcome.undertrained is None:
+                self.undertrained.pop(key, None)
+            else:
+                self.undertrained[key] = report.outcome.undertrained
             if self.on_committed is not None:
                 self.on_committed(key, report.outcome.version)
         return report
@@ -274,7 +281,8 @@ class TrainingReconciler:
         base = await anyio.to_thread.run_sync(
             lambda: resolve_base_model(fm.base_model, cache_dir=self.models_dir, relative_to=path.parent)
         )
-        config = check_trainable(training_config(fm.raw.get("training"), builtin=base.builtin))
+        training = document_training(fm.raw.get("training"), builtin=base.builtin)
+        config = check_trainable(training.config)
         self._claim(document, path)
         outcome = await train_cycle(
             self.store,
@@ -284,6 +292,7 @@ class TrainingReconciler:
             config,
             replay=self._replay,
             fresh=fresh,
+            own_keys=training.own_keys,
             num_threads=self.settings.num_threads or None,
             niceness=self.settings.niceness,
             device=self.settings.device,

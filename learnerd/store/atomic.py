@@ -40,13 +40,18 @@ def append_synced(fd: int, data: bytes) -> None:
         raise
 
 
+NEW_FILE_MODE = 0o600
+"""The mode of a file learnerd creates (documents, exports, journals): its owner's only."""
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int | None = None) -> None:
     """Replace ``path`` with ``data`` atomically (temp file, fsync, rename, fsync the directory).
 
     Args:
         path: the target file; its directory must exist.
         data: the complete new content.
-        mode: permission bits for the new file; by default those of the file it replaces, else 0o644.
+        mode: permission bits for the new file; by default those of the file it replaces, else 0o600 (a new file
+            learnerd writes may hold what people ran: readable by its owner only).
 
     Raises:
         OSError: the directory is missing or not writable; the target is then untouched.
@@ -102,12 +107,12 @@ def replace_if_unchanged(
 
 
 def _write_temp(target: Path, data: bytes, mode: int | None) -> str:
-    """Write ``data`` to a fsynced temp file beside ``target``; its mode is ``mode``, else ``target``'s, else 0o644."""
+    """Write ``data`` to a fsynced temp file beside ``target``; its mode is ``mode``, else ``target``'s, else 0o600."""
     if mode is None:
         try:
             mode = target.stat().st_mode & 0o7777
         except FileNotFoundError:
-            mode = 0o644
+            mode = NEW_FILE_MODE
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -94,8 +94,15 @@ def test_the_report_is_schema_1_and_harvest_reads_it(memorised):
     assert [(a.candidate.prompt, a.reinforcement) for a in plan.additions] == [(EXTRA_QA_PAIRS[0][0], True)]
     proc = run_cli("harvest", str(memorised.doc), "--sway-json", str(path), "--reinforce")
     assert "reinforcement copy" in proc.stdout and "dry-run: nothing written" in proc.stdout
-    plain = run_cli("harvest", str(memorised.doc), "--sway-json", str(path), check=False)
-    assert plain.returncode == 2  # dlm's rule: the probe's own section is already there
+    # dlm's rule: the probe's own section is already there; what a plain harvest adds is calibration_drift's
+    # worst offenders, the general knowledge the memorising adapter displaced (the closed loop adds none)
+    (drift,) = [p for p in again.probes if p.kind == "calibration_drift"]
+    assert drift.verdict == "fail"
+    plain = plan_harvest(memorised.document, again)
+    assert [(s.candidate.prompt, s.reason) for s in plain.skipped] == [(EXTRA_QA_PAIRS[0][0], "already_present")]
+    assert len(plain.additions) == 5 and {a.candidate.probe_kind for a in plain.additions} == {"calibration_drift"}
+    proc = run_cli("harvest", str(memorised.doc), "--sway-json", str(path))
+    assert f"auto-harvest/{drift.name}" in proc.stdout and "dry-run: nothing written" in proc.stdout
 
 
 def test_learnerd_eval_history_plots_the_pass_rate(memorised, tmp_path):

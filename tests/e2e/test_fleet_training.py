@@ -122,3 +122,56 @@ def test_a_training_replica_commits_on_postgresql_and_a_front_end_serves_the_ver
     finally:
         web.stop()
         gpu.stop()
+
+
+def _training_in_flight(replica: DaemonProcess) -> bool:
+    try:
+        status = replica.client().call("GET", "/status")
+    except Exception:  # not answering (yet, or any more)
+        return False
+    return bool(status["controllers"].get("training", {}).get("in_flight"))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
+def test_when_the_training_replica_dies_mid_cycle_a_survivor_commits_and_no_staging_is_left(
+    postgres_url, short_root, models_dir, tiny_model_dir, signum
+):
+    db.migrate(postgres_url)
+    docs, adapters = short_root / "docs", short_root / "adapters"
+    common = {"docs": docs, "url": postgres_url, "adapters": adapters, "train": "true"}
+    roots = [replica_root(short_root / f"gpu{i}", models_dir, host=f"gpu-{i}", **common) for i in (1, 2)]
+    for root in roots:  # a short lease: the survivor takes over in seconds
+        config = root / "learnerd.toml"
+        config.write_text(config.read_text().replace("lease_ttl_s = 15.0", "lease_ttl_s = 4.0").replace(
+            "heartbeat_s = 3.0", "heartbeat_s = 1.0"))  # fmt: skip
+    replicas = [DaemonProcess(root, "--log-level", "info", name=f"gpu{i}") for i, root in enumerate(roots, 1)]
+    try:
+        for replica in replicas:
+            replica.wait_ready()
+        doc = qa_document(docs / "notes.dlm", QA_PAIRS[:2], training={"learning_rate": 1e-2, "max_steps": 600})
+        dlm_id = read_document(doc).frontmatter.dlm_id
+        versions = adapters / dlm_id / "versions"
+        wait_until(lambda: any(_training_in_flight(r) for r in replicas), timeout=120, what="a cycle in flight")
+        trainer = next(r for r in replicas if _training_in_flight(r))
+        survivor = next(r for r in replicas if r is not trainer)
+        wait_until(lambda: any(versions.glob(".staging-*")), timeout=60, what="the cycle's staging directory")
+        trainer.signal(signum)
+        trainer.wait(120)
+
+        reader = AdapterStore(adapters, AdapterLedger(postgres_url, "test"))
+        try:
+            wait_until(lambda: reader.current(dlm_id) is not None, timeout=300, what="the survivor's commit")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the survivor's log:\n{survivor.log_text()[-6000:]}") from None
+        finally:
+            reader.close()
+        with psycopg.connect(postgres_url) as conn:
+            commits = conn.execute("SELECT version, replica FROM adapter_commits").fetchall()
+        survivor_id = f"{survivor.root.name.replace('gpu', 'gpu-')}:{survivor.root / 'state'}"
+        assert commits == [(1, survivor_id)], "the dead replica committed nothing; the survivor committed v0001"
+        assert not list(versions.glob(".staging-*")), "the dead replica's staging directory went at the resync"
+        survivor.signal(signal.SIGTERM)
+        assert survivor.wait(120) == 0, survivor.log_text()[-3000:]
+    finally:
+        for replica in replicas:
+            replica.stop()

@@ -62,6 +62,17 @@ def trained(tmp_path_factory) -> tuple[Path, Path]:
     return doc, state
 
 
+def test_the_first_use_converts_the_gguf_without_a_progress_bar(tmp_path: Path):
+    """The GGUF conversion runs in the command's own process (a fresh state directory) and, like every
+    Hugging Face bar learnerd turns off, draws no "Converting and de-quantizing" bar on stderr."""
+    doc = tmp_path / "commands.dlm"
+    shutil.copy(REPO_ROOT / "examples" / "commands.dlm", doc)
+    state = tmp_path / "state"
+    proc = learnerd("generate", str(doc), TASK, "--state-dir", str(state), "--adapter", "none", "--max-new-tokens", "4")
+    assert list((state / "models").glob("gguf-*")), "converted by this command"
+    assert proc.stdout.strip() and "Converting" not in proc.stderr and "warning" not in proc.stderr.lower(), proc.stderr
+
+
 def test_train_evaluate_generate(trained: tuple[Path, Path]):
     doc, state = trained
     document = read_document(doc)

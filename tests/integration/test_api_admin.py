@@ -353,12 +353,14 @@ async def test_search_over_tcp_needs_the_bearer_token(short_root: Path, minilm):
 async def test_drain_finishes_queued_work_then_stops_and_removes_the_socket(short_root: Path, minilm):
     cfg = daemon_config(short_root)
     cfg.shutdown.drain_timeout_s = 300.0  # the drain must finish the work, however loaded the machine
-    append_blocks(short_root / "logs" / "a.jsonl", BLOCKS)
     async with running_service(cfg, minilm) as running:
         async with running.session() as s:
             await post_json(s, "/pause", {"controller": "embeddings"})
+            append_blocks(short_root / "logs" / "a.jsonl", BLOCKS)
             await eventually(lambda: _counts_are(s, examples=3), what="examples written")
-            assert (await get_json(s, "/status"))["counts"]["vectors"] == 0
+            status = await get_json(s, "/status")
+            assert status["counts"]["vectors"] == 0 and status["controllers"]["embeddings"]["queue_depth"] == 3
+            await post_json(s, "/resume", {"controller": "embeddings"})
             code, answer = await post_json(s, "/drain")
             assert code == 202 and answer == {"state": "draining", "drain_timeout_s": 300.0}
         assert running.stop.is_set()
@@ -368,8 +370,30 @@ async def test_drain_finishes_queued_work_then_stops_and_removes_the_socket(shor
 
         await eventually(gone, what="the socket removed once drained")
         summary = running.daemon.summary()
-    assert summary.vectors == 3, "queued work is finished before the daemon stops (a shutdown overrides a pause)"
+    assert summary.vectors == 3, "queued work is finished before the daemon stops"
     assert all(q.shutting_down and q.idle for q in running.daemon.queues.values())
+
+
+async def test_a_drain_starts_nothing_on_a_paused_controller_and_the_next_start_lists_its_keys(
+    short_root: Path, minilm
+):
+    cfg = daemon_config(short_root)
+    cfg.shutdown.drain_timeout_s = 300.0  # a drain that waited for the paused controller would time out
+    with structlog.testing.capture_logs() as logs:
+        async with running_service(cfg, minilm) as running, running.session() as s:
+            await post_json(s, "/pause", {"controller": "embeddings"})
+            append_blocks(short_root / "logs" / "a.jsonl", BLOCKS)
+            await eventually(lambda: _counts_are(s, examples=3), what="examples written")
+            await post_json(s, "/drain")
+    assert "drain timed out; cancelling in-flight work" not in [e["event"] for e in logs]
+
+    async with running_service(cfg, minilm) as running, running.session() as s:
+        status = await get_json(s, "/status")
+        assert status["counts"]["vectors"] == 0, "a paused controller starts nothing, not even in a drain"
+        embeddings = status["controllers"]["embeddings"]
+        assert embeddings["paused"] and embeddings["queue_depth"] == 3, "the resync listed them, still paused"
+        await post_json(s, "/resume", {"controller": "embeddings"})
+        await eventually(lambda: _counts_are(s, vectors=3), what="embedded once resumed")
 
 
 NOBODY = 65534

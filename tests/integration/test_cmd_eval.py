@@ -64,8 +64,12 @@ def test_gates_json_on_stdout_output_and_junit(trained, tmp_path):
     assert suite.get("tests") == str(len(report["probes"])) and suite.get("failures") == str(
         sum(p["verdict"] == "fail" for p in report["probes"])
     )
+    retention = {"paraphrase_invariance", "calibration_drift", "answer_retention"}
+    assert retention <= {p["kind"] for p in report["probes"]} and "calibration" in report["score"]["components"]
+    assert retention <= {case.get("classname") for case in suite.iter("testcase")}
     passing = run_cli("eval", str(trained.doc), "--fail-under", "0", *common)
     assert f"overall score {report['score']['overall']:.3f}, {report['score']['band']} (" in passing.stdout
+    assert all(kind in passing.stdout for kind in retention)
     history = run_cli("eval", str(trained.doc), "--history", "--json", "--state-dir", str(trained.state))
     (point,) = json.loads(history.stdout)
     assert point["name"] == "v0001" and point["band"] == report["score"]["band"]

@@ -1,13 +1,18 @@
 """``ctl pause`` and ``ctl drain`` that mean it, on a real daemon (admin socket, ``learnerd ctl``) and a real
 tiny adapter: a paused evaluation starts nothing at a restart — not the start-up resync's key, not in the
 drain — and a drain during an evaluation cancels it at its next batch instead of waiting for it; the
-cancelled evaluation wrote nothing, and the next start evaluates that version."""
+cancelled evaluation wrote nothing, and the next start evaluates that version.
+
+Log events are captured in-process (``structlog.testing.capture_logs``); the CLI configures logging, so
+inside a capture it runs as a subprocess (``ctl drain --wait``) or the admin API is called directly.
+"""
 
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
+from unittest.mock import ANY
 
 import anyio
 import pytest
@@ -17,8 +22,9 @@ from learnerd.cmd.main import main
 from learnerd.daemon.config import Config
 from learnerd.eval.history import report_path
 from learnerd.store.adapters import AdapterStore
+from tests.conftest import cli_env, learnerd_command
 from tests.qa_pairs import QA_PAIRS
-from tests.support.daemon import daemon_config, eventually, get_json, running_service
+from tests.support.daemon import daemon_config, eventually, get_json, post_json, running_service
 from tests.support.evaluation import qa_document, state_with_models
 from tests.support.training import train_document
 
@@ -39,6 +45,14 @@ async def learnerd(capsys, cfg: Config, *argv: str) -> str:
     return out
 
 
+async def learnerd_process(cfg: Config, *argv: str) -> str:
+    """``learnerd ARGV --state-dir STATE`` in a subprocess; its stdout."""
+    argv = (*argv, "--state-dir", str(cfg.state_dir))
+    proc = await anyio.run_process(learnerd_command(*argv), env=cli_env(), check=False)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return proc.stdout.decode()
+
+
 def names(logs: list[dict]) -> list[str]:
     return [e["event"] for e in logs]
 
@@ -52,6 +66,7 @@ async def test_a_paused_evaluation_starts_nothing_and_a_drain_cancels_a_running_
     doc.write_text(qa_document(QA_PAIRS, epochs=1, per_section=4))
     cfg = daemon_config(short_root)
     cfg.evaluation.num_threads = 1
+    cfg.evaluation.null_runs = 20  # a few seconds of evaluation on the tiny model, for the drain to interrupt
 
     # 1. Pause the evaluation on a running daemon (the document has no adapter yet: nothing to evaluate).
     async with running_service(cfg, minilm):
@@ -77,15 +92,15 @@ async def test_a_paused_evaluation_starts_nothing_and_a_drain_cancels_a_running_
 
     # 4. Restart, resume: the evaluation starts; a drain during it cancels it at its next batch.
     with structlog.testing.capture_logs() as logs:
-        async with running_service(cfg, minilm):
-            await learnerd(capsys, cfg, "ctl", "resume", EVALUATION)
+        async with running_service(cfg, minilm) as running, running.session() as session:
+            assert await post_json(session, "/resume", {"controller": EVALUATION}) == (200, {"paused": ANY})
 
             async def evaluating() -> bool:
                 return "evaluation.progress" in names(logs)
 
             await eventually(evaluating, what="the evaluation is under way")
             draining = time.monotonic()
-            assert "exited" in await learnerd(capsys, cfg, "ctl", "drain", "--wait")
+            assert "exited" in await learnerd_process(cfg, "ctl", "drain", "--wait")
             drain_s = time.monotonic() - draining
     events = names(logs)
     assert "evaluation.cancelled" in events and "reconcile cancelled: the controller is shutting down" in events

@@ -12,10 +12,14 @@ import structlog
 from pydantic import BaseModel
 
 from learnerd.cmd._common import read_config
+from learnerd.cmd.init import installed_bases
 from learnerd.cmd.main import build_parser, main
 from learnerd.cmd.run import warn_if_nothing_is_watched
 from learnerd.daemon.config import Config, config_candidates, config_from_dict, load_config, reference
-from learnerd.store.dlm import TrainingConfig, read_document
+from learnerd.ml.base_model import DEFAULT_BASE_MODEL, SMOLLM2_INSTRUCT
+from learnerd.ml.gguf_import import find_smollm2_gguf
+from learnerd.ml.hub_cache import DLM_REGISTRY
+from learnerd.store.dlm import read_document
 
 pytestmark = pytest.mark.usefixtures("restore_log_level")
 
@@ -71,6 +75,7 @@ def test_a_config_without_log_dirs_is_warned_about(tmp_path: Path):
     with structlog.testing.capture_logs() as logs:
         warn_if_nothing_is_watched(cfg)
         warn_if_nothing_is_watched(config_from_dict({"log_dirs": ["logs"]}, base=tmp_path))
+        warn_if_nothing_is_watched(config_from_dict({"rpc": {"listen": "127.0.0.1:0"}}, base=tmp_path))  # /v1/blocks
     assert [e["log_level"] for e in logs] == ["warning"]
     assert "no log directory is watched" in logs[0]["event"] and str(tmp_path / "c.toml") in logs[0]["event"]
 
@@ -89,9 +94,9 @@ def test_init_writes_a_commented_config_and_a_valid_document(homes: Path, capsys
     assert reference() in commented, "every setting is listed, commented out"
 
     doc = read_document(document)
-    block = doc.frontmatter.raw["training"]
-    assert TrainingConfig.from_mapping(block) == TrainingConfig() and {"lora_r", "learning_rate"} <= set(block)
-    assert doc.frontmatter.base_model == Config().probes.base_model
+    assert set(doc.frontmatter.raw) == {"dlm_id", "dlm_version", "base_model"}, "no hyperparameters: the recipe"
+    assert doc.frontmatter.base_model == Config().probes.base_model == DEFAULT_BASE_MODEL
+    assert f"base model: {DEFAULT_BASE_MODEL}, the built-in random model" in out
 
     before = config.read_text()
     assert main(["init", str(target)]) == 1
@@ -101,7 +106,32 @@ def test_init_writes_a_commented_config_and_a_valid_document(homes: Path, capsys
     written = json.loads(capsys.readouterr().out)
     other = read_document(homes / "other" / "docs" / "learned.dlm").frontmatter.dlm_id
     assert other != doc.frontmatter.dlm_id and written["dlm_id"] == other
+    assert written["base_model"] == DEFAULT_BASE_MODEL and written["installed_bases"] == installed_bases()
     assert written["next"] == f"learnerd run --config {homes / 'other' / 'config.toml'} --log-dir DIR"
+
+
+def test_init_names_the_pretrained_bases_installed_and_the_one_it_chose(homes: Path, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    cache = homes / "hf-hub"
+    snapshot = cache / ("models--" + DLM_REGISTRY["qwen2.5-0.5b"].repo_id.replace("/", "--")) / "snapshots"
+    (snapshot / DLM_REGISTRY["qwen2.5-0.5b"].revision).mkdir(parents=True)  # what snapshot_download finds
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    smollm2 = [SMOLLM2_INSTRUCT] if find_smollm2_gguf() is not None else []
+    assert installed_bases() == [*smollm2, "qwen2.5-0.5b"]
+
+    assert main(["init", str(homes / "a"), "--base-model", "qwen2.5-0.5b"]) == 0
+    out = capsys.readouterr().out
+    assert "base model: qwen2.5-0.5b, pretrained, installed" in out
+    assert read_document(homes / "a" / "docs" / "learned.dlm").frontmatter.base_model == "qwen2.5-0.5b"
+    if smollm2:
+        assert f"pretrained bases installed here: {SMOLLM2_INSTRUCT} (to use one" in out
+    assert main(["init", str(homes / "b"), "--base-model", "qwen2.5-1.5b"]) == 0
+    assert "not in the Hugging Face cache here: hf download Qwen/Qwen2.5-1.5B-Instruct" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["init", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"{SMOLLM2_INSTRUCT} ({'installed' if smollm2 else 'not installed'}" in help_text
 
 
 def test_init_into_the_xdg_directory_needs_no_flag_next(homes: Path, capsys):

@@ -1,9 +1,11 @@
-"""learnerd's null calibration and z-scores against the released dlm-sway 0.1.0, on one tiny base and adapter.
+"""learnerd's null calibration, z-scores and retention probes against the released dlm-sway 0.1.0, on one
+tiny base and adapter.
 
 Both load the same saved LoRA adapter (noise in its B matrices, so it moves the distributions) on the
-built-in tiny model: sway through its own HF backend and its ``null_adapter`` probe, learnerd through its
-differential backend. With ``calibration = "sway"`` (the default) learnerd's null statistics for
-``delta_kl`` — and so its z-scores — are sway's; with ``"document"`` they are not.
+built-in tiny model (:mod:`tests.support.sway_peer`): sway through its own HF backend and probes, learnerd
+through its differential backend. With ``calibration = "sway"`` (the default) learnerd's null statistics —
+and so its z-scores — are sway's; with ``"document"`` they are not. ``calibration_drift`` (on sway's own
+item pack, read from the installed distribution) gives sway's values and verdict.
 """
 
 from __future__ import annotations
@@ -11,15 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
-from learnerd.eval.backend import DifferentialBackend
 from learnerd.eval.inputs import document_inputs
+from learnerd.eval.probes import calibration_drift, paraphrase
 from learnerd.eval.probes.base import EvalOptions, ProbeContext, z_score
 from learnerd.eval.probes.null_adapter import run as calibrate
-from learnerd.ml.base_model import load_model_directory
-from learnerd.ml.lora import attach_lora
-from learnerd.store.dlm import TrainingConfig, parse_text
+from learnerd.store.dlm import parse_text
+from tests.support.sway_peer import learnerd_backend, noise_adapter, sway_backend
 
 sway = pytest.importorskip(
     "dlm_sway.backends.hf", reason="dlm-sway 0.1.0 is not installed (pip install dlm-sway==0.1.0, a test extra)"
@@ -32,43 +32,39 @@ DOC = (
     "---\ndlm_id: 01KPPJZWBDDDYRESSA0HESRDHS\nbase_model: learnerd/tiny-llama\n---\n"
     "::instruction::\n### Q !probe\nWhat is the capital of France?\n\n### A\nParis\n"
 )
+NOISY_NULL = 0.3
+"""A null-adapter scale at which noise adapters regress some of the pack's first 10 items on the tiny model
+(at sway's 0.02 none does: a degenerate null, no z-score), so the z-score path of calibration_drift is compared."""
+NATS_ATOL = 1e-4
+"""Absolute agreement (nats) of log-likelihood differences computed from float32 logits by two code paths
+(sway: one unpadded forward pass per text, float32 log-softmax; learnerd: padded batches, float64
+log-softmax): sums of up to ≈ 40 nats, float32's eps 1.2e-7, a wide margin over what is seen (≈ 1e-5)."""
 
 
 @pytest.fixture(scope="module")
 def adapter_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    model, _ = load_model_directory(tiny_model_dir)
-    peft_model = attach_lora(model, TrainingConfig())
-    generator = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for name, param in peft_model.named_parameters():
-            if "lora_B" in name:
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
-    path = tmp_path_factory.mktemp("adapter")
-    peft_model.save_pretrained(path)
-    return path
+    return noise_adapter(tiny_model_dir, tmp_path_factory.mktemp("adapter"))
 
 
-def sway_null_stats(tiny_model_dir: Path, adapter_dir: Path) -> dict[str, float]:
-    from dlm_sway.core.model import ModelSpec
+def sway_null_stats(tiny_model_dir: Path, adapter_dir: Path, kind: str = "delta_kl", **spec: float) -> dict:
     from dlm_sway.probes.base import RunContext
     from dlm_sway.probes.null_adapter import NullAdapterProbe, NullAdapterSpec
 
-    backend = sway.HuggingFaceDifferentialBackend(
-        base_spec=ModelSpec(base=str(tiny_model_dir), dtype="fp32", device="cpu"), adapter_path=adapter_dir
-    )
-    spec = NullAdapterSpec(name="null", kind="null_adapter", calibrate_kinds=["delta_kl"], cache=False)
-    result = NullAdapterProbe().run(spec, RunContext(backend=backend, top_k=TOP_K))
+    backend = sway_backend(tiny_model_dir, adapter_dir)
+    spec_ = NullAdapterSpec(name="null", kind="null_adapter", calibrate_kinds=[kind], cache=False, **spec)
+    result = NullAdapterProbe().run(spec_, RunContext(backend=backend, top_k=TOP_K))
     assert result.verdict.value == "pass", result.message
-    return dict(result.evidence["null_stats"]["delta_kl"])
+    return dict(result.evidence["null_stats"][kind])
+
+
+def learnerd_context(tiny_model_dir: Path, adapter_dir: Path, **options: object) -> ProbeContext:
+    backend = learnerd_backend(tiny_model_dir, adapter_dir)
+    inputs = document_inputs(parse_text(DOC), backend.tokenizer)
+    return ProbeContext(backend, inputs, EvalOptions(top_k=TOP_K, **options))
 
 
 def learnerd_null_stats(tiny_model_dir: Path, adapter_dir: Path, calibration: str) -> dict[str, float]:
-    from peft import PeftModel
-
-    model, tokenizer = load_model_directory(tiny_model_dir)
-    backend = DifferentialBackend(PeftModel.from_pretrained(model, adapter_dir).eval(), tokenizer)
-    inputs = document_inputs(parse_text(DOC), tokenizer)
-    ctx = ProbeContext(backend, inputs, EvalOptions(top_k=TOP_K, calibration=calibration))
+    ctx = learnerd_context(tiny_model_dir, adapter_dir, calibration=calibration)
     calibrate(ctx)
     return ctx.null_stats["delta_kl"]
 
@@ -89,3 +85,61 @@ def test_document_calibration_is_not_sways(tiny_model_dir, adapter_dir):
     theirs = sway_null_stats(tiny_model_dir, adapter_dir)
     ours = learnerd_null_stats(tiny_model_dir, adapter_dir, "document")
     assert ours["mean"] != pytest.approx(theirs["mean"], rel=1e-2)
+
+
+def test_calibration_drift_gives_sways_values_and_verdict(tiny_model_dir, adapter_dir):
+    from dlm_sway.probes._calibration_pack import BUILT_IN_PACK
+    from dlm_sway.probes.base import RunContext
+    from dlm_sway.probes.calibration_drift import CalibrationDriftProbe, CalibrationDriftSpec
+
+    theirs_null = sway_null_stats(tiny_model_dir, adapter_dir, "calibration_drift", init_scale=NOISY_NULL)
+    backend = sway_backend(tiny_model_dir, adapter_dir)
+    context = RunContext(backend=backend, top_k=TOP_K, null_stats={"calibration_drift": theirs_null})
+    theirs = CalibrationDriftProbe().run(CalibrationDriftSpec(name="calibration_drift"), context)
+    ctx = learnerd_context(tiny_model_dir, adapter_dir, null_init_scale=NOISY_NULL)
+    calibrate(ctx)
+    ours = calibration_drift.run(ctx)
+
+    assert calibration_drift.sway_pack().items == BUILT_IN_PACK  # read from the distribution, not retyped
+    null = ctx.null_stats["calibration_drift"]
+    assert null["degenerate"] == theirs_null["degenerate"] == 0.0 and null["n"] == theirs_null["n"] == 3
+    assert null["mean"] == pytest.approx(theirs_null["mean"], rel=1e-9)  # fractions of 10 items: exact
+    assert null["std"] == pytest.approx(theirs_null["std"], rel=1e-9)
+    assert 0.1 < ours.raw < 0.9 and ours.raw == theirs.raw  # a fraction of 200 items: equal, not close
+    assert ours.verdict.value == theirs.verdict.value == "fail"
+    assert ours.evidence["regressed_count"] == theirs.evidence["regressed_count"]
+    assert ours.z_score == pytest.approx(theirs.z_score, rel=1e-9) and ours.score == pytest.approx(theirs.score)
+    assert ours.evidence["mean_delta_nats"] == pytest.approx(theirs.evidence["mean_delta_nats"], rel=1e-5)
+    mine, sways = ours.evidence["worst_offenders"], theirs.evidence["worst_offenders"]
+    assert [(w["prompt"], w["gold"]) for w in mine] == [(w["prompt"], w["gold"]) for w in sways] and len(mine) == 5
+    assert [w["delta"] for w in mine] == pytest.approx([w["delta"] for w in sways], abs=NATS_ATOL)
+
+    # every item's delta, sway's as its probe computes it (per estimated token, one forward pass per text)
+    per_item = calibration_drift.deltas(ctx, ctx.backend.as_finetuned, BUILT_IN_PACK)
+    for (prompt, gold), delta in zip(BUILT_IN_PACK, per_item, strict=True):
+        tokens = max(1, len(gold) // 4)
+        with backend.as_base() as b:
+            base = b.logprob_of(prompt, gold) / tokens
+        with backend.as_finetuned() as f:
+            ft = f.logprob_of(prompt, gold) / tokens
+        assert delta == pytest.approx(ft - base, abs=NATS_ATOL), prompt
+
+
+def test_paraphrase_invariance_calibrates_and_lifts_as_sway(tiny_model_dir, adapter_dir):
+    from dlm_sway.probes.base import RunContext
+    from dlm_sway.probes.paraphrase_invariance import ParaphraseInvarianceProbe
+
+    theirs_null = sway_null_stats(tiny_model_dir, adapter_dir, "paraphrase_invariance")
+    ctx = learnerd_context(tiny_model_dir, adapter_dir)
+    calibrate(ctx)
+    ours_null = ctx.null_stats["paraphrase_invariance"]
+    assert ours_null["mean"] == pytest.approx(theirs_null["mean"], rel=1e-4, abs=NATS_ATOL)
+    assert ours_null["std"] == pytest.approx(theirs_null["std"], rel=1e-4)
+    assert ours_null["degenerate"] == theirs_null["degenerate"] == 0.0
+
+    # sway's own probe on its sentinel cases against learnerd's lifts of the same cases
+    spec = ParaphraseInvarianceProbe.calibrate_spec(None)  # type: ignore[arg-type]
+    theirs = ParaphraseInvarianceProbe().run(spec, RunContext(backend=sway_backend(tiny_model_dir, adapter_dir)))
+    ours = paraphrase.lifts(ctx, ctx.backend.as_finetuned, paraphrase.sentinel_cases(ctx))
+    expected = [(c["verbatim_lift"], c["paraphrase_lift"]) for c in theirs.evidence["per_case"]]
+    assert [v for pair in ours for v in pair] == pytest.approx([v for pair in expected for v in pair], abs=NATS_ATOL)

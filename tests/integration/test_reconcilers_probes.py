@@ -62,6 +62,7 @@ def test_examples_become_one_probe_section_each_and_reconcile_converges(tmp_path
         f"learnerd/{e.id}": [QAPair(e.query.strip(), e.answer.strip(), probe=True)] for e in EXAMPLES
     }
     assert [s.harvest_source for s in document.auto_sections()] == [f"learnerd/blk-{i}" for i in range(1, 5)]
+    assert doc.stat().st_mode & 0o777 == 0o600, "a document learnerd creates is its owner's only"
 
     before, stat = doc.read_bytes(), doc.stat()
     again = rec.reconcile_sync(key)

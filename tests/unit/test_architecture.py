@@ -44,6 +44,7 @@ def test_the_layers_hold() -> None:
     [
         ("store/atomic.py", "from learnerd.daemon import app", "layers"),
         ("api/errors.py", "from learnerd.daemon import control", "layers"),
+        ("client.py", "from learnerd.integrations import ipython", "layers"),
         ("runtime/debounce.py", "from learnerd import sections", "runtime is independent"),
         ("api/search.py", "from learnerd.reconcilers import probes", "api imports neither reconcilers nor daemon"),
         ("store/atomic.py", "import torch", "nothing else imports torch"),

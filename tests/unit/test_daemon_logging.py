@@ -1,5 +1,5 @@
 """Log output: one JSON object per line (library records and exceptions included), readable console
-output with tracebacks but no local variables, live level changes, no progress bars."""
+output with tracebacks but no local variables, live level changes, no progress bars, no terminal escapes in JSON."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import warnings
 import pytest
 import structlog
 
-from learnerd.daemon.logging import configure_logging, current_level, set_log_level
+from learnerd.daemon.logging import adopt_library_loggers, configure_logging, current_level, set_log_level
 
 pytestmark = pytest.mark.usefixtures("restore_log_level")
 
@@ -88,3 +88,21 @@ def test_hugging_face_progress_bars_are_off() -> None:
     configure_logging("info", json=True, stream=io.StringIO())  # with transformers imported now
     assert not tf_logging.is_progress_bar_enabled()
     assert logging.getLogger("transformers").propagate, "transformers' records go through our handler"
+
+
+def test_a_json_log_holds_no_terminal_escapes(tiny_model_dir) -> None:
+    """transformers titles its LOAD REPORT in bold whatever the stream; the JSON line carries the text only."""
+    out = io.StringIO()
+    configure_logging("info", json=True, stream=out)
+    from transformers import AutoModelForSequenceClassification
+
+    adopt_library_loggers()  # as the daemon does once transformers is imported
+    AutoModelForSequenceClassification.from_pretrained(tiny_model_dir, local_files_only=True)  # a new "score" head
+    structlog.get_logger("learnerd.test").warning("\x1b[31mred\x1b[0m and \x1b]8;;https://x\x1b\\linked\x1b]8;;\x1b\\")
+
+    lines = out.getvalue().splitlines()
+    events = [json.loads(line) for line in lines]
+    report = next(e["event"] for e in events if "LOAD REPORT" in e["event"])
+    assert report.startswith("LlamaForSequenceClassification LOAD REPORT from: ") and "score.weight" in report
+    assert events[-1]["event"] == "red and linked"
+    assert not any("\x1b" in line or "\\u001b" in line for line in lines)

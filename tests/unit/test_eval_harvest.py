@@ -197,6 +197,15 @@ def test_worst_offenders_come_only_from_a_failing_calibration_drift() -> None:
     assert [(a.candidate.prompt, a.candidate.reference) for a in plan.additions] == [("The Colosseum is in", " Rome")]
 
 
+def test_the_closed_loop_writes_no_general_knowledge() -> None:
+    offenders = {"worst_offenders": [{"prompt": "The Colosseum is in", "gold": " Rome"}]}
+    report = report_of(failing("cal", "calibration_drift", **offenders))
+    plan = plan_harvest(parse_text(FM), report, reinforce=True)
+    assert plan.additions == () and [(u.name, u.reason) for u in plan.unharvestable] == [
+        ("cal", "general-knowledge items (evidence.worst_offenders) are not written with reinforce")
+    ]
+
+
 def test_a_section_in_the_older_learnerd_layout_counts_as_present() -> None:
     older = (
         FM + '\n::instruction::\n<!-- dlm-auto-harvest: source="auto-harvest/a" -->\n### Q !probe\nQ?\n\n### A\nA.\n\n'

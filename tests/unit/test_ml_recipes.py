@@ -1,4 +1,5 @@
-"""Per-base training defaults under the document's own keys, and the undertrained check."""
+"""Per-base training defaults under the document's own keys, and the undertrained check: its cause and fix
+blame only the document's own keys, and say how many epochs reach MIN_STEPS when learnerd's defaults fall short."""
 
 from __future__ import annotations
 
@@ -11,10 +12,17 @@ from learnerd.ml.recipes import (
     PRETRAINED_RECIPE,
     RANDOM_BASE_RECIPE,
     default_training,
-    training_config,
+    document_training,
     undertrained_reason,
 )
-from learnerd.store.dlm import TrainingConfigError
+from learnerd.store.dlm import TrainingConfig, TrainingConfigError
+
+DLM_DEFAULTS = {k: v for k, v in TrainingConfig().to_dict().items() if v is not None}
+"""dlm's whole block spelled out: what ``learnerd init`` used to write."""
+
+
+def training_config(raw: dict | None, *, builtin: bool) -> TrainingConfig:
+    return document_training(raw, builtin=builtin).config
 
 
 def test_document_keys_win_over_the_recipe():
@@ -25,6 +33,16 @@ def test_document_keys_win_over_the_recipe():
     assert (own.learning_rate, own.num_epochs, own.lora_r) == (2e-4, 3, PRETRAINED_RECIPE["lora_r"])
     with pytest.raises(TrainingConfigError, match="lora_r"):
         training_config({"lora_r": 0}, builtin=True)
+
+
+def test_own_keys_are_those_that_differ_from_the_recipe():
+    assert document_training(None, builtin=True).own_keys == frozenset()
+    assert document_training(default_training("learnerd/tiny-llama"), builtin=True).own_keys == frozenset()
+    # YAML 1.1 reads 1e-2 as a string: the same value as the recipe's, so still learnerd's
+    assert document_training({"learning_rate": "1e-2", "seed": 7}, builtin=True).own_keys == {"seed"}
+    old_init = document_training(DLM_DEFAULTS, builtin=True).own_keys
+    assert {"num_epochs", "learning_rate", "micro_batch_size", "lora_r"} <= old_init
+    assert "sequence_len" not in old_init and "adapter" not in old_init  # dlm's default, not the recipe's either
 
 
 def test_new_documents_get_the_recipe_of_their_base():
@@ -49,3 +67,41 @@ def test_undertrained_reason():
     both = undertrained_reason(9, 6.3, 262)
     assert both is not None and " and " in both and "\n" not in both
     assert undertrained_reason(120, 99.0, 0) is None  # vocabulary unknown: no loss check
+    assert few.endswith("; fix: more epochs (training.num_epochs) or more rows")  # without the cycle's training
+
+
+def test_too_few_steps_from_learnerds_defaults_say_how_many_epochs_reach_min_steps():
+    for block in (None, default_training("smollm2-135m-instruct")):  # left out, or the recipe written out
+        training = document_training(block, builtin=False)
+        reason = undertrained_reason(12, 0.5, 49152, training=training, rows=3)
+        assert reason == (
+            "undertrained: 12 optimizer steps (< 50); cause: learnerd's default of 12 epochs over 3 rows at "
+            "micro-batch 4 is 12 steps; fix: set training.num_epochs: 50 in the document (50 epochs reach 50 "
+            "steps), or add examples"
+        )
+    sixteen = undertrained_reason(48, 0.5, 49152, training=document_training(None, builtin=False), rows=16)
+    assert sixteen is not None and "set training.num_epochs: 13 in the document" in sixteen
+    assert "document's" not in sixteen
+
+
+def test_the_documents_own_keys_are_named_with_their_fix():
+    old_init = document_training(DLM_DEFAULTS, builtin=True)
+    reason = undertrained_reason(9, 6.049, 262, training=old_init, rows=21)
+    assert reason is not None and reason.startswith("undertrained: 9 optimizer steps (< 50) and final loss 6.049")
+    assert reason.endswith(
+        "; cause: the document's training block sets num_epochs: 3, micro_batch_size: auto, learning_rate: 0.0002; "
+        "fix: delete them to use learnerd's recipe for this base (360 steps over 21 rows)"
+    )
+    short = document_training({"num_epochs": 5}, builtin=False)
+    reason = undertrained_reason(5, 0.5, 49152, training=short, rows=3)
+    assert reason is not None and reason.endswith(
+        "cause: the document's training block sets num_epochs: 5; fix: delete it and set training.num_epochs: 50 "
+        "(50 epochs reach 50 steps)"
+    )
+    hot = document_training({"learning_rate": 0.5}, builtin=False)
+    reason = undertrained_reason(60, 12.0, 49152, training=hot, rows=20)
+    assert reason is not None and reason.endswith(
+        "sets learning_rate: 0.5; fix: delete it to use learnerd's recipe for this base (60 steps over 20 rows)"
+    )
+    flat = undertrained_reason(60, 12.0, 49152, training=document_training(None, builtin=False), rows=20)
+    assert flat is not None and "learnerd's default learning_rate 0.001 did not fit these rows" in flat

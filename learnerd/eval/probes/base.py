@@ -34,14 +34,14 @@ def option_models(modules: Iterable[ModuleType]) -> tuple[type[common.ProbeOptio
     Raises:
         TypeError: two of them (or one and :class:`EvaluationSettings`) declare the same field name.
     """
-    models = (common.Options, *(m.Options for m in modules if hasattr(m, "Options")))
+    parts = [(common.__name__, common.Options), *((m.__name__, m.Options) for m in modules if hasattr(m, "Options"))]
     owner = dict.fromkeys(EvaluationSettings.model_fields, EvaluationSettings.__name__)
-    for model in models:
+    for module, model in parts:
         for name in model.model_fields:
             if name in owner:
-                raise TypeError(f"option {name!r} of {model.__module__} is already declared by {owner[name]}")
-            owner[name] = model.__module__
-    return models
+                raise TypeError(f"option {name!r} of {module} is already declared by {owner[name]}")
+            owner[name] = module
+    return tuple(model for _, model in parts)
 
 
 class EvalOptions(EvaluationSettings, *option_models(probes.PROBES)):  # type: ignore[misc]

@@ -100,9 +100,10 @@ def result(
     )
 
 
-def skipped(name: str, kind: str, reason: str) -> ProbeResult:
-    """A skipped probe with its reason."""
-    return ProbeResult(name, kind, Verdict.SKIP, None, None, {"reason": reason}, reason)
+def skipped(name: str, kind: str, reason: str, started: float | None = None) -> ProbeResult:
+    """A skipped probe with its reason, timed from ``started`` when it did work before it knew."""
+    duration = 0.0 if started is None else time.perf_counter() - started
+    return ProbeResult(name, kind, Verdict.SKIP, None, None, {"reason": reason}, reason, duration_s=duration)
 
 
 def errored(name: str, kind: str, exc: BaseException, started: float) -> ProbeResult:

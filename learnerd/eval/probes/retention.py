@@ -155,6 +155,6 @@ def run(ctx: ProbeContext) -> ProbeResult:
     try:
         return judge(ctx, general_pool())
     except NotApplicable as exc:
-        return skipped(KIND, KIND, str(exc))
+        return skipped(KIND, KIND, str(exc), started)  # after the base answered the whole pool
     except Exception as exc:
         return errored(KIND, KIND, exc, started)

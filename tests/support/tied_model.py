@@ -1,0 +1,60 @@
+"""Models for the loader tests: the built-in tiny Llama with tied embeddings, as SmolLM2's are, and adapters
+committed without training.
+
+transformers never materialises a tied weight (``lm_head.weight`` of a model with ``tie_word_embeddings``):
+its load ties it to ``model.embed_tokens.weight`` as the last step. The built-in tiny model is untied, so a
+load that skips that step goes unnoticed on it; these tests load the tied copy instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from learnerd.ml.base_model import BaseModelRef, load_model_directory
+from learnerd.ml.loader import loading
+from learnerd.ml.lora import attach_lora
+from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersion
+from learnerd.store.dlm import TrainingConfig
+
+
+def build_tied_tiny_model(tiny_model_dir: Path, target: Path) -> Path:
+    """The tiny model's weights with ``lm_head`` tied to ``embed_tokens``, saved at ``target`` (a local model
+    directory, usable as a ``base_model``). Returns ``target``."""
+    from transformers import LlamaForCausalLM
+
+    model, tokenizer = load_model_directory(tiny_model_dir)
+    model.config.tie_word_embeddings = True
+    with loading():
+        tied = LlamaForCausalLM(model.config)
+    tied.load_state_dict({k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}, strict=False)
+    assert tied.lm_head.weight is tied.model.embed_tokens.weight
+    tied.generation_config = model.generation_config
+    tied.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return target
+
+
+def commit_noise_adapter(
+    store: AdapterStore, doc_key: str, base: BaseModelRef, *, scale: float = 0.5
+) -> AdapterVersion:
+    """Commit an adapter of ``base`` written by :func:`save_noise_adapter` as the next version of ``doc_key``."""
+    with store.stage(doc_key) as staging:
+        save_noise_adapter(base, staging.path, scale=scale)
+        meta = AdapterMetadata(base.name, base.identity, (), (), (), None, 0, 0.0, 0.0, 0, 42, {}, {}, "2026-01-01")
+        return store.commit(staging, meta)
+
+
+def save_noise_adapter(base: BaseModelRef, directory: Path, *, scale: float = 0.5) -> None:
+    """Save into ``directory`` a LoRA adapter of ``base`` (the default shape) whose B matrices are seeded noise
+    times ``scale`` (a fresh adapter's are zero, so it would answer exactly as the base); ``scale`` nan makes
+    an adapter whose logits are all NaN."""
+    import torch
+
+    model, _ = load_model_directory(base.path)
+    peft_model = attach_lora(model, TrainingConfig())
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * scale)
+    peft_model.save_pretrained(directory)
