@@ -34,7 +34,8 @@ Guarantees:
 - **Bad input never stops ingestion.** Malformed lines (bad UTF-8, bad JSON, missing or ill-typed
   fields, and any exception a line causes: see :func:`learnerd.analyzer.ingest.ingest_line`),
   unknown event types, oversized lines (skipped unread) and unjoinable traces are counted and
-  logged (one structlog event each, with ``file`` and ``line``), and the next line is read; the last
+  logged (a structlog event with ``file`` and ``line``, per file and kind at most 10 in 10 s, then
+  ``suppressed=n``: :mod:`learnerd.runtime.log_throttle`), and the next line is read; the last
   malformed line is kept in the stats for ``ctl status``. Valid JSON from another program (runme's
   ``level``/``ts``/``msg`` lines) and a whole-file JSON document (a pretty-printed ``.json``: its
   first line is not JSON by itself, the file up to ``max_line_bytes`` is) are skipped as "not a block
@@ -77,6 +78,7 @@ from learnerd.analyzer.settings import AnalyzerConfig
 from learnerd.analyzer.stats import AnalyzerStats, LineProblem, StatsRecorder
 from learnerd.analyzer.tail import Batch, read_batch
 from learnerd.privacy.redact import Redactor
+from learnerd.runtime.log_throttle import LogThrottle
 from learnerd.store.db import transaction
 from learnerd.store.watermarks import (
     FINGERPRINT_BYTES,
@@ -156,6 +158,9 @@ class Analyzer:
         self._open_fds: OrderedDict[int, _Tracked] = OrderedDict()  # LRU of held handles, by id(tracked)
         self._warned_unreadable: set[tuple[str, int]] = set()
         self._warned_foreign: set[tuple[str, int]] = set()
+        #: Per file and kind of bad line, at most 10 warnings per 10 s (``suppressed=n`` counts the lines
+        #: not logged since): a million bad lines are counted exactly but logged a few times.
+        self._throttle = LogThrottle(burst=10)
         self._watching = False  # the watcher is running: full rescans every rescan_interval_s only
         self._rescan_soon = False  # the watcher (re)started: rescan once it is armed
         self._watched: tuple[str, ...] = ()
@@ -482,7 +487,9 @@ class Analyzer:
             if r.outcome == ingest.MALFORMED:
                 stats.add("malformed_lines")
                 stats.problem("malformed", LineProblem(path, raw.number, r.reason, self._clock()))
-                log.warning("malformed log line skipped", file=path, line=raw.number, reason=r.reason)
+                self._throttle.warning(
+                    f"malformed:{path}", "malformed log line skipped", file=path, line=raw.number, reason=r.reason
+                )
             elif r.outcome == ingest.FOREIGN:
                 stats.add("foreign_lines")
                 if (path, t.inode) not in self._warned_foreign:
@@ -495,10 +502,13 @@ class Analyzer:
                     )
             elif r.outcome == ingest.UNKNOWN:
                 stats.add("unknown_events")
-                log.warning("unknown event skipped", file=path, line=raw.number, reason=r.reason)
+                self._throttle.warning(
+                    f"unknown:{path}", "unknown event skipped", file=path, line=raw.number, reason=r.reason
+                )
             elif r.outcome == ingest.OVERSIZED:
                 stats.add("oversized_lines")
-                log.warning(
+                self._throttle.warning(
+                    f"oversized:{path}",
                     "oversized log line skipped unread",
                     file=path,
                     line=raw.number,

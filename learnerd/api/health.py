@@ -4,8 +4,8 @@
 ``/readyz`` answers 200 ``{"status": "ready"}`` once start-up is over (every controller runs, the embedder
 has loaded) and no served model is broken; 503 ``{"status": "starting" | "draining"}`` before and after,
 and 503 ``{"status": "unready", "reason": ...}`` while a served model's last load failed its known-answer
-check (:meth:`learnerd.ml.serving.ServedModels.unready_reason`; the model is loaded again by its next
-request). Neither needs a token.
+check (:meth:`learnerd.ml.serving.ServedModels.unready_reason`; it is loaded again in the background
+until a load passes). Neither needs a token.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
   ``{"error": "message"}``: a :class:`~learnerd.api.errors.ControlError` with its status (400, 401,
   404, 408, 409, 413, 429 with ``Retry-After``, 503), aiohttp's own HTTP errors (404, 405, 413 …) with
   theirs, a body the client could not deliver with 400, anything else with 500 (a bug of ours: logged
-  with its traceback, at most once per 10 s, :mod:`learnerd.api.log_throttle`);
+  with its traceback, at most once per 10 s, :mod:`learnerd.runtime.log_throttle`);
 * :func:`read_body` / :func:`read_json` read a body within a size cap (413) and a deadline (408), and
   parse it with :func:`learnerd.api.json_body.parse_json_body` (400 for nesting, huge numbers,
   lone surrogates); :func:`bearer_matches` compares a bearer token on the header's raw bytes, so a
@@ -39,7 +39,7 @@ from prometheus_client.exposition import choose_encoder
 
 from learnerd.api.errors import BadRequest, ControlError, PayloadTooLarge, RequestTimeout
 from learnerd.api.json_body import parse_json_body
-from learnerd.api.log_throttle import LogThrottle
+from learnerd.runtime.log_throttle import LogThrottle
 
 log = structlog.get_logger(__name__)
 

@@ -75,14 +75,15 @@ def load_document_model(
     ``adapter`` names, offline.
 
     Raises:
-        CommandError: the base model or device is unusable, the adapter missing or trained on another base.
+        CommandError: the base model or device is unusable, the adapter missing or trained on another base,
+            or the loaded model failed its known-answer check (:func:`learnerd.ml.loader.check_model`).
     """
     from transformers.utils import logging as hf_logging
 
     from learnerd.fleet.ledger import adapter_store
     from learnerd.ml.base_model import BaseModelError, load_base
     from learnerd.ml.device import DeviceError, resolve_device
-    from learnerd.ml.loader import load_adapter
+    from learnerd.ml.loader import ModelCheckError, load_adapter
     from learnerd.store import db
     from learnerd.store.adapters import AdapterStoreError
 
@@ -96,7 +97,7 @@ def load_document_model(
             relative_to=document.path.parent,
             placement=placement,
         )
-    except (BaseModelError, DeviceError) as exc:
+    except (BaseModelError, DeviceError, ModelCheckError) as exc:
         raise CommandError(f"{document.path}: {exc}") from None
     store = adapter_store(cfg)
     try:
@@ -113,7 +114,10 @@ def load_document_model(
             )
     except (AdapterStoreError, db.StoreUnavailable, db.SchemaError) as exc:
         raise CommandError(str(exc)) from None
-    model = load_adapter(base.model, version) if version is not None else base.model
+    try:
+        model = load_adapter(base.model, version) if version is not None else base.model
+    except ModelCheckError as exc:
+        raise CommandError(f"{document.path}: adapter {version.name}: {exc}") from None
     return DocumentModel(document=document, doc_key=key, base=base, model=model, adapter=version)
 
 

@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.eval.threads import set_torch_threads
     from learnerd.ml.base_model import resolve_base_model
     from learnerd.ml.device import DeviceError, resolve_device
+    from learnerd.ml.loader import ModelCheckError
 
     overrides = {"null_runs": args.null_runs, "calibration": args.calibration}
     options = EvalOptions.from_settings(cfg.evaluation, **{k: v for k, v in overrides.items() if v is not None})
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         )
         with _progress_bar(errors, total_steps(options), f"evaluating {args.doc.name}") as advance:
             report = evaluate_version(document, version, base, options=options, progress=advance, placement=placement)
-    except (BaseModelError, DeviceError, DocumentError) as exc:
+    except (BaseModelError, DeviceError, DocumentError, ModelCheckError) as exc:
         raise CommandError(str(exc)) from None
     targets = [report_path(version), *([args.output] if args.output else [])]
     try:

@@ -152,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"base model: {describe_base(base_model, installed)}")
     others = [name for name in installed if name != base_model]
     if others:
-        print(f"pretrained bases installed here: {', '.join(others)} (to use one: base_model in the document, or --base-model)")
+        hint = "to use one: base_model in the document, or --base-model"
+        print(f"pretrained bases installed here: {', '.join(others)} ({hint})")
     if not log_dirs:
         print(f"no log directory yet: add your assistant's log directory to log_dirs in {config}, or run")
     print(f"next: {command}")

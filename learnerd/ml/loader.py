@@ -19,9 +19,9 @@ two threads interleave those swaps:
 peft's adapter loads inject LoRA layers into the model they are given (mutating it in place) and run
 torch's init functions; converting a GGUF file and building the built-in tiny model are transformers
 model constructions too (and two threads converting one file would both convert it). So every one of
-them — :func:`load_pretrained` (base models, GGUF conversion), :func:`load_adapter` (peft), the tiny
-model's build and the embedder's load (inside :func:`loading`) — holds this module's one re-entrant
-lock. Loads wait for each other (seconds); generation and evaluation on models already loaded do not
+them — :func:`load_pretrained` (base models, GGUF conversion), :func:`load_adapter` (peft), and inside
+:func:`loading` the tiny model's build, a new LoRA adapter for training and the embedder's load — holds
+this module's one re-entrant lock. Loads wait for each other (seconds); generation and evaluation on models already loaded do not
 wait.
 
 **The known-answer check** (:func:`check_model`) runs after every load, before the model is returned:

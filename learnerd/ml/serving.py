@@ -17,12 +17,13 @@ alone (a request for a base model's name) runs inside ``disable_adapter()``.
 
 Loads. Bases and adapters are loaded through the process's one loader (:mod:`learnerd.ml.loader`: one
 lock shared with the evaluation and everything else that loads a model, and a known-answer check after
-each load). A load that fails its check is never served: the base is discarded with its adapters and
-loaded once more. When that fails too, the request gets :class:`ModelUnavailable` (the endpoint's 503 with
-``Retry-After``), and so does every request for that base until it is loaded again in the background
-``reload_after_s`` later (again and again until a load passes: a daemon that is not ready gets no traffic
-to reload it). Until a load of that base passes, :meth:`ServedModels.unready_reason` says why (the
-daemon's ``/readyz`` is not ready).
+each load). A load that fails its check — of a base, or of an adapter onto it — is never served: the base
+is discarded with every adapter loaded on it, and the model is loaded once more. When that fails too, the
+request gets :class:`ModelUnavailable` (the endpoint's 503 with ``Retry-After``), and so does every request
+for that model until it is loaded again in the background ``reload_after_s`` later (with its current
+adapter, again and again until a load passes: a daemon that is not ready gets no traffic to reload it).
+Until a load of that model passes, :meth:`ServedModels.unready_reason` says why (the daemon's ``/readyz``
+is not ready).
 """
 
 from __future__ import annotations
@@ -207,9 +208,9 @@ class ServedModels:
         self._lock = threading.Lock()
         self._current: dict[str, AdapterVersion | None] = {}
         self._held: Counter[str] = Counter()  # adapter name -> jobs holding it
-        self._unready: dict[str, str] = {}  # base identity -> why its last load failed its check
+        self._unready: dict[str, str] = {}  # model id -> why its last load failed its check
         self.reload_after_s = reload_after_s
-        self._reloads: dict[str, tuple[threading.Timer, float]] = {}  # base identity -> (reload, when: monotonic)
+        self._reloads: dict[str, tuple[threading.Timer, float]] = {}  # model id -> (reload, when: monotonic)
         self._closed = False
         self._pending = 0
         self._recent_job_s = 1.0
@@ -223,7 +224,8 @@ class ServedModels:
 
     def unready_reason(self) -> str | None:
         """Why serving is not ready: the models whose last load failed its known-answer check (each is
-        loaded again by its next request), or None when every model loaded so far passed. Thread-safe."""
+        loaded again in the background until a load passes), or None when every model loaded so far passed.
+        Thread-safe."""
         with self._lock:
             return "; ".join(self._unready.values()) or None
 
@@ -299,9 +301,9 @@ class ServedModels:
     def _ready(self, model: ServedModel, version: AdapterVersion | None) -> tuple[_Base, Any]:
         """``model``'s base, loaded if needed, and :meth:`_activate`'s context for ``version``. A load that
         fails its known-answer check is discarded with everything loaded on that base, and loaded again
-        (:data:`LOAD_ATTEMPTS` in all); its reason is in :meth:`unready_reason` until a load passes. When
-        every attempt failed, a background reload is due in ``reload_after_s`` and requests are refused
-        until then.
+        (:data:`LOAD_ATTEMPTS` in all); its reason is in :meth:`unready_reason` until a load of ``model``
+        passes. When every attempt failed, a background reload is due in ``reload_after_s`` and the
+        model's requests are refused until then.
 
         Raises:
             ModelUnavailable: every attempt failed the check, now or before the reload that is due.
@@ -310,44 +312,44 @@ class ServedModels:
         """
         ref = resolve_base_model(model.base_model, cache_dir=self.models_dir, relative_to=model.relative_to)
         with self._lock:
-            due = self._reloads.get(ref.identity)
+            due = self._reloads.get(model.id)
             if due is not None:
                 wait_s = max(1, math.ceil(due[1] - time.monotonic()))
-                raise ModelUnavailable(self._unready.get(ref.identity, "not loaded yet"), wait_s)
+                raise ModelUnavailable(self._unready.get(model.id, "not loaded yet"), wait_s)
         reason = ""
         for attempt in range(1, LOAD_ATTEMPTS + 1):
             try:
                 base = self._base(ref)
                 view = self._activate(base, version)
             except ModelCheckError as exc:
-                self._bases.pop(ref.identity, None)
+                self._bases.pop(ref.identity, None)  # with the adapters on it: a failed adapter load changed it
                 reason = f"model {model.id!r} failed its known-answer check: {exc}"
                 with self._lock:
-                    self._unready[ref.identity] = reason
+                    self._unready[model.id] = reason
                 log.error("served model failed its known-answer check", model=model.id, attempt=attempt, error=str(exc))
                 continue
             with self._lock:
-                self._unready.pop(ref.identity, None)
+                self._unready.pop(model.id, None)
             return base, view
-        self._schedule_reload(ref.identity, model)
+        self._schedule_reload(model)
         raise ModelUnavailable(reason, max(1, math.ceil(self.reload_after_s)))
 
-    def _schedule_reload(self, identity: str, model: ServedModel) -> None:
+    def _schedule_reload(self, model: ServedModel) -> None:
         """Load ``model`` (its base and current adapter) again in the worker thread ``reload_after_s`` from now."""
 
         def reload() -> None:
             version = self.current_version(model.doc_key) if model.doc_key else None
             with self._lock:  # close() sets _closed under the lock before it shuts the executor down
-                self._reloads.pop(identity, None)
+                self._reloads.pop(model.id, None)
                 if not self._closed:
                     self._executor.submit(self._preload, model, version, None)
 
         with self._lock:
-            if self._closed or identity in self._reloads:
+            if self._closed or model.id in self._reloads:
                 return
             timer = threading.Timer(self.reload_after_s, reload)
             timer.daemon = True
-            self._reloads[identity] = (timer, time.monotonic() + self.reload_after_s)
+            self._reloads[model.id] = (timer, time.monotonic() + self.reload_after_s)
         timer.start()
         log.warning("served model not served until it is loaded again", model=model.id, in_s=self.reload_after_s)
 

@@ -290,3 +290,13 @@ async def test_ctl_status_names_the_file_line_and_reason_of_the_last_malformed_l
     problem = status["analyzer"]["last_malformed"]
     assert (problem["file"], problem["line"]) == (str(short_root / "logs" / "a.jsonl"), 1 + bad_line)
     assert problem["reason"].startswith("OverflowError") and status["analyzer"]["malformed_lines"] == 1
+
+
+@pytest.mark.anyio
+async def test_a_flood_of_bad_lines_is_counted_exactly_and_logged_a_few_times(harness: Harness):
+    (harness.log_dirs[0] / "flood.jsonl").write_text("not json\n" * 5000 + ev("after"))
+    with captured_logs() as logs_seen:
+        stats = await harness.analyzer().sync()
+    assert stats.malformed_lines == 5000 and "after" in list_block_ids(harness.conn)
+    warned = [e for e in logs_seen if e["event"] == "malformed log line skipped"]
+    assert [e["line"] for e in warned] == list(range(1, 11)), "the first ten bad lines, the rest throttled"

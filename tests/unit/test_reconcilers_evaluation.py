@@ -1,5 +1,6 @@
 """The evaluation reconciler's bookkeeping on real files, without a model: which documents it lists,
-what it does without an adapter, harvesting a stored report, and the stuck-probe guard."""
+what it does without an adapter, harvesting a stored report, the stuck-probe guard, and which reports are
+failed attempts."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from learnerd.daemon.config import Config
 from learnerd.eval.history import REPORT_FILE
 from learnerd.eval.report import ProbeResult, Report, Score, Verdict, write_report
-from learnerd.reconcilers.evaluation import evaluation_reconciler, stuck_probes
+from learnerd.reconcilers.evaluation import evaluation_failure, evaluation_reconciler, stuck_probes
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.support.evaluation import DLM_ID, commit_version
@@ -110,3 +111,18 @@ def test_stuck_counts_failures_with_the_harvested_copy_since_the_last_pass(tmp_p
     assert stuck_probes(store, DLM_ID, current, 3) == ("p",)  # v6, v5, v3
     assert stuck_probes(store, DLM_ID, current, 4) == ()
     assert stuck_probes(store, DLM_ID, report_of(6, recall("p", "pass", harvested=True)), 1) == ()
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "failed"),
+    [
+        (("error",), True),  # a preflight error alone
+        (("error", "error", "skip"), True),
+        (("error", "pass"), False),  # a probe errored beside results: a report
+        (("skip",), False),
+        ((), False),
+    ],
+)
+def test_a_report_is_a_failed_attempt_when_every_probe_errored(verdicts: tuple[str, ...], failed: bool):
+    probes = tuple(ProbeResult(f"p{i}", "delta_kl", Verdict(v), None, None, {}, v) for i, v in enumerate(verdicts))
+    assert (evaluation_failure(report_of(1, *probes)) is not None) is failed

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import structlog
 
-from learnerd.api.log_throttle import LogThrottle
+from learnerd.runtime.log_throttle import LogThrottle
 
 
 def test_one_line_per_kind_per_interval_with_the_suppressed_count() -> None:
@@ -24,3 +24,12 @@ def test_one_line_per_kind_per_interval_with_the_suppressed_count() -> None:
     ]
     assert throttle.counts == {"refused": 1001, "other": 1}
     assert {e["log_level"] for e in logs} == {"warning"}
+
+
+def test_a_burst_is_logged_at_once_then_the_window_holds_the_rest(monkeypatch) -> None:
+    now = [0.0]
+    throttle = LogThrottle(interval_s=10.0, clock=lambda: now[0], burst=3)
+    logged = [throttle.warning("k", "event") for _ in range(5)]
+    assert logged == [True, True, True, False, False]
+    now[0] = 10.0
+    assert throttle.warning("k", "event") and throttle.counts["k"] == 6
