@@ -50,8 +50,9 @@ and drains it, and anything else (a new directory, a rotation, a deletion) resca
 watcher runs an idle daemon costs O(changes), not O(files): every ``poll_interval_s`` it only checks
 whether a log directory appeared or vanished (then the watcher restarts and a full rescan follows),
 and the full rescan, the safety net for missed events (an inotify queue overflow), runs every
-``rescan_interval_s``. With ``force_polling``, or while the watcher is down, the full rescan runs
-every ``poll_interval_s``.
+``rescan_interval_s``. With ``force_polling``, or while the watcher is down (inotify's watch limit reached,
+say), the full rescan runs every ``poll_interval_s``, stretched so that rescans take at most 5 % of the time
+(:func:`rescan_interval`): 100,000 idle files cost a twentieth of a core at most.
 """
 
 from __future__ import annotations
@@ -109,6 +110,20 @@ class _Tracked:
     mid_line: bool | None = None  # None: not known yet (looked up from the byte before offset)
     idle_stat: tuple[int, int] | None = None  # (size, mtime_ns) when the last read found nothing new
     json_document: bool = False  # the file read from byte 0 is one (pretty-printed) JSON document, not a log
+
+
+RESCAN_DUTY_CYCLE = 0.05
+"""The largest share of the time full rescans may take while no watcher runs (polling, or a watcher that
+failed: e.g. inotify's watch limit reached with very many directories)."""
+
+
+def rescan_interval(cfg: AnalyzerConfig, *, watching: bool, last_scan_s: float) -> float:
+    """Seconds between full rescans: ``rescan_interval_s`` while the watcher runs; else ``poll_interval_s``,
+    stretched so rescans take at most :data:`RESCAN_DUTY_CYCLE` of the time (a rescan of 100,000 files that
+    takes 0.5 s runs every 10 s, not every second)."""
+    if watching:
+        return cfg.rescan_interval_s
+    return max(cfg.poll_interval_s, last_scan_s / RESCAN_DUTY_CYCLE)
 
 
 class Analyzer:
@@ -591,19 +606,21 @@ class Analyzer:
 
     async def _poll_loop(self) -> None:
         """Every ``poll_interval_s``: restart the watcher when a log directory appeared or vanished,
-        and rescan everything when due (see the module docstring)."""
+        and rescan everything when due (see the module docstring and :func:`rescan_interval`)."""
         cfg = self._config
-        last_full = anyio.current_time()
+        last_full, last_cost = anyio.current_time(), 0.0
         while True:
             await anyio.sleep(cfg.poll_interval_s)
             roots_changed = self._existing_roots() != self._watched
             if roots_changed and self._watch_stop is not None:
                 self._watch_stop.set()  # a log directory appeared or vanished: restart the watcher
-            interval = cfg.rescan_interval_s if self._watching else cfg.poll_interval_s
+            interval = rescan_interval(cfg, watching=self._watching, last_scan_s=last_cost)
             if roots_changed or self._rescan_soon or anyio.current_time() - last_full >= interval:
                 self._rescan_soon = False
+                started = anyio.current_time()
                 await self._guarded(self._scan_all)
                 last_full = anyio.current_time()
+                last_cost = last_full - started
 
     async def _watch_loop(self) -> None:
         step = min(50, self._config.debounce_ms)

@@ -70,6 +70,7 @@ def test_ready_and_stopping_notifications_socket_mode_and_sigterm_drain(root: Pa
             assert client.call("GET", "/status")["state"] == "running"
             client.call("POST", "/pause", {"controller": "embeddings"})
             wait_until(lambda: _counts(root) == (3, 0), what="examples written, embeddings paused")
+            client.call("POST", "/resume", {"controller": "embeddings"})  # a paused controller would start nothing
 
             daemon.signal(signal.SIGTERM)
             daemon.notify.wait_for("STOPPING=1", timeout=60)

@@ -9,7 +9,8 @@ lock, the loads interleave transformers' process-wide swap of ``PreTrainedModel.
 
 And a served model that fails its known-answer check is never served: it is loaded again at once; while it
 cannot be loaded whole, requests get 503 with ``Retry-After`` and ``/readyz`` says why, and it is loaded
-again in the background (no request needed: a daemon that is not ready gets no traffic) until it passes.
+again in the background (no request needed: a daemon that is not ready gets no traffic) until it passes. A
+document whose adapter fails the check takes only itself down.
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ from learnerd.daemon.config import Config
 from learnerd.eval.history import adapter_key, report_path
 from learnerd.eval.report import load_report
 from learnerd.ml import serving
+from learnerd.ml.base_model import resolve_base_model
 from learnerd.ml.serving import LOAD_ATTEMPTS, ModelCatalog, ServedModels
 from learnerd.reconcilers.evaluation import evaluation_failure, evaluation_reconciler
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.qa_pairs import QA_PAIRS
 from tests.support.evaluation import qa_document, state_with_models
-from tests.support.tied_model import build_tied_tiny_model
+from tests.support.tied_model import build_tied_tiny_model, commit_noise_adapter
 from tests.support.training import train_document
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
@@ -45,6 +47,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.usefixtures("one_
 ROUNDS = 5
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 UNTRAINED_ID = "01KPPJZWBDDDYRESSA0HESRDHT"
+BROKEN_ID = "01KPPJZWBDDDYRESSA0HESRDHV"
 
 
 class Running:
@@ -186,3 +189,24 @@ async def test_a_model_that_fails_its_check_is_loaded_again_and_never_served(doc
             assert anyio.current_time() < deadline, "never reloaded"
             await anyio.sleep(0.2)
         assert await ask(url, "untrained") == known
+
+
+async def test_an_adapter_that_fails_its_check_takes_only_its_document_down(documents):
+    """A document whose adapter's logits are NaN (a training that diverged) gets 503 and makes ``/readyz`` say
+    so; the other document on the same base still answers."""
+    cfg, trained, _ = documents
+    broken = trained.parent / "broken.dlm"
+    broken.write_text(trained.read_text().replace(read_document(trained).frontmatter.dlm_id, BROKEN_ID))
+    base = resolve_base_model(read_document(broken).frontmatter.base_model, cache_dir=cfg.layout.models_dir)
+    commit_noise_adapter(AdapterStore(cfg.layout.adapters_dir), BROKEN_ID, base, scale=float("nan"))
+    try:
+        async with endpoint(cfg) as (url, _):
+            known = await ask(url, "untrained")
+            with pytest.raises(openai.APIStatusError) as refused:
+                await ask(url, "broken")
+            assert refused.value.status_code == 503 and "Retry-After" in refused.value.response.headers
+            status, body = await readyz(url)
+            assert status == 503 and body["reason"].startswith("model 'broken' failed its known-answer check")
+            assert await ask(url, "untrained") == known
+    finally:
+        broken.unlink()

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from learnerd.analyzer.analyzer import rescan_interval
 from learnerd.analyzer.discovery import discover, find_by_inode, is_log_name, is_log_path
+from learnerd.analyzer.settings import AnalyzerConfig
 
 
 @pytest.mark.parametrize(
@@ -55,3 +57,10 @@ def test_find_by_inode_looks_at_any_name_in_one_directory(tmp_path: Path):
     ino = os.stat(tmp_path / "a.log.1").st_ino
     assert find_by_inode(str(tmp_path), ino) == str(tmp_path / "a.log.1")
     assert find_by_inode(str(tmp_path / "nope"), ino) is None
+
+
+def test_rescans_without_a_watcher_take_at_most_a_twentieth_of_the_time() -> None:
+    cfg = AnalyzerConfig(poll_interval_s=1.0, rescan_interval_s=300.0)
+    assert rescan_interval(cfg, watching=True, last_scan_s=2.0) == 300.0
+    assert rescan_interval(cfg, watching=False, last_scan_s=0.01) == 1.0, "a cheap rescan: every poll"
+    assert rescan_interval(cfg, watching=False, last_scan_s=0.5) == pytest.approx(10.0), "100k files: every 10 s"
