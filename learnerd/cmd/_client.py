@@ -124,29 +124,28 @@ def client_for(cfg: Any) -> AdminClient:
     return AdminClient(cfg.layout.socket_path)
 
 
-def follow_backfill(client: AdminClient, since: float, show_progress: bool, poll_s: float = 0.2) -> dict[str, Any]:
-    """Start a backfill in the running daemon and poll it until done (a progress bar on stdout when
-    ``show_progress``); return the finished job.
+def follow_backfill(client: AdminClient, since: float, as_json: bool, poll_s: float = 0.2) -> dict[str, Any]:
+    """Start a backfill in the running daemon and poll it until done, showing the blocks done (a bar on a
+    terminal, else lines on stdout; neither with ``as_json``); return the finished job.
 
     Raises:
         DaemonNotRunning: no daemon (the caller may then run offline).
         CommandError: the daemon refused (a backfill already running …), or stopped before it finished.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.console import Console
+
+    from learnerd.cmd._progress import progress_display
 
     job = client.call("POST", "/backfill", {"since": since})
-    with Progress(
-        TextColumn("backfill"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), disable=not show_progress
-    ) as bar:
-        task = bar.add_task("blocks", total=job["blocks"])
+    with progress_display(None if as_json else Console(), lines=not as_json) as display:
         while job["state"] == "running":
-            bar.update(task, completed=job["done"], total=job["blocks"])
+            display.update("backfill", job["done"], job["blocks"], unit="block")
             time.sleep(poll_s)
             try:
                 job = client.call("GET", "/backfill")
             except DaemonNotRunning:
                 raise CommandError("the daemon stopped before the backfill finished") from None
-        bar.update(task, completed=job["done"], total=job["blocks"])
+        display.update("backfill", job["done"], job["blocks"], unit="block")
     if job["state"] != "done":
         raise CommandError(f"backfill {job['state']}: the daemon stopped before the pipeline was idle")
     return job

@@ -6,7 +6,10 @@ import datetime as dt
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+from learnerd.runtime.progress import MEASURES
 
 _ANALYZER_ROWS = (
     ("files_tracked", "log files tracked"),
@@ -76,6 +79,35 @@ def duration(seconds: float) -> str:
         parts.append(f"{hours}h")
     parts.append(f"{minutes}m")
     return " ".join(parts)
+
+
+def pace(seconds: float) -> str:
+    """Seconds per step, to two figures: ``2.137`` → ``"2.1"``, ``0.04912`` → ``"0.049"``, ``31.4`` → ``"31"``."""
+    return f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.2g}"
+
+
+def describe_fields(fields: dict[str, Any]) -> list[str]:
+    """``{"loss": "0.41", "after": None}`` → ``["loss 0.41"]`` (underscores in names become spaces)."""
+    return [f"{name.replace('_', ' ')} {value}" for name, value in fields.items() if value is not None]
+
+
+def progress_line(progress: dict[str, Any], unit: str = "step", ending: str | None = None) -> str:
+    """One piece of work's progress, as :class:`~learnerd.runtime.progress.StepProgress`'s ``to_json()`` and
+    its fields say: ``"step 40/96 · 2.1 s/step · loss 0.41 · ETA 2m"`` — the steps (once one is done or the
+    total is known), the pace (once known), the fields, then ``ending`` or else the time left (once known);
+    ``"starting"`` when there is nothing else to say."""
+    step, total, seconds, eta = (progress[k] for k in ("step", "total", "s_per_step", "eta_s"))
+    parts = []
+    if step or total is not None:
+        parts.append(f"{unit} {step}/{total}" if total is not None else f"{unit} {step}")
+    if seconds is not None:
+        parts.append(f"{pace(seconds)} s/{unit}")
+    parts.extend(describe_fields({k: v for k, v in progress.items() if k not in MEASURES}))
+    if ending is not None:
+        parts.append(ending)
+    elif eta is not None:
+        parts.append(f"ETA {duration(eta)}")
+    return " · ".join(parts) or "starting"
 
 
 def _when(epoch: float | None) -> str:
@@ -151,6 +183,11 @@ def print_status(status: dict[str, Any]) -> None:
             _last_error(c["last_error"]),
         )
     out.print(controllers)
+    flights = _in_flight(status["controllers"])
+    if flights.row_count:
+        out.print(flights)
+    if status.get("documents"):
+        out.print(_documents(status["documents"]))
 
     analyzer = status["analyzer"]
     table = Table(title="analyzer", show_header=False, title_justify="left")
@@ -173,6 +210,59 @@ def print_status(status: dict[str, Any]) -> None:
 
     for warning in status.get("warnings", ()):
         out.print(f"[bold yellow]warning[/]: {escape(warning)}")
+
+
+IN_FLIGHT_KEYS_SHOWN = 5
+"""Keys in flight listed for a controller without progress (an embeddings batch holds dozens)."""
+
+
+def _in_flight(controllers: dict[str, Any]) -> Any:
+    """What each controller has in flight: a row per key with its progress (step of total, pace, time left,
+    the reconciler's fields), or — for a controller whose reconciler reports none — one row of its keys."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="in flight", title_justify="left")
+    for column in ("controller", "key", "progress"):
+        table.add_column(column)
+    for name, c in controllers.items():
+        keys, progress = c["in_flight"], c.get("progress")
+        if progress is None and keys:
+            shown = ", ".join(keys[:IN_FLIGHT_KEYS_SHOWN])
+            more = f" … (+{len(keys) - IN_FLIGHT_KEYS_SHOWN})" if len(keys) > IN_FLIGHT_KEYS_SHOWN else ""
+            table.add_row(name, escape(shown + more), "—")
+        for key in keys if progress is not None else ():
+            p = progress.get(key)
+            shown = {k: v for k, v in p.items() if k != "doc_key"} if p is not None else None
+            table.add_row(name, escape(key), escape(progress_line(shown)) if shown is not None else "starting")
+    return table
+
+
+def _documents(documents: dict[str, Any]) -> Any:
+    """Per document: the version served, the candidates in training and evaluation, and the last score."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="documents", title_justify="left")
+    for column in ("document", "served", "training", "evaluation", "last score"):
+        table.add_column(column)
+    for path, d in documents.items():
+        training, evaluation, last = d["training"], d["evaluation"], d["last_score"]
+
+        def candidate(progress: dict[str, Any] | None) -> str:
+            if progress is None:
+                return "—"
+            shown = {k: v for k, v in progress.items() if k not in ("doc_key", "version")}
+            return escape(f"{progress['version']}: {progress_line(shown)}")
+
+        table.add_row(
+            escape(Path(path).name),
+            escape(f"error: {d['error']}") if "error" in d else d["served"] or "—",
+            candidate(training),
+            candidate(evaluation),
+            f"{last['score']:.3f} ({last['band']}, {last['version']})" if last else "—",
+        )
+    return table
 
 
 def print_fleet(fleet: dict[str, Any]) -> None:

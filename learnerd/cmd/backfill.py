@@ -31,12 +31,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def backfill_offline(cfg, since: float, show_progress: bool):
-    """Run the reconcilers in this process over the blocks since ``since``; return the RunSummary."""
+def backfill_offline(cfg, since: float, as_json: bool):
+    """Run the reconcilers in this process over the blocks since ``since``, showing the blocks done (a bar
+    on a terminal, else lines on stdout; neither with ``as_json``); return the RunSummary."""
     import anyio
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.console import Console
 
     from learnerd.cmd._common import open_daemon
+    from learnerd.cmd._progress import progress_display
     from learnerd.daemon.statelock import StateDirBusy, StateLock
     from learnerd.store.state_dir import UnsafeStateDir
 
@@ -48,16 +50,9 @@ def backfill_offline(cfg, since: float, show_progress: bool):
     try:
         daemon = open_daemon(cfg)
         try:
-            with Progress(
-                TextColumn("backfill"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                disable=not show_progress,
-            ) as bar:
-                task = bar.add_task("blocks", total=None)
+            with progress_display(None if as_json else Console(), lines=not as_json) as display:
                 return anyio.run(
-                    daemon.backfill, since, lambda done, total: bar.update(task, completed=done, total=total)
+                    daemon.backfill, since, lambda done, total: display.update("backfill", done, total, unit="block")
                 )
         finally:
             daemon.close()
@@ -73,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     since = parse_since(args.since, time.time())
     cfg = load_config_from_args(args)
     try:
-        job = follow_backfill(client_for(cfg), since, show_progress=not args.json)
+        job = follow_backfill(client_for(cfg), since, as_json=args.json)
     except DaemonNotRunning:
         pass
     else:
@@ -82,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"{backfill_line(job)} (in the running daemon)")
         return 0
-    summary = backfill_offline(cfg, since, show_progress=not args.json)
+    summary = backfill_offline(cfg, since, as_json=args.json)
     if not args.json and not summary.changed_anything():
         print("backfill: nothing changed")
     print_summary(summary, args.json, f"learnerd backfill --since {args.since}")

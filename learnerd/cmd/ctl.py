@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         if args.no_wait:
             answer = client.call("POST", "/backfill", {"since": since})
         else:
-            answer = follow_backfill(client, since, show_progress=not args.json)
+            answer = follow_backfill(client, since, as_json=args.json)
         show = _render.print_backfill
     elif command == "drain":
         answer, show = client.call("POST", "/drain"), _render.print_drain

@@ -3,7 +3,8 @@
 Runs every probe (``probe_recall``, ``delta_kl``, ``multi_turn_coherence_decay``,
 ``section_internalization``, and the retention probes ``paraphrase_invariance``, ``calibration_drift`` and
 ``answer_retention``, with ``null_adapter`` calibration) on the current adapter version of ``DOC``,
-or ``--adapter vN``, showing a progress bar on a terminal; writes the sway schema-1 report beside that
+or ``--adapter vN``, showing its progress (a bar on a terminal; lines on stdout when stdout is not a terminal
+and ``--json`` is not given); writes the sway schema-1 report beside that
 version (``versions/vNNNN/eval.json``, the file the daemon's evaluation reconciler also writes) and to
 ``--output PATH``, and prints a one-screen summary whose score line explains the band — or, with
 ``--json``, the report itself on stdout. ``--junit PATH`` also writes JUnit XML as sway does.
@@ -20,8 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args, plain
@@ -89,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise CommandError(f"{args.doc}: {exc.strerror or exc}") from None
 
+    from learnerd.cmd._progress import progress_display
     from learnerd.eval.history import report_path
     from learnerd.eval.junit import write_junit
     from learnerd.eval.probes.base import EvalOptions
@@ -108,7 +108,15 @@ def run(args: argparse.Namespace) -> int:
         base = resolve_base_model(
             document.frontmatter.base_model, cache_dir=cfg.layout.models_dir, relative_to=args.doc.parent
         )
-        with _progress_bar(errors, total_steps(options), f"evaluating {args.doc.name}") as advance:
+        with progress_display(errors, lines=not args.json, transient=True) as display:
+            task, total, done = f"eval {args.doc.name}", total_steps(options), 0
+            display.update(task, done, total, version=version.name)
+
+            def advance(step: str) -> None:
+                nonlocal done
+                done += 1
+                display.update(task, done, total, after=step)
+
             report = evaluate_version(document, version, base, options=options, progress=advance, placement=placement)
     except (BaseModelError, DeviceError, DocumentError, ModelCheckError) as exc:
         raise CommandError(str(exc)) from None
@@ -145,22 +153,6 @@ def _gate(report, args: argparse.Namespace, console) -> int:
     for failure in failures:
         console.print(f"gate failed: {failure}", markup=False)
     return 1 if failures else 0
-
-
-@contextmanager
-def _progress_bar(console, total: int, description: str) -> Iterator[Callable[[str], None]]:
-    """A rich progress bar on ``console`` when it is a terminal (removed when done); yields the callback
-    that advances it by one step."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True, disable=not console.is_terminal) as progress:
-        task = progress.add_task(description, total=total)
-
-        def advance(step: str) -> None:
-            progress.update(task, advance=1, description=f"{description}: {step}")
-
-        yield advance
 
 
 def _history(console, store, key: str, args: argparse.Namespace) -> int:

@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         return _apply_best(
             console, args.steering or run_dir / "deltas_best.json", run_dir, model, pool, judge, settings, args.json
         )
-    clusters = _clusters(console, cfg, settings, loaded)
+    clusters = _clusters(console, cfg, settings, loaded, args.json)
     return _evolve(console, args, cfg, run_dir, model, clusters, pool, judge, settings, loaded.describe())
 
 
@@ -150,14 +150,12 @@ def _make_reflector(settings: SteeringConfig) -> Any:
     return OfflineReflector(settings.offline_step, settings.seed)
 
 
-def _clusters(console: Any, cfg: Any, settings: SteeringConfig, loaded: Any) -> Any:
-    from rich.progress import Progress
-
+def _clusters(console: Any, cfg: Any, settings: SteeringConfig, loaded: Any, as_json: bool) -> Any:
+    from learnerd.cmd._progress import progress_display
     from learnerd.ml.embedders import EmbedderError, embedder_name, make_embedder
     from learnerd.steering.clusters import ClusterError, eos_token_ids, load_or_build_clusters
 
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("embedding the vocabulary", total=None)
+    with progress_display(console, lines=not as_json, transient=True) as display:
         try:
             return load_or_build_clusters(
                 loaded.tokenizer,
@@ -168,21 +166,19 @@ def _clusters(console: Any, cfg: Any, settings: SteeringConfig, loaded: Any) -> 
                 eos_ids=eos_token_ids(loaded.tokenizer, loaded.model.generation_config),
                 cache_root=cfg.layout.steering_dir / "clusters",
                 pca_dim=settings.pca_dim,
-                on_progress=lambda done, total: progress.update(task, completed=done, total=total),
+                on_progress=lambda done, total: display.update("embedding the vocabulary", done, total, unit="text"),
             )
         except (ClusterError, EmbedderError) as exc:
             raise CommandError(f"vocabulary clusters: {exc}") from None
 
 
 def _evolve(console, args, cfg, run_dir: Path, model, clusters, pool, judge, settings: SteeringConfig, describe) -> int:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from learnerd.cmd._progress import progress_display
     from learnerd.steering.evolve import EvolutionError, run_evolution
     from learnerd.steering.judges import JudgeError
     from learnerd.steering.reflectors import ReflectorError
 
     stop = threading.Event()
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     previous = {}
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -194,17 +190,20 @@ def _evolve(console, args, cfg, run_dir: Path, model, clusters, pool, judge, set
     for signum in (signal.SIGINT, signal.SIGTERM):
         previous[signum] = signal.signal(signum, on_signal)
     try:
-        with Progress(*columns, console=console, redirect_stderr=True) as progress:
+        with progress_display(console, lines=not args.json, redirect_stderr=True) as display:
             apply_logging(args, cfg)  # log lines through the progress display
-            answers = progress.add_task("iteration", total=settings.minibatch_size)
 
             def on_answer(iteration: int, done: int, total: int) -> None:
-                progress.update(
-                    answers, description=f"iteration {iteration + 1}/{settings.iterations}", completed=done, total=total
+                display.update(
+                    "evolve",
+                    iteration * total + done,
+                    settings.iterations * total,
+                    unit="answer",
+                    iteration=f"{iteration + 1}/{settings.iterations}",
                 )
 
             def on_iteration(entry: dict) -> None:
-                progress.console.print(
+                console.print(
                     f"iteration {entry['iteration']}: composite {entry['composite']:.4f}, correctness "
                     f"{entry['correctness']:.3f}, mean length {entry['mean_len']:.1f} tokens"
                 )

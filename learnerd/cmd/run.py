@@ -2,7 +2,9 @@
 
 ``--once`` ingests what the logs hold now, drains every queue, prints a summary and exits; it also
 trains, once, every document whose training rows changed (after the pipeline's own document writes),
-unless ``--no-train`` (or ``[training] enabled = false``) turns training off.
+unless ``--no-train`` (or ``[training] enabled = false``) turns training off. When stdout is not a
+terminal (and without ``--json``), it prints progress lines on the way (``learnerd.cmd._progress``): the
+pipeline's keys, and each training cycle's and evaluation's steps.
 Otherwise the daemon serves the admin API on ``<state_dir>/learnerd.sock`` (``learnerd ctl``),
 and ``/metrics`` and ``/search`` over TCP when asked (``--metrics-addr``, ``--listen-search``), and
 talks to systemd (``Type=notify``) through ``$NOTIFY_SOCKET``; see :mod:`learnerd.daemon.service`.
@@ -22,6 +24,8 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from pathlib import Path
+from typing import Any
 
 from learnerd.cmd._common import CommandError, add_common_options, add_dir_options, load_config_from_args, plain
 from learnerd.cmd._training_options import add_training_options, apply_training_options
@@ -58,9 +62,45 @@ class HardStop(Exception):
     """A second SIGINT: stop now, without draining."""
 
 
-async def serve(daemon, once: bool, options=None):
+PROGRESS_POLL_S = 0.5
+"""How often ``run --once`` reads the daemon's progress (seconds)."""
+
+
+async def follow_progress(daemon: Any, display: Any) -> None:
+    """Report ``daemon``'s work to ``display`` (a :class:`~learnerd.cmd._progress.ProgressDisplay`) until
+    cancelled: ``pipeline`` — keys reconciled of those reconciled, queued, waiting and in flight, over the
+    controllers that report no progress of their own, while any is busy — and a task per key of each
+    controller that does (``training notes.dlm``: its optimizer steps; ``evaluation notes.dlm``: its steps)."""
+    import anyio
+
+    from learnerd.runtime.progress import MEASURES
+
+    shown: set[str] = set()
+    while True:
+        progress = daemon.progress()
+        stats = [c.stats() for name, c in daemon.controllers.items() if name not in progress]
+        done = sum(s.reconciles for s in stats)
+        left = sum(s.queue_depth + s.waiting + len(s.in_flight) for s in stats)
+        current = set()
+        if left:
+            display.update("pipeline", done, done + left, unit="key")
+            current.add("pipeline")
+        for controller, keys in progress.items():
+            for key, p in keys.items():
+                task = f"{controller} {Path(key).name}"
+                fields = {k: v for k, v in p.items() if k not in (*MEASURES, "doc_key")}
+                display.update(task, p["step"], p["total"], **fields)
+                current.add(task)
+        for task in shown - current:
+            display.finish(task)
+        shown = current
+        await anyio.sleep(PROGRESS_POLL_S)
+
+
+async def serve(daemon, once: bool, options=None, display=None):
     """Run ``daemon`` (``once``, or as a :class:`~learnerd.daemon.service.Service` with ``options``
-    until a signal or a drain request) with learnerd's signal handling; return its summary.
+    until a signal or a drain request) with learnerd's signal handling; return its summary. With ``once``,
+    ``display`` (if given) shows the run's progress (:func:`follow_progress`).
 
     Raises:
         HardStop: a second SIGINT arrived while draining.
@@ -98,6 +138,8 @@ async def serve(daemon, once: bool, options=None):
                             tg.cancel_scope.cancel()
 
             tg.start_soon(watch_signals)
+            if once and display is not None:
+                tg.start_soon(follow_progress, daemon, display)
             summary = await (daemon.run_once(stop) if service is None else service.run())
             tg.cancel_scope.cancel()
     except* ServiceError as group:
@@ -201,6 +243,7 @@ def sole_exception(group: BaseExceptionGroup) -> BaseException:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
+    from learnerd.cmd._progress import progress_display
     from learnerd.cmd._report import print_summary
     from learnerd.daemon.service import ServiceError
     from learnerd.daemon.statelock import StateDirBusy, StateLock
@@ -219,7 +262,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         daemon = _open_daemon(cfg, rpc_token)
         try:
-            summary = anyio.run(serve, daemon, args.once, options)
+            with progress_display(lines=args.once and not args.json) as display:
+                summary = anyio.run(serve, daemon, args.once, options, display)
         except HardStop:
             return 130
         except (ServiceError, EmbedderError) as exc:

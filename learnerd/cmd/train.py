@@ -4,7 +4,9 @@ The cycle the daemon's training reconciler runs (``learnerd.reconcilers.training
 RPC and still pending in the journal are written into the document first, then the document's rows are
 compared with its current adapter — nothing to train when they are unchanged, else a fresh or incremental
 cycle in a child process, committed as the next adapter version under ``<state_dir>/adapters/<dlm_id>/``.
-A progress bar (steps, loss) runs on stderr; the outcome goes to stdout (``--json``: one JSON object).
+Progress (steps, loss, time left) is a bar on stderr on a terminal; when stdout is not a terminal it is
+lines on stdout instead (``learnerd.cmd._progress``). The outcome goes to stdout (``--json``: one JSON
+object, and no progress lines).
 
 Exit status: 0 after a committed version or when there is nothing to train; 1 for a missing or invalid
 document, an unknown base model, a device this machine lacks, a ``training`` block learnerd cannot train,
@@ -68,7 +70,7 @@ def train(args: argparse.Namespace) -> int:
         journal = reconciler.journal
         assert journal is not None
         try:
-            report = anyio.run(_cycle, reconciler, path, args.fresh)
+            report = anyio.run(_cycle, reconciler, path, args.fresh, args.json)
         except FileNotFoundError as exc:
             raise CommandError(f"{path}: no such document") from exc
         except (DocumentError, BaseModelError, DeviceError, TrainingConfigError, DuplicateDocumentError) as exc:
@@ -87,29 +89,22 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _cycle(reconciler: Any, path: Path, fresh: bool) -> Any:
-    """Run the cycle; the progress bar (stderr) appears with the first optimizer step."""
+async def _cycle(reconciler: Any, path: Path, fresh: bool, as_json: bool) -> Any:
+    """Run the cycle, showing its progress (:mod:`learnerd.cmd._progress`) from the start of its training
+    process: a rich bar on stderr on a terminal, else lines on stdout (none with ``--json``)."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("steps  loss {task.fields[loss]}"),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-    )
-    task = progress.add_task(f"training {path.name}", total=None, loss="-")
+    from learnerd.cmd._progress import progress_display
 
-    def on_progress(event: Any) -> None:
-        progress.start()  # idempotent
-        progress.update(task, completed=event.step, total=event.total_steps, loss=f"{event.loss:.4f}")
+    task = f"train {path.name}"
+    with progress_display(Console(stderr=True), lines=not as_json) as display:
 
-    try:
-        return await reconciler.run_cycle(path, fresh=fresh, on_progress=on_progress)
-    finally:
-        progress.stop()
+        def on_progress(event: Any) -> None:
+            display.update(task, event.step, event.total_steps, loss=f"{event.loss:.4f}")
+
+        return await reconciler.run_cycle(
+            path, fresh=fresh, on_start=lambda: display.update(task, 0), on_progress=on_progress
+        )
 
 
 def _describe(o: dict[str, Any]) -> str:

@@ -65,7 +65,9 @@ from learnerd.daemon import controllers, wiring
 from learnerd.daemon.config import Config
 from learnerd.daemon.controllers import MODEL_QUEUES, TRAINING
 from learnerd.daemon.metrics import DaemonMetrics
+from learnerd.eval.history import current_versions
 from learnerd.fleet.fleet import fleet_for
+from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.embedders import Embedder, LazyEmbedder, embedder_dim, embedder_name, make_embedder
 from learnerd.ml.serving import ServedModels
 from learnerd.privacy.redact import Redactor
@@ -77,7 +79,7 @@ from learnerd.reconcilers.spec import ADAPTERS, BLOCKS, EXAMPLES, AdapterCommit,
 from learnerd.reconcilers.training import TrainingReconciler
 from learnerd.runtime.controller import Controller, ControllerStats
 from learnerd.runtime.controller_metrics import ControllerMetrics
-from learnerd.runtime.reconcile import Reconciler
+from learnerd.runtime.reconcile import ProgressReporter, Reconciler
 from learnerd.runtime.workqueue import PrometheusMetricsProvider, RateLimitingQueue, default_controller_rate_limiter
 from learnerd.sources.training_intake import TrainingIntake
 from learnerd.store import db
@@ -183,6 +185,12 @@ class Daemon:
         for spec in self.specs:
             if not spec.needs_embedder:
                 self._wire(spec)
+        self.metrics.watch_progress(self.progress)
+        #: Document path → its key in the adapter store (its ``dlm_id``), for every document known to have an
+        #: adapter: those with a current version at start-up (whose ``learnerd_adapter_version`` is set now),
+        #: then each one committed.
+        self.document_keys: dict[str, str] = self._current_adapters()
+        self.listen(ADAPTERS, self._adapter_committed)
         #: Events accepted by ``POST /v1/blocks``, tailed by the analyzer beside ``log_dirs`` (always, so events
         #: acknowledged before a restart without ``--listen-rpc`` are still read).
         self.ingest = IngestLog(layout.ingest_dir)
@@ -322,6 +330,30 @@ class Daemon:
     def listen(self, source: str, listener: Callable[[Any], None]) -> None:
         """Call ``listener(event)`` for every event of ``source`` (after the specs' queues got their keys)."""
         self._listeners.setdefault(source, []).append(listener)
+
+    def _current_adapters(self) -> dict[str, str]:
+        """The documents under ``docs_dirs`` with a current adapter version (path → key), their versions
+        exported as ``learnerd_adapter_version``."""
+        store = adapter_store(self.cfg)
+        try:
+            versions = current_versions(store, self.cfg.layout.docs_roots)
+        finally:
+            store.close()
+        self.metrics.current_adapters({str(path): version.number for path, version in versions.items()})
+        return {str(path): version.doc_key for path, version in versions.items()}
+
+    def _adapter_committed(self, commit: AdapterCommit) -> None:
+        self.document_keys[str(commit.doc_path)] = commit.version.doc_key
+
+    def progress(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """Each controller whose reconciler reports progress (a
+        :class:`~learnerd.runtime.reconcile.ProgressReporter`: training, evaluation) → its keys in flight →
+        their progress."""
+        return {
+            name: {key: dict(p) for key, p in r.progress().items()}
+            for name, r in self.reconcilers.items()
+            if isinstance(r, ProgressReporter)
+        }
 
     def _serve_committed(self, commit: AdapterCommit) -> None:
         """Serve a committed version to new chat completions (``[serve]``; requests in flight finish on the

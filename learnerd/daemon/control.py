@@ -26,12 +26,14 @@ from learnerd.daemon.config import Config
 from learnerd.daemon.controllers import TRAINING
 from learnerd.daemon.logging import current_level, parse_level, set_log_level
 from learnerd.daemon.reload import apply_config
+from learnerd.eval.history import last_report
 from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.device import intra_op_threads
 from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.runtime.workqueue import ControllerRateLimiter
 from learnerd.sections import ConfigError
 from learnerd.sources.backfill_job import BackfillTracker
+from learnerd.store.adapters import AdapterStore, AdapterStoreError, version_name
 from learnerd.store.atomic import atomic_write_text
 from learnerd.store.blocks import count_blocks, list_block_ids
 from learnerd.store.embeddings import count_vectors
@@ -41,14 +43,51 @@ from learnerd.store.retrieval import SearchHit, describe_hits, nearest
 log = structlog.get_logger(__name__)
 
 
-def count_adapters(cfg: Config) -> int:
-    """Committed adapter versions of every document in ``cfg``'s adapter store (:mod:`learnerd.store.adapters`;
+def count_adapters(store: AdapterStore) -> int:
+    """Committed adapter versions of every document in the adapter ``store`` (:mod:`learnerd.store.adapters`;
     on PostgreSQL those with an ``adapter_commits`` row; 0 while there is none)."""
-    store = adapter_store(cfg)
-    try:
-        return sum(len(store.list_versions(key)) for key in store.doc_keys())
-    finally:
-        store.close()
+    return sum(len(store.list_versions(key)) for key in store.doc_keys())
+
+
+def document_status(
+    store: AdapterStore,
+    document_keys: dict[str, str],
+    training: dict[str, dict[str, Any]],
+    evaluation: dict[str, dict[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """Per document that has an adapter or a cycle in flight, by path: its ``doc_key``; the version ``served``
+    (the store's current one); the candidate in ``training`` (its progress and the ``version`` it will be
+    committed as) and the version in ``evaluation`` (its progress), each None when there is none; and the
+    ``last_score`` (``{"version", "score", "band"}`` of the newest evaluated version, or None). ``document_keys``
+    maps paths to store keys; ``training`` and ``evaluation`` are those controllers' progress. A document whose
+    store entry cannot be read gets an ``error`` instead of what it could not read."""
+    keys = {**{path: p["doc_key"] for path, p in training.items()}, **document_keys}
+    documents = {}
+    for path in sorted({*keys, *evaluation}):
+        key = keys.get(path)
+        entry: dict[str, Any] = {
+            "doc_key": key,
+            "served": None,
+            "training": None,
+            "evaluation": evaluation.get(path),
+            "last_score": None,
+        }
+        try:
+            versions = store.list_versions(key) if key is not None else []
+            current = store.current(key) if key is not None else None
+            last = last_report(store, key) if key is not None else None
+        except (AdapterStoreError, OSError) as exc:
+            entry["error"] = str(exc)
+        else:
+            entry["served"] = current.name if current is not None else None
+            if path in training:
+                following = version_name(versions[-1].number + 1 if versions else 1)
+                entry["training"] = {**training[path], "version": following}
+            if last is not None:
+                version, score = last[0], last[1].score
+                entry["last_score"] = {"version": version.name, "score": score.overall, "band": score.band}
+        documents[path] = entry
+    return documents
 
 
 SEARCH_WORKERS = 4
@@ -161,11 +200,13 @@ class DaemonControl:
         """Everything ``learnerd ctl status`` shows; see docs/operations.md for the shape."""
         daemon = self.daemon
         cfg = daemon.cfg
+        progress = daemon.progress()
         controllers = {}
         for name, controller in daemon.controllers.items():
             stats = controller.stats()
             entry = dataclasses.asdict(stats)
             entry["in_flight"] = list(stats.in_flight)
+            entry["progress"] = progress.get(name)
             entry["timeout_s"] = controller.timeout_s
             entry["max_retries"] = controller.max_retries
             limiter = daemon.queues[name].rate_limiter if name in daemon.queues else None
@@ -175,6 +216,17 @@ class DaemonControl:
             controllers[name] = entry
         embedder = daemon.embedder
         job = self.backfill_tracker.current()
+        store = adapter_store(cfg)
+        try:
+            adapters = count_adapters(store)
+            documents = document_status(
+                store,
+                daemon.document_keys,
+                progress.get(TRAINING, {}),
+                progress.get(EvaluationReconciler.name, {}),
+            )
+        finally:
+            store.close()
         return {
             "version": learnerd.__version__,
             "pid": os.getpid(),
@@ -190,9 +242,10 @@ class DaemonControl:
                 "examples": count_examples(daemon.conn),
                 "vectors": count_vectors(daemon.conn),
                 "indexed": len(daemon.index),
-                "adapters": count_adapters(cfg),
+                "adapters": adapters,
             },
             "controllers": controllers,
+            "documents": documents,
             "analyzer": dataclasses.asdict(daemon.analyzer.stats),
             "evaluation_failures": (
                 daemon.evaluation.failed_attempts() if EvaluationReconciler.name in daemon.reconcilers else {}

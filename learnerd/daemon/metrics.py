@@ -5,7 +5,14 @@
 * ``learnerd_training_cycles_total{outcome}``: training cycles, ``committed`` or ``nothing to train``;
 * ``learnerd_training_cycle_duration_seconds``: wall seconds of each trained cycle (histogram);
 * ``learnerd_training_loss_nats{document}``: final training loss, nats per token, of each document's last cycle;
-* ``learnerd_adapter_version{document}``: the adapter version last committed for each document;
+* ``learnerd_adapter_version{document}``: the current adapter version of each document — the ones current at
+  start-up, then each one committed;
+* ``learnerd_training_progress{document}``, ``learnerd_training_steps_done{document}``,
+  ``learnerd_training_steps_planned{document}``: each training cycle in flight — optimizer steps done / planned
+  (in [0, 1]), steps done, steps planned (from the start of its training process, until it ends);
+* ``learnerd_evaluation_progress{document}``, ``learnerd_evaluation_steps_done{document}``,
+  ``learnerd_evaluation_steps_planned{document}``: the same for each evaluation in flight, in the steps of
+  :func:`learnerd.eval.suite.total_steps`;
 * ``learnerd_evaluations_total``, ``learnerd_evaluation_duration_seconds`` (histogram): evaluations written;
 * ``learnerd_evaluation_failures_total{document}``: failed evaluation attempts (every probe errored, or the
   evaluation raised), each retried with backoff and never written as a report;
@@ -19,9 +26,12 @@ The ``document`` label is the document's path, as the training and evaluation ke
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
@@ -37,10 +47,47 @@ CYCLE_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0
 SEARCH_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+#: Controller → its keys in flight → their progress (:meth:`learnerd.daemon.app.Daemon.progress`).
+ProgressSource = Callable[[], Mapping[str, Mapping[str, Mapping[str, Any]]]]
+
+
+class ProgressCollector:
+    """``learnerd_<controller>_progress``, ``…_steps_done`` and ``…_steps_planned`` by ``document``, read from
+    ``source`` at each scrape, for each controller ``source`` names (those whose reconciler reports progress;
+    a family without samples while nothing is in flight)."""
+
+    def __init__(self, source: ProgressSource) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        for controller, keys in self._source().items():
+            ratio = GaugeMetricFamily(
+                f"learnerd_{controller}_progress",
+                f"Steps done / planned of each {controller} in flight, in [0, 1].",
+                labels=["document"],
+            )
+            done = GaugeMetricFamily(
+                f"learnerd_{controller}_steps_done", f"Steps done by each {controller} in flight.", labels=["document"]
+            )
+            planned = GaugeMetricFamily(
+                f"learnerd_{controller}_steps_planned",
+                f"Steps planned for each {controller} in flight (once known).",
+                labels=["document"],
+            )
+            for key, progress in keys.items():
+                step, total = progress["step"], progress["total"]
+                done.add_metric([key], step)
+                if total is not None:
+                    planned.add_metric([key], total)
+                    ratio.add_metric([key], min(1.0, step / total) if total > 0 else 1.0)
+            yield from (ratio, done, planned)
+
+
 class DaemonMetrics:
     """The families above, registered on ``registry`` (one per registry: a second raises ``ValueError``)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
         ProcessCollector(registry=registry)
         PlatformCollector(registry=registry)
         GCCollector(registry=registry)
@@ -64,7 +111,7 @@ class DaemonMetrics:
         )
         self.adapter_version = Gauge(
             "learnerd_adapter_version",
-            "Adapter version last committed for the document.",
+            "The document's current adapter version (current at start-up, or committed since).",
             ["document"],
             registry=registry,
         )
@@ -99,6 +146,15 @@ class DaemonMetrics:
             buckets=SEARCH_BUCKETS,
             registry=registry,
         )
+
+    def watch_progress(self, source: ProgressSource) -> None:
+        """Export the progress ``source`` reports (:class:`ProgressCollector`); call it once."""
+        self._registry.register(ProgressCollector(source))
+
+    def current_adapters(self, versions: Mapping[str, int]) -> None:
+        """``learnerd_adapter_version`` of the versions current at start-up: document path → version number."""
+        for document, number in versions.items():
+            self.adapter_version.labels(document).set(number)
 
     def cycle(self, report: CycleReport) -> None:
         """The training reconciler's ``on_cycle`` hook."""

@@ -16,7 +16,8 @@ Each :class:`View` gives, for token ids the caller built (see :mod:`learnerd.eva
 and their batched forms (``next_token_dists``, ``logprobs``, ``generate_many``), which run many inputs per
 forward pass: padded batches of at most :data:`MAX_BATCH_TOKENS` tokens and :data:`LOGITS_BATCH_BYTES` of
 logits. Before every batch the backend checks its cancel event (a ``threading.Event`` another thread may
-set) and raises :class:`EvaluationCancelled`, so a running evaluation stops within one batch.
+set) and raises :class:`EvaluationCancelled`, and a generation checks it at every decoding step too, so a
+running evaluation stops within one forward pass.
 
 Every forward pass checks that the logits are finite: a NaN or inf raises :class:`NonFiniteLogitsError`
 naming the view, so no probe ever computes on garbage. Log-softmax runs in float64. Results of the base
@@ -170,6 +171,19 @@ class DifferentialBackend:
             yield
         finally:
             self._active = None
+
+
+@dataclass(frozen=True)
+class _StopWhenCancelled:
+    """A stopping criterion of ``model.generate``: every sequence is done once ``cancel`` is set, so a cancelled
+    evaluation stops within one decoding step, not after a whole batch of greedy answers (seconds on CPU)."""
+
+    cancel: threading.Event
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        return torch.full((input_ids.shape[0],), self.cancel.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
 def _batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
@@ -333,11 +347,23 @@ class View:
             NonFiniteLogitsError: the logits of a decoding step hold NaN or inf.
             EvaluationCancelled: the backend's cancel event was set.
         """
+        return self.answers(prompts, max_new_tokens)[0]
+
+    def answers(
+        self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], top_k: int = 256
+    ) -> tuple[list[list[int]], list[TokenDist]]:
+        """:meth:`generate_many`, and the ``top_k`` next-token distribution after each prompt that its first
+        decoding step computes anyway — :meth:`next_token_dist`'s, up to float32 summation order (≈ 1e-6).
+
+        Raises:
+            as :meth:`generate_many`.
+        """
         import torch
 
         if len(prompts) != len(max_new_tokens) or any(not p for p in prompts):
             raise ValueError("generate_many needs one non-empty prompt per token budget")
         out: list[list[int]] = [[] for _ in prompts]
+        dists: dict[int, TokenDist] = {}
         lengths = [len(p) + b for p, b in zip(prompts, max_new_tokens, strict=True)]
         for batch in _batches(lengths, self.backend.batch_tokens):
             self.backend.check_cancelled()
@@ -353,7 +379,9 @@ class View:
                     pad_token_id=pad,
                     return_dict_in_generate=True,
                     output_logits=True,
+                    stopping_criteria=[_StopWhenCancelled(self.backend.cancel)],
                 )
+            self.backend.check_cancelled()  # a generation the cancel event cut short is discarded
             self.backend.forward_passes += len(gen.logits)
             for step, logits in enumerate(gen.logits):
                 bad = int((~torch.isfinite(logits)).sum())
@@ -362,11 +390,15 @@ class View:
                         f"the {self.name} view produced {bad} non-finite logit(s) at decoding step {step}; "
                         "the adapter or the base model is broken"
                     )
+            first = torch.log_softmax(gen.logits[0].double(), dim=-1).cpu()  # (batch, V)
+            top = torch.topk(first, min(top_k, first.shape[-1]))
             for row, i in enumerate(batch):
                 new = gen.sequences[row, width:].cpu().tolist()[: max_new_tokens[i]]
                 stop = next((j for j, token in enumerate(new) if token in self.backend.eos_ids), len(new))
                 out[i] = new[:stop]
-        return out
+                ids, values = top.indices[row].numpy(), top.values[row].numpy()
+                dists[i] = TokenDist(ids.astype(np.int64), values.astype(np.float64), self.backend.vocab_size)
+        return out, [dists[i] for i in range(len(prompts))]
 
     def _map(
         self, keys: Sequence[tuple[Any, ...]], sequences: Sequence[list[int]], compute: Callable[[int, Any], Any]

@@ -3,8 +3,9 @@
 A report is written beside the adapter version it evaluated: ``<adapters>/<doc_key>/versions/vNNNN/
 eval.json`` (:func:`report_path`), atomically. A document's key in the adapter store is its frontmatter
 ``dlm_id`` (:func:`adapter_key`: dlm keys its own store the same way), so renaming or moving the file
-keeps its adapters. :func:`history` reads every version's report back; :func:`plot_history` draws the
-probe pass rate and overall score per version into a PNG (matplotlib, Agg backend).
+keeps its adapters. :func:`current_versions` finds the documents that have an adapter; :func:`history` reads
+every version's report back, :func:`last_report` the newest; :func:`plot_history` draws the probe pass rate
+and overall score per version into a PNG (matplotlib, Agg backend).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import structlog
 
 from learnerd.eval.report import Report, ReportError, load_report
 from learnerd.eval.score import recall_counts
-from learnerd.store.adapters import AdapterStore, AdapterVersion
+from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
 from learnerd.store.atomic import atomic_write_bytes
-from learnerd.store.dlm import Document
+from learnerd.store.dlm import Document, DocumentError, read_document
 
 log = structlog.get_logger(__name__)
 
@@ -38,6 +39,23 @@ def report_path(version: AdapterVersion) -> Path:
     return version.path / REPORT_FILE
 
 
+def current_versions(store: AdapterStore, docs_roots: Sequence[Path]) -> dict[Path, AdapterVersion]:
+    """Every ``.dlm`` document under the directories ``docs_roots`` that has a current adapter version → that
+    version, in path order. A document that cannot be read or parsed, or whose store entry is unreadable, is
+    logged and left out."""
+    found = {}
+    for directory in docs_roots:
+        for path in sorted(Path(directory).rglob("*.dlm")) if Path(directory).is_dir() else []:
+            try:
+                version = store.current(adapter_key(read_document(path)))
+            except (DocumentError, AdapterStoreError, OSError) as exc:
+                log.info("no adapter looked up for a document", path=str(path), error=str(exc))
+                continue
+            if version is not None:
+                found[path] = version
+    return found
+
+
 def version_reports(
     store: AdapterStore, doc_key: str, *, newest_first: bool = False
 ) -> Iterator[tuple[AdapterVersion, Report]]:
@@ -52,6 +70,11 @@ def version_reports(
             yield version, load_report(path)
         except ReportError as exc:
             log.warning("unreadable evaluation report skipped", path=str(path), error=str(exc))
+
+
+def last_report(store: AdapterStore, doc_key: str) -> tuple[AdapterVersion, Report] | None:
+    """The newest version of ``doc_key`` that has a readable report, with it; None when none has."""
+    return next(version_reports(store, doc_key, newest_first=True), None)
 
 
 @dataclass(frozen=True)

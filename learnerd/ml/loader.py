@@ -21,8 +21,8 @@ torch's init functions; converting a GGUF file and building the built-in tiny mo
 model constructions too (and two threads converting one file would both convert it). So every one of
 them — :func:`load_pretrained` (base models, GGUF conversion), :func:`load_adapter` (peft), and inside
 :func:`loading` the tiny model's build, a new LoRA adapter for training and the embedder's load — holds
-this module's one re-entrant lock. Loads wait for each other (seconds); generation and evaluation on models already loaded do not
-wait.
+this module's one re-entrant lock. Loads wait for each other (seconds); generation and evaluation on models
+already loaded do not wait.
 
 **The known-answer check** (:func:`check_model`) runs after every load, before the model is returned:
 nothing was newly initialised, nothing is left on the meta device, tied weights are one tensor, and

@@ -58,7 +58,7 @@ import anyio.to_thread
 import structlog
 
 from learnerd.eval.harvest import HarvestResult, auto_harvest
-from learnerd.eval.history import adapter_key, report_path, version_reports
+from learnerd.eval.history import adapter_key, current_versions, report_path, version_reports
 from learnerd.eval.probes.base import EvalOptions
 from learnerd.eval.probes.recall import KIND as RECALL
 from learnerd.eval.probes.recall import normalize
@@ -70,8 +70,9 @@ from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.base_model import BaseModelError, resolve_base_model
 from learnerd.ml.device import DeviceError, resolve_device
 from learnerd.reconcilers.spec import ADAPTERS, AdapterCommit, ControllerSpec, Watch, Wiring
+from learnerd.runtime.progress import ProgressBoard
 from learnerd.runtime.reconcile import Result, TerminalError
-from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
+from learnerd.store.adapters import AdapterStore, AdapterVersion
 from learnerd.store.dlm import Document, DocumentError, read_document
 
 log = structlog.get_logger(__name__)
@@ -145,22 +146,23 @@ class EvaluationReconciler:
         self.stuck: dict[str, tuple[str, ...]] = {}  # document key -> stuck probe names, as of its last reconcile
         self.recall: dict[str, dict[str, int | str]] = {}  # document key -> exact_recall() of its current version
         self.failed: dict[str, FailedAttempt] = {}  # document key -> its failed attempts since its last report
+        #: The steps of every evaluation in flight (:meth:`progress`), updated from the evaluation's thread.
+        self.board = ProgressBoard()
 
     def failed_attempts(self) -> dict[str, dict[str, Any]]:
         """:attr:`failed` as JSON-able dicts, by document path (for ``learnerd ctl status``)."""
         return {key: dataclasses.asdict(attempt) for key, attempt in list(self.failed.items())}
 
+    def progress(self) -> dict[str, dict[str, Any]]:
+        """Every evaluation in flight: its document path → ``step`` of ``total``
+        (:func:`~learnerd.eval.suite.total_steps`), ``elapsed_s``, ``s_per_step``, ``eta_s`` (seconds), the
+        ``version`` evaluated and the step done last (``after``)
+        (:class:`~learnerd.runtime.reconcile.ProgressReporter`)."""
+        return self.board.snapshot()
+
     def resync_keys(self) -> list[str]:
         """Every ``.dlm`` document under the docs directories that has a current adapter version."""
-        keys = []
-        for directory in self._docs_dirs:
-            for path in sorted(Path(directory).rglob("*.dlm")) if Path(directory).is_dir() else []:
-                try:
-                    if self.store.current(adapter_key(read_document(path))) is not None:
-                        keys.append(str(path))
-                except (DocumentError, AdapterStoreError, OSError) as exc:
-                    log.info("evaluation.resync_skipped", path=str(path), error=str(exc))
-        return keys
+        return [str(path) for path in current_versions(self.store, self._docs_dirs)]
 
     async def reconcile(self, key: str) -> Result:
         cancel, finished = threading.Event(), threading.Event()
@@ -239,10 +241,12 @@ class EvaluationReconciler:
         total = total_steps(self.options)
         log.info("evaluation.started", path=str(path), version=version.name, steps=total, threads=threads)
         done = 0
+        self.board.begin(str(path), total, version=version.name)
 
         def progress(step: str) -> None:
             nonlocal done
             done += 1
+            self.board.update(str(path), done, after=step)
             log.info("evaluation.progress", path=str(path), version=version.name, step=done, of=total, done=step)
 
         try:
@@ -257,6 +261,8 @@ class EvaluationReconciler:
         except Exception as exc:
             self._failed_attempt(path, version, exc)
             raise
+        finally:
+            self.board.end(str(path))
         stuck = stuck_probes(self.store, version.doc_key, report, self.settings.max_failing_cycles)
         if stuck:
             note = (

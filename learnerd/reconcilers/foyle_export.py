@@ -82,13 +82,12 @@ class FoyleExportReconciler:
             self.changes["written"] += 1
         return Result()
 
-
     def _check_dim(self, dim: int) -> None:
         if dim == foyle_examples.FOYLE_EMBEDDING_DIM or self.warnings:
             return
         message = (
             f"foyle loads only {foyle_examples.FOYLE_EMBEDDING_DIM}-d embeddings; the exported files carry "
-            f"{dim}-d vectors of {self._model}, so foyle will refuse them: set [embeddings] backend = \"openai\" "
+            f'{dim}-d vectors of {self._model}, so foyle will refuse them: set [embeddings] backend = "openai" '
             "with foyle's model (text-embedding-3-small)"
         )
         self.warnings.append(message)

@@ -56,6 +56,7 @@ from learnerd.ml.settings import TrainingSettings
 from learnerd.ml.train_runner import TrainingFailed, WarmSpare
 from learnerd.reconcilers.probes import document_router
 from learnerd.reconcilers.spec import ADAPTERS, AdapterCommit, ControllerSpec, Wiring
+from learnerd.runtime.progress import ProgressBoard
 from learnerd.runtime.reconcile import Result, TerminalError
 from learnerd.store.adapters import AdapterStore, AdapterVersion
 from learnerd.store.dlm import (
@@ -178,6 +179,8 @@ class TrainingReconciler:
         self._replay = ReplayPolicy(settings.replay_ratio, settings.replay_min_rows)
         self._owners: dict[str, str] = {}  # dlm_id -> path of the document trained under it
         self.in_flight: dict[str, float] = {}  # key -> clock() at the start of its cycle
+        #: The optimizer steps of every cycle in flight (:meth:`progress`), from the start of its training process.
+        self.board = ProgressBoard(clock)
         self.recent_cycles_s: deque[float] = deque(maxlen=RECENT_CYCLES)
         self.undertrained: dict[str, str] = {}  # key -> the undertrained line of its last committed cycle
         self.changes: Counter[str] = Counter()  # adapters committed, probes written
@@ -187,6 +190,12 @@ class TrainingReconciler:
     def resync_keys(self) -> list[str]:
         """The documents with probes pending in the journal (the file watch lists the watched documents)."""
         return self.journal.documents() if self.journal is not None else []
+
+    def progress(self) -> dict[str, dict[str, Any]]:
+        """Every cycle whose training process runs: its document path → optimizer ``step`` of ``total``,
+        ``elapsed_s``, ``s_per_step``, ``eta_s`` (seconds), the document's ``doc_key`` (its ``dlm_id``) and the
+        last step's ``loss`` (nats per token) (:class:`~learnerd.runtime.reconcile.ProgressReporter`)."""
+        return self.board.snapshot()
 
     def stop(self) -> None:
         """Cancel every cycle in flight and start no new one (shutdown). A cancelled cycle's training
@@ -225,6 +234,7 @@ class TrainingReconciler:
         *,
         fresh: bool = False,
         on_progress: Callable[[ProgressEvent], None] | None = None,
+        on_start: Callable[[], None] | None = None,
     ) -> CycleReport:
         """Drain injected probes into ``path``, then plan, train and commit one cycle (``learnerd train``).
 
@@ -232,6 +242,7 @@ class TrainingReconciler:
             path: the document.
             fresh: train a new adapter on every row even if an incremental cycle (or none) would do.
             on_progress: called after every optimizer step.
+            on_start: called when the training process starts (not at all when there is nothing to train).
 
         Raises:
             FileNotFoundError: the document does not exist (and no probes wait for it).
@@ -253,9 +264,10 @@ class TrainingReconciler:
         self._scopes.add(scope)
         try:
             with scope:
-                report = await self._cycle(path, fresh, on_progress, started)
+                report = await self._cycle(path, fresh, on_progress, on_start, started)
         finally:
             self._scopes.discard(scope)
+            self.board.end(key)
             del self.in_flight[key]
         if scope.cancelled_caught:
             raise CycleCancelled(f"{key}: cycle cancelled; the daemon is stopping")
@@ -272,7 +284,12 @@ class TrainingReconciler:
         return report
 
     async def _cycle(
-        self, path: Path, fresh: bool, on_progress: Callable[[ProgressEvent], None] | None, started: float
+        self,
+        path: Path,
+        fresh: bool,
+        on_progress: Callable[[ProgressEvent], None] | None,
+        on_start: Callable[[], None] | None,
+        started: float,
     ) -> CycleReport:
         await anyio.to_thread.run_sync(resolve_device, self.settings.device)  # refuse a missing GPU before anything
         probes_written = await anyio.to_thread.run_sync(self._write_probes, path)
@@ -284,6 +301,18 @@ class TrainingReconciler:
         training = document_training(fm.raw.get("training"), builtin=base.builtin)
         config = check_trainable(training.config)
         self._claim(document, path)
+        key = str(path)
+
+        def training_started(pid: int) -> None:
+            self.board.begin(key, doc_key=fm.dlm_id)
+            if on_start is not None:
+                on_start()
+
+        def stepped(event: ProgressEvent) -> None:
+            self.board.update(key, event.step, event.total_steps, loss=round(event.loss, 4))
+            if on_progress is not None:
+                on_progress(event)
+
         outcome = await train_cycle(
             self.store,
             fm.dlm_id,
@@ -296,7 +325,8 @@ class TrainingReconciler:
             num_threads=self.settings.num_threads or None,
             niceness=self.settings.niceness,
             device=self.settings.device,
-            on_progress=on_progress,
+            on_progress=stepped,
+            on_start=training_started,
             spare=self.spare,
         )
         return CycleReport(path, fm.dlm_id, outcome, probes_written, self._clock() - started)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -62,3 +62,16 @@ class BatchReconciler(Reconciler, Protocol):
     batch_size: int
 
     async def reconcile_batch(self, keys: Sequence[str]) -> Mapping[str, Result | BaseException]: ...
+
+
+@runtime_checkable
+class ProgressReporter(Protocol):
+    """A reconciler whose reconciles are long (training, evaluation) and say how far along they are: the
+    admin status shows :meth:`progress` per key in flight and the metrics export it; a reconciler without
+    it shows only its keys in flight."""
+
+    def progress(self) -> Mapping[str, Mapping[str, Any]]:
+        """Every key in flight → ``{"step", "total", "elapsed_s", "s_per_step", "eta_s"}`` (None where not
+        known yet) and the reconciler's own JSON-able fields
+        (:meth:`learnerd.runtime.progress.ProgressBoard.snapshot`)."""
+        ...

@@ -150,3 +150,27 @@ def test_a_set_cancel_event_stops_the_next_batch(backend):
     backend.cancel.set()
     with pytest.raises(EvaluationCancelled), backend.as_base() as base:
         base.next_token_dist([1, 2, 3])
+
+
+def test_a_cancel_during_a_generation_stops_it_at_the_next_decoding_step(backend):
+    prompt, budget = Encoder(backend.tokenizer).prompt(QUESTION), 64
+    cancel_at: int | None = None
+    steps = 0
+
+    def count_step(*_: object) -> None:  # the output head runs once per decoding step
+        nonlocal steps
+        steps += 1
+        if steps == cancel_at:
+            backend.cancel.set()  # as the daemon's drain does, from another thread
+
+    hook = backend.model.get_output_embeddings().register_forward_hook(count_step)
+    try:
+        with backend.as_finetuned() as ft:
+            ft.generate(prompt, budget)
+            uncancelled, steps, cancel_at = steps, 0, 3
+            with pytest.raises(EvaluationCancelled):
+                ft.generate(prompt, budget)
+    finally:
+        hook.remove()
+    assert uncancelled > 10, "the generation would run on for many more steps"
+    assert steps == cancel_at, "no decoding step after the one during which the cancel event was set"

@@ -8,7 +8,9 @@ composed for learnerd — knowledge, arithmetic, short writing and code — one 
 each question rendered as training renders one (:meth:`~learnerd.eval.inputs.Encoder.prompt`). An answer is
 *right* when it contains the gold (:func:`contains`: ignoring case, not inside a longer word or number).
 
-The base's answers decide which items count (those it answers right); the adapter answers only those.
+The base's answers decide which items count (those it answers right); the adapter answers only those (one
+token for the others: a generation's first step is the next-token distribution the divergence needs,
+:meth:`~learnerd.eval.backend.View.answers`, so each view runs the pool's prompts once).
 ``raw`` and ``score`` are the fraction the adapter still answers right (``kept / base_right``); the verdict
 passes when it is at least ``retention_min_kept`` (default 0.95). Evidence: ``pool_size``, ``base_right``,
 ``kept``, ``kept_fraction``, ``by_category`` (``{category: {"base_right", "kept"}}``), ``lost`` (the first 5
@@ -105,14 +107,17 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
     prompts = [encoder.prompt(item.prompt) for item in pool]
     budget = opts.retention_max_new_tokens
     with ctx.backend.as_base() as base:
-        base_answers = [encoder.decode(ids) for ids in base.generate_many(prompts, [budget] * len(prompts))]
-        right = [i for i, item in enumerate(pool) if contains(base_answers[i], item.gold)]
-        if not right:
-            raise NotApplicable(f"the base model answers none of the {len(pool)} general questions right")
-        base_dists = base.next_token_dists(prompts, opts.top_k)
+        base_ids, base_dists = base.answers(prompts, [budget] * len(prompts), opts.top_k)
+    base_answers = [encoder.decode(ids) for ids in base_ids]
+    right = [i for i, item in enumerate(pool) if contains(base_answers[i], item.gold)]
+    if not right:
+        raise NotApplicable(f"the base model answers none of the {len(pool)} general questions right")
+    budgets = [1] * len(pool)  # one token where the base was wrong: its first step's distribution is all needed
+    for i in right:
+        budgets[i] = budget
     with ctx.backend.as_finetuned() as ft:
-        answers = [encoder.decode(ids) for ids in ft.generate_many([prompts[i] for i in right], [budget] * len(right))]
-        ft_dists = ft.next_token_dists(prompts, opts.top_k)
+        ft_ids, ft_dists = ft.answers(prompts, budgets, opts.top_k)
+    answers = [encoder.decode(ft_ids[i]) for i in right]
     kept = {i for i, answer in zip(right, answers, strict=True) if contains(answer, pool[i].gold)}
     lost = [
         {"prompt": pool[i].prompt, "gold": pool[i].gold, "base_answer": base_answers[i], "answer": answer}
