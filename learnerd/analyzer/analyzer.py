@@ -143,6 +143,8 @@ class Analyzer:
             :mod:`learnerd.store.watermarks`).
         redactor: replaces secrets in every record before it is stored (:mod:`learnerd.privacy.redact`);
             None stores records as read.
+        join_window_s: executions join the answers learnerd served at most this many seconds before them
+            (``[suggestions] join_window_s``, :func:`learnerd.store.suggestions.resolve`); None joins nothing.
 
     Use :meth:`sync` to ingest what the files hold now, :meth:`run` to keep ingesting until
     cancelled; :meth:`close` (or ``with``) releases the file handles the analyzer keeps.
@@ -159,9 +161,11 @@ class Analyzer:
         registry: CollectorRegistry | None = None,
         host: str = "",
         redactor: Redactor | None = None,
+        join_window_s: float | None = None,
     ) -> None:
         self._conn = conn
         self._redactor = redactor
+        self._join_window_s = join_window_s
         self._host = host
         self._roots = tuple(dict.fromkeys(os.path.abspath(os.path.expanduser(os.fspath(d))) for d in log_dirs))
         self._notify = notify
@@ -470,7 +474,7 @@ class Analyzer:
                 if t.json_document:
                     results.append(ingest.LineResult(ingest.FOREIGN, reason=JSON_DOCUMENT_REASON))
                 else:
-                    results.append(ingest.ingest_line(self._conn, raw, now, self._redactor))
+                    results.append(ingest.ingest_line(self._conn, raw, now, self._redactor, self._join_window_s))
             put_watermark(self._conn, new, now, self._host)
             if any(r.trace_id for r in results):
                 pending = pending_records(self._conn)

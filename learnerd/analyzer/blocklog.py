@@ -27,6 +27,10 @@ Fields common to every event:
 ``eval_mode`` (boolean, optional, default false)
     The block was produced while evaluating the assistant; such blocks are never learned from.
     Once an event marks a block as eval mode, it stays so.
+``session`` (string, optional, 1 to 256 characters)
+    The session the event happened in (an assistant's conversation, a terminal), as the writer names
+    it; all events of a block name the same one. An executed event in session S resolves the answer learnerd served
+    with ``metadata={"session": S}`` (:mod:`learnerd.store.suggestions`).
 
 Per type:
 
@@ -89,19 +93,22 @@ def parse_event(obj: dict[str, Any]) -> BlockEvent:
         raise MalformedLine(f"block_id must be 1 to {MAX_BLOCK_ID_CHARS} characters long")
     when = parse_time(obj.get("time"))
     eval_mode = optional(obj, "eval_mode", bool, False)
+    session = optional(obj, "session", str, None)
+    if session is not None and not 1 <= len(session) <= MAX_BLOCK_ID_CHARS:
+        raise MalformedLine(f"session must be 1 to {MAX_BLOCK_ID_CHARS} characters long")
     if event_type == "context":
         cells = require(obj, "cells", list)
         context = tuple(_cell(c, f"cells[{i}]") for i, c in enumerate(cells))
-        return BlockEvent(block_id, SOURCE, when, context=context, eval_mode=eval_mode)
+        return BlockEvent(block_id, SOURCE, when, context=context, eval_mode=eval_mode, session=session)
     cell = _cell(require(obj, "cell", dict), "cell")
     if event_type == "generated":
-        return BlockEvent(block_id, SOURCE, when, generated=cell, eval_mode=eval_mode)
+        return BlockEvent(block_id, SOURCE, when, generated=cell, eval_mode=eval_mode, session=session)
     if cell.kind != "code":
         raise MalformedLine("an executed cell must be of kind 'code'")
     if "exit_code" not in obj:
         raise MalformedLine("missing field 'exit_code' (null when unknown)")
     exit_code = optional(obj, "exit_code", int, None)
-    return BlockEvent(block_id, SOURCE, when, executed=cell, exit_code=exit_code, eval_mode=eval_mode)
+    return BlockEvent(block_id, SOURCE, when, executed=cell, exit_code=exit_code, eval_mode=eval_mode, session=session)
 
 
 def _parse(conn: sqlite3.Connection, obj: dict[str, Any], now: float) -> Parsed:
@@ -131,11 +138,12 @@ def event_line(
     cell: Cell | None = None,
     exit_code: int | None = None,
     eval_mode: bool = False,
+    session: str | None = None,
 ) -> str:
     """One block-log line (with its trailing newline) for writers: converters, tests, benchmarks.
 
     Pass ``cells`` for ``"context"``, ``cell`` for ``"generated"``, ``cell`` and ``exit_code`` for
-    ``"executed"``. The result always parses back with :func:`parse_event`.
+    ``"executed"``; ``session`` for any. The result always parses back with :func:`parse_event`.
 
     Raises:
         ValueError: the arguments do not fit ``event_type``.
@@ -155,5 +163,7 @@ def event_line(
         raise ValueError(f"unknown event type {event_type!r}")
     if eval_mode:
         obj["eval_mode"] = True
+    if session is not None:
+        obj["session"] = session
     parse_event(obj)
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"

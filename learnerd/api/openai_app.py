@@ -10,6 +10,10 @@ examples nearest to the last user message go in before it as user/assistant turn
 puts its few-shot examples in the prompt. Every response carries ``"learnerd": {"adapter", "doc_key",
 "max_tokens", "retrieved"}`` (the first chunk of a stream), so a client sees what answered it.
 
+Every finished answer is remembered (:meth:`~learnerd.api.surface.ControlSurface.record_served`,
+:mod:`learnerd.store.suggestions`), with the client's session id from ``metadata`` ``{"session": S}`` or
+``user``, so that the person running it later counts for the adapter version that answered.
+
 Errors have OpenAI's body, ``{"error": {"message", "type", "param", "code"}}``: 400 bad JSON or fields,
 a prompt longer than the context; 401 no or wrong bearer token; 404 unknown model or path; 413 a body
 over ``[serve] max_body_bytes``; 429 with ``Retry-After`` when ``[serve] queue_size`` completions are
@@ -57,6 +61,7 @@ from learnerd.ml.serving import (
     ServedModels,
 )
 from learnerd.store.adapters import AdapterStoreError
+from learnerd.store.suggestions import ServedAnswer
 
 log = structlog.get_logger(__name__)
 
@@ -380,6 +385,8 @@ class OpenAIEndpoint:
             finish_reason=done.finish_reason,
             duration_s=round(time.perf_counter() - received, 6),
         )
+        if done.finish_reason != "cancelled":  # learnerd remembers what it served (learnerd.store.suggestions)
+            self.control.record_served(_served_answer(p, done))
 
 
 def _usage(done: Finished) -> Usage:
@@ -387,6 +394,20 @@ def _usage(done: Finished) -> Usage:
         prompt_tokens=done.prompt_tokens,
         completion_tokens=done.completion_tokens,
         total_tokens=done.prompt_tokens + done.completion_tokens,
+    )
+
+
+def _served_answer(p: _Prepared, done: Finished) -> ServedAnswer:
+    """The answer as a suggestion: the two halves of its ``system_fingerprint``, the request's own turns
+    (without the retrieved examples and the document's system prompt), the ids retrieved."""
+    return ServedAnswer(
+        document=p.info["doc_key"] or p.model_id,
+        version=done.adapter or "base",
+        session=p.request.session(),
+        turns=tuple(("system" if m.role == "developer" else m.role, m.text()) for m in p.request.messages),
+        answer=done.text,
+        retrieved=tuple(str(h["id"]) for h in p.info["retrieved"]),
+        served_at=time.time(),
     )
 
 

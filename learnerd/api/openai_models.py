@@ -59,6 +59,14 @@ class ChatCompletionRequest(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     learnerd: LearnerdOptions | None = None
+    metadata: dict[str, str] | None = Field(default=None, max_length=16)
+    user: str | None = Field(default=None, max_length=256)
+
+    def session(self) -> str | None:
+        """The client's session id: ``metadata["session"]``, else ``user``, else None (a blank one is none).
+        An execution in that session later resolves the answer (:mod:`learnerd.store.suggestions`)."""
+        session = (self.metadata or {}).get("session") or self.user
+        return (session.strip()[:256] or None) if session else None
 
     @field_validator("stop")
     @classmethod

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from learnerd.store.suggestions import ServedAnswer
+
 
 class ControlSurface(Protocol):
     """The admin and search operations, each returning JSON-able data (docs/operations.md)."""
@@ -43,3 +45,8 @@ class ControlSurface(Protocol):
     def set_log_level(self, level: str) -> dict[str, Any]: ...
 
     async def search(self, text: str, k: int) -> list[Any]: ...
+
+    def record_served(self, answer: ServedAnswer) -> None:
+        """Remember an answer served (redacted first, one transaction; :mod:`learnerd.store.suggestions`).
+        Never raises: a store failure is logged and the answer goes out unrecorded."""
+        ...

@@ -58,6 +58,7 @@ import structlog
 from prometheus_client import CollectorRegistry
 
 from learnerd.analyzer.analyzer import Analyzer
+from learnerd.analyzer.ingest import STORE_ERRORS
 from learnerd.analyzer.stats import AnalyzerStats
 from learnerd.api.blocks import BlocksEndpoint
 from learnerd.api.rpc import RpcServer
@@ -81,13 +82,15 @@ from learnerd.runtime.controller import Controller, ControllerStats
 from learnerd.runtime.controller_metrics import ControllerMetrics
 from learnerd.runtime.reconcile import ProgressReporter, Reconciler
 from learnerd.runtime.workqueue import PrometheusMetricsProvider, RateLimitingQueue, default_controller_rate_limiter
+from learnerd.sources.served_answers import record_answer
 from learnerd.sources.training_intake import TrainingIntake
-from learnerd.store import db
+from learnerd.store import db, suggestions
 from learnerd.store.blocks import count_blocks, list_block_ids
 from learnerd.store.embeddings import count_vectors, load_index
 from learnerd.store.examples import count_examples, get_examples
 from learnerd.store.ingest_log import IngestLog
 from learnerd.store.state_dir import secure_state_dir
+from learnerd.store.suggestions import ServedAnswer
 
 log = structlog.get_logger(__name__)
 
@@ -205,7 +208,9 @@ class Daemon:
             registry=self.registry,
             host=self.fleet.host if self.fleet is not None else "",
             redactor=self.redactor,
+            join_window_s=cfg.suggestions.join_window_s,
         )
+        self.metrics.watch_suggestions(lambda: suggestions.counts(self.conn))
         self._started = time.monotonic()
         self._serve_scopes: list[anyio.CancelScope] = []  # the running task group's and the drain's
         self.training_intake: TrainingIntake | None = None
@@ -361,6 +366,31 @@ class Daemon:
         assert self.served is not None
         self.served.adapter_committed(commit.version, wiring.served_model(commit.doc_path))
 
+    def record_served(self, answer: ServedAnswer) -> str | None:
+        """Remember an answer served: redacted, then a served block and an open suggestion in one transaction
+        (:func:`learnerd.sources.served_answers.record_answer`); returns the block id, or None when the store
+        failed (logged: the answer is still given, unremembered)."""
+        try:
+            return record_answer(self.conn, answer, self.redactor, self.clock())
+        except STORE_ERRORS as exc:
+            log.warning("served answer not remembered: the store failed", document=answer.document, error=str(exc))
+            return None
+
+    async def _prune_suggestions(self) -> None:
+        """Every ``[suggestions] prune_interval_s`` (first at start-up): remove the suggestions older than
+        ``retention_days`` (:func:`learnerd.store.suggestions.prune`)."""
+        settings = self.cfg.suggestions
+        while True:
+            try:
+                with db.transaction(self.conn):
+                    removed = suggestions.prune(self.conn, self.clock() - settings.retention_days * 86400.0)
+            except STORE_ERRORS as exc:
+                log.warning("expired suggestions not removed; retrying later", error=str(exc))
+            else:
+                if removed:
+                    log.info("expired suggestions removed", removed=removed, retention_days=settings.retention_days)
+            await anyio.sleep(settings.prune_interval_s)
+
     def enqueue_blocks(self, block_ids: Iterable[str]) -> int:
         """Put blocks and everything derived from them on their queues; return how many blocks.
 
@@ -428,7 +458,9 @@ class Daemon:
 
                 async def analyze() -> None:
                     with analyzer_scope:
-                        await self.analyzer.run()
+                        async with anyio.create_task_group() as intake_tg:
+                            intake_tg.start_soon(self._prune_suggestions, name="prune-suggestions")
+                            await self.analyzer.run()
 
                 tg.start_soon(analyze, name="analyzer")
             self._serve_scopes = [tg.cancel_scope]

@@ -45,7 +45,7 @@ from learnerd.reconcilers.settings import (
 )
 from learnerd.sections import ConfigError, Section, resolve_path
 from learnerd.steering.settings import SteeringConfig
-from learnerd.store.settings import StoreConfig
+from learnerd.store.settings import StoreConfig, SuggestionsConfig
 
 if TYPE_CHECKING:
     from learnerd.store.layout import StateLayout
@@ -128,6 +128,7 @@ class Config(Section):
     evaluation: EvaluationSettings = Field(default_factory=EvaluationSettings)
     rpc: RpcConfig = Field(default_factory=RpcConfig)
     serve: ServeConfig = Field(default_factory=ServeConfig)
+    suggestions: SuggestionsConfig = Field(default_factory=SuggestionsConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     fleet: FleetConfig = Field(default_factory=FleetConfig)

@@ -39,6 +39,7 @@ from learnerd.store.blocks import count_blocks, list_block_ids
 from learnerd.store.embeddings import count_vectors
 from learnerd.store.examples import count_examples
 from learnerd.store.retrieval import SearchHit, describe_hits, nearest
+from learnerd.store.suggestions import ServedAnswer, counts
 
 log = structlog.get_logger(__name__)
 
@@ -254,6 +255,7 @@ class DaemonControl:
             "fleet": daemon.fleet.status(list_block_ids(daemon.conn)) if daemon.fleet is not None else None,
             "warnings": [w for r in daemon.reconcilers.values() for w in getattr(r, "warnings", ())],
             "privacy": {"redacted": daemon.analyzer.stats.redactions, "refused": dict(daemon.examples.refusals)},
+            "suggestions": counts(daemon.conn),
         }
 
     # ------------------------------------------------------------------ steer
@@ -385,6 +387,10 @@ class DaemonControl:
         previous = set_log_level(level)
         log.info("log level changed", level=current_level(), previous=previous)
         return {"level": current_level(), "previous": previous}
+
+    def record_served(self, answer: ServedAnswer) -> None:
+        """Remember an answer the endpoint served (:meth:`~learnerd.daemon.app.Daemon.record_served`)."""
+        self.daemon.record_served(answer)
 
     async def search(self, text: str, k: int) -> list[SearchHit]:
         """The ``k`` learned examples nearest to ``text``, best first, from the live index.

@@ -18,7 +18,12 @@
   evaluation raised), each retried with backoff and never written as a report;
 * ``learnerd_evaluation_score{document}``: sway's overall score of the document's last evaluation, in [0, 1];
 * ``learnerd_probe_pass_rate{document}``: passing / judged ``probe_recall`` probes of that evaluation;
-* ``learnerd_search_duration_seconds``: seconds per ``POST /search`` answered from the live index (histogram).
+* ``learnerd_search_duration_seconds``: seconds per ``POST /search`` answered from the live index (histogram);
+* ``learnerd_suggestions_total{document, version, outcome}``: answers served (``outcome="served"``) and how
+  they were resolved (``accepted``, ``edited``, ``failed``) per adapter version, read from the store at each
+  scrape (:func:`learnerd.store.suggestions.counts`: totals kept in the database, so they survive restarts;
+  every replica of a fleet reports the same totals). Here ``document`` is the ``dlm_id``, as in the answers'
+  ``system_fingerprint``.
 
 The ``document`` label is the document's path, as the training and evaluation keys are.
 """
@@ -30,13 +35,15 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from learnerd import __version__
+from learnerd.analyzer.ingest import STORE_ERRORS
 from learnerd.eval.report import Report
 from learnerd.eval.score import recall_counts
 from learnerd.reconcilers.training import CycleReport
@@ -81,6 +88,35 @@ class ProgressCollector:
                     planned.add_metric([key], total)
                     ratio.add_metric([key], min(1.0, step / total) if total > 0 else 1.0)
             yield from (ratio, done, planned)
+
+
+#: Document → version → outcome → count (:func:`learnerd.store.suggestions.counts`).
+SuggestionCounts = Callable[[], Mapping[str, Mapping[str, Mapping[str, int]]]]
+
+
+class SuggestionsCollector:
+    """``learnerd_suggestions_total{document, version, outcome}``, read from ``source`` at each scrape; a
+    store failure is logged and the family is left out of that scrape."""
+
+    def __init__(self, source: SuggestionCounts, errors: tuple[type[BaseException], ...]) -> None:
+        self._source, self._errors = source, errors
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "learnerd_suggestions",
+            "Answers served (outcome=served) and their outcomes (accepted, edited, failed), per adapter version.",
+            labels=["document", "version", "outcome"],
+        )
+        try:
+            totals = self._source()
+        except self._errors as exc:
+            structlog.get_logger(__name__).warning("suggestion counts unreadable", error=str(exc))
+            return
+        for document, versions in totals.items():
+            for version, outcomes in versions.items():
+                for outcome, n in outcomes.items():
+                    family.add_metric([document, version, outcome], n)
+        yield family
 
 
 class DaemonMetrics:
@@ -150,6 +186,10 @@ class DaemonMetrics:
     def watch_progress(self, source: ProgressSource) -> None:
         """Export the progress ``source`` reports (:class:`ProgressCollector`); call it once."""
         self._registry.register(ProgressCollector(source))
+
+    def watch_suggestions(self, source: SuggestionCounts) -> None:
+        """Export the suggestion totals ``source`` reads (:class:`SuggestionsCollector`); call it once."""
+        self._registry.register(SuggestionsCollector(source, STORE_ERRORS))
 
     def current_adapters(self, versions: Mapping[str, int]) -> None:
         """``learnerd_adapter_version`` of the versions current at start-up: document path → version number."""

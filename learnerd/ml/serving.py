@@ -115,7 +115,7 @@ class Delta:
 class Finished:
     """The end of a job: ``finish_reason`` is ``stop`` (EOS or a stop string), ``length`` (max_tokens) or
     ``cancelled``; token counts are in tokens; ``adapter`` is the version that generated it (None: the base);
-    ``generate_s`` the seconds spent in ``generate``."""
+    ``generate_s`` the seconds spent in ``generate``; ``text`` the whole text its deltas carried."""
 
     finish_reason: str
     prompt_tokens: int
@@ -123,6 +123,7 @@ class Finished:
     adapter: str | None
     generate_s: float
     error: BaseException | None = None
+    text: str = ""
 
 
 @dataclass
@@ -462,6 +463,11 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
     eos_ids = generation_eos_ids(base.loaded.model)
     text = _TextTracker(tokenizer, job.params.stop)
     state = {"prompt_seen": False, "eos": False}
+    emitted: list[str] = []
+
+    def emit(delta: str) -> None:
+        emitted.append(delta)
+        job.emit(Delta(delta))
 
     class Streamer(BaseStreamer):
         def put(self, value: Any) -> None:
@@ -476,12 +482,12 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
                     return
                 delta = text.add(token)
                 if delta:
-                    job.emit(Delta(delta))
+                    emit(delta)
 
         def end(self) -> None:
             delta = text.flush()
             if delta:
-                job.emit(Delta(delta))
+                emit(delta)
 
     class Stop(StoppingCriteria):
         def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
@@ -513,7 +519,7 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
     else:
         reason = "length"
     version = job.version.name if job.version is not None else None
-    return Finished(reason, len(ids), len(text.tokens), version, 0.0)
+    return Finished(reason, len(ids), len(text.tokens), version, 0.0, text="".join(emitted))
 
 
 class _TextTracker:

@@ -41,7 +41,10 @@ class BlockEvent:
     """What one log line (or one joined trace) says about one block. ``None`` means "not said".
 
     ``time`` is the event's own time in seconds since the epoch (it orders events, it is not when
-    the line was read).
+    the line was read). ``session`` is the id of the session the event happened in (an assistant's
+    conversation, a shell), as the program that logged it names it (a block's events name one session;
+    should they differ, the last merged wins); it joins executions to the answers learnerd served in
+    that session (:mod:`learnerd.store.suggestions`).
     """
 
     block_id: str
@@ -53,6 +56,7 @@ class BlockEvent:
     exit_code: int | None = None
     eval_mode: bool | None = None
     suggestion_status: str | None = None
+    session: str | None = None
 
 
 @dataclass
@@ -67,6 +71,7 @@ class Block:
     exit_code: int | None = None
     eval_mode: bool = False
     suggestion_status: str | None = None
+    session: str | None = None
     event_time: float | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
@@ -92,6 +97,7 @@ def _row_to_block(row: sqlite3.Row) -> Block:
         exit_code=row["exit_code"],
         eval_mode=bool(row["eval_mode"]),
         suggestion_status=row["suggestion_status"],
+        session=row["session"],
         event_time=row["event_time"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
@@ -139,6 +145,7 @@ def apply_event(conn: sqlite3.Connection, ev: BlockEvent, now: float) -> bool:
             "eval_mode": 0,
             "executed_time": None,
             "suggestion_status": None,
+            "session": None,
             "event_time": None,
             "created_at": now,
             "updated_at": now,
@@ -161,6 +168,8 @@ def apply_event(conn: sqlite3.Connection, ev: BlockEvent, now: float) -> bool:
         new["eval_mode"] = 1
     if ev.suggestion_status is not None:
         new["suggestion_status"] = ev.suggestion_status
+    if ev.session is not None:
+        new["session"] = ev.session
     new["event_time"] = ev.time if new["event_time"] is None else max(new["event_time"], ev.time)
     if new == old:
         return False

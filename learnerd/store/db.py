@@ -134,6 +134,37 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (document, version)
     )
     """,
+    # 5: learnerd remembers what it served (learnerd.store.suggestions): a block may carry the session id of
+    # the program that logged it; each served answer is a suggestion (its block, the adapter version that
+    # answered, the normalized command) until an execution resolves it; suggestion_counts keeps the totals per
+    # (document, version, outcome), so pruning old suggestions never lowers them.
+    """
+    ALTER TABLE blocks ADD COLUMN session TEXT;
+    CREATE TABLE suggestions (
+        block_id    TEXT PRIMARY KEY,
+        document    TEXT NOT NULL,
+        version     TEXT NOT NULL,
+        session     TEXT,
+        command     TEXT NOT NULL,
+        answer      TEXT NOT NULL,
+        retrieved   TEXT NOT NULL DEFAULT '[]',
+        served_at   REAL NOT NULL,
+        outcome     TEXT,
+        resolved_by TEXT,
+        resolved_at REAL
+    );
+    CREATE INDEX suggestions_session ON suggestions(session, served_at);
+    CREATE INDEX suggestions_command ON suggestions(command, served_at);
+    CREATE INDEX suggestions_served_at ON suggestions(served_at);
+    CREATE INDEX suggestions_resolved_by ON suggestions(resolved_by);
+    CREATE TABLE suggestion_counts (
+        document TEXT NOT NULL,
+        version  TEXT NOT NULL,
+        outcome  TEXT NOT NULL,
+        n        INTEGER NOT NULL,
+        PRIMARY KEY (document, version, outcome)
+    )
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

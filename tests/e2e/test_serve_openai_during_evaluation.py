@@ -52,7 +52,7 @@ BROKEN_ID = "01KPPJZWBDDDYRESSA0HESRDHV"
 
 class Running:
     """What the endpoint asks of a running daemon (:class:`~learnerd.api.surface.ControlSurface`): its state,
-    its readiness (the served models'), and no retrieval (``rag_k`` is 0)."""
+    its readiness (the served models'), no retrieval (``rag_k`` is 0) and no memory of answers."""
 
     state = "running"
 
@@ -64,6 +64,9 @@ class Running:
 
     async def search(self, text: str, k: int) -> list:
         raise AssertionError("rag_k is 0: nothing is retrieved")
+
+    def record_served(self, answer: object) -> None:
+        """Remembers nothing: this test is about serving during an evaluation."""
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,244 @@
+"""What learnerd served, and what became of it: suggestions and their outcomes per adapter version.
+
+Every answer learnerd gives (the OpenAI-compatible endpoint, ``learnerd generate``) is recorded by
+:func:`record` in one transaction as
+
+- a block of source :data:`SOURCE` (id ``served-<32 hex>``): its context the conversation's turns (user
+  turns as markup cells, assistant turns as code cells; system turns are left out: they are the
+  deployment's, not the person's intent), its generated cell the suggested command (:func:`command_of`),
+  its ``session`` the client's session id; and
+- a *suggestion* row: the document (``dlm_id``) and adapter version (``vNNNN``, or ``base``) that answered
+  — the two halves of the answer's ``system_fingerprint`` ``<dlm_id>@vNNNN`` —, the full answer, the ids
+  of the examples retrieved into its prompt, the session, and the command normalized for matching
+  (:func:`normalize_command`).
+
+Callers redact first (:mod:`learnerd.sources.served_answers`): nothing reaches these tables unscreened.
+
+When any reader later reports an execution (a block event with an executed cell, merged by the
+analyzer's one intake), :func:`resolve` looks for the open suggestion it answers, served at most
+``window_s`` seconds before the execution's own time:
+
+1. the execution's session (the event's, else its block's stored one) has an open suggestion: the newest
+   one served before it; identical after whitespace normalization → ``accepted`` (``failed`` when the
+   exit code is non-zero), different → ``edited`` (the person ran something else in that session);
+2. otherwise the newest open suggestion with the identical command whose session is unknown on one side
+   (a suggestion of *another* session never matches) → ``accepted`` or ``failed``.
+
+The suggestion takes the outcome (once: the first execution that resolves it wins, and an execution
+resolves at most one suggestion, so reading a line again changes nothing), the served block gains the
+executed cell and its exit code (so a corrected or accepted answer becomes a learnable example of the
+person's prompt), and :data:`suggestion_counts` adds one. An execution after the window leaves the
+suggestion open; it is never resolved.
+
+``suggestion_counts`` holds the totals per ``(document, version, outcome)`` — outcome :data:`SERVED` for
+each answer recorded, then :data:`ACCEPTED`, :data:`EDITED` or :data:`FAILED` — updated in the transaction
+that records or resolves, so they survive restarts and never go down: :func:`prune` removes suggestions
+older than the retention (and the served blocks that never ran) but not their counts.
+
+On PostgreSQL a suggestion is claimed with ``UPDATE … WHERE outcome IS NULL``, so two replicas reading
+executions at once never resolve one suggestion twice.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from learnerd.store.blocks import BlockEvent, Cell, apply_event, get_block
+
+SOURCE = "served"
+"""The ``source`` of the blocks learnerd's own answers are recorded in."""
+
+SERVED, ACCEPTED, EDITED, FAILED = "served", "accepted", "edited", "failed"
+OUTCOMES = (SERVED, ACCEPTED, EDITED, FAILED)
+"""The ``outcome`` label values of ``learnerd_suggestions_total``, in display order."""
+
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+-]*)[^\n]*\n(.*?)^[ \t]*\1[ \t]*$", re.S | re.M)
+
+
+@dataclass(frozen=True)
+class ServedAnswer:
+    """One answer learnerd gave.
+
+    ``document``: the ``dlm_id`` that answered (a base model's id for a base); ``version``: the adapter
+    version (``vNNNN``) or ``"base"``; ``session``: the client's session id, None when it gave none;
+    ``turns``: the conversation as ``(role, text)`` pairs, roles ``system``/``user``/``assistant``;
+    ``answer``: the text generated; ``retrieved``: ids of the examples put into the prompt; ``served_at``:
+    epoch seconds.
+    """
+
+    document: str
+    version: str
+    session: str | None
+    turns: tuple[tuple[str, str], ...]
+    answer: str
+    retrieved: tuple[str, ...]
+    served_at: float
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A suggestion row as stored (see the module docstring); ``outcome`` None while open."""
+
+    block_id: str
+    document: str
+    version: str
+    session: str | None
+    command: str
+    answer: str
+    retrieved: list[str]
+    served_at: float
+    outcome: str | None
+    resolved_by: str | None
+    resolved_at: float | None
+
+
+def command_of(answer: str) -> Cell:
+    """The command an answer suggests, as a code cell: the body of its first fenced code block (CommonMark
+    backtick or tilde fences, the info string's first word as the language), else the whole answer,
+    surrounding whitespace stripped."""
+    match = _FENCE.search(answer)
+    if match is None:
+        return Cell("code", answer.strip())
+    return Cell("code", match.group(3).strip(), match.group(2))
+
+
+def normalize_command(text: str) -> str:
+    """``text`` with every run of whitespace made one space and the ends stripped: two commands are the
+    same suggestion when these are equal."""
+    return " ".join(text.split())
+
+
+def _prompt_cells(turns: Sequence[tuple[str, str]]) -> tuple[Cell, ...]:
+    kinds = {"user": "markup", "assistant": "code"}
+    return tuple(Cell(kinds[role], text) for role, text in turns if role in kinds)
+
+
+def record(conn: sqlite3.Connection, answer: ServedAnswer, now: float) -> str:
+    """Record ``answer`` (already redacted) as a served block and an open suggestion, and count it
+    :data:`SERVED`; returns the block's id. One transaction: call it inside
+    :func:`learnerd.store.db.transaction`.
+
+    Raises:
+        sqlite3.Error, psycopg.Error: the database failed (nothing of the answer is written).
+    """
+    block_id = f"served-{uuid.uuid4().hex}"
+    generated = command_of(answer.answer)
+    event = BlockEvent(
+        block_id,
+        SOURCE,
+        answer.served_at,
+        context=_prompt_cells(answer.turns),
+        generated=generated,
+        session=answer.session,
+    )
+    apply_event(conn, event, now)
+    conn.execute(
+        "INSERT INTO suggestions (block_id, document, version, session, command, answer, retrieved, served_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            block_id,
+            answer.document,
+            answer.version,
+            answer.session,
+            normalize_command(generated.text),
+            answer.answer,
+            json.dumps(list(answer.retrieved)),
+            answer.served_at,
+        ),
+    )
+    _count(conn, answer.document, answer.version, SERVED)
+    return block_id
+
+
+def _count(conn: sqlite3.Connection, document: str, version: str, outcome: str) -> None:
+    conn.execute(
+        "INSERT INTO suggestion_counts (document, version, outcome, n) VALUES (?, ?, ?, 1)"
+        " ON CONFLICT (document, version, outcome) DO UPDATE SET n = suggestion_counts.n + 1",
+        (document, version, outcome),
+    )
+
+
+def resolve(conn: sqlite3.Connection, ev: BlockEvent, now: float, window_s: float) -> str | None:
+    """Resolve the open suggestion the execution ``ev`` answers (the rules are in the module docstring);
+    returns the served block's id when one was resolved (its row changed), else None. Call it inside the
+    transaction that merged ``ev`` into its block.
+
+    ``window_s``: seconds after serving within which an execution still answers a suggestion.
+    """
+    if ev.executed is None or ev.source == SOURCE:
+        return None
+    if conn.execute("SELECT 1 FROM suggestions WHERE resolved_by = ?", (ev.block_id,)).fetchone() is not None:
+        return None  # this execution already resolved one
+    stored = get_block(conn, ev.block_id)
+    session = ev.session or (stored.session if stored is not None else None)
+    command = normalize_command(ev.executed.text)
+    earliest = ev.time - window_s
+    row = None
+    if session:
+        row = conn.execute(
+            "SELECT * FROM suggestions WHERE outcome IS NULL AND session = ? AND served_at >= ? AND served_at <= ?"
+            " ORDER BY served_at DESC LIMIT 1",
+            (session, earliest, ev.time),
+        ).fetchone()
+    if row is None:
+        row = conn.execute(
+            "SELECT * FROM suggestions WHERE outcome IS NULL AND command = ? AND served_at >= ? AND served_at <= ?"
+            + (" AND session IS NULL" if session else "")
+            + " ORDER BY served_at DESC LIMIT 1",
+            (command, earliest, ev.time),
+        ).fetchone()
+    if row is None:
+        return None
+    ran_ok = ev.exit_code in (None, 0)
+    outcome = EDITED if row["command"] != command else ACCEPTED if ran_ok else FAILED
+    claimed = conn.execute(
+        "UPDATE suggestions SET outcome = ?, resolved_by = ?, resolved_at = ? WHERE block_id = ? AND outcome IS NULL",
+        (outcome, ev.block_id, ev.time, row["block_id"]),
+    )
+    if claimed.rowcount != 1:
+        return None  # another replica resolved it first
+    _count(conn, row["document"], row["version"], outcome)
+    apply_event(conn, BlockEvent(row["block_id"], SOURCE, ev.time, executed=ev.executed, exit_code=ev.exit_code), now)
+    return row["block_id"]
+
+
+def get_suggestion(conn: sqlite3.Connection, block_id: str) -> Suggestion | None:
+    """The suggestion recorded with the served block ``block_id``, or None."""
+    row = conn.execute("SELECT * FROM suggestions WHERE block_id = ?", (block_id,)).fetchone()
+    if row is None:
+        return None
+    return Suggestion(**{**dict(row), "retrieved": json.loads(row["retrieved"])})
+
+
+def counts(conn: sqlite3.Connection, document: str | None = None) -> dict[str, dict[str, dict[str, int]]]:
+    """Totals since the store was created: document → version → outcome → count, every outcome of
+    :data:`OUTCOMES` present (0 when none); only ``document``'s when given."""
+    if document is None:
+        rows = conn.execute("SELECT document, version, outcome, n FROM suggestion_counts ORDER BY document, version")
+    else:
+        rows = conn.execute(
+            "SELECT document, version, outcome, n FROM suggestion_counts WHERE document = ? ORDER BY version",
+            (document,),
+        )
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for doc, version, outcome, n in rows:
+        out.setdefault(doc, {}).setdefault(version, dict.fromkeys(OUTCOMES, 0))[outcome] = n
+    return out
+
+
+def prune(conn: sqlite3.Connection, before: float) -> int:
+    """Delete the suggestions served before ``before`` (epoch seconds), with their served blocks that never
+    ran (a block that gained an executed cell is kept: it is a learned block like any reader's); returns
+    how many suggestions were deleted. The counts are kept. Call it inside a transaction.
+    """
+    conn.execute(
+        "DELETE FROM blocks WHERE source = ? AND executed IS NULL"
+        " AND id IN (SELECT block_id FROM suggestions WHERE served_at < ?)",
+        (SOURCE, before),
+    )
+    return conn.execute("DELETE FROM suggestions WHERE served_at < ?", (before,)).rowcount

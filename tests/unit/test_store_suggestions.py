@@ -1,0 +1,182 @@
+"""Suggestions: an answer served, then an execution read by the analyzer's intake, gives the answer's adapter
+version an outcome — accepted, edited, failed — once, within the join window; old ones are pruned."""
+
+from __future__ import annotations
+
+import pytest
+
+from learnerd.analyzer import ingest
+from learnerd.analyzer.blocklog import event_line
+from learnerd.analyzer.tail import RawLine
+from learnerd.store import db, suggestions
+from learnerd.store.blocks import Cell, get_block
+from learnerd.store.suggestions import ServedAnswer, command_of, counts, get_suggestion, prune, record
+
+SERVED_AT = 1_800_000_000.0
+WINDOW_S = 600.0
+DOC = "01KPPJZWBDDDYRESSA0HESRDHT"
+ANSWER = "List them with:\n```bash\nkubectl get  pods -n dev\n```\nThat shows every pod."
+
+
+@pytest.fixture
+def conn(tmp_path):
+    conn = db.connect(tmp_path / "learnerd.db")
+    yield conn
+    conn.close()
+
+
+def serve(conn, session: str | None = "S", answer: str = ANSWER, at: float = SERVED_AT) -> str:
+    served = ServedAnswer(
+        document=DOC,
+        version="v0002",
+        session=session,
+        turns=(("system", "You are terse."), ("user", "Which pods run in dev?")),
+        answer=answer,
+        retrieved=("ex-1", "ex-2"),
+        served_at=at,
+    )
+    with db.transaction(conn):
+        return record(conn, served, now=at)
+
+
+def run(
+    conn, command: str, *, at: float, exit_code: int | None = 0, session: str | None = "S", block_id: str = "ran-1"
+) -> ingest.LineResult:
+    """One block-log line saying ``command`` ran, through the analyzer's intake (with the join)."""
+    line = event_line(
+        "executed", block_id, at, cell=Cell("code", command, "bash"), exit_code=exit_code, session=session
+    )
+    raw = RawLine(1, line.rstrip("\n").encode(), len(line) - 1)
+    with db.transaction(conn):
+        return ingest.ingest_line(conn, raw, at, join_window_s=WINDOW_S)
+
+
+def totals(conn) -> dict[str, int]:
+    return counts(conn)[DOC]["v0002"]
+
+
+def test_the_served_answer_is_a_block_with_the_prompt_and_the_suggested_command(conn):
+    block_id = serve(conn)
+    block = get_block(conn, block_id)
+    assert block.source == suggestions.SOURCE and block.session == "S"
+    assert block.context == [Cell("markup", "Which pods run in dev?")], "system turns are not the person's intent"
+    assert block.generated == Cell("code", "kubectl get  pods -n dev", "bash")
+    assert block.executed is None
+    row = get_suggestion(conn, block_id)
+    assert (row.command, row.answer, row.retrieved, row.outcome) == (
+        "kubectl get pods -n dev",
+        ANSWER,
+        ["ex-1", "ex-2"],
+        None,
+    )
+    assert totals(conn) == {"served": 1, "accepted": 0, "edited": 0, "failed": 0}
+
+
+def test_the_same_command_run_in_the_session_is_accepted_and_the_block_gains_the_execution(conn):
+    block_id = serve(conn)
+    result = run(conn, "kubectl   get pods -n dev\n", at=SERVED_AT + 30)
+    assert block_id in result.changed, "the served block changed: its example is reconciled"
+    assert get_suggestion(conn, block_id).outcome == "accepted"
+    assert get_suggestion(conn, block_id).resolved_by == "ran-1"
+    block = get_block(conn, block_id)
+    assert (block.executed.text, block.exit_code) == ("kubectl   get pods -n dev\n", 0)
+    assert totals(conn) == {"served": 1, "accepted": 1, "edited": 0, "failed": 0}
+
+
+def test_something_else_run_in_the_session_is_an_edit(conn):
+    block_id = serve(conn)
+    run(conn, "kubectl get pods -n dev -o wide", at=SERVED_AT + 30)
+    assert get_suggestion(conn, block_id).outcome == "edited"
+    assert get_block(conn, block_id).executed.text == "kubectl get pods -n dev -o wide"
+    assert totals(conn) == {"served": 1, "accepted": 0, "edited": 1, "failed": 0}
+
+
+def test_the_same_command_failing_is_a_failed_suggestion(conn):
+    block_id = serve(conn)
+    run(conn, "kubectl get pods -n dev", at=SERVED_AT + 30, exit_code=1)
+    assert get_suggestion(conn, block_id).outcome == "failed"
+    assert get_block(conn, block_id).exit_code == 1
+    assert totals(conn) == {"served": 1, "accepted": 0, "edited": 0, "failed": 1}
+
+
+def test_an_execution_after_the_window_resolves_nothing(conn):
+    block_id = serve(conn)
+    result = run(conn, "kubectl get pods -n dev", at=SERVED_AT + WINDOW_S + 1)
+    assert block_id not in result.changed
+    assert get_suggestion(conn, block_id).outcome is None
+    assert get_block(conn, block_id).executed is None
+    assert totals(conn)["accepted"] == 0
+
+
+def test_an_execution_before_the_answer_resolves_nothing(conn):
+    block_id = serve(conn)
+    run(conn, "kubectl get pods -n dev", at=SERVED_AT - 1)
+    assert get_suggestion(conn, block_id).outcome is None
+
+
+def test_without_a_session_the_nearest_identical_command_in_the_window_is_accepted(conn):
+    older = serve(conn, session=None, at=SERVED_AT)
+    newer = serve(conn, session=None, at=SERVED_AT + 10)
+    different = run(conn, "ls", at=SERVED_AT + 20, session=None, block_id="ran-ls")
+    assert different.changed == ["ran-ls"], "without a session a different command is no evidence of an edit"
+    run(conn, "kubectl get pods -n dev", at=SERVED_AT + 20, session=None)
+    assert (get_suggestion(conn, older).outcome, get_suggestion(conn, newer).outcome) == (None, "accepted")
+
+
+def test_a_suggestion_of_another_session_is_never_resolved(conn):
+    block_id = serve(conn, session="S")
+    run(conn, "kubectl get pods -n dev", at=SERVED_AT + 5, session="T")
+    assert get_suggestion(conn, block_id).outcome is None
+
+
+def test_the_session_may_come_from_an_earlier_event_of_the_executed_block(conn):
+    block_id = serve(conn, session="S")
+    context = event_line("context", "ran-1", SERVED_AT + 1, cells=[Cell("markup", "pods?")], session="S")
+    with db.transaction(conn):
+        ingest.ingest_line(conn, RawLine(1, context.strip().encode(), len(context) - 1), SERVED_AT + 1)
+    run(conn, "kubectl get pods -n dev -A", at=SERVED_AT + 5, session=None)
+    assert get_suggestion(conn, block_id).outcome == "edited"
+
+
+def test_an_execution_read_again_counts_once_and_resolves_one_suggestion(conn):
+    first = serve(conn, at=SERVED_AT)
+    second = serve(conn, at=SERVED_AT + 1)
+    run(conn, "kubectl get pods -n dev", at=SERVED_AT + 5)
+    run(conn, "kubectl get pods -n dev", at=SERVED_AT + 5)
+    assert (get_suggestion(conn, first).outcome, get_suggestion(conn, second).outcome) == (None, "accepted")
+    assert totals(conn) == {"served": 2, "accepted": 1, "edited": 0, "failed": 0}
+
+
+def test_the_first_execution_resolves_a_suggestion_for_good(conn):
+    block_id = serve(conn)
+    run(conn, "kubectl get pods", at=SERVED_AT + 5, block_id="ran-1")
+    run(conn, "kubectl get pods -n dev", at=SERVED_AT + 6, block_id="ran-2")
+    assert get_suggestion(conn, block_id).outcome == "edited"
+    assert totals(conn) == {"served": 1, "accepted": 0, "edited": 1, "failed": 0}
+
+
+def test_pruning_removes_old_suggestions_and_their_unrun_blocks_but_keeps_counts_and_learned_blocks(conn):
+    unrun = serve(conn, at=SERVED_AT)
+    ran = serve(conn, session="R", at=SERVED_AT + 1)
+    recent = serve(conn, at=SERVED_AT + 100)
+    run(conn, "kubectl get pods -n dev", at=SERVED_AT + 2, session="R")
+    with db.transaction(conn):
+        assert prune(conn, before=SERVED_AT + 50) == 2
+    assert get_suggestion(conn, unrun) is None and get_block(conn, unrun) is None
+    assert get_suggestion(conn, ran) is None
+    assert get_block(conn, ran).executed.text == "kubectl get pods -n dev", "a block that ran is a learned block"
+    assert get_suggestion(conn, recent) is not None and get_block(conn, recent) is not None
+    assert totals(conn) == {"served": 3, "accepted": 1, "edited": 0, "failed": 0}
+
+
+@pytest.mark.parametrize(
+    ("answer", "cell"),
+    [
+        ("ls -la", Cell("code", "ls -la")),
+        ("  git status\n", Cell("code", "git status")),
+        ("Run:\n```sh\nmake test\n```\nthen\n```\nmake\n```", Cell("code", "make test", "sh")),
+        ("~~~bash\nfind . -name '*.py'\n~~~", Cell("code", "find . -name '*.py'", "bash")),
+    ],
+)
+def test_the_suggested_command_is_the_first_fenced_block_else_the_whole_answer(answer, cell):
+    assert command_of(answer) == cell
