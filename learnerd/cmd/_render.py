@@ -188,6 +188,8 @@ def print_status(status: dict[str, Any]) -> None:
         out.print(flights)
     if status.get("documents"):
         out.print(_documents(status["documents"]))
+    if status.get("suggestions"):
+        out.print(_suggestions(status["suggestions"]))
 
     analyzer = status["analyzer"]
     table = Table(title="analyzer", show_header=False, title_justify="left")
@@ -262,6 +264,25 @@ def _documents(documents: dict[str, Any]) -> Any:
             candidate(evaluation),
             f"{last['score']:.3f} ({last['band']}, {last['version']})" if last else "—",
         )
+    return table
+
+
+def _suggestions(totals: dict[str, dict[str, dict[str, int]]]) -> Any:
+    """Per served adapter version (document ``dlm_id`` and version): answers served, and how many of them
+    were run as suggested, edited, or failed (docs/operations.md, "Suggestions")."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from learnerd.store.suggestions import OUTCOMES
+
+    table = Table(title="suggestions (served answers)", title_justify="left")
+    table.add_column("document")
+    table.add_column("version")
+    for outcome in OUTCOMES:
+        table.add_column(outcome, justify="right")
+    for document, versions in totals.items():
+        for version, n in versions.items():
+            table.add_row(escape(document), version, *(str(n.get(o, 0)) for o in OUTCOMES))
     return table
 
 

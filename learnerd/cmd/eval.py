@@ -8,8 +8,10 @@ and ``--json`` is not given); writes the sway schema-1 report beside that
 version (``versions/vNNNN/eval.json``, the file the daemon's evaluation reconciler also writes) and to
 ``--output PATH``, and prints a one-screen summary whose score line explains the band — or, with
 ``--json``, the report itself on stdout. ``--junit PATH`` also writes JUnit XML as sway does.
-``--history`` instead prints the probe pass rate and score of every evaluated version (``--json``: as a
-JSON list) and plots them into a PNG (``--plot PATH``; default ``<adapters>/<dlm_id>/eval-history.png``).
+``--history`` instead prints the probe pass rate and score of every evaluated version, beside what became of
+the answers that version served (suggested / accepted / edited / failed, docs/operations.md "Suggestions")
+(``--json``: as a JSON list) and plots them into a PNG (``--plot PATH``; default
+``<adapters>/<dlm_id>/eval-history.png``).
 
 Exit status: 0 when the evaluation ran and passed its gates; 1 when it could not run (a missing or
 malformed document, no adapter, an unusable base model or device), or when a gate failed:
@@ -77,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         store = adapter_store(cfg)
         key = adapter_key(document)
         if args.history:
-            return _history(console, store, key, args)
+            return _history(console, store, key, args, _suggestions(cfg, key))
         version = store.resolve(key, args.adapter)
     except DocumentError as exc:
         raise CommandError(str(exc)) from None
@@ -155,7 +157,28 @@ def _gate(report, args: argparse.Namespace, console) -> int:
     return 1 if failures else 0
 
 
-def _history(console, store, key: str, args: argparse.Namespace) -> int:
+def _suggestions(cfg, key: str) -> dict[str, dict[str, int]]:
+    """What became of the answers each version of ``key`` served: version → outcome → count
+    (:func:`learnerd.store.suggestions.counts`); empty without a store, a warning on stderr when unreadable."""
+    from learnerd.analyzer.ingest import STORE_ERRORS
+    from learnerd.store import db
+    from learnerd.store.suggestions import counts
+
+    target = cfg.layout.store_target
+    if not db.is_postgres(target) and not Path(target).exists():
+        return {}
+    try:
+        conn = db.connect(target, readonly=True)
+        try:
+            return counts(conn, key).get(key, {})
+        finally:
+            conn.close()
+    except (db.StoreUnavailable, db.SchemaError, *STORE_ERRORS) as exc:
+        print(f"warning: suggestion counts unreadable: {exc}", file=sys.stderr)
+        return {}
+
+
+def _history(console, store, key: str, args: argparse.Namespace, suggestions: dict[str, dict[str, int]]) -> int:
     from learnerd.eval.history import history, plot_history
     from learnerd.eval.summary import render_history
 
@@ -165,10 +188,10 @@ def _history(console, store, key: str, args: argparse.Namespace) -> int:
     plot = args.plot or store.doc_dir(key) / "eval-history.png"
     plot_history(points, plot, title=f"{args.doc.name}: probe pass rate per adapter version")
     if args.json:
-        rows = [{**vars(p), "pass_rate": p.pass_rate} for p in points]
+        rows = [{**vars(p), "pass_rate": p.pass_rate, "suggestions": suggestions.get(p.name)} for p in points]
         sys.stdout.write(json.dumps(rows, indent=2, sort_keys=True) + "\n")
         print(f"plot: {plot}", file=sys.stderr)
         return 0
-    render_history(points, console, title=f"evaluation history of {args.doc}")
+    render_history(points, console, title=f"evaluation history of {args.doc}", suggestions=suggestions)
     console.print(f"plot: {plot}", markup=False)
     return 0

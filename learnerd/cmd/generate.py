@@ -2,6 +2,10 @@
 default), optionally steered by a steering file (``--steering PATH``, e.g. ``learnerd evolve``'s
 ``deltas_best.json``). Prints the answer on stdout (``--json``: an object with the answer, its length in
 tokens, the base model and the adapter version).
+
+The answer is remembered like the endpoint's (docs/operations.md, "Suggestions"): redacted, recorded in the
+store as a suggestion of the adapter version that gave it, in the session ``--session S`` names, so that
+running it later counts as accepted, edited or failed for that version.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("prompt", help="the user turn to answer")
     p.add_argument("--max-new-tokens", type=int, default=128, metavar="N", help="longest answer (default: 128)")
     p.add_argument("--json", action="store_true", help="print the answer, its token count and the model as JSON")
+    p.add_argument("--session", metavar="S", help="the session the answer is for (joins the command run later)")
     add_generation_options(p)
     add_common_options(p)
     p.set_defaults(func=run, log_level="warning")
@@ -60,4 +65,39 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(answer, ensure_ascii=False, indent=2))
     else:
         print(reply.text)
+    _remember(cfg, loaded, args, reply.text)
     return 0
+
+
+def _remember(cfg, loaded, args: argparse.Namespace, text: str) -> None:
+    """Record the answer as a suggestion (:func:`learnerd.sources.served_answers.record_answer`); a store that
+    fails is a warning on stderr, not a failed command: the answer was given."""
+    import sys
+    import time
+
+    from learnerd.analyzer.ingest import STORE_ERRORS
+    from learnerd.cmd._common import open_store
+    from learnerd.privacy.redact import Redactor
+    from learnerd.sources.served_answers import record_answer
+    from learnerd.store.state_dir import UnsafeStateDir, secure_state_dir
+    from learnerd.store.suggestions import ServedAnswer
+
+    now = time.time()
+    answer = ServedAnswer(
+        document=loaded.doc_key,
+        version=loaded.adapter.name if loaded.adapter is not None else "base",
+        session=args.session or None,
+        turns=(("user", args.prompt),),
+        answer=text,
+        retrieved=(),
+        served_at=now,
+    )
+    try:
+        secure_state_dir(cfg.layout.root)
+        conn = open_store(cfg)
+        try:
+            record_answer(conn, answer, Redactor(cfg.privacy), now)
+        finally:
+            conn.close()
+    except (CommandError, UnsafeStateDir, *STORE_ERRORS) as exc:
+        print(f"warning: the answer is not remembered: {exc}", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -12,6 +12,7 @@ from learnerd.eval.history import HistoryPoint
 from learnerd.eval.probes.recall import KIND as RECALL
 from learnerd.eval.report import ProbeResult, Report, Verdict
 from learnerd.eval.score import explain_band, recall_counts
+from learnerd.store.suggestions import OUTCOMES
 
 STYLE = {
     Verdict.PASS: "green",
@@ -85,13 +86,28 @@ def _recall_rows(table: Table, recall: Sequence[ProbeResult]) -> None:
         table.add_row(f"  … {len(failed) - MAX_FAILED_RECALL_ROWS} more", "", "", "", "", "", "")
 
 
-def render_history(points: Sequence[HistoryPoint], console: Console, *, title: str) -> None:
-    """One row per evaluated adapter version: probe pass rate, overall score and band, verdict counts."""
+SUGGESTION_COLUMN = "suggested / accepted / edited / failed"
+
+
+def render_history(
+    points: Sequence[HistoryPoint],
+    console: Console,
+    *,
+    title: str,
+    suggestions: Mapping[str, Mapping[str, int]] | None = None,
+) -> None:
+    """One row per evaluated adapter version: probe pass rate, beside it what became of the version's served
+    answers (``suggestions``: version name → outcome → count, :func:`learnerd.store.suggestions.counts`;
+    ``-`` for a version that served none), overall score and band, verdict counts."""
+    suggestions = suggestions or {}
     table = Table(title=title, title_justify="left")
-    for col in ("version", "probe pass rate", "score", "band", "pass / fail / warn / skip / error", "evaluated"):
-        table.add_column(col, justify="right" if col in ("probe pass rate", "score") else "left")
+    columns = ("version", "probe pass rate", SUGGESTION_COLUMN, "score", "band", "pass / fail / warn / skip / error")
+    for col in (*columns, "evaluated"):
+        table.add_column(col, justify="right" if col in ("probe pass rate", SUGGESTION_COLUMN, "score") else "left")
     for p in points:
         rate = "-" if p.pass_rate is None else f"{p.pass_rate:.0%} ({p.passed}/{p.judged})"
         counts = " / ".join(str(p.verdicts.get(v.value, 0)) for v in Verdict)
-        table.add_row(p.name, rate, f"{p.score:.3f}", p.band, counts, p.finished_at)
+        served = suggestions.get(p.name)
+        outcomes = " / ".join(str(served.get(o, 0)) for o in OUTCOMES) if served else "-"
+        table.add_row(p.name, rate, outcomes, f"{p.score:.3f}", p.band, counts, p.finished_at)
     console.print(table)

@@ -1,0 +1,84 @@
+"""learnerd remembers what it served: through the official ``openai`` client, a real ``learnerd run`` answers
+with ``metadata={"session": S}`` from the document's adapter v0001; a block-log line then says that session S
+ran the suggested command; the suggestion metrics, ``ctl status`` and ``learnerd eval --history`` count one
+accepted suggestion for v0001."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from learnerd.analyzer.blocklog import event_line
+from learnerd.ml.base_model import resolve_base_model
+from learnerd.store.adapters import AdapterStore
+from learnerd.store.blocks import Cell
+from learnerd.store.dlm import read_document
+from learnerd.store.suggestions import command_of
+from tests.qa_pairs import QA_PAIRS
+from tests.support.daemon_process import wait_until
+from tests.support.documents import qa_document
+from tests.support.evaluation import run_cli
+from tests.support.serving import client, serving_daemon, write_config
+from tests.support.tied_model import commit_noise_adapter
+
+pytestmark = pytest.mark.slow
+
+SESSION = "term-7f3a"
+
+
+def accepted(metrics: str, dlm_id: str, version: str) -> float | None:
+    """``learnerd_suggestions_total{document=dlm_id, version, outcome="accepted"}`` in ``metrics``, or None."""
+    wanted = {"document": dlm_id, "version": version, "outcome": "accepted"}
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            if sample.name == "learnerd_suggestions_total" and sample.labels == wanted:
+                return sample.value
+    return None
+
+
+def test_an_answer_run_as_suggested_in_its_session_counts_as_accepted_for_its_adapter_version(
+    tmp_path: Path, models_dir: Path
+):
+    write_config(tmp_path, models_dir, "[serve]\nmax_tokens = 8\n\n[suggestions]\njoin_window_s = 600.0\n")
+    doc = qa_document(tmp_path / "docs" / "notes.dlm", QA_PAIRS[:2])
+    dlm_id = read_document(doc).frontmatter.dlm_id
+    base = resolve_base_model("learnerd/tiny-llama", cache_dir=tmp_path / "state" / "models")
+    commit_noise_adapter(AdapterStore(tmp_path / "state" / "adapters"), dlm_id, base)
+    with serving_daemon(tmp_path) as (process, url):
+        admin = process.client()
+        reply = client(url).chat.completions.create(
+            model="notes",
+            messages=[{"role": "user", "content": "list the pods in the dev namespace"}],
+            max_tokens=8,
+            temperature=0,
+            metadata={"session": SESSION},
+        )
+        assert reply.system_fingerprint == f"{dlm_id}@v0001"
+        command = command_of(reply.choices[0].message.content).text
+        served = admin.call("GET", "/status")["suggestions"][dlm_id]["v0001"]
+        assert served == {"served": 1, "accepted": 0, "edited": 0, "failed": 0}
+
+        ran = time.time() + 1  # the person runs it a moment later, in the same terminal session
+        lines = event_line(
+            "context", "shell-1", ran - 1, cells=[Cell("markup", "pods in dev?")], session=SESSION
+        ) + event_line("executed", "shell-1", ran, cell=Cell("code", f"  {command}\n", "bash"), exit_code=0)
+        (tmp_path / "logs" / "shell.jsonl").write_text(lines)
+
+        wait_until(lambda: accepted(admin.call("GET", "/metrics"), dlm_id, "v0001") == 1.0, what="one accepted")
+        status = admin.call("GET", "/status")["suggestions"][dlm_id]["v0001"]
+        assert status == {"served": 1, "accepted": 1, "edited": 0, "failed": 0}
+
+        def evaluated() -> bool:
+            documents = admin.call("GET", "/status")["documents"].values()
+            return any(d["doc_key"] == dlm_id and (d["last_score"] or {}).get("version") == "v0001" for d in documents)
+
+        wait_until(evaluated, timeout=600, what="v0001 evaluated", interval=0.5)
+
+    history = run_cli("eval", str(doc), "--history", "--json", "--config", str(tmp_path / "learnerd.toml"))
+    (point,) = json.loads(history.stdout)
+    assert point["name"] == "v0001"
+    assert point["suggestions"] == {"served": 1, "accepted": 1, "edited": 0, "failed": 0}
