@@ -41,6 +41,17 @@ def test_executed_event_carries_exit_code_or_null():
     assert ev.exit_code is None
 
 
+@pytest.mark.parametrize("event_type", ["context", "generated", "executed"])
+def test_every_event_may_name_its_session(event_type):
+    cell = Cell("markup" if event_type == "context" else "code", "kubectl get pods")
+    kwargs = {"cells": [cell]} if event_type == "context" else {"cell": cell, "exit_code": 0}
+    if event_type == "generated":
+        kwargs.pop("exit_code")
+    line = event_line(event_type, "b1", 1.0, session="claude-5d1e", **kwargs)
+    assert parse_event(json.loads(line)).session == "claude-5d1e"
+    assert parse_event(json.loads(event_line(event_type, "b1", 1.0, **kwargs))).session is None
+
+
 def test_unlisted_keys_are_ignored():
     ev = parse_event(_event(cell={"kind": "code", "text": "x", "tokens": 3}, exit_code=0, writer="v2.1"))
     assert ev.executed == Cell("code", "x", "")
@@ -95,6 +106,9 @@ def test_bad_times_are_malformed(value):
         ({"exit_code": True}, "exit_code"),
         ({"exit_code": 1.5}, "exit_code"),
         ({"eval_mode": "yes"}, "eval_mode"),
+        ({"session": 7}, "session"),
+        ({"session": ""}, "session"),
+        ({"session": "s" * 257}, "session"),
         ({"type": "context", "cells": ...}, "cells"),
         ({"type": "context", "cells": {"kind": "markup"}}, "cells"),
         ({"type": "context", "cells": [{"kind": "markup", "text": 1}]}, "cells[0].text"),
