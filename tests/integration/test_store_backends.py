@@ -4,16 +4,19 @@ an unreachable server and a lost connection are clear errors, and the connection
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import psycopg
 import pytest
 
-from learnerd.store import db
+from learnerd.store import db, suggestions
 from learnerd.store.blocks import BlockEvent, Cell, apply_event, get_block, list_block_ids
 from learnerd.store.dlm import read_document
 from learnerd.store.embeddings import delete_vectors, get_metas, iter_vectors, put_vectors
 from learnerd.store.examples import Example, delete_example, get_examples, list_examples, put_example
 from learnerd.store.foyle_traces import PartialTrace, delete_partial_trace, get_partial_trace, put_partial_trace
+from learnerd.store.suggestions import ServedAnswer
 from learnerd.store.watermarks import Watermark, delete_watermark, load_watermarks, put_watermark
 from tests.support.documents import qa_document
 from tests.support.pipeline import run_cli
@@ -69,6 +72,24 @@ def test_the_same_calls_give_the_same_rows_on_either_backend(store):
     assert get_partial_trace(store, "t1") == trace
     delete_partial_trace(store, "t1")
     assert get_partial_trace(store, "t1") is None
+
+
+def test_suggestions_are_recorded_resolved_counted_and_pruned_the_same_on_either_backend(store):
+    served = ServedAnswer("doc", "v0001", "S", (("user", "pods?"),), "kubectl get pods", ("e1",), 100.0)
+    with db.transaction(store):
+        first = suggestions.record(store, served, now=100.0)
+        second = suggestions.record(store, dataclasses.replace(served, session=None, served_at=101.0), now=101.0)
+    ran = BlockEvent("ran", "blocklog", 105.0, executed=Cell("code", "kubectl  get pods"), exit_code=0, session="S")
+    with db.transaction(store):
+        apply_event(store, ran, now=105.0)
+        assert suggestions.resolve(store, ran, now=105.0, window_s=60.0) == first
+        assert suggestions.resolve(store, ran, now=105.0, window_s=60.0) is None, "an execution resolves one"
+    assert suggestions.get_suggestion(store, first).outcome == "accepted"
+    assert get_block(store, first).executed == Cell("code", "kubectl  get pods")
+    with db.transaction(store):
+        assert suggestions.prune(store, before=100.5) == 1
+    assert suggestions.get_suggestion(store, second).outcome is None and get_block(store, second) is not None
+    assert suggestions.counts(store) == {"doc": {"v0001": {"served": 2, "accepted": 1, "edited": 0, "failed": 0}}}
 
 
 def test_a_transaction_and_a_savepoint_roll_back_as_a_whole(store):
