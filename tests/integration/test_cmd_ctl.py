@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from pathlib import Path
 
 import anyio
@@ -17,6 +18,7 @@ from learnerd.cmd._common import CommandError
 from learnerd.cmd.main import main
 from learnerd.daemon.logging import current_level
 from learnerd.store.state_dir import secure_state_dir
+from learnerd.store.suggestions import ServedAnswer
 from tests.support.daemon import SAMPLE_BLOCKS, append_blocks, daemon_config, eventually, running_service
 
 pytestmark = pytest.mark.usefixtures("restore_log_level")
@@ -53,6 +55,7 @@ async def test_ctl_commands_on_a_running_daemon(short_root: Path, minilm, capsys
 
         code, out, _ = await learnerd(capsys, "ctl", "status", "--json", *at)
         assert code == 0 and json.loads(out)["pid"] == os.getpid()
+        assert json.loads(out)["suggestions"] == {}
 
         code, out, _ = await learnerd(capsys, "ctl", "pause", "examples", *at)
         assert code == 0 and "examples: paused" in out and "probes: running" in out
@@ -98,6 +101,14 @@ async def test_ctl_commands_on_a_running_daemon(short_root: Path, minilm, capsys
         code, out, _ = await learnerd(capsys, "search", "how big is my folder", "-k", "1", "--json", *at)
         assert code == 0 and [h["answer"] for h in json.loads(out)] == ["du -sh ."]
         assert minilm.calls == calls + 1, "answered by the running daemon's embedder (no model load)"
+
+        # an answer the endpoint served: `ctl status` shows it per document and adapter version
+        answer = ServedAnswer("01KDOCUMENT", "v0003", "S", (("user", "pods?"),), "kubectl get pods", (), time.time())
+        assert running.daemon.record_served(answer) is not None
+        code, out, _ = await learnerd(capsys, "ctl", "status", *at)
+        assert code == 0 and "suggestions (served answers)" in out
+        (row,) = [line for line in out.splitlines() if "01KDOCUMENT" in line]
+        assert [cell.strip() for cell in row.split("│")[1:7]] == ["01KDOCUMENT", "v0003", "1", "0", "0", "0"]
 
         code, out, _ = await learnerd(capsys, "ctl", "drain", *at)
         assert code == 0 and "the daemon is draining: in-flight work gets 30 s, then it exits" in out
