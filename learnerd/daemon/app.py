@@ -376,20 +376,25 @@ class Daemon:
             log.warning("served answer not remembered: the store failed", document=answer.document, error=str(exc))
             return None
 
+    def prune_suggestions(self) -> int:
+        """Remove the suggestions older than ``[suggestions] retention_days`` (:func:`learnerd.store.suggestions.prune`)
+        and return how many; a store failure is logged (the next pass retries) and counts as none."""
+        retention_days = self.cfg.suggestions.retention_days
+        try:
+            with db.transaction(self.conn):
+                removed = suggestions.prune(self.conn, self.clock() - retention_days * 86400.0)
+        except STORE_ERRORS as exc:
+            log.warning("expired suggestions not removed; retrying later", error=str(exc))
+            return 0
+        if removed:
+            log.info("expired suggestions removed", removed=removed, retention_days=retention_days)
+        return removed
+
     async def _prune_suggestions(self) -> None:
-        """Every ``[suggestions] prune_interval_s`` (first at start-up): remove the suggestions older than
-        ``retention_days`` (:func:`learnerd.store.suggestions.prune`)."""
-        settings = self.cfg.suggestions
+        """:meth:`prune_suggestions` at start-up, then every ``[suggestions] prune_interval_s``."""
         while True:
-            try:
-                with db.transaction(self.conn):
-                    removed = suggestions.prune(self.conn, self.clock() - settings.retention_days * 86400.0)
-            except STORE_ERRORS as exc:
-                log.warning("expired suggestions not removed; retrying later", error=str(exc))
-            else:
-                if removed:
-                    log.info("expired suggestions removed", removed=removed, retention_days=settings.retention_days)
-            await anyio.sleep(settings.prune_interval_s)
+            self.prune_suggestions()
+            await anyio.sleep(self.cfg.suggestions.prune_interval_s)
 
     def enqueue_blocks(self, block_ids: Iterable[str]) -> int:
         """Put blocks and everything derived from them on their queues; return how many blocks.
@@ -585,6 +590,7 @@ class Daemon:
                         work.cancel_scope.cancel()
 
                     work.start_soon(cancel_on_stop)
+                self.prune_suggestions()
                 self.resync()
                 await self.analyzer.sync()
                 await self.wait_idle()
