@@ -172,10 +172,10 @@ def resolve(conn: sqlite3.Connection, ev: BlockEvent, now: float, window_s: floa
     """
     if ev.executed is None or ev.source == SOURCE:
         return None
-    if conn.execute("SELECT 1 FROM suggestions WHERE resolved_by = ?", (ev.block_id,)).fetchone() is not None:
-        return None  # this execution already resolved one
-    stored = get_block(conn, ev.block_id)
-    session = ev.session or (stored.session if stored is not None else None)
+    session = ev.session
+    if session is None:
+        stored = get_block(conn, ev.block_id)
+        session = stored.session if stored is not None else None
     command = normalize_command(ev.executed.text)
     earliest = ev.time - window_s
     row = None
@@ -194,6 +194,8 @@ def resolve(conn: sqlite3.Connection, ev: BlockEvent, now: float, window_s: floa
         ).fetchone()
     if row is None:
         return None
+    if conn.execute("SELECT 1 FROM suggestions WHERE resolved_by = ?", (ev.block_id,)).fetchone() is not None:
+        return None  # this execution (its block) already resolved one
     ran_ok = ev.exit_code in (None, 0)
     outcome = EDITED if row["command"] != command else ACCEPTED if ran_ok else FAILED
     claimed = conn.execute(

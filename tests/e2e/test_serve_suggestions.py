@@ -1,7 +1,7 @@
 """learnerd remembers what it served: through the official ``openai`` client, a real ``learnerd run`` answers
 with ``metadata={"session": S}`` from the document's adapter v0001; a block-log line then says that session S
 ran the suggested command; the suggestion metrics, ``ctl status`` and ``learnerd eval --history`` count one
-accepted suggestion for v0001."""
+accepted suggestion for v0001. A streamed answer (session from ``user``) is remembered too."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from learnerd.analyzer.blocklog import event_line
 from learnerd.ml.base_model import resolve_base_model
+from learnerd.store import db
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.blocks import Cell
 from learnerd.store.dlm import read_document
@@ -72,13 +73,27 @@ def test_an_answer_run_as_suggested_in_its_session_counts_as_accepted_for_its_ad
         status = admin.call("GET", "/status")["suggestions"][dlm_id]["v0001"]
         assert status == {"served": 1, "accepted": 1, "edited": 0, "failed": 0}
 
+        streamed = client(url).chat.completions.create(
+            model="notes", messages=[{"role": "user", "content": "and in prod?"}], max_tokens=4, stream=True, user="bo"
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+        status = admin.call("GET", "/status")["suggestions"][dlm_id]["v0001"]
+        assert status == {"served": 2, "accepted": 1, "edited": 0, "failed": 0}, "a streamed answer is remembered too"
+
         def evaluated() -> bool:
             documents = admin.call("GET", "/status")["documents"].values()
             return any(d["doc_key"] == dlm_id and (d["last_score"] or {}).get("version") == "v0001" for d in documents)
 
         wait_until(evaluated, timeout=600, what="v0001 evaluated", interval=0.5)
 
+    conn = db.connect(tmp_path / "state" / "learnerd.db", readonly=True)
+    try:
+        rows = conn.execute("SELECT session, answer, outcome FROM suggestions ORDER BY served_at").fetchall()
+    finally:
+        conn.close()
+    assert [tuple(r) for r in rows] == [(SESSION, reply.choices[0].message.content, "accepted"), ("bo", text, None)]
+
     history = run_cli("eval", str(doc), "--history", "--json", "--config", str(tmp_path / "learnerd.toml"))
     (point,) = json.loads(history.stdout)
     assert point["name"] == "v0001"
-    assert point["suggestions"] == {"served": 1, "accepted": 1, "edited": 0, "failed": 0}
+    assert point["suggestions"] == {"served": 2, "accepted": 1, "edited": 0, "failed": 0}
