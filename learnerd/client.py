@@ -103,6 +103,9 @@ class BlockFields(TypedDict, total=False):
     """when it ran, epoch seconds (default: now)"""
     eval_mode: bool
     """produced while evaluating the assistant: never learned from"""
+    session: str | None
+    """the session it ran in (a terminal, a conversation): the one passed as ``metadata={"session": …}`` to
+    :meth:`LearnerdClient.chat` makes this run count for the answer served there (docs/operations.md, "Suggestions")"""
 
 
 def _block_events(
@@ -115,18 +118,20 @@ def _block_events(
     block_id: str | None = None,
     time: float | None = None,
     eval_mode: bool = False,
+    session: str | None = None,
 ) -> list[dict[str, Any]]:
     """The block-log events of one block (:class:`BlockFields`), written by
     :func:`learnerd.analyzer.blocklog.event_line`: a context event, a generated one when given, an executed one."""
     block_id = block_id or f"block-{uuid.uuid4().hex}"
     when = _time.time() if time is None else time
     cells = [Cell("markup", c) if isinstance(c, str) else c for c in context]
-    lines = [event_line("context", block_id, when, cells=cells, eval_mode=eval_mode)]
+    common = {"eval_mode": eval_mode, "session": session}
+    lines = [event_line("context", block_id, when, cells=cells, **common)]
     if generated is not None:
         suggested = Cell("code", generated, language)
-        lines.append(event_line("generated", block_id, when, cell=suggested, eval_mode=eval_mode))
+        lines.append(event_line("generated", block_id, when, cell=suggested, **common))
     ran = Cell("code", executed, language)
-    lines.append(event_line("executed", block_id, when, cell=ran, exit_code=exit_code, eval_mode=eval_mode))
+    lines.append(event_line("executed", block_id, when, cell=ran, exit_code=exit_code, **common))
     return [json.loads(line) for line in lines]
 
 
