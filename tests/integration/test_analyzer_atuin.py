@@ -12,6 +12,7 @@ import pytest
 
 from learnerd.store.blocks import Cell, get_block, list_block_ids
 from tests.support.analyzer import Harness, append
+from tests.support.assistant_logs import build_history
 
 # Read from history-composed.sql by hand: 20 rows, one soft-deleted ('echo $PATH'), one still running
 # ('make bench', exit and duration -1), six agent rows with an intent.
@@ -23,14 +24,6 @@ LAST_START_S = 1761302300  # 'make bench'
 COLUMNS = (
     "id, timestamp, duration, exit, command, cwd, session, hostname, deleted_at, author, intent, shell, author_kind"
 )
-
-
-def build_history(peer_data: Path, directory: Path) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "history.db"
-    with sqlite3.connect(path) as db:
-        db.executescript((peer_data / "assistant-logs" / "atuin" / "history-composed.sql").read_text())
-    return path
 
 
 def add_row(path: Path, row_id: str, start_s: int, command: str, exit_status: int, cwd: str = "/home/dev") -> None:

@@ -11,8 +11,8 @@ import pytest
 from learnerd.store.assistant_sessions import count_rejected_attempts, rejected_attempts_of
 from learnerd.store.blocks import Cell, get_block, list_block_ids
 from tests.support.analyzer import Harness
+from tests.support.assistant_logs import OTEL_FIXTURE as FIXTURE
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "otel-genai" / "ops-assistant.otlp.jsonl"
 CONVERSATION = "conv_5f1c2a9e"
 FIND = "find /var/log -type f -exec du -h {} + | sort -rh | head -5"
 
