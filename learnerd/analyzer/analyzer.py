@@ -1,9 +1,11 @@
 """The analyzer: tails every log file in the configured directories and turns lines into blocks
 (foyle TN005 "continuous log processing", with TN006's ``notifier`` callback).
 
-The analyzer knows the JSON-lines framing (files, lines, byte-offset watermarks), not the formats:
-each line goes through :func:`learnerd.analyzer.ingest.ingest_line` to the reader in
-:data:`learnerd.analyzer.registry.READERS` that detects it.
+The analyzer knows the framings (JSON lines: files, lines, byte-offset watermarks; SQLite rows: a table read
+read-only in rowid order, rowid watermarks, :mod:`learnerd.analyzer.sqlite_source`), not the formats: each
+line goes through :func:`learnerd.analyzer.ingest.ingest_line` (each row through
+:func:`~learnerd.analyzer.ingest.ingest_record`) to the reader in :data:`learnerd.analyzer.registry.READERS`
+that detects it.
 
 Guarantees:
 

@@ -3,8 +3,9 @@
 Per line (a file may mix formats): the line must be a UTF-8 JSON object (a UTF-8 BOM on a file's
 first line is ignored); it goes to the first reader of the :data:`~learnerd.analyzer.reader.JSON_LINES`
 framing in :data:`learnerd.analyzer.registry.READERS` that detects it (learnerd's block log, foyle's
-raw logs, learnerd's own log lines, which are skipped), and the block events that reader parses from
-it are merged into ``blocks`` here, the one place every reader's events reach the store. A JSON object
+raw logs, Claude Code, Codex and OTLP/JSON lines, learnerd's own log lines, which are skipped), and the
+block events that reader parses from it are merged into ``blocks`` here, the one place every reader's events
+reach the store (a row of a SQLite log takes the same path from :func:`ingest_record` on). A JSON object
 no reader detects is *foreign*: valid JSON from another program (runme's ``level``/``ts``/``msg``
 lines, a service's own log), skipped as "not a block log" (the analyzer warns once per file).
 Invalid JSON, a JSON value that is not an object, and a line its reader finds bad fields in are
