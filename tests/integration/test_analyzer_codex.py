@@ -121,3 +121,21 @@ async def test_legacy_shell_calls_and_local_shell_calls(tmp_path: Path):
     ls = get_block(harness.conn, "codex:s2:c2")
     assert ls.executed.text == "ls -l 'my dir'" and ls.exit_code == 2
     assert stats.malformed_lines == 0 and stats.skipped_lines == 3  # session_meta, user_message, world_state
+
+
+@pytest.mark.anyio
+async def test_the_sessions_and_rejected_attempts_on_postgresql(peer_copy, tmp_path: Path, postgres_url: str):
+    from learnerd.analyzer import Analyzer
+    from learnerd.store import db
+
+    db.migrate(postgres_url)
+    conn = db.connect(postgres_url)
+    try:
+        analyzer = Analyzer(conn, [peer_copy("assistant-logs/codex")], lambda _block_id: None)
+        stats = await analyzer.sync()
+        analyzer.close()
+        assert len(list_block_ids(conn)) == sum(EXEC_COMMANDS.values()) and stats.malformed_lines == 0
+        assert {i: get_block(conn, i).exit_code for i in FAILED} == FAILED
+        assert count_rejected_attempts(conn) == REJECTED_ATTEMPTS
+    finally:
+        conn.close()
