@@ -8,6 +8,7 @@ import json
 import sqlite3
 from pathlib import Path
 
+import anyio
 import pytest
 
 from learnerd.store.blocks import Cell, get_block, list_block_ids
@@ -143,3 +144,22 @@ async def test_a_running_command_holds_the_watermark_until_it_ends(history: Path
         db.execute("UPDATE history SET exit = 2, duration = 9000000000 WHERE id = ?", (RUNNING.split(":")[1],))
     await analyzer.sync()
     assert get_block(harness.conn, RUNNING).exit_code == 2 and harness.watermark(history) == (ROWS, ROWS)
+
+
+@pytest.mark.anyio
+async def test_a_row_written_in_wal_mode_is_read_while_watching(history: Path, tmp_path: Path):
+    with sqlite3.connect(history) as db:
+        db.execute("PRAGMA journal_mode=WAL")  # atuin's own mode: a write changes history.db-wal only
+    harness = Harness(tmp_path, [tmp_path / "logs"])
+    harness.clock.now = LAST_START_S + 7200.0
+    async with anyio.create_task_group() as tg:
+        await tg.start(harness.analyzer(rescan_interval_s=3600.0).run)
+        harness.take_notified()
+        writer = sqlite3.connect(history)  # held open, as atuin's daemon does: no checkpoint into the file
+        try:
+            add_row(history, "live1", LAST_START_S + 30, "cargo fmt --check", 1)
+            await harness.wait_notified("atuin:live1")
+        finally:
+            writer.close()
+        tg.cancel_scope.cancel()
+    assert get_block(harness.conn, "atuin:live1").exit_code == 1
