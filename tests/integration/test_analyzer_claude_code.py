@@ -138,3 +138,35 @@ async def test_newer_exit_codes_denials_and_multi_command_turns(tmp_path: Path):
     assert denied.suggestion_status == "rejected" and denied.executed is None
     assert get_block(harness.conn, "claude-code:s1:t4").exit_code == 130
     assert stats.malformed_lines == 0
+
+
+@pytest.mark.anyio
+async def test_secrets_in_turns_and_commands_are_redacted_before_anything_is_stored(tmp_path: Path):
+    from learnerd.analyzer import Analyzer
+    from learnerd.privacy.redact import Redactor
+
+    key, token = "AKIAZ7EXAMPLE4Q2W3E5", "ghp_" + "x7Kq2Lm9Pw4Rt6Yv8Zb1Nc3Df5Gh7Jk9Ls0Qa"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    append(
+        logs / "s1.jsonl",
+        _line("user", f"upload the build with key {key}", "2025-09-03T10:00:00.000Z")
+        + _line(
+            "assistant", _tool_use("t1", f"GITHUB_TOKEN={token} gh release upload v1 dist/*"), "2025-09-03T10:00:01Z"
+        )
+        + _line("user", _result("t1", "uploaded", False), "2025-09-03T10:00:02.000Z"),
+    )
+    harness = Harness(tmp_path, [logs])
+    analyzer = Analyzer(harness.conn, [logs], harness.notified.append, redactor=Redactor(), clock=harness.clock)
+    stats = await analyzer.sync()
+    analyzer.close()
+    block = get_block(harness.conn, "claude-code:s1:t1")
+    assert block.executed.text.startswith("GITHUB_TOKEN=<") and token not in block.executed.text
+    assert key not in block.context[0].text and block.exit_code == 0
+    stored = [
+        repr(tuple(r))
+        for table in ("blocks", "assistant_sessions")
+        for r in harness.conn.execute(f"SELECT * FROM {table}")
+    ]
+    assert stored and not [row for row in stored if key in row or token in row]
+    assert sum(stats.redactions.values()) >= 2
