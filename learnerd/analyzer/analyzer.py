@@ -79,7 +79,7 @@ from learnerd.analyzer.reader import ROWID, SKIPPED, SQLITE_ROWS, UNJOINABLE, fr
 from learnerd.analyzer.registry import pending_records
 from learnerd.analyzer.registry import reader_for as registry_reader_for
 from learnerd.analyzer.settings import AnalyzerConfig
-from learnerd.analyzer.sqlite_source import WAL_SUFFIX, read_rows
+from learnerd.analyzer.sqlite_source import WAL_SUFFIX, NotASource, read_rows
 from learnerd.analyzer.stats import AnalyzerStats, LineProblem, StatsRecorder
 from learnerd.analyzer.tail import Batch, RawLine, read_batch
 from learnerd.privacy.redact import Redactor
@@ -114,6 +114,7 @@ class _Tracked:
     mid_line: bool | None = None  # None: not known yet (looked up from the byte before offset)
     idle_stat: tuple[int, int] | None = None  # (size, mtime_ns) when the last read found nothing new
     json_document: bool = False  # the file read from byte 0 is one (pretty-printed) JSON document, not a log
+    not_a_source: bool = False  # a .db file that is not a SQLite log of a known table: skipped
 
 
 RESCAN_DUTY_CYCLE = 0.05
@@ -460,18 +461,25 @@ class Analyzer:
         """Ingest the rows of a SQLite log (:data:`~learnerd.analyzer.reader.SQLITE_ROWS`) past its watermark,
         batch by batch, each batch's blocks and watermark (the last rowid) in one transaction.
 
+        A file that is no SQLite database or has no such table is skipped from then on (one warning).
+
         Raises:
-            SourceUnreadable: the database is locked, not a database or has no such table (retried later).
+            SourceUnreadable: the database is locked or unreadable (retried later).
         """
         try:
             st = os.stat(t.path, follow_symlinks=False)
         except FileNotFoundError:
             return
-        if st.st_ino != t.inode:
+        if st.st_ino != t.inode or t.not_a_source:
             return
         cfg = self._config
         table = SQLITE_ROWS.table
-        rows, top = read_rows(t.path, table, t.offset, cfg.batch_max_lines)
+        try:
+            rows, top = read_rows(t.path, table, t.offset, cfg.batch_max_lines)
+        except NotASource as exc:
+            t.not_a_source = True  # until the path names another file (a new inode is tracked afresh)
+            log.warning("file is not a SQLite log of a known format; skipping it", file=t.path, reason=str(exc))
+            return
         if top < t.offset:  # vacuumed (rows renumbered) or rewritten: read again; merging is idempotent
             log.warning("SQLite log renumbered or rewritten; reading it from the start", file=t.path, rowid=t.offset)
             self._stats.add("truncations")

@@ -5,7 +5,9 @@ The database is opened read-only (``mode=ro``: learnerd never writes, creates or
 batch at a time and closed again, so the writer can go on writing, checkpointing its WAL or vacuuming
 in between. A database the writer holds locked (``database is locked``), or one that is not (yet) a
 database of the expected table, raises :class:`SourceUnreadable`: an ``OSError``, so the analyzer logs
-it once, counts it and retries later, as for an unreadable log file — never the store's own failure.
+it once, counts it and retries later, as for an unreadable log file — never the store's own failure. A
+file that is no SQLite database, or has no such table (another program's ``.db``, learnerd's own store
+under a log directory), raises :class:`NotASource`: the analyzer skips it as not a log.
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ file, so a change to it is a change to its database (the analyzer's watch maps o
 
 
 class SourceUnreadable(OSError):
-    """A SQLite log cannot be read now (locked, not a database, no such table); retried later."""
+    """A SQLite log cannot be read now (locked, or another I/O failure); retried later."""
+
+
+class NotASource(SourceUnreadable):
+    """The file is not a SQLite database, or has no such table: another program's file, not a log."""
 
 
 def _open(path: str) -> sqlite3.Connection:
@@ -41,15 +47,21 @@ def read_rows(path: str, table: str, after_rowid: int, limit: int) -> tuple[list
     (0 when empty), read in one read transaction.
 
     Raises:
-        SourceUnreadable: the file is not a SQLite database, has no ``table``, or is locked.
+        NotASource: the file is not a SQLite database, or has no ``table``.
+        SourceUnreadable: the database is locked, or cannot be read.
     """
     try:
         with open(path, "rb") as f:
             if f.read(len(SQLITE_HEADER)) not in (SQLITE_HEADER, b""):
-                raise SourceUnreadable(f"{path}: not a SQLite database")
+                raise NotASource(f"{path}: not a SQLite database")
         conn = _open(path)
         try:
             conn.execute("BEGIN")
+            if (
+                conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+                is None
+            ):
+                raise NotASource(f"{path}: no table {table!r}")
             top = conn.execute(f'SELECT coalesce(max(rowid), 0) FROM "{table}"').fetchone()[0]
             rows = conn.execute(
                 f'SELECT rowid AS "{ROWID}", * FROM "{table}" WHERE rowid > ? ORDER BY rowid LIMIT ?',

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from learnerd.store.blocks import Cell, get_block, list_block_ids
-from tests.support.analyzer import Harness, append
+from tests.support.analyzer import Harness, append, captured_logs
 from tests.support.assistant_logs import build_history
 
 # Read from history-composed.sql by hand: 20 rows, one soft-deleted ('echo $PATH'), one still running
@@ -163,3 +163,21 @@ async def test_a_row_written_in_wal_mode_is_read_while_watching(history: Path, t
             writer.close()
         tg.cancel_scope.cancel()
     assert get_block(harness.conn, "atuin:live1").exit_code == 1
+
+
+@pytest.mark.anyio
+async def test_other_programs_db_files_are_skipped_as_not_logs(tmp_path: Path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    with sqlite3.connect(logs / "cache.db") as db:
+        db.execute("CREATE TABLE entries (key TEXT, value TEXT)")
+        db.execute("INSERT INTO entries VALUES ('a', 'b')")
+    (logs / "berkeley.db").write_bytes(b"\x00\x06\x15\x61" + bytes(60))
+    harness = Harness(tmp_path, [logs])
+    analyzer = harness.analyzer()
+    with captured_logs() as logs_seen:
+        stats = await analyzer.sync()
+        stats = await analyzer.sync()
+    assert stats.errors == 0 and stats.files_tracked == 2 and list_block_ids(harness.conn) == []
+    skipped = [e["file"] for e in logs_seen if e["event"].startswith("file is not a SQLite log")]
+    assert sorted(Path(f).name for f in skipped) == ["berkeley.db", "cache.db"]  # once each
