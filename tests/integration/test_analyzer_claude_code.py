@@ -170,3 +170,9 @@ async def test_secrets_in_turns_and_commands_are_redacted_before_anything_is_sto
     ]
     assert stored and not [row for row in stored if key in row or token in row]
     assert sum(stats.redactions.values()) >= 2
+
+
+@pytest.mark.anyio
+async def test_formats_in_the_settings_restrict_what_is_read(harness: Harness):
+    stats = await harness.analyzer(formats=["codex", "blocklog"]).sync()
+    assert list_block_ids(harness.conn) == [] and stats.foreign_lines == stats.lines_read == 29 + 438
