@@ -134,7 +134,32 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (document, version)
     )
     """,
-    # 5: learnerd remembers what it served (learnerd.store.suggestions): a block may carry the session id of
+    # 5: assistants' sessions (Claude Code, Codex CLI, OpenTelemetry GenAI): what each session's person asked
+    # last (the intent of the commands that follow), the assistant's plan, the session's working directory and
+    # the failed commands not yet followed by a success; and each learned block's rejected attempts (the failed
+    # commands a succeeded one corrected). learnerd.store.assistant_sessions.
+    """
+    CREATE TABLE assistant_sessions (
+        source      TEXT NOT NULL,
+        session_key TEXT NOT NULL,
+        session_id  TEXT NOT NULL DEFAULT '',
+        intent      TEXT NOT NULL DEFAULT '',
+        plan        TEXT NOT NULL DEFAULT '',
+        intent_time REAL,
+        cwd         TEXT NOT NULL DEFAULT '',
+        failed      TEXT NOT NULL DEFAULT '[]',
+        updated_at  REAL NOT NULL,
+        PRIMARY KEY (source, session_key)
+    );
+    CREATE INDEX assistant_sessions_cwd ON assistant_sessions(cwd, intent_time);
+    CREATE TABLE rejected_attempts (
+        block_id   TEXT NOT NULL,
+        attempt_id TEXT NOT NULL,
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (block_id, attempt_id)
+    )
+    """,
+    # 6: learnerd remembers what it served (learnerd.store.suggestions): a block may carry the session id of
     # the program that logged it; each served answer is a suggestion (its block, the adapter version that
     # answered, the normalized command) until an execution resolves it; suggestion_counts keeps the totals per
     # (document, version, outcome), so pruning old suggestions never lowers them.
