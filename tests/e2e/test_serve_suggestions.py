@@ -1,12 +1,14 @@
 """learnerd remembers what it served: through the official ``openai`` client, a real ``learnerd run`` answers
 with ``metadata={"session": S}`` from the document's adapter v0001; a block-log line then says that session S
 ran the suggested command; the suggestion metrics, ``ctl status`` and ``learnerd eval --history`` count one
-accepted suggestion for v0001. A streamed answer (session from ``user``) is remembered too."""
+accepted suggestion for v0001. A streamed answer (session from ``user``) is remembered too. The same through a
+Claude Code transcript in which that session runs the command."""
 
 from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -41,14 +43,20 @@ def accepted(metrics: str, dlm_id: str, version: str) -> float | None:
     return None
 
 
+def document_with_v0001(root: Path, models_dir: Path) -> tuple[Path, str]:
+    """The config and a document under ``root`` whose adapter v0001 (noise on the tiny model) is committed."""
+    write_config(root, models_dir, "[serve]\nmax_tokens = 8\n\n[suggestions]\njoin_window_s = 600.0\n")
+    doc = qa_document(root / "docs" / "notes.dlm", QA_PAIRS[:2])
+    dlm_id = read_document(doc).frontmatter.dlm_id
+    base = resolve_base_model("learnerd/tiny-llama", cache_dir=root / "state" / "models")
+    commit_noise_adapter(AdapterStore(root / "state" / "adapters"), dlm_id, base)
+    return doc, dlm_id
+
+
 def test_an_answer_run_as_suggested_in_its_session_counts_as_accepted_for_its_adapter_version(
     tmp_path: Path, models_dir: Path
 ):
-    write_config(tmp_path, models_dir, "[serve]\nmax_tokens = 8\n\n[suggestions]\njoin_window_s = 600.0\n")
-    doc = qa_document(tmp_path / "docs" / "notes.dlm", QA_PAIRS[:2])
-    dlm_id = read_document(doc).frontmatter.dlm_id
-    base = resolve_base_model("learnerd/tiny-llama", cache_dir=tmp_path / "state" / "models")
-    commit_noise_adapter(AdapterStore(tmp_path / "state" / "adapters"), dlm_id, base)
+    doc, dlm_id = document_with_v0001(tmp_path, models_dir)
     with serving_daemon(tmp_path) as (process, url):
         admin = process.client()
         reply = client(url).chat.completions.create(
@@ -97,3 +105,32 @@ def test_an_answer_run_as_suggested_in_its_session_counts_as_accepted_for_its_ad
     (point,) = json.loads(history.stdout)
     assert point["name"] == "v0001"
     assert point["suggestions"] == {"served": 2, "accepted": 1, "edited": 0, "failed": 0}
+
+
+def test_a_claude_code_session_running_the_answer_counts_it_as_accepted(tmp_path: Path, models_dir: Path):
+    _, dlm_id = document_with_v0001(tmp_path, models_dir)
+    session = "5d1e0b7a-3c2f-4e8a-9b61-0f2d4c6a8e10"  # Claude Code's sessionId of the conversation
+    with serving_daemon(tmp_path) as (process, url):
+        admin = process.client()
+        reply = client(url).chat.completions.create(
+            model="notes",
+            messages=[{"role": "user", "content": "restart the web deployment"}],
+            max_tokens=8,
+            temperature=0,
+            metadata={"session": session},
+        )
+        command = command_of(reply.choices[0].message.content).text
+
+        def line(kind: str, content: object, seconds: float) -> str:
+            when = datetime.fromtimestamp(time.time() + seconds, UTC).isoformat()
+            record = {"type": kind, "sessionId": session, "uuid": f"u{seconds}", "cwd": "/srv", "timestamp": when}
+            return json.dumps({**record, "message": {"role": kind, "content": content}}) + "\n"
+
+        call = {"type": "tool_use", "id": "toolu_01", "name": "Bash", "input": {"command": command}}
+        result = {"type": "tool_result", "tool_use_id": "toolu_01", "content": "done", "is_error": False}
+        transcript = line("user", "restart the web deployment", 0.5) + line("assistant", [call], 1)
+        (tmp_path / "logs" / f"{session}.jsonl").write_text(transcript + line("user", [result], 2))
+
+        wait_until(lambda: accepted(admin.call("GET", "/metrics"), dlm_id, "v0001") == 1.0, what="one accepted")
+        status = admin.call("GET", "/status")["suggestions"][dlm_id]["v0001"]
+        assert status == {"served": 1, "accepted": 1, "edited": 0, "failed": 0}
