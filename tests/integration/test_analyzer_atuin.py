@@ -3,6 +3,7 @@ atuin's own schema): rows read read-only by rowid while atuin writes, vacuums an
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
@@ -51,6 +52,9 @@ async def test_every_row_but_the_deleted_one_is_an_executed_block_and_the_file_i
     stats = await harness.analyzer().sync()
     blocks = [get_block(harness.conn, i) for i in list_block_ids(harness.conn)]
     assert len(blocks) == BLOCKS and all(b.source == "atuin" and b.generated is None for b in blocks)
+    with contextlib.closing(sqlite3.connect(f"file:{history}?mode=ro", uri=True)) as rows:
+        sessions = dict(rows.execute("SELECT 'atuin:' || id, session FROM history").fetchall())
+    assert all(b.session == sessions[b.id] for b in blocks), "each names its shell's $ATUIN_SESSION"
     assert sum(bool(b.context) for b in blocks) == WITH_INTENT
     retry = get_block(harness.conn, "atuin:0199f2a1d3807a1b8c2d3e4f5a6b7c09")
     assert retry.executed == Cell("code", "cargo build --release --locked", "bash") and retry.exit_code == 0

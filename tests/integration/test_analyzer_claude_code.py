@@ -41,6 +41,7 @@ async def test_every_bash_call_of_the_real_transcripts_becomes_a_block(harness: 
         assert sum(i.startswith(f"claude-code:{session}:") for i in ids) == calls
     blocks = [get_block(harness.conn, i) for i in ids]
     assert all(b.source == "claude-code" and b.generated is not None and b.executed is not None for b in blocks)
+    assert all(b.session == i.split(":")[1] for i, b in zip(ids, blocks, strict=True)), "each names its sessionId"
     assert all(b.generated.text == b.executed.text and b.executed.language == "bash" for b in blocks)
     assert sum(b.exit_code == 1 for b in blocks) == FAILED and sum(b.exit_code == 0 for b in blocks) == 63 - FAILED
     assert sum(not b.context for b in blocks) == WITHOUT_INTENT
