@@ -30,9 +30,12 @@ def state(tmp_path: Path) -> tuple[object, Path, Path]:
     docs.mkdir()
     document = new_document("builtin:tiny-llama", prose="# Learned")
     for example in (PODS, DISK):
-        document = document.append_section(probe_section(example.query, example.answer, source=f"learnerd/{example.id}"))
+        section = probe_section(example.query, example.answer, source=f"learnerd/{example.id}")
+        document = document.append_section(section)
+    # a harvest's reinforcement copy: the same pair under a plain ### Q, another tool's marker
     reinforced = probe_section(PODS.query, PODS.answer, source="eval-harvest/probe_recall")
-    document = document.append_section(replace(reinforced, body=tuple(l.replace(" !probe", "") for l in reinforced.body)))
+    plain = tuple(line.replace(" !probe", "") for line in reinforced.body)
+    document = document.append_section(replace(reinforced, body=plain))
     (docs / "learned.dlm").write_bytes(document.to_bytes())
     hand = new_document("builtin:tiny-llama").append_section(
         Section("instruction", ("### Q", PODS.query, "", "### A", PODS.answer))

@@ -30,5 +30,5 @@ def test_forgetting_the_same_thing_twice_keeps_one_tombstone_with_every_block(tm
 @pytest.mark.parametrize(("kind", "value"), [("everything", "x"), ("match", "")])
 def test_a_tombstone_needs_a_known_kind_and_a_value(tmp_path, kind, value):
     conn = db.connect(tmp_path / "db.sqlite")
-    with pytest.raises(ValueError, match="kind|value"), db.transaction(conn):
+    with pytest.raises(ValueError, match=r"kind|value"), db.transaction(conn):
         put_tombstone(conn, Tombstone(kind, value))
