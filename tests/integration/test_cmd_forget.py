@@ -92,3 +92,18 @@ def settled_without(daemon, export: Path, example_id: str):
 
 async def _learned_again(daemon, export: Path) -> bool:
     return get_example(daemon.conn, "b-du") is not None and "b-du" in foyle_examples.ids_on_disk(export)
+
+
+def test_offline_forget_refuses_what_it_cannot_find_with_a_clear_message(tmp_path: Path):
+    from learnerd.store import db
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    db.connect(state / "learnerd.db").close()
+    unknown = run_cli("forget", "--example", "nope", "--state-dir", str(state), check=False)
+    assert unknown.returncode == 1 and "no example or block has the id 'nope'" in unknown.stderr
+    missing = run_cli("forget", "--source", str(tmp_path / "gone.jsonl"), "--state-dir", str(state), check=False)
+    assert missing.returncode == 1 and "gone.jsonl: no such file" in missing.stderr
+    removed = run_cli("forget", "--remove", "0123456789abcdef", "--state-dir", str(state), check=False)
+    assert removed.returncode == 1 and "no tombstone has the id" in removed.stderr
+    assert run_cli("forget", "--list", "--state-dir", str(state)).stdout.strip() == "no tombstones"
