@@ -6,8 +6,8 @@ schema; on PostgreSQL it is the only way the schema changes (replicas refuse to 
 ``check`` prints the store's version and this learnerd's, and exits 0 when they match, 1 when the store
 needs ``migrate`` or is newer than this learnerd (or cannot be reached). ``scrub`` runs the secret redactor
 (``[privacy]``) once over the stored state — tables, the documents' auto-written sections, the probe journal,
-the ``POST /v1/blocks`` log files, foyle export files — with the state directory locked (no daemon may run;
-:mod:`learnerd.store.scrub`); ``--dry-run`` shows what would change.
+the ``POST /v1/blocks`` log files, evaluation reports, foyle export files — with the state directory locked
+(no daemon may run; :mod:`learnerd.store.scrub`); ``--dry-run`` shows what would change.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def scrub(cfg: Any, dry_run: bool) -> dict[str, Any]:
     from learnerd.cmd._common import open_store
     from learnerd.daemon.control import forget_scope
     from learnerd.daemon.statelock import StateDirBusy, StateLock
+    from learnerd.eval.history import REPORT_FILE
     from learnerd.privacy.redact import Redactor
     from learnerd.store import scrub as scrubbing
     from learnerd.store.dlm import ConflictError, DocumentError
@@ -72,6 +73,9 @@ def scrub(cfg: Any, dry_run: bool) -> dict[str, Any]:
         rewritten = [path for path in ingest if scrubbing.scrub_lines(path, redactor, report)]
         if not dry_run:
             scrubbing.drop_watermarks(conn, rewritten)
+        adapters = cfg.layout.adapters_dir
+        for path in sorted(adapters.rglob(REPORT_FILE)) if adapters.is_dir() else ():
+            scrubbing.scrub_json_file(path, redactor, report)
         return report.to_json()
     finally:
         conn.close()

@@ -14,6 +14,9 @@ existed (or before a ``[privacy]`` pattern was added) is scrubbed here, place by
 * the probe journal and the ``POST /v1/blocks`` block-log files (``<state_dir>/ingest``): rewritten line by
   line, atomically (temp file, fsync, rename); the watermark of a rewritten block-log file is dropped, so
   the analyzer reads it again from its start (merging an event twice changes nothing);
+* the evaluation reports beside adapter versions (``eval.json``: the probes' prompts and references) are
+  rewritten; the adapter weights themselves cannot be: a document whose sections changed retrains from
+  scratch, and older versions stay until they are deleted;
 * foyle export files of changed examples are deleted (the export reconciler writes them again).
 
 The caller holds the state directory's lock (no daemon may write meanwhile). The redactor is passed in (a
@@ -53,8 +56,8 @@ class Scrubber(Protocol):
 
 @dataclass
 class ScrubReport:
-    """What a scrub changed (or would change): rows per table, sections per document, lines per file, the
-    vectors and foyle files deleted, and the placeholders put in, by kind."""
+    """What a scrub changed (or would change): rows per table, sections per document, lines (or, in a JSON
+    report, strings) per file, the vectors and foyle files deleted, and the placeholders put in, by kind."""
 
     tables: Counter[str] = field(default_factory=Counter)
     vectors: int = 0
@@ -189,6 +192,26 @@ def scrub_lines(path: Path, scrubber: Scrubber, report: ScrubReport) -> bool:
     report.redacted.update(kinds)
     if not report.dry_run:
         atomic_write_bytes(path, b"".join(out), mode=path.stat().st_mode & 0o777)
+    return True
+
+
+def scrub_json_file(path: Path, scrubber: Scrubber, report: ScrubReport) -> bool:
+    """Redact every string of the JSON document ``path`` (an evaluation report, ``eval.json``: its probes'
+    prompts and references), rewriting it atomically in sway's layout (2-space indent, sorted keys, final
+    newline) when one changed; a file that is not JSON is left alone. True when it changed (or would)."""
+    try:
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    found: Counter[str] = Counter()
+    redacted = scrubber.redact_json(value, found)
+    if not found:
+        return False
+    report.files[str(path)] = sum(found.values())
+    report.redacted.update(found)
+    if not report.dry_run:
+        text = json.dumps(redacted, indent=2, sort_keys=True) + "\n"
+        atomic_write_bytes(path, text.encode(), mode=path.stat().st_mode & 0o777)
     return True
 
 

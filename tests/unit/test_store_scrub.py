@@ -9,7 +9,7 @@ from pathlib import Path
 
 from learnerd.privacy.redact import Redactor
 from learnerd.store.dlm import Section, new_document, probe_section, read_document
-from learnerd.store.scrub import ScrubReport, scrub_documents, scrub_lines
+from learnerd.store.scrub import ScrubReport, scrub_documents, scrub_json_file, scrub_lines
 
 SECRET_LINE = "export AWS_SECRET_ACCESS_KEY=q9X2vLm8Rt4Yp1Nz6Kw3Hs7Jd5Fg0Bc2Vn8Mx4Za"
 REDACTED_LINE = "export AWS_SECRET_ACCESS_KEY=<AWS_SECRET_ACCESS_KEY>"
@@ -46,3 +46,16 @@ def test_scrub_documents_redacts_auto_written_sections_and_leaves_a_persons_own(
     assert auto.harvest_source == "learnerd/b1" and auto.qa_pairs()[0].answer == REDACTED_LINE
     assert own.qa_pairs()[0].answer == SECRET_LINE
     assert report.documents == {str(path): 1} and report.redacted == {"AWS_SECRET_ACCESS_KEY": 1}
+
+
+def test_scrub_json_file_rewrites_an_evaluation_report_in_sways_layout(tmp_path: Path):
+    path = tmp_path / "eval.json"
+    report_json = {"probes": [{"evidence": {"prompt": "Set the AWS key", "reference": SECRET_LINE}}], "score": 1.0}
+    path.write_text(json.dumps(report_json))
+    report = ScrubReport()
+    assert scrub_json_file(path, Redactor(), report)
+    assert json.loads(path.read_text())["probes"][0]["evidence"]["reference"] == REDACTED_LINE
+    assert path.read_text().startswith('{\n  "probes": [') and path.read_text().endswith("}\n")
+    assert report.files == {str(path): 1}
+    (tmp_path / "not.json").write_text("{torn")
+    assert not scrub_json_file(tmp_path / "not.json", Redactor(), report)
