@@ -10,7 +10,8 @@ text, case-sensitive; later blocks holding it are refused too). ``--dry-run`` sh
 When a daemon runs on the state directory, the forget runs inside it (through the admin socket): retrieval
 stops returning the example before the command returns, and the retrain is queued at once. Otherwise this
 process does the same work under the state directory's lock, and the next ``learnerd run`` or
-``learnerd train`` trains the documents fresh (their adapters trained on sections that are gone).
+``learnerd train`` trains the documents fresh (their adapters trained on sections that are gone). Exit
+status 1 when a document could not be rewritten (it does not parse: the report names it and the line).
 docs/privacy.md says more.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +78,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"tombstone {result['id']} removed ({stone}): its blocks may be learned again")
     else:
         _print_report(result, where)
+    if isinstance(result, dict) and result.get("errors"):
+        print(
+            "learnerd forget: some documents were not rewritten (see above); the tombstone holds, and the probes "
+            "reconciler removes their sections once they parse again",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -90,3 +90,12 @@ def test_an_unknown_id_is_refused_and_a_block_without_example_still_gets_a_tombs
     report = forget_in_store(conn, "block", "b-new")
     assert report.examples == [] and report.tombstone.block_ids == ("b-new",)
     assert [t.value for t in load_tombstones(conn).all] == ["b-new"]
+
+
+def test_a_document_that_does_not_parse_is_named_and_the_others_are_still_rewritten(state):
+    conn, docs, export = state
+    broken = docs / "broken.dlm"
+    broken.write_text("---\nnot: [closed\n---\n")
+    report = forget_in_files(forget_in_store(conn, "example", "b-pods"), documents_in([docs]), export)
+    assert list(report.errors) == [str(broken)] and broken.read_text() == "---\nnot: [closed\n---\n"
+    assert report.documents == {str(docs / "learned.dlm"): 2}
