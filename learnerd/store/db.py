@@ -159,6 +159,17 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (block_id, attempt_id)
     )
     """,
+    # 6: tombstones of what ``learnerd forget`` took back (learnerd.store.tombstones): the examples reconciler
+    # refuses every block a tombstone covers, so re-ingestion, backfill and fleet peers never learn it again.
+    """
+    CREATE TABLE tombstones (
+        id         TEXT PRIMARY KEY,
+        kind       TEXT NOT NULL,
+        value      TEXT NOT NULL,
+        block_ids  TEXT NOT NULL DEFAULT '[]',
+        created_at REAL NOT NULL
+    )
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
