@@ -64,7 +64,7 @@ import sqlite3
 import stat
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -212,6 +212,11 @@ class Analyzer:
     def stats(self) -> AnalyzerStats:
         """A snapshot of the counters (see :class:`~learnerd.analyzer.stats.AnalyzerStats`)."""
         return self._stats.snapshot()
+
+    def count_redactions(self, kinds: Mapping[str, int]) -> None:
+        """Count secrets another intake (``POST /v1/blocks``, RPC ``inject_probe``) replaced before storing, so
+        ``learnerd_redactions_total`` and ``redactions`` cover every intake."""
+        self._stats.redacted(kinds)
 
     async def sync(self) -> AnalyzerStats:
         """Ingest every complete line now in the log files, up to their end; return the counters.

@@ -159,7 +159,18 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (block_id, attempt_id)
     )
     """,
-    # 6: learnerd remembers what it served (learnerd.store.suggestions): a block may carry the session id of
+    # 6: tombstones of what ``learnerd forget`` took back (learnerd.store.tombstones): the examples reconciler
+    # refuses every block a tombstone covers, so re-ingestion, backfill and fleet peers never learn it again.
+    """
+    CREATE TABLE tombstones (
+        id         TEXT PRIMARY KEY,
+        kind       TEXT NOT NULL,
+        value      TEXT NOT NULL,
+        block_ids  TEXT NOT NULL DEFAULT '[]',
+        created_at REAL NOT NULL
+    )
+    """,
+    # 7: learnerd remembers what it served (learnerd.store.suggestions): a block may carry the session id of
     # the program that logged it; each served answer is a suggestion (its block, the adapter version that
     # answered, the normalized command) until an execution resolves it; suggestion_counts keeps the totals per
     # (document, version, outcome), so pruning old suggestions never lowers them.
