@@ -4,7 +4,8 @@ Redaction before storage (:mod:`learnerd.privacy.redact`) keeps new secrets out;
 existed (or before a ``[privacy]`` pattern was added) is scrubbed here, place by place:
 
 * the store: ``blocks`` (context cells, generated and executed cells), ``examples`` (query, answer),
-  ``foyle_traces`` (the raw halves of foyle traces); the vector of an example whose query changed is
+  ``foyle_traces`` (the raw halves of foyle traces), ``suggestions`` (the answers learnerd served: answer,
+  command, session; :mod:`learnerd.store.suggestions`); the vector of an example whose query changed is
   deleted (the next run embeds the redacted text: a vector of a secret is not kept); a SQLite file is then
   vacuumed and its write-ahead log truncated, so no old value survives in a free page;
 * the ``.dlm`` documents given: every auto-written section (a ``dlm-auto-harvest`` marker: learnerd's probe
@@ -82,7 +83,7 @@ class ScrubReport:
 
 def scrub_store(conn: Any, scrubber: Scrubber, report: ScrubReport, export_dir: Path | None = None) -> None:
     """Redact the store's tables in one transaction (see the module docstring); fills ``report``."""
-    blocks, examples, traces = [], [], []
+    blocks, examples, traces, served = [], [], [], []
     for row in conn.execute("SELECT id, context, generated, executed FROM blocks ORDER BY id"):
         kinds: Counter[str] = Counter()
         cells = scrubber.redact_json(json.loads(row[1]), kinds)
@@ -103,7 +104,13 @@ def scrub_store(conn: Any, scrubber: Scrubber, report: ScrubReport, export_dir: 
         if kinds:
             traces.append((*halves, row[0]))
             report.redacted.update(kinds)
-    report.tables.update(blocks=len(blocks), examples=len(examples), foyle_traces=len(traces))
+    for row in conn.execute("SELECT block_id, answer, command, session FROM suggestions ORDER BY block_id"):
+        kinds = Counter()
+        texts = [_text(scrubber, text, kinds) for text in (row[1], row[2], row[3])]
+        if kinds:
+            served.append((*texts, row[0]))
+            report.redacted.update(kinds)
+    report.tables.update(blocks=len(blocks), examples=len(examples), foyle_traces=len(traces), suggestions=len(served))
     requery = [e[2] for e in examples if e[3]]
     if report.dry_run:
         report.vectors = len(get_metas(conn, requery))
@@ -115,9 +122,11 @@ def scrub_store(conn: Any, scrubber: Scrubber, report: ScrubReport, export_dir: 
                 conn.execute("UPDATE examples SET query = ?, answer = ? WHERE id = ?", (query, answer, example_id))
             for values in traces:
                 conn.execute("UPDATE foyle_traces SET request = ?, response = ? WHERE trace_id = ?", values)
+            for values in served:
+                conn.execute("UPDATE suggestions SET answer = ?, command = ?, session = ? WHERE block_id = ?", values)
             for example_id in requery:
                 report.vectors += conn.execute("DELETE FROM embeddings WHERE example_id = ?", (example_id,)).rowcount
-        if getattr(conn, "dialect", "sqlite") == "sqlite" and (blocks or examples or traces):
+        if getattr(conn, "dialect", "sqlite") == "sqlite" and (blocks or examples or traces or served):
             # the old values must not survive in free pages or the write-ahead log
             conn.execute("VACUUM")
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

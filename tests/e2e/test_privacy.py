@@ -86,7 +86,8 @@ def test_db_scrub_redacts_secrets_stored_before_redaction_everywhere(tmp_path: P
     assert files_holding(state, SECRET.encode()) and files_holding(docs, SECRET.encode())
 
     dry = json.loads(run_cli("db", "scrub", "--dry-run", "--json", "--config", str(after)).stdout)
-    assert dry["tables"] == {"blocks": 1, "examples": 1, "foyle_traces": 0} and files_holding(docs, SECRET.encode())
+    assert dry["tables"] == {"blocks": 1, "examples": 1, "foyle_traces": 0, "suggestions": 0}
+    assert files_holding(docs, SECRET.encode())
     report = json.loads(run_cli("db", "scrub", "--json", "--config", str(after)).stdout)
     # each secret was in the block, the example and the document's section
     assert report["redacted"] == {"AWS_ACCESS_KEY_ID": 3, "AWS_SECRET_ACCESS_KEY": 3, "BASIC_AUTH_PASSWORD": 3}
