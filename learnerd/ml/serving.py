@@ -259,6 +259,7 @@ class ServedModels:
         self._unready: dict[str, str] = {}  # model id -> why its last load failed its check
         self._bounds: dict[str, tuple[int, int]] = {}  # model id -> _Base.context_bound() once it was loaded
         self._loading: str | None = None  # the base model being loaded in the worker
+        self._loaded_bases: set[str] = set()  # base_model names loaded once (worker thread only)
         self.reload_after_s = reload_after_s
         self._reloads: dict[str, tuple[threading.Timer, float]] = {}  # model id -> (reload, when: monotonic)
         self._closed = False
@@ -280,7 +281,8 @@ class ServedModels:
             return "; ".join(self._unready.values()) or None
 
     def loading(self) -> str | None:
-        """The base model the worker is loading now (requests for it wait), or None. Thread-safe."""
+        """The base model the worker is resolving (a GGUF conversion) or loading for the first time now
+        (requests for it wait), or None. Thread-safe."""
         with self._lock:
             return self._loading
 
@@ -398,7 +400,27 @@ class ServedModels:
             ModelCheckError: converting the base's GGUF file gave a model that failed the check.
             BaseModelError, AdapterStoreError, OSError, ValueError: the model cannot be loaded at all.
         """
-        ref = resolve_base_model(model.base_model, cache_dir=self.models_dir, relative_to=model.relative_to)
+        with self._first_load(model.base_model):  # resolving may convert a GGUF file: minutes
+            ref = resolve_base_model(model.base_model, cache_dir=self.models_dir, relative_to=model.relative_to)
+            return self._load(model, version, ref)
+
+    @contextlib.contextmanager
+    def _first_load(self, base_model: str) -> Iterator[None]:
+        """While a base model that never loaded here is resolved and loaded, :meth:`loading` names it."""
+        first = base_model not in self._loaded_bases
+        if first:
+            with self._lock:
+                self._loading = base_model
+        try:
+            yield
+            self._loaded_bases.add(base_model)
+        finally:
+            if first:
+                with self._lock:
+                    self._loading = None
+
+    def _load(self, model: ServedModel, version: AdapterVersion | None, ref: BaseModelRef) -> tuple[_Base, Any]:
+        """:meth:`_ready` once ``model``'s base is resolved to ``ref``."""
         with self._lock:
             due = self._reloads.get(model.id)
             if due is not None:
@@ -447,13 +469,7 @@ class ServedModels:
         base = self._bases.get(ref.identity)
         if base is None:
             started = time.perf_counter()
-            with self._lock:
-                self._loading = ref.name
-            try:
-                base = self._bases[ref.identity] = _Base(load_base_model(ref))
-            finally:
-                with self._lock:
-                    self._loading = None
+            base = self._bases[ref.identity] = _Base(load_base_model(ref))
             log.info("base model loaded", base_model=ref.name, seconds=round(time.perf_counter() - started, 3))
         return base
 

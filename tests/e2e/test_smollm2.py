@@ -136,6 +136,12 @@ def test_retrieved_examples_give_the_answer_the_base_cannot(tmp_path: Path):
     with serving_daemon(tmp_path) as (process, url):
         admin = process.client()
         wait_until(lambda: len(admin.call("POST", "/search", {"text": "x", "k": 3})) == 3, what="examples indexed")
+
+        def smollm2_loaded() -> bool:  # by the start-up's warm-up: converting the GGUF takes minutes on 2 busy cores
+            events = process.log_events()
+            return any(e["event"] == "base model loaded" and e["base_model"] == "smollm2-135m-instruct" for e in events)
+
+        wait_until(smollm2_loaded, timeout=900, what="SmolLM2 converted and loaded", interval=1.0)
         api = client(url)
         base = api.chat.completions.create(model="shell", messages=question, max_tokens=24, temperature=0)
         rag = api.chat.completions.create(
