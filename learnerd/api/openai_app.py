@@ -271,10 +271,7 @@ class OpenAIEndpoint:
             response = await self._answer(request, prepared, received)
             status = response.status
             return response
-        except OpenAIError as exc:
-            status = exc.status
-            raise
-        except web.HTTPException as exc:
+        except (OpenAIError, ControlError, web.HTTPException) as exc:  # ControlError: the body (408, 413, 400)
             status = exc.status
             raise
         finally:

@@ -139,6 +139,9 @@ async def test_hostile_bodies_and_fields_are_400_and_leave_no_traceback(short_ro
                 status, answer = await post(session, url, {**CHAT, "seed": 2**63 - 1, "temperature": 1.0})
                 assert status == 200, answer  # the largest int64 seed is served, and so is everything after
         assert errors_in(logs) == []
+        counted = running.daemon.registry.get_sample_value
+        assert counted("learnerd_serve_requests_total", {"model": "unknown", "status": "400"}) == len(HOSTILE)
+        assert counted("learnerd_serve_requests_total", {"model": "unknown", "status": "500"}) is None
 
 
 async def test_a_body_that_does_not_arrive_in_time_is_408(short_root: Path, minilm, models_dir: Path):
