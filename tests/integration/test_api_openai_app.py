@@ -24,6 +24,8 @@ from learnerd.ml import serving
 from learnerd.ml.rows import ChatMessage
 from learnerd.ml.serving import ModelCatalog, ServedModels
 from learnerd.store.adapters import AdapterStore
+from learnerd.store.dlm import read_document
+from learnerd.store.suggestions import ServedAnswer
 from tests.qa_pairs import QA_PAIRS
 from tests.support.documents import qa_document
 
@@ -33,10 +35,14 @@ CHAT = {"model": "notes", "messages": [{"role": "user", "content": "What is the 
 
 class Control:
     """What the endpoint asks of the daemon (:class:`~learnerd.api.surface.ControlSurface`): a state the test
-    sets, the served models' readiness, no retrieval."""
+    sets, the served models' readiness, no retrieval; the answers it is asked to remember, kept in ``answers``."""
 
     def __init__(self, served: ServedModels, state: str = "running") -> None:
         self.served, self.state = served, state
+        self.answers: list[ServedAnswer] = []
+
+    def record_served(self, answer: ServedAnswer) -> None:
+        self.answers.append(answer)
 
     def unready_reason(self) -> str | None:
         return self.served.unready_reason()
@@ -113,6 +119,10 @@ async def test_models_completions_and_readyz_share_one_readiness(tmp_path: Path,
                 assert status == 200 and "notes" in {m["id"] for m in models["data"]}
                 release.set()
             assert completion["answer"][0] == 200, completion
+            (remembered,) = control.answers
+            assert remembered.answer == completion["answer"][2]["choices"][0]["message"]["content"]
+            dlm_id = read_document(tmp_path / "docs" / "notes.dlm").frontmatter.dlm_id
+            assert (remembered.document, remembered.version, remembered.session) == (dlm_id, "base", None)
             assert (await answer(s, "GET", f"{url}/readyz"))[:3:2] == (200, {"status": "ready"})
 
 
@@ -140,7 +150,7 @@ async def test_a_stream_the_client_cut_counts_its_generated_tokens(tmp_path: Pat
         processors.append(SlowNoEos(tokenizer))
         return processors[-1]
 
-    async with endpoint(tmp_path, models_dir, steering, max_tokens=64) as (url, _, registry):
+    async with endpoint(tmp_path, models_dir, steering, max_tokens=64) as (url, control, registry):
         body = {**CHAT, "max_tokens": 64, "temperature": 0, "stream": True}
         with structlog.testing.capture_logs() as logs:
             async with aiohttp.ClientSession() as s, s.post(f"{url}/v1/chat/completions", json=body) as r:
@@ -159,6 +169,7 @@ async def test_a_stream_the_client_cut_counts_its_generated_tokens(tmp_path: Pat
         assert done["finish_reason"] == "cancelled" and 1 <= done["completion_tokens"] < 64
         assert counted() == done["completion_tokens"]
         assert any(e["event"] == "chat stream closed by the client" for e in logs)
+    assert control.answers == [], "an answer the client cut is not a suggestion"
 
 
 def test_an_example_is_quoted_so_it_cannot_end_its_quote_or_fence():
