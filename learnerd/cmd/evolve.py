@@ -207,6 +207,8 @@ def _evolve(console, args, cfg, run_dir: Path, model, clusters, pool, judge, set
                     f"iteration {entry['iteration']}: composite {entry['composite']:.4f}, correctness "
                     f"{entry['correctness']:.3f}, mean length {entry['mean_len']:.1f} tokens"
                 )
+                if "reflection_skipped" in entry:
+                    console.print(f"  reflection skipped, the same deltas again: {entry['reflection_skipped']}")
 
             try:
                 outcome = run_evolution(

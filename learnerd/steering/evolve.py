@@ -14,6 +14,10 @@ Iteration ``i`` (0-based; iteration 0 evaluates zero deltas, the unsteered model
 6. render the reflector's messages (responses, verdicts, deltas, scores, cluster descriptions, the
    evolving summary: the last :data:`SUMMARY_WINDOW` summaries), log them and write
    ``reflector_message_NNN.txt``; ask the reflector for the next deltas and a summary (validated);
+   when it answers but never validly (:class:`~learnerd.steering.reflectors.InvalidReflectionError`,
+   after its retries) the reflection is skipped: the entry records ``reflection_skipped`` (the reason),
+   an empty summary, and proposes the deltas it evaluated, so the next iteration evaluates them again on
+   its own minibatch;
 7. append the iteration to ``history.json``, write the proposal to ``deltas_current.json``, redraw
    ``evolution.png``.
 
@@ -31,7 +35,8 @@ Every file is replaced atomically. The run directory holds::
 A history entry: ``iteration``, ``deltas`` (evaluated), ``sample`` (pool indices), ``responses``
 (``index``, ``question``, ``reference``, ``response``, ``tokens``, ``correct``, ``explanation``),
 ``mean_len``, ``correctness``, ``shortness``, ``composite``, ``reflector``, ``summary``, ``proposed``
-(the next deltas), ``seconds`` (wall time of the iteration) and ``finished_at`` (ISO 8601 UTC).
+(the next deltas), ``reflection_skipped`` (only when the reflection was skipped: why),
+``seconds`` (wall time of the iteration) and ``finished_at`` (ISO 8601 UTC).
 
 Stopping: when ``stop`` is set (the CLI sets it on SIGINT/SIGTERM) generation stops at the next token,
 the unfinished iteration is dropped, and :func:`run_evolution` returns ``"stopped"`` with every file of
@@ -71,6 +76,8 @@ from learnerd.steering.processor import (
     write_steering,
 )
 from learnerd.steering.reflectors import (
+    InvalidReflectionError,
+    Reflection,
     ReflectionRequest,
     Reflector,
     ResponseRecord,
@@ -213,7 +220,8 @@ def run_evolution(
 
     Raises:
         EvolutionError: ``run_dir`` holds a run with other parameters, or an unreadable history.
-        ReflectorError, JudgeError: the reflector or judge failed (finished iterations stay on disk).
+        ReflectorError, JudgeError: the reflector or judge failed (finished iterations stay on disk); not
+            :class:`~learnerd.steering.reflectors.InvalidReflectionError`, which skips the reflection.
     """
     if not pool:
         raise EvolutionError("the pool is empty")
@@ -264,7 +272,13 @@ def run_evolution(
         message_file = run / f"reflector_message_{i:03d}.txt"
         atomic_write_text(message_file, text)
         log.info("reflector message", iteration=i, reflector=reflector.name, file=str(message_file), message=text)
-        reflection = reflector.reflect(request, messages)
+        skipped = None
+        try:
+            reflection = reflector.reflect(request, messages)
+        except InvalidReflectionError as exc:
+            skipped = str(exc)
+            log.warning("reflection skipped: no valid reply", iteration=i, reflector=reflector.name, error=skipped)
+            reflection = Reflection(deltas, "")
         entry = {
             "iteration": i,
             "deltas": deltas_json(deltas),
@@ -274,6 +288,7 @@ def run_evolution(
             "reflector": reflector.name,
             "summary": reflection.summary,
             "proposed": deltas_json(reflection.deltas),
+            **({"reflection_skipped": skipped} if skipped is not None else {}),
             "seconds": round(time.monotonic() - started, 3),
             "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         }

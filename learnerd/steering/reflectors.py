@@ -8,7 +8,9 @@ every earlier trial), renders it into chat messages (:func:`reflector_messages`,
 within the delta bound).
 
 * :class:`OpenAIReflector` sends the messages to an OpenAI-compatible chat-completions endpoint with a
-  strict JSON schema naming every cluster id as a required property, and retries an invalid reply.
+  strict JSON schema naming every cluster id as a required property, and retries an invalid reply;
+  when no reply is valid it raises :class:`InvalidReflectionError` and the loop skips the iteration's
+  reflection.
 * :class:`OfflineReflector` (the default) needs no network: a (1+1) evolution strategy with the
   one-fifth success rule (Rechenberg, 1973) over the delta vector, driven by the composite score
   alone. It is a pure function of the trials so far, so a resumed run proposes exactly what the
@@ -32,7 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from learnerd.steering.chat import StructuredChatError, structured_chat
+from learnerd.steering.chat import InvalidRepliesError, StructuredChatError, structured_chat
 from learnerd.steering.processor import SteeringError, deltas_json, validate_deltas
 
 SUCCESS_FACTOR = 1.5
@@ -41,6 +43,11 @@ FAILURE_FACTOR = SUCCESS_FACTOR**-0.25
 
 class ReflectorError(RuntimeError):
     """The reflector gave no valid proposal (endpoint failure, or invalid replies on every attempt)."""
+
+
+class InvalidReflectionError(ReflectorError):
+    """The reflector answered, but no reply was valid in the allowed attempts: the evolution loop skips
+    this iteration's reflection (the next iteration evaluates the same deltas) instead of stopping."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +109,8 @@ class Reflector(Protocol):
     name: str
 
     def reflect(self, request: ReflectionRequest, messages: Sequence[dict[str, str]]) -> Reflection:
-        """The next deltas. Raises :class:`ReflectorError` when no valid proposal can be had."""
+        """The next deltas. Raises :class:`ReflectorError` when no valid proposal can be had
+        (:class:`InvalidReflectionError` when the reflector answered, but never validly)."""
         ...
 
 
@@ -204,7 +212,7 @@ class OpenAIReflector:
     Args:
         client: an ``openai.OpenAI`` client (:func:`learnerd.steering.chat.make_client`).
         model: e.g. ``gpt-4o``.
-        max_attempts: requests per iteration before :class:`ReflectorError`.
+        max_attempts: requests per iteration before :class:`InvalidReflectionError`.
     """
 
     name = "openai"
@@ -225,6 +233,8 @@ class OpenAIReflector:
                 parse=lambda raw: parse_reflection(raw, request.cluster_ids, request.bound),
                 max_attempts=self.max_attempts,
             )
+        except InvalidRepliesError as exc:
+            raise InvalidReflectionError(str(exc)) from exc
         except StructuredChatError as exc:
             raise ReflectorError(str(exc)) from exc
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -118,3 +119,48 @@ def chat_server(reply: Callable[[dict], str]) -> Iterator[ChatServer]:
 
     with serve_routes([web.post("/v1/chat/completions", completions)]) as base_url:
         yield ChatServer(base_url=base_url, requests=requests)
+
+
+def strict_schema_problem(schema: dict, where: str = "schema") -> str | None:
+    """Why ``schema`` breaks OpenAI's structured-outputs strict mode, or None: every object schema must
+    set ``additionalProperties: false`` and list every property in ``required``
+    (https://platform.openai.com/docs/guides/structured-outputs#supported-schemas)."""
+    if schema.get("type") == "object":
+        if schema.get("additionalProperties") is not False:
+            return f"{where}: additionalProperties must be false"
+        properties = schema.get("properties", {})
+        if sorted(schema.get("required", [])) != sorted(properties):
+            return f"{where}: every property must be required"
+        for name, sub in properties.items():
+            problem = strict_schema_problem(sub, f"{where}.{name}")
+            if problem:
+                return problem
+    return None
+
+
+@contextmanager
+def structured_chat_server(reply: Callable[[dict, dict], str]) -> Iterator[ChatServer]:
+    """``/v1/chat/completions`` as OpenAI's structured outputs serve it: a request without
+    ``response_format = {"type": "json_schema", "json_schema": {"name", "strict": true, "schema"}}`` or
+    with a schema strict mode refuses gets HTTP 400 with OpenAI's error object; an accepted one is
+    answered with ``reply(request body, schema)``."""
+
+    def answer(body: dict) -> str:
+        fmt = body.get("response_format") or {}
+        spec = fmt.get("json_schema") or {}
+        problem = None
+        if fmt.get("type") != "json_schema" or spec.get("strict") is not True or not spec.get("name"):
+            problem = "response_format must be a strict json_schema with a name"
+        else:
+            problem = strict_schema_problem(spec.get("schema") or {})
+        if problem:
+            raise web.HTTPBadRequest(
+                text=json.dumps(
+                    {"error": {"message": problem, "type": "invalid_request_error", "param": "response_format"}}
+                ),
+                content_type="application/json",
+            )
+        return reply(body, spec["schema"])
+
+    with chat_server(answer) as server:
+        yield server
