@@ -207,6 +207,7 @@ def run_evolution(
     stop: threading.Event | None = None,
     on_answer: Callable[[int, int, int], None] | None = None,
     on_iteration: Callable[[dict[str, Any]], None] | None = None,
+    on_deltas: Callable[[Path], None] | None = None,
 ) -> EvolutionOutcome:
     """Run (or resume) an evolution in ``run_dir`` until ``settings.iterations`` iterations are in its
     history or ``stop`` is set (module docstring).
@@ -217,6 +218,9 @@ def run_evolution(
         extra_parameters: JSON values added to ``run.json`` (e.g. the base model and adapter).
         on_answer: called with ``(iteration, answers done, minibatch size)`` after each answer.
         on_iteration: called with each finished history entry.
+        on_deltas: called before each iteration answers its minibatch, with the steering file holding
+            the deltas it evaluates (``deltas_current.json``): an external server restarts with it
+            (:class:`learnerd.steering.server.ExternalServer`).
 
     Raises:
         EvolutionError: ``run_dir`` holds a run with other parameters, or an unreadable history.
@@ -242,6 +246,12 @@ def run_evolution(
             break
         started = time.monotonic()
         processor = processor_for(clusters, deltas)
+        if on_deltas is not None:
+            if not history and not (run / CURRENT_FILE).exists():
+                write_steering(run / CURRENT_FILE, deltas, clusters, evaluation={"proposed_after_iteration": None})
+            on_deltas(run / CURRENT_FILE)
+            if stop.is_set():
+                break
         sample = minibatch(len(pool), settings.minibatch_size, settings.seed, i)
         progress = functools.partial(on_answer, i) if on_answer is not None else None
         records = answer_items(model, processor, [pool[j] for j in sample], judge, stop, progress)

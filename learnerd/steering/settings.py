@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from learnerd.sections import Section, relative_to_the_file
 
@@ -25,6 +25,45 @@ class EvolutionSettings(Section):
     """longest answer generated (tokens)"""
     seed: int = 0
     """k-means, minibatch sampling and the offline reflector"""
+
+
+class ServerSettings(Section):
+    """An inference server (SGLang, vLLM, ...) evolve restarts with each iteration's deltas.
+
+    Set ``start`` and every iteration is answered through the server instead of in process: evolve stops
+    the server it started, writes the iteration's deltas, starts ``start`` again, waits for ``health_url``
+    and asks ``base_url``'s chat completions (:mod:`learnerd.steering.server`).
+    """
+
+    start: str = ""
+    """shell command starting the server; {steering} = path of the iteration's steering file ("" = answer in process)"""
+    health_url: str = ""
+    """a GET answered 2xx once the server is ready (required with start)"""
+    base_url: str = ""
+    """OpenAI-compatible endpoint answering the minibatch; "" = health_url's scheme://host:port/v1"""
+    model: str = "default"
+    """model name sent with each chat completion"""
+    stop_signal: Literal["SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGKILL"] = "SIGTERM"
+    """sent to the server's process group to stop it (SIGKILL after stop_timeout_s)"""
+    ready_timeout_s: float = Field(300.0, gt=0)
+    """seconds from start until health_url must answer 2xx"""
+    stop_timeout_s: float = Field(30.0, gt=0)
+    """seconds the server may take to exit after stop_signal"""
+
+    @model_validator(mode="after")
+    def _health_url_with_start(self) -> ServerSettings:
+        if self.start and not self.health_url:
+            raise ValueError("server.start needs server.health_url (evolve waits for it before asking the server)")
+        return self
+
+    def chat_base_url(self) -> str:
+        """``base_url``, or ``health_url``'s ``scheme://host:port/v1``."""
+        if self.base_url:
+            return self.base_url
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.health_url)
+        return f"{parts.scheme}://{parts.netloc}/v1"
 
 
 class SteeringConfig(EvolutionSettings):
@@ -58,7 +97,8 @@ class SteeringConfig(EvolutionSettings):
     numeric_tolerance: float = Field(0.01, ge=0, lt=1)
     """relative tolerance of the match judge's number comparison"""
     api_key_env: str = "OPENAI_API_KEY"
-    """environment variable holding the reflector's and judge's key"""
+    """environment variable holding the reflector's, judge's and server's key"""
+    server: ServerSettings = Field(default_factory=ServerSettings)
 
     @field_validator("pool")
     @classmethod
