@@ -6,7 +6,8 @@ nl2bash (``../shared/peer-data/nl2bash/pairs.jsonl``: the description is the que
 program, e.g. ``find``, the gold answer). Shuffled with ``--seed`` and split: ``--held-out`` of it is
 the test set, the rest the tuning pool.
 
-1. ``learnerd evolve`` (the real CLI, offline (1+1)-ES reflector, match judge) runs ``--iterations``
+1. ``learnerd evolve`` (the real CLI, the offline (1+1)-ES reflector or ``--reflector cma``, match
+   judge) runs ``--iterations``
    on the tuning pool with ``--adapter none`` on a document whose base is ``--base``;
 2. ``learnerd evolve --apply-best --steering deltas_best.json`` answers the **held-out** set with and
    without the best deltas, judged the same way (match judge, numeric tolerance).
@@ -127,6 +128,7 @@ def main() -> None:
     parser.add_argument("--minibatch-size", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--clusters", type=int, default=10)
+    parser.add_argument("--reflector", choices=("offline", "cma"), default="offline", help="the search (cma: CMA-ES)")
     parser.add_argument("--scale", type=float, default=100.0, help="tokens: shortness = 1 / (1 + mean_len / scale)")
     parser.add_argument("--shell", type=int, default=60, help="nl2bash tasks in the pool")
     parser.add_argument("--questions", type=int, help="use only this many pool rows (a smoke run)")
@@ -159,7 +161,7 @@ def main() -> None:
     outcome = learnerd(
         ["evolve", str(doc), "--pool", str(out / "tuning.jsonl"), "--run-dir", str(run_dir),
          "--iterations", str(args.iterations), "--minibatch-size", str(args.minibatch_size),
-         "--clusters", str(args.clusters), "--reflector", "offline", *knobs, *common],
+         "--clusters", str(args.clusters), "--reflector", args.reflector, *knobs, *common],
         args.threads,
     )  # fmt: skip
     evolve_s = time.monotonic() - started
@@ -178,7 +180,7 @@ def main() -> None:
     shorter = 1 - steered["mean_len"] / unsteered["mean_len"] if unsteered["mean_len"] else 0.0
     n = len(held)
     best = outcome["best"]
-    print(f"pool: {len(rows)} questions ({len(tuning)} tuning, {n} held out); base {args.base}")
+    print(f"pool: {len(rows)} questions ({len(tuning)} tuning, {n} held out); base {args.base}; {args.reflector}")
     print(f"best deltas: iteration {best['iteration']}, tuning composite {best['composite']:.4f}")
     print(f"{'held-out (' + str(n) + ')':<22} {'mean length (tokens)':>21} {'correct':>9}")
     for label, r in (("unsteered", unsteered), ("best deltas", steered)):
@@ -202,6 +204,7 @@ def main() -> None:
         print(f'  learnerd generate {doc} "{s["question"]}" --adapter none --steering {run_dir / "deltas_best.json"}')
     summary = {
         "base": args.base,
+        "reflector": args.reflector,
         "pool": len(rows),
         "held_out": n,
         "iterations": outcome["iterations"],

@@ -70,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, metavar="N", help="longest answer generated")
     p.add_argument("--seed", type=int, help="seed of k-means, minibatches and the offline reflector")
     p.add_argument("--pool", metavar="JSONL", help="questions: a JSONL file of {question, answer} rows")
-    p.add_argument("--reflector", choices=("offline", "openai"), help="who proposes the next deltas")
+    p.add_argument("--reflector", choices=("offline", "openai", "cma"), help="who proposes the next deltas")
     p.add_argument("--reflector-model", metavar="NAME", help="chat model of the openai reflector")
     p.add_argument("--reflector-base-url", metavar="URL", help="OpenAI-compatible endpoint of the reflector")
     p.add_argument("--judge", choices=("match", "llm"), help="who decides whether an answer is correct")
@@ -152,11 +152,16 @@ def _make_judge(settings: SteeringConfig) -> Any:
 
 def _make_reflector(settings: SteeringConfig) -> Any:
     from learnerd.steering.chat import make_client
-    from learnerd.steering.reflectors import OfflineReflector, OpenAIReflector
+    from learnerd.steering.reflectors import CMAReflector, OfflineReflector, OpenAIReflector
 
     if settings.reflector == "openai":
         client = make_client(settings.reflector_base_url, settings.api_key_env)
         return OpenAIReflector(client, settings.reflector_model, settings.reflector_max_attempts)
+    if settings.reflector == "cma":
+        try:
+            return CMAReflector(settings.offline_step, settings.seed, settings.cma_popsize)
+        except ImportError:
+            raise CommandError("--reflector cma needs the cma library: pip install cma", exit_code=2) from None
     return OfflineReflector(settings.offline_step, settings.seed)
 
 

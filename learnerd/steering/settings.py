@@ -78,8 +78,8 @@ class SteeringConfig(EvolutionSettings):
     """embedding dimensions kept by PCA before k-means"""
     pool: str = ""
     """JSONL of {question, answer} rows; "" = the document's probes"""
-    reflector: Literal["offline", "openai"] = "offline"
-    """or "openai" (any OpenAI-compatible chat-completions endpoint)"""
+    reflector: Literal["offline", "openai", "cma"] = "offline"
+    """or "openai" (any OpenAI-compatible chat-completions endpoint), or "cma" (CMA-ES; pip install cma)"""
     reflector_base_url: str = ""
     """"" = the openai client's default (api.openai.com)"""
     reflector_model: str = "gpt-4o"
@@ -87,7 +87,9 @@ class SteeringConfig(EvolutionSettings):
     reflector_max_attempts: int = Field(3, ge=1)
     """requests per iteration before an invalid reply is an error"""
     offline_step: float = Field(1.0, gt=0)
-    """the offline reflector's initial step size (logits)"""
+    """the offline and cma reflectors' initial step size (logits)"""
+    cma_popsize: int = Field(0, ge=0)
+    """candidates per CMA-ES generation (0 = cma's default, 4 + 3 ln(clusters + 2))"""
     judge: Literal["match", "llm"] = "match"
     """or "llm" (an OpenAI-compatible endpoint judges each answer)"""
     judge_base_url: str = ""
