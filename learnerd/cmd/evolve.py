@@ -13,6 +13,10 @@ finished iteration and the best deltas on disk and exits 0; a second SIGINT stop
 steering file ``--steering`` names) and without steering, judged and scored both ways; the results are
 printed and written to ``apply_best.json`` in the run directory.
 
+With ``[steering.server] start`` set, every iteration is answered through an external inference server
+that evolve restarts with the iteration's deltas (``{steering}`` in the command), waiting for its
+``health_url`` (:mod:`learnerd.steering.server`).
+
 Settings come from ``[steering]`` in the config file; the flags below override them.
 """
 
@@ -66,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, metavar="N", help="longest answer generated")
     p.add_argument("--seed", type=int, help="seed of k-means, minibatches and the offline reflector")
     p.add_argument("--pool", metavar="JSONL", help="questions: a JSONL file of {question, answer} rows")
-    p.add_argument("--reflector", choices=("offline", "openai"), help="who proposes the next deltas")
+    p.add_argument("--reflector", choices=("offline", "openai", "cma"), help="who proposes the next deltas")
     p.add_argument("--reflector-model", metavar="NAME", help="chat model of the openai reflector")
     p.add_argument("--reflector-base-url", metavar="URL", help="OpenAI-compatible endpoint of the reflector")
     p.add_argument("--judge", choices=("match", "llm"), help="who decides whether an answer is correct")
@@ -111,6 +115,12 @@ def run(args: argparse.Namespace) -> int:
     model = SteeredModel(
         loaded.model, loaded.tokenizer, loaded.document.frontmatter.system_prompt, settings.max_new_tokens
     )
+    if settings.server.start and not args.apply_best:
+        from learnerd.steering.chat import make_client
+        from learnerd.steering.server import ServedModel
+
+        client = make_client(settings.server.chat_base_url(), settings.api_key_env)
+        model = ServedModel(client, settings.server.model, model.tokenizer, model.system, model.max_new_tokens)
     judge = _make_judge(settings)
     if args.apply_best:
         return _apply_best(
@@ -142,11 +152,16 @@ def _make_judge(settings: SteeringConfig) -> Any:
 
 def _make_reflector(settings: SteeringConfig) -> Any:
     from learnerd.steering.chat import make_client
-    from learnerd.steering.reflectors import OfflineReflector, OpenAIReflector
+    from learnerd.steering.reflectors import CMAReflector, OfflineReflector, OpenAIReflector
 
     if settings.reflector == "openai":
         client = make_client(settings.reflector_base_url, settings.api_key_env)
         return OpenAIReflector(client, settings.reflector_model, settings.reflector_max_attempts)
+    if settings.reflector == "cma":
+        try:
+            return CMAReflector(settings.offline_step, settings.seed, settings.cma_popsize)
+        except ImportError:
+            raise CommandError("--reflector cma needs the cma library: pip install cma", exit_code=2) from None
     return OfflineReflector(settings.offline_step, settings.seed)
 
 
@@ -177,8 +192,10 @@ def _evolve(console, args, cfg, run_dir: Path, model, clusters, pool, judge, set
     from learnerd.steering.evolve import EvolutionError, run_evolution
     from learnerd.steering.judges import JudgeError
     from learnerd.steering.reflectors import ReflectorError
+    from learnerd.steering.server import LOG_FILE, ExternalServer, ServerError
 
     stop = threading.Event()
+    server = ExternalServer(settings.server, run_dir / LOG_FILE) if settings.server.start else None
     previous = {}
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -207,6 +224,8 @@ def _evolve(console, args, cfg, run_dir: Path, model, clusters, pool, judge, set
                     f"iteration {entry['iteration']}: composite {entry['composite']:.4f}, correctness "
                     f"{entry['correctness']:.3f}, mean length {entry['mean_len']:.1f} tokens"
                 )
+                if "reflection_skipped" in entry:
+                    console.print(f"  reflection skipped, the same deltas again: {entry['reflection_skipped']}")
 
             try:
                 outcome = run_evolution(
@@ -217,14 +236,17 @@ def _evolve(console, args, cfg, run_dir: Path, model, clusters, pool, judge, set
                     judge=judge,
                     reflector=_make_reflector(settings),
                     settings=settings,
-                    extra_parameters=describe,
+                    extra_parameters={**describe, **({"server": settings.server.start} if server else {})},
                     stop=stop,
                     on_answer=on_answer,
                     on_iteration=on_iteration,
+                    on_deltas=(lambda file: server.restart(file, stop)) if server is not None else None,
                 )
-            except (EvolutionError, ReflectorError, JudgeError) as exc:
+            except (EvolutionError, ReflectorError, JudgeError, ServerError) as exc:
                 raise CommandError(f"{exc} (finished iterations and the best deltas are in {run_dir})") from None
     finally:
+        if server is not None:
+            server.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         apply_logging(args, cfg)

@@ -26,6 +26,10 @@ class StructuredChatError(RuntimeError):
     """The endpoint failed, or gave no valid reply within the allowed attempts."""
 
 
+class InvalidRepliesError(StructuredChatError):
+    """The endpoint answered every attempt, but never with a reply matching the schema."""
+
+
 def make_client(base_url: str, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 120.0) -> Any:
     """An ``openai.OpenAI`` client for ``base_url`` ("" = the client's default, api.openai.com), with
     the client's own retries (2) for connection errors and 429/5xx answers."""
@@ -59,7 +63,8 @@ def structured_chat(
         max_attempts: requests before giving up (each retry appends the invalid reply and the reason).
 
     Raises:
-        StructuredChatError: a request failed (after the client's own retries), or no reply was valid.
+        StructuredChatError: a request failed (after the client's own retries).
+        InvalidRepliesError: every reply violated the schema (or ``parse``).
     """
     import openai
 
@@ -92,4 +97,4 @@ def structured_chat(
                     "content": f"That reply is invalid: {reason}. Reply again with JSON matching the schema.",
                 },
             ]
-    raise StructuredChatError(f"no valid {name} reply from {model} in {max_attempts} attempt(s); last: {reason}")
+    raise InvalidRepliesError(f"no valid {name} reply from {model} in {max_attempts} attempt(s); last: {reason}")

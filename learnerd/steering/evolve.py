@@ -14,6 +14,10 @@ Iteration ``i`` (0-based; iteration 0 evaluates zero deltas, the unsteered model
 6. render the reflector's messages (responses, verdicts, deltas, scores, cluster descriptions, the
    evolving summary: the last :data:`SUMMARY_WINDOW` summaries), log them and write
    ``reflector_message_NNN.txt``; ask the reflector for the next deltas and a summary (validated);
+   when it answers but never validly (:class:`~learnerd.steering.reflectors.InvalidReflectionError`,
+   after its retries) the reflection is skipped: the entry records ``reflection_skipped`` (the reason),
+   an empty summary, and proposes the deltas it evaluated, so the next iteration evaluates them again on
+   its own minibatch;
 7. append the iteration to ``history.json``, write the proposal to ``deltas_current.json``, redraw
    ``evolution.png``.
 
@@ -31,7 +35,8 @@ Every file is replaced atomically. The run directory holds::
 A history entry: ``iteration``, ``deltas`` (evaluated), ``sample`` (pool indices), ``responses``
 (``index``, ``question``, ``reference``, ``response``, ``tokens``, ``correct``, ``explanation``),
 ``mean_len``, ``correctness``, ``shortness``, ``composite``, ``reflector``, ``summary``, ``proposed``
-(the next deltas), ``seconds`` (wall time of the iteration) and ``finished_at`` (ISO 8601 UTC).
+(the next deltas), ``reflection_skipped`` (only when the reflection was skipped: why),
+``seconds`` (wall time of the iteration) and ``finished_at`` (ISO 8601 UTC).
 
 Stopping: when ``stop`` is set (the CLI sets it on SIGINT/SIGTERM) generation stops at the next token,
 the unfinished iteration is dropped, and :func:`run_evolution` returns ``"stopped"`` with every file of
@@ -71,6 +76,8 @@ from learnerd.steering.processor import (
     write_steering,
 )
 from learnerd.steering.reflectors import (
+    InvalidReflectionError,
+    Reflection,
     ReflectionRequest,
     Reflector,
     ResponseRecord,
@@ -200,6 +207,7 @@ def run_evolution(
     stop: threading.Event | None = None,
     on_answer: Callable[[int, int, int], None] | None = None,
     on_iteration: Callable[[dict[str, Any]], None] | None = None,
+    on_deltas: Callable[[Path], None] | None = None,
 ) -> EvolutionOutcome:
     """Run (or resume) an evolution in ``run_dir`` until ``settings.iterations`` iterations are in its
     history or ``stop`` is set (module docstring).
@@ -210,10 +218,14 @@ def run_evolution(
         extra_parameters: JSON values added to ``run.json`` (e.g. the base model and adapter).
         on_answer: called with ``(iteration, answers done, minibatch size)`` after each answer.
         on_iteration: called with each finished history entry.
+        on_deltas: called before each iteration answers its minibatch, with the steering file holding
+            the deltas it evaluates (``deltas_current.json``): an external server restarts with it
+            (:class:`learnerd.steering.server.ExternalServer`).
 
     Raises:
         EvolutionError: ``run_dir`` holds a run with other parameters, or an unreadable history.
-        ReflectorError, JudgeError: the reflector or judge failed (finished iterations stay on disk).
+        ReflectorError, JudgeError: the reflector or judge failed (finished iterations stay on disk); not
+            :class:`~learnerd.steering.reflectors.InvalidReflectionError`, which skips the reflection.
     """
     if not pool:
         raise EvolutionError("the pool is empty")
@@ -234,6 +246,12 @@ def run_evolution(
             break
         started = time.monotonic()
         processor = processor_for(clusters, deltas)
+        if on_deltas is not None:
+            if not history and not (run / CURRENT_FILE).exists():
+                write_steering(run / CURRENT_FILE, deltas, clusters, evaluation={"proposed_after_iteration": None})
+            on_deltas(run / CURRENT_FILE)
+            if stop.is_set():
+                break
         sample = minibatch(len(pool), settings.minibatch_size, settings.seed, i)
         progress = functools.partial(on_answer, i) if on_answer is not None else None
         records = answer_items(model, processor, [pool[j] for j in sample], judge, stop, progress)
@@ -264,7 +282,13 @@ def run_evolution(
         message_file = run / f"reflector_message_{i:03d}.txt"
         atomic_write_text(message_file, text)
         log.info("reflector message", iteration=i, reflector=reflector.name, file=str(message_file), message=text)
-        reflection = reflector.reflect(request, messages)
+        skipped = None
+        try:
+            reflection = reflector.reflect(request, messages)
+        except InvalidReflectionError as exc:
+            skipped = str(exc)
+            log.warning("reflection skipped: no valid reply", iteration=i, reflector=reflector.name, error=skipped)
+            reflection = Reflection(deltas, "")
         entry = {
             "iteration": i,
             "deltas": deltas_json(deltas),
@@ -274,6 +298,7 @@ def run_evolution(
             "reflector": reflector.name,
             "summary": reflection.summary,
             "proposed": deltas_json(reflection.deltas),
+            **({"reflection_skipped": skipped} if skipped is not None else {}),
             "seconds": round(time.monotonic() - started, 3),
             "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         }

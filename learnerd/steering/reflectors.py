@@ -8,7 +8,9 @@ every earlier trial), renders it into chat messages (:func:`reflector_messages`,
 within the delta bound).
 
 * :class:`OpenAIReflector` sends the messages to an OpenAI-compatible chat-completions endpoint with a
-  strict JSON schema naming every cluster id as a required property, and retries an invalid reply.
+  strict JSON schema naming every cluster id as a required property, and retries an invalid reply;
+  when no reply is valid it raises :class:`InvalidReflectionError` and the loop skips the iteration's
+  reflection.
 * :class:`OfflineReflector` (the default) needs no network: a (1+1) evolution strategy with the
   one-fifth success rule (Rechenberg, 1973) over the delta vector, driven by the composite score
   alone. It is a pure function of the trials so far, so a resumed run proposes exactly what the
@@ -20,6 +22,8 @@ within the delta bound).
     which holds σ steady when one trial in five succeeds; σ stays within [``step``/1000, ``bound``];
   - the next candidate is ``clip(parent + σ·z, -bound, bound)`` with ``z`` standard normal from a
     generator seeded by (``seed``, number of trials).
+* :class:`CMAReflector` (``reflector = "cma"``, needs ``pip install cma``): CMA-ES with step-size and
+  covariance adaptation over generations of candidates, equally a pure function of the trials.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from learnerd.steering.chat import StructuredChatError, structured_chat
+from learnerd.steering.chat import InvalidRepliesError, StructuredChatError, structured_chat
 from learnerd.steering.processor import SteeringError, deltas_json, validate_deltas
 
 SUCCESS_FACTOR = 1.5
@@ -41,6 +45,11 @@ FAILURE_FACTOR = SUCCESS_FACTOR**-0.25
 
 class ReflectorError(RuntimeError):
     """The reflector gave no valid proposal (endpoint failure, or invalid replies on every attempt)."""
+
+
+class InvalidReflectionError(ReflectorError):
+    """The reflector answered, but no reply was valid in the allowed attempts: the evolution loop skips
+    this iteration's reflection (the next iteration evaluates the same deltas) instead of stopping."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +111,8 @@ class Reflector(Protocol):
     name: str
 
     def reflect(self, request: ReflectionRequest, messages: Sequence[dict[str, str]]) -> Reflection:
-        """The next deltas. Raises :class:`ReflectorError` when no valid proposal can be had."""
+        """The next deltas. Raises :class:`ReflectorError` when no valid proposal can be had
+        (:class:`InvalidReflectionError` when the reflector answered, but never validly)."""
         ...
 
 
@@ -204,7 +214,7 @@ class OpenAIReflector:
     Args:
         client: an ``openai.OpenAI`` client (:func:`learnerd.steering.chat.make_client`).
         model: e.g. ``gpt-4o``.
-        max_attempts: requests per iteration before :class:`ReflectorError`.
+        max_attempts: requests per iteration before :class:`InvalidReflectionError`.
     """
 
     name = "openai"
@@ -225,6 +235,8 @@ class OpenAIReflector:
                 parse=lambda raw: parse_reflection(raw, request.cluster_ids, request.bound),
                 max_attempts=self.max_attempts,
             )
+        except InvalidRepliesError as exc:
+            raise InvalidReflectionError(str(exc)) from exc
         except StructuredChatError as exc:
             raise ReflectorError(str(exc)) from exc
 
@@ -271,6 +283,68 @@ class OfflineReflector:
         summary = (
             f"iteration {request.iteration}: {verdict}; step size {sigma:.3g}; next: perturb every delta around "
             f"the parent, most in cluster(s) {', '.join(str(c) for c in moved)}"
+        )
+        proposal = {"deltas": deltas_json(dict(zip(ids, candidate.tolist(), strict=True))), "summary": summary}
+        return parse_reflection(proposal, ids, request.bound)
+
+
+class CMAReflector:
+    """CMA-ES (Hansen's covariance matrix adaptation, the ``cma`` library) over the delta vector, one
+    candidate per iteration; deterministic given ``seed``.
+
+    Trial 0 (zero deltas, the unsteered model) is the baseline; trials 1, 2, ... are the candidates of
+    generations of ``popsize`` (0 = cma's default, 4 + ⌊3 ln n⌋ for n clusters), told to the strategy with
+    fitness ``-composite`` when a generation is complete. The strategy starts at zero deltas with step size
+    ``step`` and keeps every candidate within ``[-bound, bound]`` (cma's ``bounds`` option). Like
+    :class:`OfflineReflector` it is a pure function of the trials: each call replays them into a new
+    strategy seeded by ``seed`` (numpy's global generator, which cma draws from, is restored afterwards).
+
+    Args:
+        step: the initial step size σ0 (logits).
+        seed: cma's seed (``seed + 1``: cma reads 0 as "random").
+        popsize: candidates per generation (0 = cma's default).
+
+    Raises:
+        ImportError: ``cma`` is not installed (``pip install cma``).
+    """
+
+    name = "cma"
+
+    def __init__(self, step: float = 1.0, seed: int = 0, popsize: int = 0) -> None:
+        if not (step > 0 and math.isfinite(step)):
+            raise ValueError("step must be a positive finite number")
+        if popsize < 0 or popsize == 1:
+            raise ValueError("popsize must be 0 (cma's default) or at least 2")
+        import cma  # noqa: F401 - fail at construction, not after the first iteration
+
+        self.step = step
+        self.seed = seed
+        self.popsize = popsize
+
+    def reflect(self, request: ReflectionRequest, messages: Sequence[dict[str, str]]) -> Reflection:
+        import cma
+
+        ids = request.cluster_ids
+        state = np.random.get_state()
+        try:
+            options = {"seed": self.seed + 1, "bounds": [-request.bound, request.bound], "verbose": -9}
+            if self.popsize:
+                options["popsize"] = self.popsize
+            es = cma.CMAEvolutionStrategy(np.zeros(len(ids)), min(self.step, request.bound), options)
+            generation, fitness = es.ask(), []
+            for trial in request.trials[1:]:
+                fitness.append(-trial.composite)
+                if len(fitness) == len(generation):
+                    es.tell(generation, fitness)
+                    generation, fitness = es.ask(), []
+            candidate = np.clip(generation[len(fitness)], -request.bound, request.bound)
+        finally:
+            np.random.set_state(state)
+        best = max(request.trials, key=lambda t: t.composite)
+        summary = (
+            f"iteration {request.iteration}: composite {request.trials[-1].composite:.4f} (best so far "
+            f"{best.composite:.4f}); CMA-ES generation {es.countiter + 1}, candidate {len(fitness) + 1} of "
+            f"{len(generation)}, step size {es.sigma:.3g}"
         )
         proposal = {"deltas": deltas_json(dict(zip(ids, candidate.tolist(), strict=True))), "summary": summary}
         return parse_reflection(proposal, ids, request.bound)

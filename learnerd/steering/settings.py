@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from learnerd.sections import Section, relative_to_the_file
 
@@ -27,6 +27,45 @@ class EvolutionSettings(Section):
     """k-means, minibatch sampling and the offline reflector"""
 
 
+class ServerSettings(Section):
+    """An inference server (SGLang, vLLM, ...) evolve restarts with each iteration's deltas.
+
+    Set ``start`` and every iteration is answered through the server instead of in process: evolve stops
+    the server it started, writes the iteration's deltas, starts ``start`` again, waits for ``health_url``
+    and asks ``base_url``'s chat completions (:mod:`learnerd.steering.server`).
+    """
+
+    start: str = ""
+    """shell command starting the server; {steering} = path of the iteration's steering file ("" = answer in process)"""
+    health_url: str = ""
+    """a GET answered 2xx once the server is ready (required with start)"""
+    base_url: str = ""
+    """OpenAI-compatible endpoint answering the minibatch; "" = health_url's scheme://host:port/v1"""
+    model: str = "default"
+    """model name sent with each chat completion"""
+    stop_signal: Literal["SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGKILL"] = "SIGTERM"
+    """sent to the server's process group to stop it (SIGKILL after stop_timeout_s)"""
+    ready_timeout_s: float = Field(300.0, gt=0)
+    """seconds from start until health_url must answer 2xx"""
+    stop_timeout_s: float = Field(30.0, gt=0)
+    """seconds the server may take to exit after stop_signal"""
+
+    @model_validator(mode="after")
+    def _health_url_with_start(self) -> ServerSettings:
+        if self.start and not self.health_url:
+            raise ValueError("server.start needs server.health_url (evolve waits for it before asking the server)")
+        return self
+
+    def chat_base_url(self) -> str:
+        """``base_url``, or ``health_url``'s ``scheme://host:port/v1``."""
+        if self.base_url:
+            return self.base_url
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.health_url)
+        return f"{parts.scheme}://{parts.netloc}/v1"
+
+
 class SteeringConfig(EvolutionSettings):
     """`learnerd evolve`: per-cluster logit deltas (learnerd.steering).
 
@@ -39,8 +78,8 @@ class SteeringConfig(EvolutionSettings):
     """embedding dimensions kept by PCA before k-means"""
     pool: str = ""
     """JSONL of {question, answer} rows; "" = the document's probes"""
-    reflector: Literal["offline", "openai"] = "offline"
-    """or "openai" (any OpenAI-compatible chat-completions endpoint)"""
+    reflector: Literal["offline", "openai", "cma"] = "offline"
+    """or "openai" (any OpenAI-compatible chat-completions endpoint), or "cma" (CMA-ES; pip install cma)"""
     reflector_base_url: str = ""
     """"" = the openai client's default (api.openai.com)"""
     reflector_model: str = "gpt-4o"
@@ -48,7 +87,9 @@ class SteeringConfig(EvolutionSettings):
     reflector_max_attempts: int = Field(3, ge=1)
     """requests per iteration before an invalid reply is an error"""
     offline_step: float = Field(1.0, gt=0)
-    """the offline reflector's initial step size (logits)"""
+    """the offline and cma reflectors' initial step size (logits)"""
+    cma_popsize: int = Field(0, ge=0)
+    """candidates per CMA-ES generation (0 = cma's default, 4 + 3 ln(clusters + 2))"""
     judge: Literal["match", "llm"] = "match"
     """or "llm" (an OpenAI-compatible endpoint judges each answer)"""
     judge_base_url: str = ""
@@ -58,7 +99,8 @@ class SteeringConfig(EvolutionSettings):
     numeric_tolerance: float = Field(0.01, ge=0, lt=1)
     """relative tolerance of the match judge's number comparison"""
     api_key_env: str = "OPENAI_API_KEY"
-    """environment variable holding the reflector's and judge's key"""
+    """environment variable holding the reflector's, judge's and server's key"""
+    server: ServerSettings = Field(default_factory=ServerSettings)
 
     @field_validator("pool")
     @classmethod

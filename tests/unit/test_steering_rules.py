@@ -1,5 +1,5 @@
 """The steering package's pure parts: the cluster rules, delta validation, the judge, scores, the pool,
-minibatch sampling and the offline reflector."""
+minibatch sampling and the offline and CMA-ES reflectors."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from learnerd.steering.clusters import ClusterError, eos_token_ids, is_number_token
@@ -15,6 +16,7 @@ from learnerd.steering.judges import MatchJudge, normalise
 from learnerd.steering.pool import PoolError, read_pool_jsonl
 from learnerd.steering.processor import SteeringError, validate_deltas
 from learnerd.steering.reflectors import (
+    CMAReflector,
     OfflineReflector,
     ReflectionRequest,
     Scores,
@@ -220,3 +222,32 @@ def test_offline_reflector_moves_to_a_better_trial_and_stays_in_bounds():
     assert all(abs(worse.deltas[c]) < 0.2 for c in IDS) and "rejected" in worse.summary
     huge = OfflineReflector(step=100.0, seed=0).reflect(_request([Trial(zero, 0.5)], bound=2.0), [])
     assert all(abs(v) <= 2.0 for v in huge.deltas.values())
+
+
+def test_cma_reflector_is_a_pure_seeded_function_of_the_trials_and_leaves_numpy_alone():
+    zero = dict.fromkeys(IDS, 0.0)
+    trials = [Trial(zero, 0.5)]
+    np.random.seed(123)
+    before = np.random.get_state()[1].copy()
+    first = proposal = CMAReflector(step=1.0, seed=7, popsize=3).reflect(_request(trials), [])
+    assert (np.random.get_state()[1] == before).all()  # cma's global draws are undone
+    for k in range(1, 5):  # each proposal evaluated, then replayed from the trials alone
+        trials.append(Trial(proposal.deltas, 0.5 + 0.01 * k))
+        proposal = CMAReflector(step=1.0, seed=7, popsize=3).reflect(_request(trials), [])
+        assert proposal == CMAReflector(step=1.0, seed=7, popsize=3).reflect(_request(trials), [])
+    assert "generation 2, candidate 2 of 3" in proposal.summary  # 4 candidates told: one generation of 3, and 1
+    assert first.deltas != CMAReflector(step=1.0, seed=8, popsize=3).reflect(_request([Trial(zero, 0.5)]), []).deltas
+
+
+def test_cma_reflector_approaches_the_best_deltas_and_stays_in_bounds():
+    """On a smooth composite peaking at deltas (2, -1, 0.5, 1.5), 60 CMA-ES trials end near the peak."""
+    peak = np.array([2.0, -1.0, 0.5, 1.5])
+    reflector = CMAReflector(step=1.0, seed=0)
+    zero = dict.fromkeys(IDS, 0.0)
+    trials = [Trial(zero, float(np.exp(-np.sum(peak**2))))]
+    for _ in range(60):
+        deltas = reflector.reflect(_request(trials, bound=3.0), []).deltas
+        assert all(abs(v) <= 3.0 for v in deltas.values())
+        trials.append(Trial(deltas, float(np.exp(-np.sum((np.array([deltas[c] for c in IDS]) - peak) ** 2)))))
+    best = max(trials, key=lambda t: t.composite)
+    assert np.linalg.norm([best.deltas[c] for c in IDS] - peak) < 0.5  # from 2.7 at zero deltas

@@ -38,6 +38,9 @@ def test_values_and_relative_pool(tmp_path):
         ({"numeric_tolerance": 1.5}, "numeric_tolerance"),
         ({"iterations": "ten"}, "steering.iterations must be int"),
         ({"k": 10}, r"unknown key\(s\) in \[steering\]: k"),
+        ({"server": {"start": "serve {steering}"}}, "server.start needs server.health_url"),
+        ({"server": {"start": "s", "health_url": "http://h/", "stop_signal": "TERM"}}, "stop_signal"),
+        ({"server": {"ready_timeout_s": 0}}, "ready_timeout_s"),
     ],
 )
 def test_invalid(section, match, tmp_path):
@@ -58,3 +61,13 @@ def test_flags_are_validated_like_the_file(tmp_path):
         with pytest.raises(CommandError, match=words) as info:
             steering_settings(base, build_parser().parse_args(["evolve", "doc.dlm", *flags]))
         assert info.value.exit_code == 2
+
+
+def test_the_server_answers_at_its_health_urls_origin_unless_base_url_is_set(tmp_path):
+    server = {"start": "vllm serve m", "health_url": "http://127.0.0.1:8000/health"}
+    cfg = config_from_dict({"steering": {"server": server}}, base=tmp_path).steering.server
+    assert cfg.chat_base_url() == "http://127.0.0.1:8000/v1"
+    assert (cfg.stop_signal, cfg.ready_timeout_s, cfg.model) == ("SIGTERM", 300.0, "default")
+    other = config_from_dict({"steering": {"server": {**server, "base_url": "http://h:9/api/v1"}}}, base=tmp_path)
+    assert other.steering.server.chat_base_url() == "http://h:9/api/v1"
+    assert config_from_dict({}, base=None).steering.server.start == ""  # answered in process by default
