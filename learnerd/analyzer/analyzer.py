@@ -470,7 +470,7 @@ class Analyzer:
                 if t.json_document:
                     results.append(ingest.LineResult(ingest.FOREIGN, reason=JSON_DOCUMENT_REASON))
                 else:
-                    results.append(ingest.ingest_line(self._conn, raw, now, self._redactor))
+                    results.append(ingest.ingest_line(self._conn, raw, now, self._redactor, t.path))
             put_watermark(self._conn, new, now, self._host)
             if any(r.trace_id for r in results):
                 pending = pending_records(self._conn)

@@ -33,7 +33,7 @@ from learnerd.analyzer.reader import EVENTS, JSON_LINES, Parsed
 from learnerd.analyzer.tail import RawLine
 from learnerd.privacy.redact import Redactor
 from learnerd.store import pg
-from learnerd.store.blocks import apply_event
+from learnerd.store.blocks import LineOrigin, apply_event
 
 # What a line amounted to (the analyzer's counters follow these names): its reader's verdict, one of
 # learnerd.analyzer.reader's EVENTS, PENDING, SKIPPED and UNJOINABLE, or one of these.
@@ -70,12 +70,15 @@ class LineResult:
     redacted: Counter[str] = field(default_factory=Counter)
 
 
-def ingest_line(conn: sqlite3.Connection, raw: RawLine, now: float, redactor: Redactor | None = None) -> LineResult:
+def ingest_line(
+    conn: sqlite3.Connection, raw: RawLine, now: float, redactor: Redactor | None = None, path: str | None = None
+) -> LineResult:
     """Parse ``raw`` with its format's reader and merge what it says into ``blocks``, under a savepoint.
 
     With a ``redactor`` (:class:`learnerd.privacy.redact.Redactor`) every string of the decoded record is
     redacted before any reader sees it, so nothing a reader stores (block cells, half a foyle trace) holds
-    a secret; the result's ``redacted`` counts the placeholders by kind.
+    a secret; the result's ``redacted`` counts the placeholders by kind. ``path`` (the log file the line was
+    read from) is stored with ``raw.number`` as the origin of an executed cell the line sets.
 
     Must run inside a transaction (:func:`learnerd.store.db.transaction`); ``now`` (epoch seconds)
     stamps the rows it changes. Bad input never raises: whatever exception the line causes, what it
@@ -89,7 +92,7 @@ def ingest_line(conn: sqlite3.Connection, raw: RawLine, now: float, redactor: Re
     """
     conn.execute("SAVEPOINT log_line")
     try:
-        result = _ingest(conn, raw, now, redactor)
+        result = _ingest(conn, raw, now, redactor, LineOrigin(path, raw.number) if path is not None else None)
     except UnknownEvent as exc:
         _rollback_to_savepoint(conn)
         return LineResult(UNKNOWN, reason=_printable(str(exc)))
@@ -132,7 +135,9 @@ def _rollback_to_savepoint(conn: sqlite3.Connection) -> None:
     conn.execute("RELEASE log_line")
 
 
-def _ingest(conn: sqlite3.Connection, raw: RawLine, now: float, redactor: Redactor | None) -> LineResult:
+def _ingest(
+    conn: sqlite3.Connection, raw: RawLine, now: float, redactor: Redactor | None, origin: LineOrigin | None
+) -> LineResult:
     if raw.continuation:
         if raw.data is not None and not raw.data.strip():
             return LineResult(BLANK)
@@ -162,7 +167,7 @@ def _ingest(conn: sqlite3.Connection, raw: RawLine, now: float, redactor: Redact
         obj = redactor.redact_json(obj, redacted)
     # The reader may store state (half a trace) before the line is fully judged: the caller's
     # savepoint undoes it when the line turns out malformed.
-    result = _intake(conn, reader.parse(conn, obj, now), now, reader.name)
+    result = _intake(conn, reader.parse(conn, obj, now), now, reader.name, origin)
     result.redacted = redacted
     return result
 
@@ -175,12 +180,14 @@ def foreign_reason(obj: dict[str, Any]) -> str:
     return f"not a block log: a JSON object with keys {keys or '(none)'} that no reader ({readers}) detects"
 
 
-def _intake(conn: sqlite3.Connection, parsed: Parsed, now: float, reader: str) -> LineResult:
+def _intake(
+    conn: sqlite3.Connection, parsed: Parsed, now: float, reader: str, origin: LineOrigin | None = None
+) -> LineResult:
     """The one intake: a reader's verdict on a line → the line's result, its block events merged into
     ``blocks`` (:func:`learnerd.store.blocks.apply_event`). Every reader's events reach the store here,
     and only here; any other verdict becomes the line's outcome as it is."""
     if parsed.kind == EVENTS:
-        changed = [ev.block_id for ev in parsed.events if apply_event(conn, ev, now)]
+        changed = [ev.block_id for ev in parsed.events if apply_event(conn, ev, now, origin)]
         return LineResult(JOINED if parsed.joined else EVENTS, changed, trace_id=parsed.trace_id, reader=reader)
     return LineResult(parsed.kind, reason=parsed.reason, trace_id=parsed.trace_id, reader=reader)
 
