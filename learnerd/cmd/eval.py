@@ -9,7 +9,8 @@ version (``versions/vNNNN/eval.json``, the file the daemon's evaluation reconcil
 ``--output PATH``, and prints a one-screen summary whose score line explains the band — or, with
 ``--json``, the report itself on stdout. ``--junit PATH`` also writes JUnit XML as sway does.
 ``--history`` instead prints the probe pass rate and score of every evaluated version (``--json``: as a
-JSON list) and plots them into a PNG (``--plot PATH``; default ``<adapters>/<dlm_id>/eval-history.png``).
+JSON list, with retention where measured) and plots them, with retention and each version's training loss
+curve, into a PNG (``--plot PATH``; default ``<adapters>/<dlm_id>/eval-history.png``).
 
 Exit status: 0 when the evaluation ran and passed its gates; 1 when it could not run (a missing or
 malformed document, no adapter, an unusable base model or device), or when a gate failed:
@@ -158,12 +159,15 @@ def _gate(report, args: argparse.Namespace, console) -> int:
 def _history(console, store, key: str, args: argparse.Namespace) -> int:
     from learnerd.eval.history import history, plot_history
     from learnerd.eval.summary import render_history
+    from learnerd.eval.versions import loss_curves
 
     points = history(store, key)
     if not points:
         raise CommandError(f"{args.doc}: no evaluated adapter version yet (run learnerd eval {args.doc})")
     plot = args.plot or store.doc_dir(key) / "eval-history.png"
-    plot_history(points, plot, title=f"{args.doc.name}: probe pass rate per adapter version")
+    plot_history(
+        points, plot, title=f"{args.doc.name}: probe pass rate per adapter version", losses=loss_curves(store, key)
+    )
     if args.json:
         rows = [{**vars(p), "pass_rate": p.pass_rate} for p in points]
         sys.stdout.write(json.dumps(rows, indent=2, sort_keys=True) + "\n")

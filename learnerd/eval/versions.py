@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from learnerd.eval.history import report_path
+from learnerd.eval.history import report_path, retention_of
 from learnerd.eval.report import Report, ReportError, load_report
 from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
 from learnerd.store.manifest import Manifest, ManifestError, SectionOrigin, read_manifest
@@ -27,7 +27,6 @@ log = structlog.get_logger(__name__)
 VERDICT_FILE = "verdict.json"
 """Written beside a version by the promotion gate: ``{"verdict": "promoted" | "refused", "reason": "…"}``
 (``{"promoted": true | false, "reason": "…"}`` is read the same way)."""
-RETENTION_PROBES = ("answer_retention", "calibration_drift")
 
 
 @dataclass(frozen=True)
@@ -98,13 +97,6 @@ def _report_of(version: AdapterVersion) -> Report | None:
     except ReportError as exc:
         log.warning("unreadable evaluation report skipped", path=str(path), error=str(exc))
         return None
-
-
-def retention_of(report: Report | None) -> dict[str, float]:
-    """The raw values of the retention probes ``report`` measured (a skipped or errored probe has none)."""
-    if report is None:
-        return {}
-    return {p.name: float(p.raw) for p in report.probes if p.name in RETENTION_PROBES and p.raw is not None}
 
 
 def version_rows(store: AdapterStore, doc_key: str) -> list[VersionRow]:
@@ -201,3 +193,14 @@ def versions_training(store: AdapterStore, doc_key: str, example_ids: set[str]) 
         for example_id in manifest.example_ids() & example_ids:
             out[example_id].append(version.name)
     return out
+
+
+def loss_curves(store: AdapterStore, doc_key: str) -> dict[str, tuple[float, ...]]:
+    """Version name → its training loss per optimizer step (nats per token), for every version of ``doc_key``
+    whose manifest recorded them, oldest first."""
+    curves = {}
+    for version in store.list_versions(doc_key):
+        manifest = manifest_of(version)
+        if manifest is not None and manifest.losses:
+            curves[version.name] = manifest.losses
+    return curves

@@ -106,13 +106,18 @@ class CycleReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The cycle as plain data (the ``training.cycle`` log event, ``learnerd train --json``); losses in
-        nats per token, ``outcome`` "committed" or "nothing to train"."""
+        nats per token, ``outcome`` "committed" or "nothing to train"; ``new_pairs`` / ``replayed_pairs``: the
+        Q/A pairs (chat rows) trained as new and replayed, ``*_sections`` the sections they are in."""
         plan, version, result = self.outcome.plan, self.outcome.version, self.outcome.result
+        new_ids = set(plan.new_section_ids)
+        chat = [r for r in plan.rows if r.messages is not None]
         fields: dict[str, Any] = {
             "path": str(self.path),
             "doc_key": self.doc_key,
             "mode": plan.mode,
             "reason": plan.reason,
+            "new_pairs": sum(1 for r in chat if r.section_id in new_ids),
+            "replayed_pairs": sum(1 for r in chat if r.section_id not in new_ids),
             "new_sections": len(plan.new_section_ids),
             "replayed_sections": len(plan.replay_section_ids),
             "removed_sections": len(plan.removed_section_ids),
