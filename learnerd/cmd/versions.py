@@ -126,12 +126,12 @@ def _where(entry: dict[str, Any]) -> str:
 
 
 def _describe(entry: dict[str, Any]) -> str:
-    pairs = f"{entry['pairs']} Q/A pair(s)" if entry.get("pairs") else "no rows"
+    rows = f"{entry['rows']} row(s)" if entry.get("rows") else "no rows"
     if entry.get("example_id"):
-        return f"example {entry['example_id']} ({pairs}) from {_where(entry)}"
+        return f"example {entry['example_id']} ({rows}) from {_where(entry)}"
     if entry.get("source"):
-        return f"section {entry['section_id']} ({pairs}), written by {entry['source']}"
-    return f"section {entry['section_id']} ({pairs}), written by hand"
+        return f"section {entry['section_id']} ({rows}), written by {entry['source']}"
+    return f"section {entry['section_id']} ({rows}), written by hand"
 
 
 def _print_changes(changes: dict[str, Any], doc: Path, as_json: bool) -> None:

@@ -44,7 +44,7 @@ from learnerd.store.manifest import (
     ManifestError,
     SectionOrigin,
     read_manifest,
-    sections_with_pairs,
+    sections_with_rows,
     write_manifest,
 )
 
@@ -254,8 +254,8 @@ async def train_cycle(
                 "vocab_size": result.vocab_size,
             },
         )
-        pairs = Counter(r.section_id for r in dict.fromkeys(rows))
-        manifest = _manifest(doc_key, plan, metadata, result, losses, pairs, origins or {})
+        per_section = Counter(r.section_id for r in dict.fromkeys(rows))
+        manifest = _manifest(doc_key, plan, metadata, result, losses, per_section, origins or {})
         await anyio.to_thread.run_sync(write_manifest, staging.path, manifest)
         training = DocumentTraining(config, base.builtin, own_keys)
         reason = undertrained_reason(
@@ -274,7 +274,7 @@ def _manifest(
     metadata: AdapterMetadata,
     result: TrainingResult,
     losses: Sequence[float],
-    pairs: Mapping[str, int],
+    per_section: Mapping[str, int],
     origins: Mapping[str, SectionOrigin],
 ) -> Manifest:
     """The manifest of the version this cycle commits; removed sections keep the origin the previous version's
@@ -300,7 +300,7 @@ def _manifest(
         start_loss=result.start_loss,
         final_loss=result.final_loss,
         losses=tuple(losses),
-        sections=sections_with_pairs(plan.section_ids, pairs, origins),
+        sections=sections_with_rows(plan.section_ids, per_section, origins),
         added=plan.added_section_ids,
         replayed=plan.replay_section_ids,
         removed=removed,

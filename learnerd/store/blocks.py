@@ -8,7 +8,8 @@ event changes nothing. ``updated_at`` is the wall-clock time the row last change
 changes nothing leaves it alone (that is what makes a replay a no-op for ``backfill --since``).
 
 Provenance: the executed part also keeps where it was read (:class:`LineOrigin`: the log file and the line),
-set together with it, so an example (id = block id) can be traced to the line a person's command came from.
+set when the part changes (the same event read again from another file keeps the first origin), so an example
+(id = block id) can be traced to the line a person's command came from.
 """
 
 from __future__ import annotations
@@ -173,12 +174,15 @@ def apply_event(conn: sqlite3.Connection, ev: BlockEvent, now: float, origin: Li
         new["generated_kind"] = ev.generated.kind
         new["generated_time"] = ev.time
     if ev.executed is not None and _newer(ev.time, new["executed_time"]):
+        before = (new["executed"], new["executed_language"], new["exit_code"], new["executed_time"])
         new["executed"] = ev.executed.text
         new["executed_language"] = ev.executed.language
         new["exit_code"] = ev.exit_code
         new["executed_time"] = ev.time
-        new["executed_path"] = origin.path if origin is not None else None
-        new["executed_line"] = origin.line if origin is not None else None
+        changed = before != (new["executed"], new["executed_language"], new["exit_code"], new["executed_time"])
+        if changed or (new["executed_path"] is None and origin is not None):  # the same event read again: kept
+            new["executed_path"] = origin.path if origin is not None else None
+            new["executed_line"] = origin.line if origin is not None else None
     if ev.eval_mode:
         new["eval_mode"] = 1
     if ev.suggestion_status is not None:

@@ -17,7 +17,7 @@ The file is one JSON object (schema version :data:`MANIFEST_SCHEMA_VERSION`)::
      "replayed": ["<section id>", …],# rehearsed from the previous version in this cycle (incremental only)
      "removed": [SectionOrigin, …]}  # in the previous version and gone now (their origin as it was then)
 
-A :class:`SectionOrigin` names the section and its Q/A pairs and, when learnerd wrote it (its auto-harvest
+A :class:`SectionOrigin` names the section and its training rows and, when learnerd wrote it (its auto-harvest
 marker), the marker's source; for a learned example (marker ``learnerd/<example id>``, written by the probes
 reconciler) also the example id, the block id (the same id: foyle's TN006) and where the executed cell was
 read — log file, 1-based line, the event's time (epoch seconds) and the reader that parsed it.
@@ -47,14 +47,14 @@ class ManifestError(Exception):
 class SectionOrigin:
     """One section an adapter version trained on, and where it came from (see the module docstring).
 
-    ``pairs``: the training rows it gives (its Q/A pairs; 1 for prose); ``source``: its auto-harvest marker's
+    ``rows``: the training rows it gives (one per Q/A pair; one for prose); ``source``: its auto-harvest marker's
     source (None: written by a person); ``example_id`` / ``block_id``: the learned example it holds (None when
     it holds none); ``file`` / ``line``: the log line its executed cell was read from; ``time``: when the cell
     was executed (epoch seconds, the event's own time); ``reader``: the log format that parsed it.
     """
 
     section_id: str
-    pairs: int = 0
+    rows: int = 0
     source: str | None = None
     example_id: str | None = None
     block_id: str | None = None
@@ -158,7 +158,7 @@ def section_origins(conn: Any, markers: Mapping[str, str]) -> dict[str, SectionO
     """Where the sections with an auto-harvest marker came from: section id → :class:`SectionOrigin`.
 
     ``markers``: section id → its marker's source. A ``learnerd/<example id>`` source names a learned example
-    (:func:`learned_origin`). ``pairs`` is left 0 for the caller.
+    (:func:`learned_origin`). ``rows`` is left 0 for the caller.
 
     Raises:
         sqlite3.Error, psycopg.Error: the database failed.
@@ -194,15 +194,15 @@ def learned_origin(conn: Any, example_id: str, section_id: str = "") -> SectionO
     )
 
 
-def sections_with_pairs(
-    section_ids: Sequence[str], pairs: Mapping[str, int], origins: Mapping[str, SectionOrigin]
+def sections_with_rows(
+    section_ids: Sequence[str], rows: Mapping[str, int], origins: Mapping[str, SectionOrigin]
 ) -> tuple[SectionOrigin, ...]:
     """One entry per id of ``section_ids`` (in order): its origin from ``origins`` (a bare entry when it has
-    none, i.e. a section a person wrote) with ``pairs`` filled in from ``pairs``."""
+    none, i.e. a section a person wrote) with ``rows`` filled in from ``rows``."""
     out = []
     for section_id in section_ids:
         origin = origins.get(section_id, SectionOrigin(section_id))
-        out.append(SectionOrigin(**{**asdict(origin), "pairs": pairs.get(section_id, 0)}))
+        out.append(SectionOrigin(**{**asdict(origin), "rows": rows.get(section_id, 0)}))
     return tuple(out)
 
 
