@@ -70,6 +70,11 @@ def run(args: argparse.Namespace) -> int:
     answering = parse_fingerprint(args.answer) if args.answer is not None else None
     if not cfg.layout.is_postgres and not cfg.layout.db_path.exists():
         raise CommandError(f"no learnerd database at {cfg.layout.db_path}: run `learnerd run` first")
+    if not cfg.layout.is_postgres and (version := db.schema_version(cfg.layout.db_path)) < db.SCHEMA_VERSION:
+        raise CommandError(
+            f"{cfg.layout.db_path}: schema version {version} is older than this learnerd's ({db.SCHEMA_VERSION}), "
+            "which records where blocks came from: run learnerd db migrate (or start learnerd run) first"
+        )
     hits = _nearest(cfg, args) if args.text is not None else None
     try:
         store = adapter_store(cfg)

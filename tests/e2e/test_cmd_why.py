@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from learnerd.store import db
+from tests.support.pipeline import run_cli
 from tests.support.provenance import ThreeVersions
 
 pytestmark = pytest.mark.slow
@@ -65,3 +67,13 @@ def test_why_answer_alone_lists_what_that_version_trained_on_even_what_is_forgot
 def test_a_fingerprint_it_cannot_use_exits_with_one_line(three_versions: ThreeVersions, fingerprint, status, needle):
     proc = three_versions.cli("why", "--answer", fingerprint.format(dlm_id=three_versions.dlm_id), check=False)
     assert proc.returncode == status and needle in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_store_not_yet_migrated_is_refused_with_the_fix(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    conn = db.connect(state / "learnerd.db")
+    conn.execute("PRAGMA user_version = 4")  # as a learnerd before provenance left it
+    conn.close()
+    proc = run_cli("why", "--answer", "01KDOC@v0001", "--state-dir", str(state), check=False)
+    assert proc.returncode == 1 and "schema version 4 is older" in proc.stderr and "learnerd db migrate" in proc.stderr
