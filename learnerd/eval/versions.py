@@ -75,7 +75,8 @@ def read_verdict(version: AdapterVersion) -> tuple[str, str] | None:
         return None
     verdict = raw.get("verdict")
     if not isinstance(verdict, str):
-        verdict = {True: "promoted", False: "refused"}.get(raw.get("promoted"), "—")  # type: ignore[call-overload]
+        promoted = raw.get("promoted")
+        verdict = "promoted" if promoted is True else "refused" if promoted is False else "—"
     return str(verdict), str(raw.get("reason") or "")
 
 

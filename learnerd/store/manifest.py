@@ -113,6 +113,8 @@ class Manifest:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], version: int = 0) -> Manifest:
         """Raises ``KeyError``, ``TypeError`` or ``ValueError`` on a malformed dict (``read_manifest`` wraps them)."""
+        if not isinstance(raw, Mapping):
+            raise TypeError(f"a JSON object is expected, not {type(raw).__name__}")
         if not isinstance(raw.get("schema_version"), int) or raw["schema_version"] > MANIFEST_SCHEMA_VERSION:
             raise ValueError(f"schema_version {raw.get('schema_version')!r} is not one this learnerd reads")
         values = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw and k != "version"}

@@ -63,6 +63,7 @@ def test_a_version_without_a_manifest_has_none(tmp_path):
     ("text", "needle"),
     [
         ("{not json", "not a readable manifest"),
+        ("[]", "a JSON object is expected, not list"),
         ('{"schema_version": 2}', "schema_version 2"),
         ('{"schema_version": 1, "doc_key": "d"}', "not a readable manifest"),
     ],
