@@ -2,9 +2,11 @@
 
 Each hypothesis example is a list of 1 to 8 hostile lines (``tests/support/hostile_lines.py``:
 arbitrary bytes, arbitrary JSON values with big integers, lone surrogate escapes and deep nesting,
-objects shaped like block-log events and foyle lines with arbitrary fields), written between good
-lines into a new file of a real log directory and ingested by one real :class:`Analyzer` on one
-real SQLite database; the file is deleted after its check, so every sync stays O(1). Checked per
+objects shaped like block-log events, foyle lines, Claude Code and Codex lines and OTLP/JSON exports with
+arbitrary fields), written between good lines into a new file of a real log directory and ingested by one
+real :class:`Analyzer` on one real SQLite database; the file is deleted after its check, so every sync
+stays O(1). Then ``--row-examples`` lists of hostile atuin ``history.db`` rows (any SQLite value in any
+column) between good rows, each list in a new database (``check_history``). Checked per
 file: no error, every good line ingested, every hostile line that is not a JSON object counted as
 malformed and named with its line, no line counted twice (``check_file``).
 
@@ -12,7 +14,7 @@ The budget is fixed: ``--examples`` hypothesis examples (default 2,000, about 9,
 prints the number of hostile lines tried, the failures (a failure raises, with hypothesis' shrunk
 example) and the rate. ``--seed`` makes a run repeatable.
 
-Run: ``python benchmarks/fuzz_log_lines.py [--examples 2000] [--seed 0]``
+Run: ``python benchmarks/fuzz_log_lines.py [--examples 2000] [--row-examples 200] [--seed 0]``
 
 Input: none beyond a checkout with the test extra (hypothesis, tests/support/hostile_lines.py).
 """
@@ -34,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from learnerd.analyzer import Analyzer
 from learnerd.daemon.logging import configure_logging
 from learnerd.store.db import connect
-from tests.support.hostile_lines import check_file, hostile_lines
+from tests.support.hostile_lines import atuin_rows, check_file, check_history, hostile_lines
 
 INPUT = "Input: none beyond a checkout with the test extra (hypothesis, tests/support/hostile_lines.py)."
 
@@ -42,11 +44,12 @@ INPUT = "Input: none beyond a checkout with the test extra (hypothesis, tests/su
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=INPUT)
     parser.add_argument("--examples", type=int, default=2000, help="hypothesis examples (files) to try")
+    parser.add_argument("--row-examples", type=int, default=200, help="hypothesis examples (atuin databases)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
     configure_logging("error")  # one warning per hostile line would drown the figure
-    tried = {"lines": 0, "files": 0}
+    tried = {"lines": 0, "files": 0, "rows": 0, "databases": 0}
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp) / "logs"
         logs.mkdir()
@@ -72,15 +75,37 @@ def main() -> int:
             tried["files"] += 1
             tried["lines"] += len(bad)
 
+        @seed(args.seed)
+        @settings(
+            max_examples=args.row_examples,
+            deadline=None,
+            database=None,
+            phases=[Phase.generate, Phase.shrink],
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(bad=st.lists(atuin_rows, min_size=1, max_size=8))
+        def fuzz_rows(bad: list[dict]) -> None:
+            n = tried["databases"]
+            path = logs / f"h{n}.db"
+            try:
+                anyio.run(check_history, analyzer, conn, path, bad, 100 * n)
+            finally:
+                path.unlink(missing_ok=True)
+            tried["databases"] += 1
+            tried["rows"] += len(bad)
+
         start = time.perf_counter()
         fuzz()
+        fuzz_rows()
         elapsed = time.perf_counter() - start
         analyzer.close()
         conn.close()
     stats = analyzer.stats
     print(
-        f"fuzz_log_lines: {tried['lines']:,} hostile lines in {tried['files']:,} files tried, 0 failures, "
-        f"{elapsed:.1f} s ({tried['lines'] / elapsed:,.0f} lines/s); malformed {stats.malformed_lines:,}, "
+        f"fuzz_log_lines: {tried['lines']:,} hostile lines in {tried['files']:,} files and {tried['rows']:,} hostile "
+        f"atuin rows in {tried['databases']:,} databases tried, 0 failures, "
+        f"{elapsed:.1f} s ({(tried['lines'] + tried['rows']) / elapsed:,.0f} records/s); "
+        f"malformed {stats.malformed_lines:,}, "
         f"foreign {stats.foreign_lines:,}, unknown {stats.unknown_events:,}, errors {stats.errors}"
     )
     return 0

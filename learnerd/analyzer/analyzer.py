@@ -1,9 +1,11 @@
 """The analyzer: tails every log file in the configured directories and turns lines into blocks
 (foyle TN005 "continuous log processing", with TN006's ``notifier`` callback).
 
-The analyzer knows the JSON-lines framing (files, lines, byte-offset watermarks), not the formats:
-each line goes through :func:`learnerd.analyzer.ingest.ingest_line` to the reader in
-:data:`learnerd.analyzer.registry.READERS` that detects it.
+The analyzer knows the framings (JSON lines: files, lines, byte-offset watermarks; SQLite rows: a table read
+read-only in rowid order, rowid watermarks, :mod:`learnerd.analyzer.sqlite_source`), not the formats: each
+line goes through :func:`learnerd.analyzer.ingest.ingest_line` (each row through
+:func:`~learnerd.analyzer.ingest.ingest_record`) to the reader in :data:`learnerd.analyzer.registry.READERS`
+that detects it.
 
 Guarantees:
 
@@ -62,7 +64,7 @@ import sqlite3
 import stat
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -73,11 +75,13 @@ from watchfiles import Change, awatch
 
 from learnerd.analyzer import ingest
 from learnerd.analyzer.discovery import JSON_DOCUMENT_REASON, discover, find_by_inode, is_json_document, is_log_path
-from learnerd.analyzer.reader import SKIPPED, UNJOINABLE
+from learnerd.analyzer.reader import ROWID, SKIPPED, SQLITE_ROWS, UNJOINABLE, framing_of
 from learnerd.analyzer.registry import pending_records
+from learnerd.analyzer.registry import reader_for as registry_reader_for
 from learnerd.analyzer.settings import AnalyzerConfig
+from learnerd.analyzer.sqlite_source import WAL_SUFFIX, NotASource, read_rows
 from learnerd.analyzer.stats import AnalyzerStats, LineProblem, StatsRecorder
-from learnerd.analyzer.tail import Batch, read_batch
+from learnerd.analyzer.tail import Batch, RawLine, read_batch
 from learnerd.privacy.redact import Redactor
 from learnerd.runtime.log_throttle import LogThrottle
 from learnerd.store.db import transaction
@@ -110,6 +114,7 @@ class _Tracked:
     mid_line: bool | None = None  # None: not known yet (looked up from the byte before offset)
     idle_stat: tuple[int, int] | None = None  # (size, mtime_ns) when the last read found nothing new
     json_document: bool = False  # the file read from byte 0 is one (pretty-printed) JSON document, not a log
+    not_a_source: bool = False  # a .db file that is not a SQLite log of a known table: skipped
 
 
 RESCAN_DUTY_CYCLE = 0.05
@@ -166,6 +171,7 @@ class Analyzer:
         self._roots = tuple(dict.fromkeys(os.path.abspath(os.path.expanduser(os.fspath(d))) for d in log_dirs))
         self._notify = notify
         self._config = config or AnalyzerConfig()
+        self._formats = frozenset(self._config.formats)
         self._clock = clock
         self._stats = StatsRecorder(registry)
         self._lock = anyio.Lock()
@@ -202,6 +208,11 @@ class Analyzer:
     def stats(self) -> AnalyzerStats:
         """A snapshot of the counters (see :class:`~learnerd.analyzer.stats.AnalyzerStats`)."""
         return self._stats.snapshot()
+
+    def count_redactions(self, kinds: Mapping[str, int]) -> None:
+        """Count secrets another intake (``POST /v1/blocks``, RPC ``inject_probe``) replaced before storing, so
+        ``learnerd_redactions_total`` and ``redactions`` cover every intake."""
+        self._stats.redacted(kinds)
 
     async def sync(self) -> AnalyzerStats:
         """Ingest every complete line now in the log files, up to their end; return the counters.
@@ -299,7 +310,7 @@ class Analyzer:
         rescan for anything else (a new directory, a rotation, a deletion)."""
         rescan = False
         tracked_inodes: set[int] | None = None
-        for path in sorted(paths):
+        for path in sorted({p.removesuffix(WAL_SUFFIX) for p in paths}):  # a SQLite log's WAL: the log
             t = self._tracked.get(path)
             try:
                 st: os.stat_result | None = os.stat(path, follow_symlinks=False)
@@ -398,6 +409,9 @@ class Analyzer:
 
     async def _drain(self, t: _Tracked, fd: int | None = None) -> None:
         """Ingest ``t`` batch by batch up to its end (``fd``: read this handle instead of ``t.path``)."""
+        if framing_of(t.path) is SQLITE_ROWS:
+            await self._drain_rows(t)
+            return
         if fd is None:
             try:
                 st = os.stat(t.path, follow_symlinks=False)
@@ -448,6 +462,79 @@ class Analyzer:
             if t.offset >= end:
                 return  # the rest, if any, is read on the next change or rescan
 
+    async def _drain_rows(self, t: _Tracked) -> None:
+        """Ingest the rows of a SQLite log (:data:`~learnerd.analyzer.reader.SQLITE_ROWS`) past its watermark,
+        batch by batch, each batch's blocks and watermark (the last rowid) in one transaction.
+
+        A file that is no SQLite database or has no such table is skipped from then on (one warning).
+
+        Raises:
+            SourceUnreadable: the database is locked or unreadable (retried later).
+        """
+        try:
+            st = os.stat(t.path, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if st.st_ino != t.inode or t.not_a_source:
+            return
+        cfg = self._config
+        table = SQLITE_ROWS.table
+        try:
+            rows, top = read_rows(t.path, table, t.offset, cfg.batch_max_lines)
+        except NotASource as exc:
+            t.not_a_source = True  # until the path names another file (a new inode is tracked afresh)
+            log.warning("file is not a SQLite log of a known format; skipping it", file=t.path, reason=str(exc))
+            return
+        if top < t.offset:  # vacuumed (rows renumbered) or rewritten: read again; merging is idempotent
+            log.warning("SQLite log renumbered or rewritten; reading it from the start", file=t.path, rowid=t.offset)
+            self._stats.add("truncations")
+            t.offset = t.line = 0
+            rows, top = read_rows(t.path, table, 0, cfg.batch_max_lines)
+        while rows:
+            now = self._clock()
+            held = next((i for i, row in enumerate(rows) if self._holds(row, now)), None)
+            if held is not None:
+                rows = rows[:held]
+            if rows:
+                self._commit_rows(t, rows)
+                await anyio.sleep(0)
+            if held is not None or t.offset >= top:
+                return
+            rows, top = read_rows(t.path, table, t.offset, cfg.batch_max_lines)
+
+    def _holds(self, row: dict[str, object], now: float) -> bool:
+        reader = registry_reader_for(row, SQLITE_ROWS, self._formats)
+        return reader is not None and reader.holds is not None and reader.holds(row, now)
+
+    def _commit_rows(self, t: _Tracked, rows: list[dict[str, object]]) -> None:
+        """Ingest ``rows`` and move the rowid watermark in one transaction; then count, log and notify."""
+        now = self._clock()
+        lines = [RawLine(int(row[ROWID]), b"", 0) for row in rows]  # type: ignore[call-overload]
+        end_rowid = lines[-1].number
+        with transaction(self._conn):
+            results = [
+                ingest.ingest_record(
+                    self._conn,
+                    row,
+                    SQLITE_ROWS,
+                    now,
+                    self._redactor,
+                    path=t.path,
+                    line=int(row[ROWID]),  # type: ignore[call-overload]
+                    formats=self._formats,
+                )
+                for row in rows
+            ]
+            t_line = t.line + len(rows)
+            put_watermark(self._conn, Watermark(t.path, t.inode, end_rowid, t_line), now, self._host)
+        t.offset, t.line = end_rowid, t_line
+        changed = self._account(t, Batch(lines, end_rowid, t_line), results, 0)
+        for block_id in changed:
+            try:
+                self._notify(block_id)
+            except Exception:
+                log.exception("notify failed", block_id=block_id)
+
     def _restart(self, t: _Tracked, message: str, st: os.stat_result) -> None:
         log.warning(message, file=t.path, line=t.line, offset=t.offset, size=st.st_size)
         self._stats.add("truncations")
@@ -470,7 +557,9 @@ class Analyzer:
                 if t.json_document:
                     results.append(ingest.LineResult(ingest.FOREIGN, reason=JSON_DOCUMENT_REASON))
                 else:
-                    results.append(ingest.ingest_line(self._conn, raw, now, self._redactor, t.path))
+                    results.append(
+                        ingest.ingest_line(self._conn, raw, now, self._redactor, path=t.path, formats=self._formats)
+                    )
             put_watermark(self._conn, new, now, self._host)
             if any(r.trace_id for r in results):
                 pending = pending_records(self._conn)
@@ -662,6 +751,6 @@ class Analyzer:
                 self._watch_stop.set()
 
     def _watch_filter(self, change: Change, path: str) -> bool:
-        if is_log_path(path, self._roots):
+        if is_log_path(path.removesuffix(WAL_SUFFIX), self._roots):
             return True
         return change == Change.added and os.path.isdir(path)  # a new directory may hold log files

@@ -1,7 +1,7 @@
 """Which files are log files: every regular file under a log directory, recursively, whose name
-ends in a suffix of the JSON-lines framing (:data:`learnerd.analyzer.reader.JSON_LINES`: ``.jsonl``,
-``.json`` or ``.log``, any case) — and, by content, which of them is no log after all (a pretty-printed
-JSON document: :func:`is_json_document`).
+ends in a suffix of a framing (:data:`learnerd.analyzer.reader.JSON_LINES`: ``.jsonl``, ``.json`` or
+``.log``; :data:`~learnerd.analyzer.reader.SQLITE_ROWS`: ``.db``; any case) — and, by content,
+which of them is no log after all (a pretty-printed JSON document: :func:`is_json_document`).
 
 Left out: anything whose name, or the name of a directory between it and the log directory,
 starts with ``.`` (dotfiles, editors' and writers' hidden temp files, ``.git``); names ending in
@@ -21,7 +21,7 @@ import json
 import os
 from collections.abc import Iterable
 
-from learnerd.analyzer.reader import JSON_LINES
+from learnerd.analyzer.reader import framing_of
 
 MAX_DEPTH = 32
 """Directories below a log directory that are still searched for log files; deeper ones are not."""
@@ -29,7 +29,7 @@ MAX_DEPTH = 32
 
 def is_log_name(name: str) -> bool:
     """Whether a file name (no directory) counts as a log file."""
-    return not name.startswith(".") and not name.endswith("~") and name.lower().endswith(JSON_LINES.suffixes)
+    return not name.startswith(".") and not name.endswith("~") and framing_of(name) is not None
 
 
 def is_log_path(path: str, roots: Iterable[str]) -> bool:

@@ -3,8 +3,9 @@
 Per line (a file may mix formats): the line must be a UTF-8 JSON object (a UTF-8 BOM on a file's
 first line is ignored); it goes to the first reader of the :data:`~learnerd.analyzer.reader.JSON_LINES`
 framing in :data:`learnerd.analyzer.registry.READERS` that detects it (learnerd's block log, foyle's
-raw logs, learnerd's own log lines, which are skipped), and the block events that reader parses from
-it are merged into ``blocks`` here, the one place every reader's events reach the store. A JSON object
+raw logs, Claude Code, Codex and OTLP/JSON lines, learnerd's own log lines, which are skipped), and the
+block events that reader parses from it are merged into ``blocks`` here, the one place every reader's events
+reach the store (a row of a SQLite log takes the same path from :func:`ingest_record` on). A JSON object
 no reader detects is *foreign*: valid JSON from another program (runme's ``level``/``ts``/``msg``
 lines, a service's own log), skipped as "not a block log" (the analyzer warns once per file).
 Invalid JSON, a JSON value that is not an object, and a line its reader finds bad fields in are
@@ -24,12 +25,13 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from learnerd.analyzer import registry
 from learnerd.analyzer.fields import MalformedLine, UnknownEvent
-from learnerd.analyzer.reader import EVENTS, JSON_LINES, Parsed
+from learnerd.analyzer.reader import EVENTS, JSON_LINES, Framing, Parsed, Reader
 from learnerd.analyzer.tail import RawLine
 from learnerd.privacy.redact import Redactor
 from learnerd.store import pg
@@ -71,14 +73,22 @@ class LineResult:
 
 
 def ingest_line(
-    conn: sqlite3.Connection, raw: RawLine, now: float, redactor: Redactor | None = None, path: str | None = None
+    conn: sqlite3.Connection,
+    raw: RawLine,
+    now: float,
+    redactor: Redactor | None = None,
+    *,
+    path: str = "",
+    formats: frozenset[str] = frozenset(),
 ) -> LineResult:
     """Parse ``raw`` with its format's reader and merge what it says into ``blocks``, under a savepoint.
 
     With a ``redactor`` (:class:`learnerd.privacy.redact.Redactor`) every string of the decoded record is
     redacted before any reader sees it, so nothing a reader stores (block cells, half a foyle trace) holds
-    a secret; the result's ``redacted`` counts the placeholders by kind. ``path`` (the log file the line was
-    read from) is stored with ``raw.number`` as the origin of an executed cell the line sets.
+    a secret; the result's ``redacted`` counts the placeholders by kind. ``path`` is the file the line was
+    read from (for a file-scoped reader, and stored with ``raw.number`` as the origin of an executed cell the
+    line sets: :class:`~learnerd.store.blocks.LineOrigin`); ``formats``, when not empty, the names of the only
+    readers that may detect it (``[analyzer] formats``).
 
     Must run inside a transaction (:func:`learnerd.store.db.transaction`); ``now`` (epoch seconds)
     stamps the rows it changes. Bad input never raises: whatever exception the line causes, what it
@@ -90,9 +100,47 @@ def ingest_line(
             (see :func:`is_database_failure`; the caller's transaction must roll back); also a
             ``BaseException`` that is not an ``Exception`` (cancellation, KeyboardInterrupt).
     """
+    return _under_savepoint(conn, lambda: _ingest(conn, raw, now, redactor, path, formats))
+
+
+def ingest_record(
+    conn: sqlite3.Connection,
+    record: dict[str, Any],
+    framing: Framing,
+    now: float,
+    redactor: Redactor | None = None,
+    *,
+    path: str = "",
+    line: int = 0,
+    formats: frozenset[str] = frozenset(),
+) -> LineResult:
+    """:func:`ingest_line` for a record already cut out by its framing (a row of a SQLite log): offered to
+    the readers of ``framing``, parsed and merged under its own savepoint, with the same guarantees (bad
+    input never raises; a database failure does). ``line`` locates the record in ``path`` (a row's rowid).
+
+    Raises:
+        sqlite3.OperationalError, sqlite3.InternalError, sqlite3.DatabaseError: the database failed.
+    """
+
+    def run() -> LineResult:
+        reader = registry.reader_for(record, framing, formats)
+        if reader is None:
+            readers = ", ".join(registry.reader_names(framing))
+            return LineResult(FOREIGN, reason=f"a row no reader ({readers}) detects")
+        return parse_record(conn, reader, record, now, redactor, path, _origin(path, line))
+
+    return _under_savepoint(conn, run)
+
+
+def _origin(path: str, line: int) -> LineOrigin | None:
+    """Where a record was read, for the executed cells it sets (None when not read from a file)."""
+    return LineOrigin(path, line) if path else None
+
+
+def _under_savepoint(conn: sqlite3.Connection, ingest: Callable[[], LineResult]) -> LineResult:
     conn.execute("SAVEPOINT log_line")
     try:
-        result = _ingest(conn, raw, now, redactor, LineOrigin(path, raw.number) if path is not None else None)
+        result = ingest()
     except UnknownEvent as exc:
         _rollback_to_savepoint(conn)
         return LineResult(UNKNOWN, reason=_printable(str(exc)))
@@ -136,7 +184,7 @@ def _rollback_to_savepoint(conn: sqlite3.Connection) -> None:
 
 
 def _ingest(
-    conn: sqlite3.Connection, raw: RawLine, now: float, redactor: Redactor | None, origin: LineOrigin | None
+    conn: sqlite3.Connection, raw: RawLine, now: float, redactor: Redactor | None, path: str, formats: frozenset[str]
 ) -> LineResult:
     if raw.continuation:
         if raw.data is not None and not raw.data.strip():
@@ -159,15 +207,31 @@ def _ingest(
         return LineResult(MALFORMED, reason=_printable(f"invalid JSON: {exc}"))
     if not isinstance(obj, dict):
         return LineResult(MALFORMED, reason="not a JSON object")
-    reader = registry.reader_for(obj, JSON_LINES)
+    reader = registry.reader_for(obj, JSON_LINES, formats)
     if reader is None:
         return LineResult(FOREIGN, reason=foreign_reason(obj))
+    return parse_record(conn, reader, obj, now, redactor, path, _origin(path, raw.number))
+
+
+def parse_record(
+    conn: sqlite3.Connection,
+    reader: Reader,
+    obj: dict[str, Any],
+    now: float,
+    redactor: Redactor | None,
+    path: str,
+    origin: LineOrigin | None = None,
+) -> LineResult:
+    """Redact ``obj`` (a record ``reader`` detected), parse it and merge its block events (:func:`_intake`):
+    the part of a record's intake every framing shares; ``origin`` is stored with the executed cells it sets.
+    Runs in the caller's savepoint; raises what the reader raises."""
     redacted: Counter[str] = Counter()
     if redactor is not None:  # before the reader parses (and may store) anything of the record
         obj = redactor.redact_json(obj, redacted)
     # The reader may store state (half a trace) before the line is fully judged: the caller's
     # savepoint undoes it when the line turns out malformed.
-    result = _intake(conn, reader.parse(conn, obj, now), now, reader.name, origin)
+    parsed = reader.parse(conn, obj, now, path) if reader.file_scoped else reader.parse(conn, obj, now)
+    result = _intake(conn, parsed, now, reader.name, origin)
     result.redacted = redacted
     return result
 

@@ -10,9 +10,8 @@ A reader says:
 
 - ``name``: what the format is called in logs and reasons (``"blocklog"``, ``"foyle"``).
 - ``framing``: how the files holding it are found and cut into records, and so what their watermark
-  counts. :data:`JSON_LINES` (byte offsets) is the only framing today; a source watermarked by rowid
-  (atuin's ``history.db``, a SQLite database) needs a second :class:`Framing` and a tailer for it in
-  the analyzer, after which each such format is again one module and one row.
+  counts: :data:`JSON_LINES` (byte offsets) or :data:`SQLITE_ROWS` (a table's rows of a SQLite database,
+  read read-only, watermarked by rowid: atuin's ``history.db``).
 - ``detect(record) -> bool``: whether a record is in this format, judged from the record alone (no
   configuration). A framing's records are offered to its readers in registry order and the first
   that detects a record parses it, so one file may mix formats; a record that no reader detects is
@@ -25,6 +24,10 @@ A reader says:
   :class:`~learnerd.analyzer.fields.UnknownEvent` for a well-formed record of a kind or version it
   does not know; any other exception also makes the record malformed, except a database failure,
   which rolls the batch back for a retry.
+- ``file_scoped`` (optional, default False): the format names its session only in a file's first record
+  (Codex CLI's ``session_meta``), so its state is kept per file: ``parse`` is then called with the path of
+  the record's file as a fourth argument.
+- ``holds(record, now) -> bool`` (optional, :data:`SQLITE_ROWS` only): see the field.
 - ``pending(conn) -> int`` (optional): how many records the format keeps in the store waiting for
   another record (the ``pending_traces`` gauge sums them); None for a format that never waits.
 """
@@ -39,7 +42,11 @@ from typing import Any
 from learnerd.store.blocks import BlockEvent
 
 Record = dict[str, Any]
-"""One record of a format: a JSON object, for the :data:`JSON_LINES` framing."""
+"""One record of a format: a JSON object for the :data:`JSON_LINES` framing, a row (column → value, with
+the row's ``rowid`` under :data:`ROWID`) for :data:`SQLITE_ROWS`."""
+
+ROWID = "_rowid"
+"""The key of a :data:`SQLITE_ROWS` record's rowid."""
 
 # What one record amounted to (``Parsed.kind``).
 EVENTS = "events"  # block events for the intake (``joined``: they complete a trace)
@@ -68,10 +75,12 @@ class Framing:
     """How the files holding a format are found and cut into records, and so what their watermark counts.
 
     ``suffixes``: a regular file whose name ends in one of these (any case) is read in this framing;
-    :mod:`learnerd.analyzer.discovery` says what is left out whatever its name.
+    :mod:`learnerd.analyzer.discovery` says what is left out whatever its name. ``table``: for a SQLite
+    framing, the table whose rows are the records (``""`` for a framing of lines).
     """
 
     suffixes: tuple[str, ...]
+    table: str = ""
 
 
 JSON_LINES = Framing(suffixes=(".jsonl", ".json", ".log"))
@@ -82,6 +91,22 @@ consumed line, with the line count, its inode and a fingerprint of its first byt
 block logs conventionally end in ``.jsonl``."""
 
 
+SQLITE_ROWS = Framing(suffixes=(".db",), table="history")
+"""The rows of the ``history`` table of a SQLite database (:mod:`learnerd.analyzer.sqlite_source` reads
+them read-only, in rowid order); a file's watermark is the last rowid read and the number of rows read,
+with its inode (no fingerprint: SQLite rewrites its header at every write). A vacuum may renumber the rows
+of a table without an ``INTEGER PRIMARY KEY``: a file whose largest rowid falls below its watermark is
+read again from the start, which merges nothing twice (block ids come from the rows' own ids)."""
+
+FRAMINGS: tuple[Framing, ...] = (JSON_LINES, SQLITE_ROWS)
+
+
+def framing_of(name: str) -> Framing | None:
+    """The framing a file name (or path) is read in, by its suffix; None for none."""
+    lowered = name.lower()
+    return next((f for f in FRAMINGS if lowered.endswith(f.suffixes)), None)
+
+
 @dataclass(frozen=True)
 class Reader:
     """One log format (see the module docstring for each field's contract)."""
@@ -89,5 +114,11 @@ class Reader:
     name: str
     framing: Framing
     detect: Callable[[Record], bool]
-    parse: Callable[[sqlite3.Connection, Record, float], Parsed]
+    parse: Callable[..., Parsed]
+    """``(conn, record, now) -> Parsed``, or ``(conn, record, now, path) -> Parsed`` when ``file_scoped``."""
     pending: Callable[[sqlite3.Connection], int] | None = None
+    file_scoped: bool = False
+    holds: Callable[[Record, float], bool] | None = None
+    """``(record, now) -> bool``, for a :data:`SQLITE_ROWS` format whose rows change after they are written
+    (atuin's row of a command still running): True stops the batch before the record until it no longer
+    holds, so the watermark does not pass it."""

@@ -9,20 +9,36 @@ from __future__ import annotations
 
 import sqlite3
 
-from learnerd.analyzer import blocklog, foyle, own_log
+from learnerd.analyzer import atuin, blocklog, claude_code, codex, foyle, otel_genai, own_log
 from learnerd.analyzer.reader import Framing, Reader, Record
 
-READERS: tuple[Reader, ...] = (blocklog.READER, foyle.READER, own_log.READER)
+READERS: tuple[Reader, ...] = (
+    blocklog.READER,
+    foyle.READER,
+    claude_code.READER,
+    codex.READER,
+    otel_genai.READER,
+    atuin.READER,
+    own_log.READER,
+)
 """Every format, in the order a record is offered to them: the first whose ``detect`` accepts it
 parses it. Order matters only for a record two formats would claim: the block log's ``learnerd`` key
-wins over foyle's string ``message``, and foyle's ``message`` over the ``event`` and ``level`` keys of
-learnerd's own log."""
+wins over foyle's string ``message`` (Claude Code's ``message`` is an object), and every format over the
+``event`` and ``level`` keys of learnerd's own log."""
 
 
-def reader_for(record: Record, framing: Framing) -> Reader | None:
+def names() -> list[str]:
+    """Every reader's name, in registry order (the values of ``[analyzer] formats``)."""
+    return [reader.name for reader in READERS]
+
+
+def reader_for(record: Record, framing: Framing, formats: frozenset[str] = frozenset()) -> Reader | None:
     """The first reader of ``framing`` in :data:`READERS` that detects ``record``; None when none does
-    (the record is foreign)."""
+    (the record is foreign). ``formats``, when not empty, names the only readers that may (``[analyzer]
+    formats``)."""
     for reader in READERS:
+        if formats and reader.name not in formats:
+            continue
         if reader.framing is framing and reader.detect(record):
             return reader
     return None

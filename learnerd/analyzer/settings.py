@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from learnerd.sections import Section
 
@@ -31,3 +31,15 @@ class AnalyzerConfig(Section):
     """bytes per transaction (a single longer line is its own batch)"""
     max_open_files: int = Field(128, ge=1)
     """log files held open (to finish rotated or deleted files)"""
+    formats: list[str] = Field(default_factory=list)
+    """the only log formats read (empty: every format, each detected per record; docs/inputs.md)"""
+
+    @field_validator("formats")
+    @classmethod
+    def _known_formats(cls, value: list[str]) -> list[str]:
+        from learnerd.analyzer.registry import names  # the registry imports every reader: only when set
+
+        unknown = [name for name in value if name not in names()]
+        if unknown:
+            raise ValueError(f"unknown formats {unknown}: known are {', '.join(names())}")
+        return value

@@ -25,10 +25,17 @@ GET      /log-level                                                 ``{"level"}`
 POST     /log-level     ``{"level": str}``                          ``{"level", "previous"}``
 GET      /metrics                                                   Prometheus text format
 POST     /search        ``{"text": str, "k": int = 3}``             ``[{id, query, answer, language, score}]``
+POST     /forget        ``{"kind": "example"|"block"|"source"|      the forget report: ``{dry_run, tombstone,
+                        "match", "value": str, "dry_run": bool}``   examples, vectors, documents,
+                                                                    export_files, retrain, errors}``
+GET      /tombstones                                                ``[{id, kind, value, block_ids,
+                                                                    created_at}]``
+POST     /unforget      ``{"id": str}``                             the removed tombstone
 =======  =============  ==========================================  =========================================
 
 Errors are ``{"error": "message"}`` with 400 (bad body: also too deeply nested, a huge number, a lone
-surrogate; :mod:`learnerd.api.json_body`), 403 (not allowed), 404 (unknown controller, requeue key or path), 408 (body
+surrogate; :mod:`learnerd.api.json_body`), 403 (not allowed), 404 (unknown controller, requeue key,
+forget id, tombstone or path), 408 (body
 too slow), 409 (draining, starting, a backfill running, no config file), 413 (body too large), 429
 (too many searches queued; ``Retry-After``) or 503 (the embedder is still loading).
 """
@@ -123,6 +130,17 @@ def admin_app(control: ControlSurface, registry: CollectorRegistry, max_body_byt
     async def set_log_level(request: web.Request) -> web.Response:
         return json_response(control.set_log_level(field(await read_json(request), "level", str)))
 
+    async def forget(request: web.Request) -> web.Response:
+        body = await read_json(request)
+        kind, value = field(body, "kind", str), field(body, "value", str)
+        return json_response(await control.forget(kind, value, field(body, "dry_run", bool, False)))
+
+    async def tombstones(request: web.Request) -> web.Response:
+        return json_response(control.tombstones())
+
+    async def remove_tombstone(request: web.Request) -> web.Response:
+        return json_response(control.remove_tombstone(field(await read_json(request), "id", str)))
+
     app = web.Application(
         client_max_size=max_body_bytes,
         middlewares=[access_log_middleware("admin request", _peer_fields), error_middleware, peer_check_middleware],
@@ -139,4 +157,7 @@ def admin_app(control: ControlSurface, registry: CollectorRegistry, max_body_byt
     app.router.add_post("/log-level", set_log_level)
     app.router.add_get("/metrics", metrics_handler(registry))
     app.router.add_post("/search", search_handler(control))
+    app.router.add_post("/forget", forget)
+    app.router.add_get("/tombstones", tombstones)
+    app.router.add_post("/unforget", remove_tombstone)
     return app

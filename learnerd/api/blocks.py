@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -143,6 +143,7 @@ class BlocksEndpoint:
         max_line_bytes: ``[analyzer] max_line_bytes``: an event whose line is longer is refused (400).
         registry: where the counters go; None keeps them private.
         redactor: replaces secrets in every event before it is written (:mod:`learnerd.privacy.redact`).
+        on_redacted: also told the placeholders put in, by kind (the daemon's count of every intake).
     """
 
     def __init__(
@@ -152,8 +153,10 @@ class BlocksEndpoint:
         max_line_bytes: int,
         registry: CollectorRegistry | None = None,
         redactor: Redactor | None = None,
+        on_redacted: Callable[[Mapping[str, int]], None] | None = None,
     ) -> None:
         self._log = log
+        self._on_redacted = on_redacted
         self._max_line_bytes = max_line_bytes
         self._redactor = redactor
         self.redactions = PromCounter(
@@ -201,5 +204,7 @@ class BlocksEndpoint:
         self.requests.labels("accepted").inc()
         for kind, n in redacted.items():
             self.redactions.labels(kind).inc(n)
+        if redacted and self._on_redacted is not None:
+            self._on_redacted(redacted)
         self.events.inc(len(lines))
         return json_response({"accepted": len(lines), "block_ids": block_ids})

@@ -1,13 +1,23 @@
 """Request and response bodies of the OpenAI-compatible endpoint (pydantic v2), after OpenAI's API reference
 (https://platform.openai.com/docs/api-reference/chat): only the fields learnerd honours are modelled;
-unknown request fields are ignored, as OpenAI-compatible servers commonly do.
+unknown request fields are ignored, as OpenAI-compatible servers commonly do, except the function-calling
+fields (:data:`UNSUPPORTED_FIELDS`), which are refused: a client that sends tools expects tool calls back,
+and an answer that silently ignored them would look like the model chose not to call one.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+UNSUPPORTED_FIELDS = ("tools", "tool_choice", "functions", "function_call")
+"""Request fields refused with 400 (learnerd serves no function calling); ``null`` counts as absent."""
+MIN_TEMPERATURE = 1e-5
+"""The smallest non-zero ``temperature`` accepted (vLLM's ``_SAMPLING_EPS``): below it, logits divided by the
+temperature overflow to inf and sampling fails; 0 asks for greedy decoding."""
+SEED_RANGE = (-(2**63), 2**63 - 1)
+"""``seed`` is an int64, as in OpenAI's API reference (torch's generator takes any such value)."""
 
 
 class ContentPart(BaseModel):
@@ -37,7 +47,7 @@ class StreamOptions(BaseModel):
 
 
 class LearnerdOptions(BaseModel):
-    """learnerd's extension: ``rag_k`` retrieved examples before the last user turn (None: ``[serve] rag_k``)."""
+    """learnerd's extension: ``rag_k`` retrieved examples, quoted in the system message (None: ``[serve] rag_k``)."""
 
     model_config = ConfigDict(extra="forbid")
     rag_k: int | None = Field(default=None, ge=0)
@@ -54,11 +64,27 @@ class ChatCompletionRequest(BaseModel):
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     n: int = Field(default=1, ge=1, le=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
     learnerd: LearnerdOptions | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_function_calling(cls, body: Any) -> Any:
+        if isinstance(body, dict):
+            sent = [name for name in UNSUPPORTED_FIELDS if body.get(name) is not None]
+            if sent:
+                raise ValueError(f"unsupported: learnerd serves no function calling ({', '.join(sent)})")
+        return body
+
+    @field_validator("temperature")
+    @classmethod
+    def _greedy_or_sampling(cls, value: float) -> float:
+        if 0 < value < MIN_TEMPERATURE:
+            raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, not {value}")
+        return value
 
     @field_validator("stop")
     @classmethod

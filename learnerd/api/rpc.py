@@ -31,6 +31,9 @@ Answers (JSON bodies; every error is ``{"error": "<reason>"}``), checked in this
 * **200** — ``{"accepted": true, "next_cycle_eta_s": <int seconds>, "queue_depth": <int>}``, sent only
   after the probe is fsynced in the journal.
 
+The prompt and the reference pass the secret redactor (:mod:`learnerd.privacy.redact`) before the probe is
+journaled: a secret never reaches the journal, the document or an adapter, only its typed placeholder.
+
 Differences from dlm, all additive: 413 instead of dlm's 400 for an oversized body; the answer comes
 after an fsync (dlm's queue lives in memory); ``next_cycle_eta_s`` is an estimate
 (:mod:`learnerd.sources.cycle_eta`; dlm always sends 0); ``queue_depth`` counts probes not yet written
@@ -46,7 +49,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import anyio
 import structlog
@@ -72,6 +75,7 @@ from learnerd.api.http import (
 )
 from learnerd.api.json_body import parse_json_body
 from learnerd.api.settings import RPC_TOKEN_ENV
+from learnerd.privacy.redact import Redactor
 from learnerd.sources.probe_inbox import InboxClosed, InboxFull, ProbeInbox
 from learnerd.store.dlm import UnrepresentableError, probe_section
 from learnerd.store.probe_journal import InjectedProbe
@@ -95,6 +99,8 @@ class RpcServer:
         eta: seconds until the next cycle of a document has finished (``next_cycle_eta_s``).
         limits: what a client may hold of the listener (timeouts, connection cap).
         blocks: serves ``POST /v1/blocks`` (:mod:`learnerd.api.blocks`) behind the same token; None: 404.
+        redactor: replaces secrets in a probe's prompt and reference before it is journaled; None: none.
+        on_redacted: told the placeholders put in, by kind (the daemon's count of every intake).
 
     Raises:
         ValueError: an empty token.
@@ -111,6 +117,8 @@ class RpcServer:
         port: int = 0,
         limits: ServerLimits | None = None,
         blocks: BlocksEndpoint | None = None,
+        redactor: Redactor | None = None,
+        on_redacted: Callable[[Mapping[str, int]], None] | None = None,
     ) -> None:
         if not token:
             raise ValueError(f"the RPC server needs a bearer token; set {RPC_TOKEN_ENV}")
@@ -122,6 +130,8 @@ class RpcServer:
         self.port = port
         self.limits = limits or ServerLimits()
         self._blocks = blocks
+        self._redactor = redactor
+        self._on_redacted = on_redacted
         self.app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[error_middleware])
         self.app.router.add_post(RPC_PATH, self._handle)
         if blocks is not None:
@@ -160,6 +170,13 @@ class RpcServer:
             )
             raise Unauthorized("missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
 
+    def _redact(self, text: str) -> str:
+        assert self._redactor is not None
+        redaction = self._redactor.redact(text)
+        if redaction.kinds and self._on_redacted is not None:
+            self._on_redacted(redaction.kinds)
+        return redaction.text
+
     async def _handle_blocks(self, request: web.Request) -> web.Response:
         assert self._blocks is not None
         return await self._blocks.handle(request, self._authorize)
@@ -167,6 +184,8 @@ class RpcServer:
     async def _handle(self, request: web.Request) -> web.Response:
         self._authorize(request)
         prompt, reference, tags = _parse(await read_body(request))
+        if self._redactor is not None:  # before the journal, the first write
+            prompt, reference = self._redact(prompt), self._redact(reference)
         probe = InjectedProbe(
             id=InjectedProbe.new_id(),
             document=self._document,

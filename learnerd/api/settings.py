@@ -98,7 +98,7 @@ class ServeConfig(Section):
     max_body_bytes: int = Field(1024 * 1024, ge=1024)
     """larger request bodies are refused (413)"""
     rag_k: int = Field(0, ge=0)
-    """retrieved examples before the last user turn (0 = off; per request: learnerd.rag_k)"""
+    """retrieved examples quoted in the system message (0 = off; per request: learnerd.rag_k); > 0 needs the token"""
     steering: bool = False
     """apply `learnerd evolve`'s deltas_best.json of the document's run, when there is one"""
     num_threads: int = Field(0, ge=0)

@@ -201,6 +201,8 @@ def print_status(status: dict[str, Any]) -> None:
         if analyzer.get(key):
             table.add_row(label, _line_problem(analyzer[key]))
     out.print(table)
+    if status.get("privacy"):
+        out.print(_privacy(status["privacy"]))
 
     if status.get("fleet"):
         print_fleet(status["fleet"])
@@ -210,6 +212,23 @@ def print_status(status: dict[str, Any]) -> None:
 
     for warning in status.get("warnings", ()):
         out.print(f"[bold yellow]warning[/]: {escape(warning)}")
+
+
+def _privacy(privacy: dict[str, Any]) -> Any:
+    """Secrets redacted by kind, blocks refused by the command policy by reason, and the tombstones
+    (docs/privacy.md)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="privacy", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    for kind, n in sorted(privacy.get("redacted", {}).items()):
+        table.add_row(escape(f"secrets redacted: <{kind}>"), str(n))
+    for reason, n in sorted(privacy.get("refused", {}).items()):
+        table.add_row(escape(reason), str(n))
+    table.add_row("tombstones (learnerd forget --list)", str(privacy.get("tombstones", 0)))
+    return table
 
 
 IN_FLIGHT_KEYS_SHOWN = 5

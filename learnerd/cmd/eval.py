@@ -43,8 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--null-runs", type=int, metavar="N", help="noise adapters to calibrate on (default: config)")
     p.add_argument(
         "--calibration",
-        choices=("sway", "document"),
-        help="null calibration: sway's sentinel prompts and noise order (default), or the document's prompts",
+        choices=("sway", "sway-exact", "document"),
+        help="null calibration: sway's sentinel prompts and noise order (default); sway-exact: also sway's "
+        "top-k tail treatment (sway's numbers, not the exact divergence); or the document's prompts",
     )
     p.add_argument("--threads", type=int, metavar="N", help="torch threads (default: config; 0: the idle cores)")
     p.add_argument("--history", action="store_true", help="show pass rate and score per version instead, and plot")

@@ -9,7 +9,8 @@ Otherwise the daemon serves the admin API on ``<state_dir>/learnerd.sock`` (``le
 and ``/metrics`` and ``/search`` over TCP when asked (``--metrics-addr``, ``--listen-search``), and
 talks to systemd (``Type=notify``) through ``$NOTIFY_SOCKET``; see :mod:`learnerd.daemon.service`.
 ``--listen-openai HOST:PORT`` serves the OpenAI-compatible ``/v1/models`` and ``/v1/chat/completions``
-(``learnerd.api.openai_app``) behind ``$LEARNERD_OPENAI_TOKEN``; without a token only on a loopback address.
+(``learnerd.api.openai_app``) behind ``$LEARNERD_OPENAI_TOKEN``; without a token only on a loopback address,
+never with ``[serve] rag_k`` above 0, and then a request's ``learnerd.rag_k`` is refused (401).
 ``--listen-rpc HOST:PORT`` serves dlm's ``inject_probe`` on ``POST /rpc`` (``learnerd.api.rpc``);
 the bearer token comes from ``$LEARNERD_PROBE_TOKEN``, and without it the daemon refuses to start.
 
@@ -153,7 +154,8 @@ def service_options(cfg, args: argparse.Namespace):
     """The :class:`~learnerd.daemon.service.ServiceOptions` of the flags and the ``[admin]`` section.
 
     Raises:
-        CommandError: a malformed address, or ``--listen-search`` without a usable token.
+        CommandError: a malformed address, ``--listen-search`` without a usable token, or ``--listen-openai``
+            without one off loopback or with ``[serve] rag_k`` above 0 (retrieval needs a token, as search does).
     """
     import os
 
@@ -176,6 +178,8 @@ def service_options(cfg, args: argparse.Namespace):
         openai_token = os.environ.get(OPENAI_TOKEN_ENV) or None
         if openai_addr is not None and (openai_token is not None or not _is_loopback(openai_addr[0])):
             openai_token = check_token(openai_token, OPENAI_TOKEN_ENV, f"serving chat completions on {openai}")
+        if openai_addr is not None and cfg.serve.rag_k > 0:  # retrieval answers with what everyone ran
+            openai_token = check_token(openai_token, OPENAI_TOKEN_ENV, "serving retrieved examples ([serve] rag_k)")
     except (ConfigError, TokenError) as exc:
         raise CommandError(str(exc), exit_code=2) from exc
     cfg.serve.listen = openai or ""

@@ -194,7 +194,8 @@ class Daemon:
         #: Events accepted by ``POST /v1/blocks``, tailed by the analyzer beside ``log_dirs`` (always, so events
         #: acknowledged before a restart without ``--listen-rpc`` are still read).
         self.ingest = IngestLog(layout.ingest_dir)
-        #: Replaces secrets before anything is stored (``[privacy]``): the analyzer's records, POST /v1/blocks.
+        #: Replaces secrets before anything is stored (``[privacy]``): the analyzer's records, POST /v1/blocks, the
+        #: RPC's probes; every intake's count is the analyzer's ``redactions``.
         self.redactor = Redactor(cfg.privacy)
         self.analyzer = Analyzer(
             self.conn,
@@ -283,7 +284,10 @@ class Daemon:
                     max_line_bytes=cfg.analyzer.max_line_bytes,
                     registry=self.registry,
                     redactor=self.redactor,
+                    on_redacted=self.analyzer.count_redactions,
                 ),
+                redactor=self.redactor,
+                on_redacted=self.analyzer.count_redactions,
             )
 
     # The reconcilers by their role (None until wired: embeddings waits for the embedder).

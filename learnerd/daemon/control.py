@@ -13,6 +13,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,6 +21,7 @@ import anyio.abc
 import structlog
 
 import learnerd
+from learnerd.analyzer.block_ids import block_ids_in_file
 from learnerd.api.errors import BadRequest, Conflict, NotFound, TooManyRequests, Unavailable
 from learnerd.daemon.app import Daemon
 from learnerd.daemon.config import Config
@@ -30,15 +32,20 @@ from learnerd.eval.history import last_report
 from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.device import intra_op_threads
 from learnerd.reconcilers.evaluation import EvaluationReconciler
+from learnerd.reconcilers.probes import document_router
+from learnerd.reconcilers.spec import BLOCKS, EXAMPLES, ExampleChange
 from learnerd.runtime.workqueue import ControllerRateLimiter
 from learnerd.sections import ConfigError
 from learnerd.sources.backfill_job import BackfillTracker
 from learnerd.store.adapters import AdapterStore, AdapterStoreError, version_name
 from learnerd.store.atomic import atomic_write_text
 from learnerd.store.blocks import count_blocks, list_block_ids
+from learnerd.store.db import transaction as db_transaction
 from learnerd.store.embeddings import count_vectors
 from learnerd.store.examples import count_examples
+from learnerd.store.forget import NothingToForget, documents_in, forget_in_files, forget_in_store
 from learnerd.store.retrieval import SearchHit, describe_hits, nearest
+from learnerd.store.tombstones import KINDS, delete_tombstone, load_tombstones
 
 log = structlog.get_logger(__name__)
 
@@ -253,7 +260,11 @@ class DaemonControl:
             "backfill": job.to_json() if job is not None else None,
             "fleet": daemon.fleet.status(list_block_ids(daemon.conn)) if daemon.fleet is not None else None,
             "warnings": [w for r in daemon.reconcilers.values() for w in getattr(r, "warnings", ())],
-            "privacy": {"redacted": daemon.analyzer.stats.redactions, "refused": dict(daemon.examples.refusals)},
+            "privacy": {
+                "redacted": daemon.analyzer.stats.redactions,
+                "refused": dict(daemon.examples.refusals),
+                "tombstones": len(load_tombstones(daemon.conn).all),
+            },
         }
 
     # ------------------------------------------------------------------ steer
@@ -386,6 +397,83 @@ class DaemonControl:
         log.info("log level changed", level=current_level(), previous=previous)
         return {"level": current_level(), "previous": previous}
 
+    # ------------------------------------------------------------------ forget
+
+    async def forget(self, kind: str, value: str, dry_run: bool = False) -> dict[str, Any]:
+        """``learnerd forget`` in the running daemon (:mod:`learnerd.store.forget`): the tombstone, the examples
+        and their vectors go in one transaction, the vectors leave the live index at once (retrieval stops
+        returning them before the answer is sent), the documents' sections and the foyle files are removed,
+        and every document that lost a section is queued for a training cycle (fresh: its adapter trained on a
+        section that is gone). The reconcilers are told too, so a reconcile already in flight cannot bring
+        anything back. Returns :meth:`~learnerd.store.forget.ForgetReport.to_json`.
+
+        Raises:
+            BadRequest: an unknown ``kind``, an empty ``value``, a ``source`` that is not an absolute path of a
+                readable file. NotFound: an ``example`` / ``block`` id the store does not have.
+            Conflict: the daemon is draining.
+        """
+        if kind not in KINDS or not value:
+            raise BadRequest(f"forget needs a kind ({', '.join(KINDS)}) and a non-empty value")
+        if self.stop.is_set():
+            raise Conflict("the daemon is draining; forget offline once it stopped")
+        daemon = self.daemon
+        source_ids: list[str] = []
+        if kind == "source":
+            if not os.path.isabs(value):
+                raise BadRequest(f"source must be an absolute path, not {value!r}")
+            try:
+                source_ids = (await anyio.to_thread.run_sync(block_ids_in_file, Path(value))).block_ids
+            except OSError as exc:
+                raise BadRequest(f"cannot read {value}: {exc.strerror or exc}") from exc
+        try:
+            report = forget_in_store(daemon.conn, kind, value, source_block_ids=source_ids, dry_run=dry_run)
+        except NothingToForget as exc:
+            raise NotFound(str(exc)) from exc
+        ids = [e.id for e in report.examples]
+        if not dry_run:
+            daemon.index.delete(ids)
+            if daemon.fleet is not None:
+                daemon.fleet.announce_vectors(ids)
+        documents, export_dir = forget_scope(daemon.cfg)
+        report = await anyio.to_thread.run_sync(forget_in_files, report, documents, export_dir)
+        if not dry_run:
+            for example in report.examples:
+                daemon.notify(EXAMPLES, ExampleChange(example.id, example, None))
+            for block_id in report.tombstone.block_ids:
+                daemon.notify(BLOCKS, block_id)
+            if TRAINING in daemon.queues:
+                for document in report.retrain:
+                    daemon.queues[TRAINING].add(document)
+            log.info(
+                "forgotten",
+                tombstone=report.tombstone.id,
+                kind=kind,
+                examples=len(ids),
+                documents=len(report.documents),
+                export_files=len(report.export_files),
+            )
+        return report.to_json()
+
+    def tombstones(self) -> list[dict[str, Any]]:
+        """Every tombstone, oldest first (``learnerd forget --list``)."""
+        return [t.to_json() for t in load_tombstones(self.daemon.conn).all]
+
+    def remove_tombstone(self, tombstone_id: str) -> dict[str, Any]:
+        """Delete a tombstone and queue its blocks again, so what it kept out may be learned again
+        (``learnerd forget --remove ID``); returns the removed tombstone.
+
+        Raises:
+            NotFound: no tombstone has that id.
+        """
+        with db_transaction(self.daemon.conn):
+            stone = delete_tombstone(self.daemon.conn, tombstone_id)
+        if stone is None:
+            raise NotFound(f"no tombstone has the id {tombstone_id!r} (see learnerd forget --list)")
+        # a match also kept out blocks logged after the forget: all of them are looked at again
+        self.daemon.enqueue_blocks(list_block_ids(self.daemon.conn) if stone.kind == "match" else stone.block_ids)
+        log.info("tombstone removed", tombstone=tombstone_id, kind=stone.kind, blocks=len(stone.block_ids))
+        return stone.to_json()
+
     async def search(self, text: str, k: int) -> list[SearchHit]:
         """The ``k`` learned examples nearest to ``text``, best first, from the live index.
 
@@ -411,6 +499,13 @@ class DaemonControl:
                 return describe_hits(self.daemon.conn, hits, k)
         finally:
             self._pending_searches -= 1
+
+
+def forget_scope(cfg: Config) -> tuple[list[Path], Path | None]:
+    """Where a forget looks (:func:`~learnerd.store.forget.forget_in_files`): the routed documents and every
+    ``.dlm`` under ``docs_dirs``, and the foyle export directory (None without ``[export.foyle] dir``)."""
+    documents = documents_in(cfg.layout.docs_roots, document_router(cfg).documents())
+    return documents, Path(cfg.export.foyle.dir) if cfg.export.foyle.dir else None
 
 
 def _nearest_on_one_thread(embedder: Any, index: Any, text: str, k: int) -> Any:

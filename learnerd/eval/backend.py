@@ -28,6 +28,7 @@ other side's forward passes. Not thread-safe: one evaluation at a time per backe
 from __future__ import annotations
 
 import contextlib
+import inspect
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +81,12 @@ class DifferentialBackend:
             eos = tokenizer.eos_token_id
         self.eos_ids: frozenset[int] = frozenset([eos] if isinstance(eos, int) else (eos or []))
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        base_model = model.get_base_model() if hasattr(model, "get_base_model") else model
+        #: The forward argument that takes a KV cache: ``cache`` from transformers 5 on (which deprecates
+        #: ``past_key_values`` with a FutureWarning), ``past_key_values`` before.
+        self.cache_keyword = (
+            "cache" if "cache" in inspect.signature(base_model.forward).parameters else "past_key_values"
+        )
         self._active: str | None = None
         self._base_cache: dict[tuple[Any, ...], Any] = {}
         self.forward_passes = 0
@@ -311,7 +318,7 @@ class View:
                     input_ids=tail_ids,
                     attention_mask=torch.cat([ctx_mask[which], tail_mask], dim=1),
                     position_ids=positions,
-                    past_key_values=past,
+                    **{self.backend.cache_keyword: past},
                 ).logits
             self.backend.forward_passes += 1
         values = []

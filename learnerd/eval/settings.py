@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from learnerd.ml.divergence import Completion
 from learnerd.ml.settings import device_spec
 from learnerd.sections import Section
 
@@ -25,9 +26,10 @@ class EvaluationSettings(Section):
     harvested again (until it passes once)"""
     null_runs: int = Field(3, ge=0, le=20)
     """noise adapters the z-scores are calibrated on (0: fixed thresholds)"""
-    calibration: Literal["sway", "document"] = "sway"
+    calibration: Literal["sway", "sway-exact", "document"] = "sway"
     """"sway": delta_kl's null on sway's sentinel prompts, noise filled in module order (z-scores compare
-    with sway's); "document": on the document's prompts"""
+    with sway's); "sway-exact": that, and top-k tails treated as sway 0.1.0 does (its numbers, not the
+    exact divergence); "document": on the document's prompts"""
     num_threads: int = Field(0, ge=0)
     """torch threads while evaluating; 0 = the cores idle now (at least 1)"""
     max_prompts: int = Field(8, ge=1)
@@ -38,6 +40,17 @@ class EvaluationSettings(Section):
     """the multi-turn probe passes at a half-life of at least this many turns"""
     device: str = "auto"
     """where the evaluated model runs: auto, cpu, cuda, cuda:N"""
+
+    @property
+    def sway_nulls(self) -> bool:
+        """Null adapters made and measured as sway 0.1.0 does (``calibration`` "sway" or "sway-exact")."""
+        return self.calibration != "document"
+
+    @property
+    def top_k_completion(self) -> Completion:
+        """How divergences complete a top-k's tail (:mod:`learnerd.ml.divergence`): sway's union under
+        "sway-exact", else the whole vocabulary."""
+        return "union" if self.calibration == "sway-exact" else "vocabulary"
 
     _device = field_validator("device")(device_spec("evaluation"))
 

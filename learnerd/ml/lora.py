@@ -8,7 +8,9 @@ transformers Trainer computes it), in nats per token.
 
 Deterministic for a fixed ``seed`` and a fixed number of torch threads: the adapter's initial weights,
 the dropout masks and the row order all come from generators seeded with it. Rows are shuffled once
-per epoch; ``max_steps`` cycles through as many epochs as it needs.
+per epoch; ``max_steps`` cycles through as many epochs as it needs. A ``max_steps`` budget that ends
+within the first epoch trains a seeded sample of the rows it reaches (:func:`budget_rows`), and only those
+are tokenised and scored: a large document costs a small-budget cycle its budget, not its size.
 
 Runs wherever it is called; :mod:`learnerd.ml.train_worker` calls it in a child process so the
 daemon's event loop never waits on it.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -127,7 +130,8 @@ def train_lora(
         model: a transformers causal LM on any device (batches follow its parameters); it is wrapped
             in place by peft.
         tokenizer: its tokenizer (chat rows need a chat template).
-        rows: the rows of this cycle (new rows plus any replay sample: the caller chooses).
+        rows: the rows of this cycle (new rows plus any replay sample: the caller chooses); a ``max_steps``
+            budget that ends within one epoch trains only :func:`budget_rows` of them.
         config: hyperparameters; rows are truncated to ``sequence_len`` tokens (or the model's
             ``max_position_embeddings`` when shorter); ``seed`` fixes everything random.
         resume_from: a saved adapter directory to continue from, or None for a fresh adapter.
@@ -147,7 +151,7 @@ def train_lora(
     check_trainable(config)
 
     max_length = min(config.sequence_len, getattr(model.config, "max_position_embeddings", None) or config.sequence_len)
-    encoded, dropped = encode_rows(tokenizer, rows, max_length)
+    encoded, dropped = encode_rows(tokenizer, budget_rows(rows, config), max_length)
     if not encoded:
         raise RowEncodingError("no training row has a token to learn (no rows, or all truncated away)")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
@@ -241,6 +245,18 @@ def rows_loss(model: Any, tokenizer: Any, rows: Sequence[TrainingRow], sequence_
     encoded, _ = encode_rows(tokenizer, rows, sequence_len)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
     return mean_loss(model, encoded, pad_id)
+
+
+def budget_rows(rows: Sequence[TrainingRow], config: TrainingConfig) -> Sequence[TrainingRow]:
+    """The rows a cycle of ``config`` reaches: all of ``rows``, unless ``max_steps`` ends the cycle within
+    its first epoch; then ``max_steps × batch_size × accumulation`` of them, sampled with ``seed``
+    (``random.Random``) and kept in their order."""
+    if config.max_steps is None:
+        return rows
+    reached = config.max_steps * config.batch_size() * config.accumulation()
+    if reached >= len(rows):
+        return rows
+    return [rows[i] for i in sorted(random.Random(config.seed).sample(range(len(rows)), reached))]
 
 
 def _micro_batches(encoded: Sequence[EncodedRow], batch_size: int, generator: Any) -> Iterator[list[EncodedRow]]:

@@ -6,6 +6,11 @@ Threads. Every model operation (loading a base, loading or deleting an adapter, 
 shared by two generations. The event loop only admits jobs (:meth:`ServedModels.submit`, never
 blocking: a full queue raises :class:`QueueFull`) and reads their token deltas from an asyncio queue.
 
+Admission. A request takes its place in the queue (:meth:`ServedModels.admit`, :class:`QueueFull` beyond
+``capacity``) before anything costly is done for it, and :meth:`ServedModels.check_prompt` refuses a prompt
+that cannot fit the model's context from its length in characters alone (no tokenizer call, see
+:func:`min_tokens`), so the endpoint embeds a request's text for retrieval only once both passed.
+
 Hot swap. A job is bound at admission to the adapter version that is current for its document at
 that moment (:meth:`ServedModels.adapter_committed` moves the pointer, and preloads the new version
 in the worker). A job keeps its version until it ends, so requests in flight finish on the version
@@ -23,13 +28,14 @@ request gets :class:`ModelUnavailable` (the endpoint's 503 with ``Retry-After``)
 for that model until it is loaded again in the background ``reload_after_s`` later (with its current
 adapter, again and again until a load passes: a daemon that is not ready gets no traffic to reload it).
 Until a load of that model passes, :meth:`ServedModels.unready_reason` says why (the daemon's ``/readyz``
-is not ready).
+is not ready); while a base model is loading, :meth:`ServedModels.loading` names it (requests wait for it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import os
 import threading
@@ -74,6 +80,24 @@ class QueueFull(Exception):
 
 class PromptTooLong(ValueError):
     """The rendered prompt leaves no room for a single new token in the model's context (tokens)."""
+
+
+def longest_token_chars(tokenizer: Any) -> int:
+    """The most characters one token of ``tokenizer`` stands for: the longest token string of its vocabulary,
+    added and special tokens included (a byte-level BPE token string has one character per byte of text, a
+    SentencePiece one a character per character, so no token covers more characters of text than this)."""
+    tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    return max((len(t) for t in tokens if t), default=1)
+
+
+def min_tokens(text: str, longest_token: int) -> int:
+    """A lower bound of the tokens ``text`` becomes, from its length alone: its characters other than
+    whitespace (which normalizers may drop) over twice ``longest_token`` (twice: Unicode normalization may
+    compose two characters into one). O(len(text)), no tokenizer call: it refuses a megabyte-long message
+    before it costs a tokenizer or an embedder anything; the exact count is taken when the job renders its
+    prompt."""
+    visible = len(text) - sum(1 for c in text if c.isspace())
+    return visible // (2 * max(1, longest_token))
 
 
 @dataclass(frozen=True)
@@ -157,6 +181,23 @@ class Job:
             yield item
 
 
+class Admission:
+    """A place in the queue taken by :meth:`ServedModels.admit`: hand it to :meth:`ServedModels.submit`, or
+    :meth:`release` it when the request ends before it is submitted (idempotent)."""
+
+    def __init__(self, served: ServedModels) -> None:
+        self._served: ServedModels | None = served
+
+    def take(self) -> None:
+        """The job that now holds the place will give it back when it ends."""
+        self._served = None
+
+    def release(self) -> None:
+        if self._served is not None:
+            self._served._job_done()
+            self._served = None
+
+
 def adapter_name(version: AdapterVersion) -> str:
     """The adapter's name inside its base's ``PeftModel``: ``<doc_key>@vNNNN``."""
     return f"{version.doc_key}@{version.name}"
@@ -167,6 +208,13 @@ class _Base:
     loaded: LoadedBase
     peft: Any = None  # the PeftModel once the first adapter is loaded
     adapters: set[str] = field(default_factory=set)
+
+    @functools.cached_property
+    def context_bound(self) -> tuple[int, int]:
+        """``(context, longest token)`` in tokens and characters: the model's ``max_position_embeddings``
+        (0: unknown) and :func:`longest_token_chars` of its tokenizer (computed once per base)."""
+        context = getattr(self.loaded.model.config, "max_position_embeddings", None) or 0
+        return context, longest_token_chars(self.loaded.tokenizer)
 
 
 class ServedModels:
@@ -209,6 +257,9 @@ class ServedModels:
         self._current: dict[str, AdapterVersion | None] = {}
         self._held: Counter[str] = Counter()  # adapter name -> jobs holding it
         self._unready: dict[str, str] = {}  # model id -> why its last load failed its check
+        self._bounds: dict[str, tuple[int, int]] = {}  # model id -> _Base.context_bound() once it was loaded
+        self._loading: str | None = None  # the base model being loaded in the worker
+        self._loaded_bases: set[str] = set()  # base_model names loaded once (worker thread only)
         self.reload_after_s = reload_after_s
         self._reloads: dict[str, tuple[threading.Timer, float]] = {}  # model id -> (reload, when: monotonic)
         self._closed = False
@@ -228,6 +279,28 @@ class ServedModels:
         Thread-safe."""
         with self._lock:
             return "; ".join(self._unready.values()) or None
+
+    def loading(self) -> str | None:
+        """The base model the worker is resolving (a GGUF conversion) or loading for the first time now
+        (requests for it wait), or None. Thread-safe."""
+        with self._lock:
+            return self._loading
+
+    def check_prompt(self, model: ServedModel, messages: Sequence[ChatMessage]) -> None:
+        """Refuse ``messages`` when their text alone is surely longer than ``model``'s context (:func:`min_tokens`);
+        a model not loaded yet is not checked here (its job checks the rendered prompt). O(characters).
+
+        Raises:
+            PromptTooLong: at least as many tokens as the context holds.
+        """
+        with self._lock:
+            bound = self._bounds.get(model.id)
+        if bound is None or not bound[0]:
+            return
+        context, longest = bound
+        tokens = sum(min_tokens(m.content, longest) for m in messages)
+        if tokens >= context:
+            raise PromptTooLong(f"the prompt is at least {tokens} tokens; the model's context is {context} tokens")
 
     def current_version(self, doc_key: str) -> AdapterVersion | None:
         """The version new requests for ``doc_key`` get: the hook's latest, else the store's ``current``."""
@@ -261,20 +334,37 @@ class ServedModels:
             else:
                 self._current.pop(doc_key, None)
 
-    def submit(self, model: ServedModel, messages: Sequence[ChatMessage], params: SamplingParams) -> Job:
-        """Admit a chat completion bound to ``model``'s current adapter version and queue it.
+    def admit(self) -> Admission:
+        """Take a place in the queue for a chat completion about to be prepared (before its retrieval).
 
         Must be called on the event loop. Raises :class:`QueueFull` when ``capacity`` jobs are pending.
         """
         if self._pending >= self.capacity:
             retry = max(1, round(self._recent_job_s * self._pending))
             raise QueueFull(self.capacity, min(retry, 60))
+        self._pending += 1
+        return Admission(self)
+
+    def submit(
+        self,
+        model: ServedModel,
+        messages: Sequence[ChatMessage],
+        params: SamplingParams,
+        admission: Admission | None = None,
+    ) -> Job:
+        """Queue a chat completion bound to ``model``'s current adapter version, in ``admission``'s place
+        (None: :meth:`admit` one now).
+
+        Must be called on the event loop. Raises :class:`QueueFull` when ``capacity`` jobs are pending.
+        """
+        if admission is None:
+            admission = self.admit()
+        admission.take()
         version = self.current_version(model.doc_key) if model.doc_key else None
         job = Job(model, tuple(messages), params, version, asyncio.get_running_loop())
         if version is not None:
             with self._lock:
                 self._held[adapter_name(version)] += 1
-        self._pending += 1
         future = self._executor.submit(self._run, job)
         future.add_done_callback(lambda f: f.cancelled() and self._end(job, Finished("cancelled", 0, 0, None, 0.0)))
         return job
@@ -310,7 +400,27 @@ class ServedModels:
             ModelCheckError: converting the base's GGUF file gave a model that failed the check.
             BaseModelError, AdapterStoreError, OSError, ValueError: the model cannot be loaded at all.
         """
-        ref = resolve_base_model(model.base_model, cache_dir=self.models_dir, relative_to=model.relative_to)
+        with self._first_load(model.base_model):  # resolving may convert a GGUF file: minutes
+            ref = resolve_base_model(model.base_model, cache_dir=self.models_dir, relative_to=model.relative_to)
+            return self._load(model, version, ref)
+
+    @contextlib.contextmanager
+    def _first_load(self, base_model: str) -> Iterator[None]:
+        """While a base model that never loaded here is resolved and loaded, :meth:`loading` names it."""
+        first = base_model not in self._loaded_bases
+        if first:
+            with self._lock:
+                self._loading = base_model
+        try:
+            yield
+            self._loaded_bases.add(base_model)
+        finally:
+            if first:
+                with self._lock:
+                    self._loading = None
+
+    def _load(self, model: ServedModel, version: AdapterVersion | None, ref: BaseModelRef) -> tuple[_Base, Any]:
+        """:meth:`_ready` once ``model``'s base is resolved to ``ref``."""
         with self._lock:
             due = self._reloads.get(model.id)
             if due is not None:
@@ -328,8 +438,10 @@ class ServedModels:
                     self._unready[model.id] = reason
                 log.error("served model failed its known-answer check", model=model.id, attempt=attempt, error=str(exc))
                 continue
+            bound = base.context_bound
             with self._lock:
                 self._unready.pop(model.id, None)
+                self._bounds[model.id] = bound
             return base, view
         self._schedule_reload(model)
         raise ModelUnavailable(reason, max(1, math.ceil(self.reload_after_s)))

@@ -32,6 +32,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -228,9 +229,29 @@ def _build(spec: TinyModelSpec, cache: Path, target: Path) -> None:
             shutil.rmtree(staging, ignore_errors=True)
 
 
+class IdentityError(ValueError):
+    """A model directory's :data:`IDENTITY_FILE` cannot be trusted (the one-line reason)."""
+
+
 def read_identity(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The :data:`IDENTITY_FILE` of a built tiny-model directory (spec, builder, weights_sha256)."""
-    return json.loads((Path(model_dir) / IDENTITY_FILE).read_text(encoding="utf-8"))
+    """The :data:`IDENTITY_FILE` of a built model directory (the tiny model's: spec, builder,
+    weights_sha256; a converted GGUF's: gguf_sha256, weights_sha256, ...).
+
+    Raises:
+        IdentityError: the file is unreadable, not UTF-8 JSON, not an object, or its ``weights_sha256`` is
+            not 64 lowercase hex digits.
+    """
+    path = Path(model_dir) / IDENTITY_FILE
+    try:
+        identity = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise IdentityError(f"{path}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+    if not isinstance(identity, dict):
+        raise IdentityError(f"{path}: a JSON {type(identity).__name__}, not an object")
+    digest = identity.get("weights_sha256")
+    if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise IdentityError(f"{path}: weights_sha256 is not a sha256 hex digest")
+    return identity
 
 
 def _remove_stale_builds(cache: Path, max_age_s: float = 3600.0) -> None:

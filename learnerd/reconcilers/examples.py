@@ -6,7 +6,8 @@ no longer learnable, untouched otherwise (an unchanged block writes nothing). A 
 when it has an executed code cell that is not blank, did not fail (exit code 0, or none reported —
 foyle's EXECUTE events carry none), was not run in eval mode, and has markdown context right
 before it; with ``learn_only_corrections`` (foyle's original rule) the executed cell must also
-differ from the generated one.
+differ from the generated one. A block a tombstone covers (:mod:`learnerd.store.tombstones`, written by
+``learnerd forget``) is never learnable: its example is deleted and never written again.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from learnerd.store import db
 from learnerd.store.blocks import Block, get_block, list_block_ids
 from learnerd.store.dlm.qa import question_text
 from learnerd.store.examples import Example, delete_example, get_example, put_example
+from learnerd.store.tombstones import load_tombstones
 
 log = structlog.get_logger(__name__)
 
@@ -116,6 +118,10 @@ class ExamplesReconciler:
     async def reconcile(self, key: str) -> Result:
         block = get_block(self._conn, key)
         verdict = judge(block, self._cfg, self._policy) if block is not None else Verdict(None, "block not found")
+        texts = (verdict.example.query, verdict.example.answer) if verdict.example is not None else ()
+        stone = load_tombstones(self._conn).covering(key, texts)
+        if stone is not None:
+            verdict = Verdict(None, f"forgotten (tombstone {stone.id}: {stone.kind})")
         if verdict.refused:
             self.refusals[verdict.reason] += 1
             log.info("block refused", reason=verdict.reason)

@@ -134,7 +134,43 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (document, version)
     )
     """,
-    # 5: provenance: where a block's executed cell was read (the log file and its 1-based line number), so an
+    # 5: assistants' sessions (Claude Code, Codex CLI, OpenTelemetry GenAI): what each session's person asked
+    # last (the intent of the commands that follow), the assistant's plan, the session's working directory and
+    # the failed commands not yet followed by a success; and each learned block's rejected attempts (the failed
+    # commands a succeeded one corrected). learnerd.store.assistant_sessions.
+    """
+    CREATE TABLE assistant_sessions (
+        source      TEXT NOT NULL,
+        session_key TEXT NOT NULL,
+        session_id  TEXT NOT NULL DEFAULT '',
+        intent      TEXT NOT NULL DEFAULT '',
+        plan        TEXT NOT NULL DEFAULT '',
+        intent_time REAL,
+        cwd         TEXT NOT NULL DEFAULT '',
+        failed      TEXT NOT NULL DEFAULT '[]',
+        updated_at  REAL NOT NULL,
+        PRIMARY KEY (source, session_key)
+    );
+    CREATE INDEX assistant_sessions_cwd ON assistant_sessions(cwd, intent_time);
+    CREATE TABLE rejected_attempts (
+        block_id   TEXT NOT NULL,
+        attempt_id TEXT NOT NULL,
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (block_id, attempt_id)
+    )
+    """,
+    # 6: tombstones of what ``learnerd forget`` took back (learnerd.store.tombstones): the examples reconciler
+    # refuses every block a tombstone covers, so re-ingestion, backfill and fleet peers never learn it again.
+    """
+    CREATE TABLE tombstones (
+        id         TEXT PRIMARY KEY,
+        kind       TEXT NOT NULL,
+        value      TEXT NOT NULL,
+        block_ids  TEXT NOT NULL DEFAULT '[]',
+        created_at REAL NOT NULL
+    )
+    """,
+    # 7: provenance: where a block's executed cell was read (the log file and its 1-based line number), so an
     # adapter version's manifest.json and `learnerd why` can name the line an example came from. NULL for
     # blocks ingested before this version (and for cells not read from a file).
     """

@@ -42,6 +42,8 @@ PRIMARY_KEYS: dict[str, tuple[str, ...]] = {
     "embeddings": ("example_id",),
     "watermarks": ("host", "path"),
     "foyle_traces": ("trace_id",),
+    "assistant_sessions": ("source", "session_key"),
+    "rejected_attempts": ("block_id", "attempt_id"),
 }
 
 _UPSERT_RE = re.compile(r"^\s*INSERT OR REPLACE INTO (\w+) \(([^)]*)\)(.*)$", re.S | re.I)

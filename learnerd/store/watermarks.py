@@ -63,3 +63,8 @@ def put_watermark(conn: sqlite3.Connection, wm: Watermark, now: float, host: str
 def delete_watermark(conn: sqlite3.Connection, path: str, host: str = "") -> None:
     """Forget ``host``'s watermark of ``path`` (no error when there is none)."""
     conn.execute("DELETE FROM watermarks WHERE host = ? AND path = ?", (host, path))
+
+
+def watermark_hosts(conn: sqlite3.Connection) -> list[str]:
+    """The hosts that have watermarks (``""`` for a single process), in order."""
+    return [r[0] for r in conn.execute("SELECT DISTINCT host FROM watermarks ORDER BY host")]

@@ -2,11 +2,16 @@
 shared adapters_dir. The GPU-host replica trains the tiny built-in model on a saved document and commits
 v0001 (its ``adapter_commits`` row and its directory); the CPU front end (``[training] enabled = false``)
 never trains, yet reports that version (``ctl status``'s adapter count) and serves it on its OpenAI
-endpoint, told by the committing transaction's NOTIFY."""
+endpoint, told by the committing transaction's NOTIFY.
+
+And two training replicas, the one mid-cycle killed (``kill -9``, and separately SIGTERM): the survivor's
+first cycle after the death commits the version, started within the lease TTL (plus a takeover margin) of
+the death, and no ``.staging-*`` directory outlives its resync."""
 
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 import psycopg
@@ -132,6 +137,13 @@ def _training_in_flight(replica: DaemonProcess) -> bool:
     return bool(status["controllers"].get("training", {}).get("in_flight"))
 
 
+LEASE_TTL_S, HEARTBEAT_S = 4.0, 1.0
+"""The short lease of the kill test: the survivor takes over in seconds."""
+TAKEOVER_SLACK_S = 10.0
+"""What the survivor may take, past the dead replica's lease, to start its cycle: the membership read at
+the lease's end, a resync, the training debounce (0.3 s), on a loaded shared machine."""
+
+
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
 def test_when_the_training_replica_dies_mid_cycle_a_survivor_commits_and_no_staging_is_left(
     postgres_url, short_root, models_dir, tiny_model_dir, signum
@@ -142,8 +154,8 @@ def test_when_the_training_replica_dies_mid_cycle_a_survivor_commits_and_no_stag
     roots = [replica_root(short_root / f"gpu{i}", models_dir, host=f"gpu-{i}", **common) for i in (1, 2)]
     for root in roots:  # a short lease: the survivor takes over in seconds
         config = root / "learnerd.toml"
-        config.write_text(config.read_text().replace("lease_ttl_s = 15.0", "lease_ttl_s = 4.0").replace(
-            "heartbeat_s = 3.0", "heartbeat_s = 1.0"))  # fmt: skip
+        config.write_text(config.read_text().replace("lease_ttl_s = 15.0", f"lease_ttl_s = {LEASE_TTL_S}").replace(
+            "heartbeat_s = 3.0", f"heartbeat_s = {HEARTBEAT_S}"))  # fmt: skip
     replicas = [DaemonProcess(root, "--log-level", "info", name=f"gpu{i}") for i, root in enumerate(roots, 1)]
     try:
         for replica in replicas:
@@ -155,8 +167,12 @@ def test_when_the_training_replica_dies_mid_cycle_a_survivor_commits_and_no_stag
         trainer = next(r for r in replicas if _training_in_flight(r))
         survivor = next(r for r in replicas if r is not trainer)
         wait_until(lambda: any(versions.glob(".staging-*")), timeout=60, what="the cycle's staging directory")
+        killed_at = time.time()
         trainer.signal(signum)
         trainer.wait(120)
+        # kill -9: the lease runs out lease_ttl_s after the last renewal; SIGTERM: the drain ends the cycle
+        # (nothing committed) and the clean stop gives the lease back, the keys move at the next heartbeat
+        since = killed_at if signum == signal.SIGKILL else time.time()
 
         reader = AdapterStore(adapters, AdapterLedger(postgres_url, "test"))
         try:
@@ -165,10 +181,30 @@ def test_when_the_training_replica_dies_mid_cycle_a_survivor_commits_and_no_stag
             raise AssertionError(f"{exc}; the survivor's log:\n{survivor.log_text()[-6000:]}") from None
         finally:
             reader.close()
+        survivor_id, trainer_id = (
+            f"{r.root.name.replace('gpu', 'gpu-')}:{r.root / 'state'}" for r in (survivor, trainer)
+        )
         with psycopg.connect(postgres_url) as conn:
-            commits = conn.execute("SELECT version, replica FROM adapter_commits").fetchall()
-        survivor_id = f"{survivor.root.name.replace('gpu', 'gpu-')}:{survivor.root / 'state'}"
-        assert commits == [(1, survivor_id)], "the dead replica committed nothing; the survivor committed v0001"
+            commits = conn.execute("SELECT version, replica, committed_at FROM adapter_commits").fetchall()
+            cycles = conn.execute(
+                "SELECT key, started, finished FROM reconcile_log WHERE queue = 'training' AND replica = %s"
+                " AND started >= %s ORDER BY started",
+                (survivor_id, killed_at),
+            ).fetchall()
+            expiries = conn.execute(
+                "SELECT key, replica, started, finished FROM reconcile_log WHERE queue = 'replicas'"
+            ).fetchall()
+        assert [c[:2] for c in commits] == [(1, survivor_id)], "the dead replica committed nothing; the survivor v0001"
+        committed_at = commits[0][2]
+        _, cycle_started, cycle_finished = cycles[0]
+        assert cycle_started <= committed_at <= cycle_finished, "the survivor's first cycle after the kill committed"
+        if signum == signal.SIGKILL:  # the lease ran out; with SIGTERM the clean stop gave it back at once
+            assert [e[:2] for e in expiries] == [(trainer_id, survivor_id)]
+        taken_over_in = cycle_started - since
+        assert taken_over_in <= LEASE_TTL_S + TAKEOVER_SLACK_S, (
+            f"the survivor started its cycle {taken_over_in:.1f} s after the trainer died (lease {LEASE_TTL_S} s); "
+            f"committed {committed_at - since:.1f} s after, its cycle took {cycle_finished - cycle_started:.1f} s"
+        )
         assert not list(versions.glob(".staging-*")), "the dead replica's staging directory went at the resync"
         survivor.signal(signal.SIGTERM)
         assert survivor.wait(120) == 0, survivor.log_text()[-3000:]

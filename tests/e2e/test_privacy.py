@@ -1,7 +1,8 @@
 """Privacy end to end, as a user runs it: a logged cell holding an AWS key pair and a ``curl -u
 user:password`` URL is learned with typed placeholders and the secrets are nowhere on disk (state directory,
 documents, foyle export); a dangerous command that succeeded is kept as a block, counted as refused by
-policy, and is in no document."""
+policy, and is in no document; ``learnerd db scrub`` takes the same secrets out of state stored without
+redaction."""
 
 from __future__ import annotations
 
@@ -68,3 +69,31 @@ def test_secrets_are_redacted_before_storage_and_dangerous_commands_never_learne
         "export AWS_ACCESS_KEY_ID=<AWS_ACCESS_KEY_ID> AWS_SECRET_ACCESS_KEY=<AWS_SECRET_ACCESS_KEY> && "
         "curl -u reporter:<BASIC_AUTH_PASSWORD> https://reports.example.com/q3.csv -o q3.csv"
     )
+
+
+def test_db_scrub_redacts_secrets_stored_before_redaction_everywhere(tmp_path: Path) -> None:
+    logs, state, docs, export = tmp_path / "logs", tmp_path / "state", tmp_path / "docs", tmp_path / "foyle"
+    logs.mkdir()
+    (logs / "session.jsonl").write_text(
+        event_line("context", "b-report", 1_700_000_000.0, cells=[Cell("markup", "Download the Q3 report")])
+        + event_line("executed", "b-report", 1_700_000_001.0, cell=Cell("code", COMMAND, "bash"), exit_code=0)
+    )
+    settings = f'state_dir = "state"\ndocs_dirs = ["docs"]\n[export.foyle]\ndir = "{export}"\n'
+    before, after = tmp_path / "before.toml", tmp_path / "learnerd.toml"
+    before.write_text(settings + "[privacy]\nallow = ['.*']\n")  # as if stored before redaction existed
+    after.write_text(settings)
+    run_cli("run", "--once", "--json", "--no-train", "--config", str(before), "--log-dir", str(logs))
+    assert files_holding(state, SECRET.encode()) and files_holding(docs, SECRET.encode())
+
+    dry = json.loads(run_cli("db", "scrub", "--dry-run", "--json", "--config", str(after)).stdout)
+    assert dry["tables"] == {"blocks": 1, "examples": 1, "foyle_traces": 0} and files_holding(docs, SECRET.encode())
+    report = json.loads(run_cli("db", "scrub", "--json", "--config", str(after)).stdout)
+    # each secret was in the block, the example and the document's section
+    assert report["redacted"] == {"AWS_ACCESS_KEY_ID": 3, "AWS_SECRET_ACCESS_KEY": 3, "BASIC_AUTH_PASSWORD": 3}
+    assert report["vectors"] == 0 and report["export_files"] == 1 and list(report["documents"].values()) == [1]
+    run_cli("run", "--once", "--json", "--no-train", "--config", str(after), "--log-dir", str(logs))
+    for root in (state, docs, export):
+        for secret in (KEY_ID, SECRET, PASSWORD):
+            assert files_holding(root, secret.encode()) == [], f"{secret} is still stored under {root}"
+    hits = json.loads(run_cli("search", "--json", "--config", str(after), "the Q3 report", "-k", "1").stdout)
+    assert "<AWS_SECRET_ACCESS_KEY>" in hits[0]["answer"] and "<BASIC_AUTH_PASSWORD>" in hits[0]["answer"]

@@ -5,19 +5,27 @@ and hostile input."""
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
+import signal
+import subprocess
+import time
+from collections import Counter
 from pathlib import Path
 
 import aiohttp
 import openai
 import pytest
 
+from learnerd.api.openai_app import with_examples
 from learnerd.client import SEARCH_TOKEN_ENV, AsyncLearnerdClient, LearnerdClient
 from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.rows import ChatMessage, render_chat
 from learnerd.store.dlm import read_document
+from tests.conftest import REPO_ROOT, cli_env, learnerd_command
 from tests.qa_pairs import QA_PAIRS
 from tests.support.daemon import append_blocks
-from tests.support.daemon_process import wait_until
+from tests.support.daemon_process import free_port, wait_until
 from tests.support.documents import qa_document
 from tests.support.serving import TOKEN, client, serving_daemon, write_config
 
@@ -168,7 +176,7 @@ def test_metrics_count_requests_and_tokens(served):
     assert 'learnerd_serve_time_to_first_token_seconds_count{model="notes"}' in text
 
 
-def test_retrieved_examples_go_before_the_last_user_turn(served, tiny_model_dir: Path):
+def test_retrieved_examples_are_quoted_in_the_system_message_and_not_logged(served, tiny_model_dir: Path):
     process, url, _ = served
     admin = process.client()
     wait_until(lambda: len(admin.call("POST", "/search", {"text": "x", "k": 3})) == 3, what="three examples indexed")
@@ -183,18 +191,17 @@ def test_retrieved_examples_go_before_the_last_user_turn(served, tiny_model_dir:
     retrieved = reply.model_extra["learnerd"]["retrieved"]
     assert retrieved[0]["id"] == "01HSERVEAAAAAAAAAAAAAAAAAA"  # the nearest example first
     assert len(retrieved) == 2 and retrieved[0]["score"] >= retrieved[1]["score"]
-    # the prompt is exactly: the document's system prompt, the two examples as turns, the question
+    # the prompt is exactly: the document's system prompt and the quoted examples in one system message, the question
     _, tokenizer = load_model_directory(tiny_model_dir)
-    turns = [ChatMessage("system", "You answer in one word.")]
-    for hit in retrieved:
-        turns += [ChatMessage("user", BLOCKS[hit["id"]][0]), ChatMessage("assistant", BLOCKS[hit["id"]][1])]
-    expected = render_chat(tokenizer, [*turns, ChatMessage("user", question)], add_generation_prompt=True)
-    assert reply.usage.prompt_tokens == len(expected)
-    logged = [e for e in process.log_events() if e.get("event") == "chat completion" and e.get("retrieved")]
-    assert logged[-1]["prompt"][1:3] == [
-        {"role": "user", "content": BLOCKS[retrieved[0]["id"]][0]},
-        {"role": "assistant", "content": BLOCKS[retrieved[0]["id"]][1]},
-    ]
+    turns = [ChatMessage("system", "You answer in one word."), ChatMessage("user", question)]
+    prompt = with_examples(turns, retrieved)
+    assert [m.role for m in prompt] == ["system", "user"]
+    assert all(f"> {BLOCKS[hit['id']][0]}" in prompt[0].content for hit in retrieved)
+    assert reply.usage.prompt_tokens == len(render_chat(tokenizer, prompt, add_generation_prompt=True))
+    events = process.log_events()
+    logged = [e for e in events if e.get("event") == "chat completion" and e.get("retrieved")]
+    assert logged[-1]["retrieved"] == [hit["id"] for hit in retrieved] and "prompt" not in logged[-1]
+    assert question not in json.dumps(events) and BLOCKS[retrieved[0]["id"]][0] not in json.dumps(logged)
 
 
 def test_the_learnerd_client_searches_and_chats_sync_and_async(served):
@@ -216,3 +223,47 @@ def test_the_learnerd_client_searches_and_chats_sync_and_async(served):
     async_hits, async_reply = asyncio.run(main())
     assert async_hits == hits
     assert async_reply.choices[0].message.content == reply.choices[0].message.content
+
+
+@pytest.mark.usefixtures("tiny_model_dir")
+def test_the_quick_start_daemon_answers_a_chat_right_after_its_first_model_list(tmp_path: Path, models_dir: Path):
+    """Issue 24, readiness: the README's quick-start config served with ``--listen-openai``, polled from the
+    moment it starts by the official client as an assistant would. Until the daemon can answer, ``/v1/models``
+    refuses (503 with ``Retry-After``) as ``/v1/chat/completions`` does; the first list it answers is followed
+    by a chat completion answered without a 503 (no retries)."""
+    examples = tmp_path / "examples"
+    shutil.copytree(REPO_ROOT / "examples", examples)
+    state = tmp_path / ".learnerd-demo"  # the config's state_dir, relative to it
+    state.mkdir(mode=0o700)
+    (state / "models").symlink_to(models_dir)  # the built-in tiny model, built once per session
+    port = free_port()
+    api = client(f"http://127.0.0.1:{port}/v1")
+    command = learnerd_command("run", "--config", str(examples / "learnerd.toml"), "--no-train")
+    with (tmp_path / "daemon.log").open("w") as log:
+        proc = subprocess.Popen(
+            [*command, "--listen-openai", f"127.0.0.1:{port}"],
+            env=cli_env(LEARNERD_OPENAI_TOKEN=TOKEN),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+    try:
+        refusals: Counter = Counter()
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "daemon.log").read_text()[-3000:]
+            try:
+                models = api.models.list()
+                break
+            except openai.APIConnectionError:
+                refusals["not listening"] += 1
+            except openai.APIStatusError as exc:
+                assert exc.status_code == 503 and int(exc.response.headers["Retry-After"]) >= 1
+                refusals[503] += 1
+            time.sleep(0.05)
+        first = models.data[0].id
+        reply = api.chat.completions.create(model=first, messages=QUESTION, max_tokens=4, temperature=0)
+        assert reply.choices[0].finish_reason in ("stop", "length") and reply.usage.completion_tokens >= 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)

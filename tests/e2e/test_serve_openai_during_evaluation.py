@@ -2,6 +2,9 @@
 the newest adapter has no report. The OpenAI-compatible app on a real aiohttp server, the official ``openai``
 client, two documents on a tiny Llama with tied embeddings (as SmolLM2's are): one trained, one never trained.
 
+Fifty requests to each document, from a cold start, while the evaluation evaluates the trained one again
+and again: all answered, each as the model answers alone.
+
 Each round starts cold (a fresh served-model manager, the report removed), so the first request of each
 document loads the base while the evaluation loads it too: every request answers what the model answers
 when loaded alone, ``/readyz`` stays ready, and every evaluation is a report. Without the model loader's
@@ -45,6 +48,7 @@ from tests.support.training import train_document
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 ROUNDS = 5
+REQUESTS = 50
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 UNTRAINED_ID = "01KPPJZWBDDDYRESSA0HESRDHT"
 BROKEN_ID = "01KPPJZWBDDDYRESSA0HESRDHV"
@@ -148,6 +152,43 @@ async def test_both_documents_answer_while_the_evaluation_loads_the_same_base(do
             assert answers == known, f"round {round_}"
             assert await readyz(url) == (200, {"status": "ready"}), f"round {round_}"
         assert evaluation_failure(load_report(report_path(version))) is None, f"round {round_}"
+
+
+async def test_fifty_requests_to_each_document_while_evaluations_run_all_answer(documents):
+    cfg, trained, _ = documents
+    version = AdapterStore(cfg.layout.adapters_dir).current(adapter_key(read_document(trained)))
+    async with endpoint(cfg) as (url, _):
+        known = {name: await ask(url, name) for name in ("trained", "untrained")}
+    reconciler = evaluation_reconciler(cfg)
+    answers: dict[str, list[tuple[str | None, str]]] = {"trained": [], "untrained": []}
+    failures: list[BaseException] = []
+    reports: list[str | None] = []
+    requests_done = anyio.Event()
+
+    async def evaluate_while_serving() -> None:
+        while not requests_done.is_set():
+            report_path(version).unlink(missing_ok=True)
+            await reconciler.reconcile(str(trained))
+            reports.append(evaluation_failure(load_report(report_path(version))))
+
+    async def requests(url: str, model: str) -> None:
+        for _ in range(REQUESTS):
+            try:
+                answers[model].append(await ask(url, model))
+            except Exception as exc:
+                failures.append(exc)
+
+    async with endpoint(cfg) as (url, _):  # cold: the first requests load the base beside the evaluation
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(evaluate_while_serving)
+            async with anyio.create_task_group() as clients:
+                clients.start_soon(requests, url, "trained")
+                clients.start_soon(requests, url, "untrained")
+            requests_done.set()
+        assert failures == []
+        assert answers == {name: [answer] * REQUESTS for name, answer in known.items()}
+        assert await readyz(url) == (200, {"status": "ready"})
+    assert reports and all(failure is None for failure in reports)
 
 
 async def test_a_model_that_fails_its_check_is_loaded_again_and_never_served(documents, monkeypatch):

@@ -31,12 +31,14 @@ def inject(prompt: str = "How do I list pods?", reference: str = "kubectl get po
 
 
 class Served:
-    def __init__(self, tmp_path: Path, capacity: int = 1000) -> None:
+    def __init__(self, tmp_path: Path, capacity: int = 1000, **server_options) -> None:
         self.document = tmp_path / "docs" / "learned.dlm"
         self.journal = ProbeJournal(tmp_path / "journal.jsonl")
         self.accepted_for: list[str] = []
         self.inbox = ProbeInbox(self.journal, capacity=capacity, on_accepted=self.accepted_for.append)
-        self.server = RpcServer(self.inbox, token=TOKEN, document=str(self.document), eta=lambda doc: 7.2)
+        self.server = RpcServer(
+            self.inbox, token=TOKEN, document=str(self.document), eta=lambda doc: 7.2, **server_options
+        )
 
     @property
     def url(self) -> str:
@@ -65,6 +67,25 @@ async def test_200_after_the_probe_is_journaled(tmp_path: Path):
         assert served.accepted_for == [str(served.document)]
         # the journal on disk already holds it (a crash now loses nothing)
         assert [p.id for p in ProbeJournal(served.journal.path).pending()] == [probe.id]
+
+    await serving(served, body)
+
+
+async def test_a_secret_in_a_probe_is_redacted_before_the_journal(tmp_path: Path):
+    from learnerd.privacy.redact import Redactor
+
+    counted: Counter[str] = Counter()
+    served = Served(tmp_path, redactor=Redactor(), on_redacted=counted.update)
+    secret = "q9X2vLm8Rt4Yp1Nz6Kw3Hs7Jd5Fg0Bc2Vn8Mx4Za"
+
+    async def body(session: aiohttp.ClientSession) -> None:
+        probe = inject("Log in to the reports API", f"curl -H 'Authorization: Bearer {secret}' https://r.example")
+        async with session.post(served.url + "/rpc", json=probe, headers=AUTH) as r:
+            assert r.status == 200
+        (pending,) = served.journal.pending()
+        assert pending.reference == "curl -H 'Authorization: Bearer <BEARER_TOKEN>' https://r.example"
+        assert secret.encode() not in served.journal.path.read_bytes()
+        assert counted == {"BEARER_TOKEN": 1}
 
     await serving(served, body)
 

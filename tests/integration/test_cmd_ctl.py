@@ -46,7 +46,13 @@ async def test_ctl_commands_on_a_running_daemon(short_root: Path, minilm, capsys
 
         code, out, _ = await learnerd(capsys, "ctl", "status", *at)
         assert code == 0
-        for words in ("learnerd 0.1.0 — running", "2 blocks · 2 examples · 2 vectors", "controllers", "analyzer"):
+        for words in (
+            "learnerd 0.1.0 — running",
+            "2 blocks · 2 examples · 2 vectors",
+            "controllers",
+            "analyzer",
+            "tombstones (learnerd forget --list)",
+        ):
             assert words in out, words
         for name in ("examples", "embeddings", "probes"):
             assert name in out

@@ -73,3 +73,13 @@ def test_gates_json_on_stdout_output_and_junit(trained, tmp_path):
     history = run_cli("eval", str(trained.doc), "--history", "--json", "--state-dir", str(trained.state))
     (point,) = json.loads(history.stdout)
     assert point["name"] == "v0001" and point["band"] == report["score"]["band"]
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_calibration_sway_exact_reaches_the_probes_and_the_report(trained):
+    common = ("--state-dir", str(trained.state), "--null-runs", "2", "--log-level", "warning", "--json")
+    report = json.loads(run_cli("eval", str(trained.doc), "--calibration", "sway-exact", *common).stdout)
+    (null,) = [p for p in report["probes"] if p["kind"] == "null_adapter"]
+    assert null["evidence"]["calibration"] == "sway-exact" and "delta_kl" in null["evidence"]["calibrated_kinds"]
+    bad = run_cli("eval", str(trained.doc), "--calibration", "exact", *common, check=False)
+    assert bad.returncode == 2 and "invalid choice: 'exact'" in bad.stderr

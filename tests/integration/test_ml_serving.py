@@ -1,5 +1,7 @@
 """The served-model manager in process, on the built-in tiny model: ``[serve] steering`` applies the
-document's best ``learnerd evolve`` deltas; a full queue refuses; a version is bound at admission."""
+document's best ``learnerd evolve`` deltas; a full queue refuses; an admission holds
+its place until submitted or released; a prompt surely longer than the context is refused from its length;
+a version is bound at admission."""
 
 from __future__ import annotations
 
@@ -13,7 +15,15 @@ from learnerd.daemon import wiring
 from learnerd.daemon.config import Config
 from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.rows import ChatMessage
-from learnerd.ml.serving import Delta, QueueFull, SamplingParams, ServedModel
+from learnerd.ml.serving import (
+    Delta,
+    PromptTooLong,
+    QueueFull,
+    SamplingParams,
+    ServedModel,
+    longest_token_chars,
+    min_tokens,
+)
 from learnerd.steering.clusters import VocabularyClusters, eos_token_ids, save_clusters, tokenizer_identity
 from learnerd.steering.evolve import BEST_FILE
 from learnerd.steering.processor import write_steering
@@ -85,6 +95,46 @@ async def test_a_full_queue_refuses_with_a_retry_hint(tmp_path: Path, models_dir
         assert served.pending == 0
         text, _ = await answer(served)  # room again
         assert text
+    finally:
+        served.close()
+
+
+async def test_an_admission_holds_a_place_until_it_is_submitted_or_released(tmp_path: Path, models_dir: Path):
+    served = wiring.served_models(config(tmp_path, models_dir, queue_size=1))
+    try:
+        admission = served.admit()
+        with pytest.raises(QueueFull):
+            served.admit()
+        admission.release()
+        admission.release()  # idempotent
+        assert served.pending == 0
+        job = served.submit(MODEL, QUESTION, GREEDY, served.admit())
+        with pytest.raises(QueueFull):
+            served.admit()
+        async for _ in job.events():
+            pass
+        assert served.pending == 0
+    finally:
+        served.close()
+
+
+async def test_a_prompt_surely_longer_than_the_context_is_refused_from_its_length(
+    tmp_path: Path, models_dir: Path, tiny_model_dir: Path
+):
+    """:func:`~learnerd.ml.serving.min_tokens` never exceeds the tokens a text really is (whitespace, Unicode
+    and special-token text included), and refuses a megabyte before the model tokenizes it."""
+    _, tokenizer = load_model_directory(tiny_model_dir)
+    longest = longest_token_chars(tokenizer)
+    for text in ("ls -la", "x" * 5000, " \t\n" * 300 + "é" * 700, "<|im_start|>system" * 50, "e\u0301" * 400):
+        assert min_tokens(text, longest) <= len(tokenizer(text, add_special_tokens=False)["input_ids"]), text[:20]
+    served = wiring.served_models(config(tmp_path, models_dir))
+    try:
+        huge = [ChatMessage("user", "list pods " * 100_000)]
+        served.check_prompt(MODEL, huge)  # not loaded yet: the job checks the rendered prompt
+        await answer(served)
+        with pytest.raises(PromptTooLong, match="the prompt is at least"):
+            served.check_prompt(MODEL, huge)
+        served.check_prompt(MODEL, QUESTION)
     finally:
         served.close()
 

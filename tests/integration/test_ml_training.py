@@ -91,6 +91,27 @@ def test_same_seed_same_adapter(tiny_model_dir):
     assert not all(torch.equal(a[k], c[k]) for k in a)
 
 
+def test_a_budget_within_one_epoch_tokenises_only_the_rows_it_trains(tiny_model_dir, monkeypatch):
+    from learnerd.ml import lora
+
+    encoded_rows: list[str] = []
+    encode_rows = lora.encode_rows
+
+    def recording(tokenizer, rows, max_length):  # the real encoder, recording what it is given
+        encoded_rows.extend(r.section_id for r in rows)
+        return encode_rows(tokenizer, rows, max_length)
+
+    monkeypatch.setattr(lora, "encode_rows", recording)
+    config = TrainingConfig(learning_rate=1e-2, max_steps=2, micro_batch_size=2, grad_accum=1)
+    model, tokenizer = load_model_directory(tiny_model_dir)
+    _, result = train_lora(model, tokenizer, QA_ROWS, config)  # 20 rows; 2 steps of 2 reach 4
+    assert result.steps == 2 and result.rows == 4 and len(encoded_rows) == 4
+    assert encoded_rows == [r.section_id for r in lora.budget_rows(QA_ROWS, config)]
+    assert len(set(encoded_rows)) == 4 and set(encoded_rows) <= {r.section_id for r in QA_ROWS}
+    assert lora.budget_rows(QA_ROWS, TrainingConfig(max_steps=3)) == QA_ROWS  # 3 steps of 8 rows: all 20
+    assert lora.budget_rows(QA_ROWS, TrainingConfig(num_epochs=1)) == QA_ROWS  # no budget: every row
+
+
 def test_incremental_cycle_resumes_and_replays(trained, tmp_path):
     store = _copy_store(trained, tmp_path)
     rows = QA_ROWS + EXTRA_ROWS

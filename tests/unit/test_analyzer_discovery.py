@@ -25,6 +25,9 @@ from learnerd.analyzer.settings import AnalyzerConfig
         ("a.log-20240501", False),
         ("notes.md", False),
         ("jsonl", False),
+        ("history.db", True),
+        ("history.db-wal", False),
+        ("history.db-shm", False),
     ],
 )
 def test_log_names(name, counts):

@@ -10,6 +10,7 @@ import pytest
 from learnerd.analyzer import ingest, registry
 from learnerd.analyzer.blocklog import event_line
 from learnerd.analyzer.reader import JSON_LINES
+from learnerd.analyzer.settings import AnalyzerConfig
 from learnerd.analyzer.tail import RawLine
 from learnerd.store.blocks import Cell
 from learnerd.store.db import connect, transaction
@@ -44,6 +45,33 @@ SAMPLES: dict[str, list[str]] = {
                 "event": {"type": "EXECUTE", "selectedId": "c1", "cells": []},
             }
         ),
+    ],
+    "claude-code": [
+        json.dumps(
+            {
+                "type": "user",
+                "sessionId": "s1",
+                "uuid": "u1",
+                "cwd": "/srv",
+                "timestamp": "2025-09-03T10:00:00.000Z",
+                "message": {"role": "user", "content": "list the pods"},
+            }
+        ),
+        json.dumps({"type": "summary", "summary": "Pods listed", "leafUuid": "u1"}),
+    ],
+    "codex": [
+        json.dumps({"timestamp": "2025-06-01T10:00:00Z", "type": "session_meta", "payload": {"id": "s2"}}),
+        json.dumps(
+            {
+                "timestamp": "2025-06-01T10:00:02Z",
+                "type": "response_item",
+                "payload": {"type": "function_call", "name": "exec_command", "arguments": "{}", "call_id": "c1"},
+            }
+        ),
+    ],
+    "otel-genai": [json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": []}]}]})],
+    "atuin": [  # a row of atuin's history table, as the SQLite framing gives it
+        json.dumps({"_rowid": 1, "id": "0199", "timestamp": 1, "duration": 1, "exit": 0, "command": "ls", "cwd": "/"})
     ],
     "own-log": [
         json.dumps({"event": "analyzer pass failed; will retry", "level": "error", "timestamp": "2024-05-01T12:00Z"}),
@@ -82,7 +110,10 @@ def test_a_line_no_reader_detects_is_foreign_and_its_reason_names_the_readers(tm
     with transaction(conn):
         result = ingest.ingest_line(conn, RawLine(1, line.encode(), len(line)), 1.0)
     assert result.outcome == ingest.FOREIGN and result.reader == ""
-    assert result.reason.startswith("not a block log") and "(blocklog, foyle, own-log)" in result.reason
+    assert (
+        result.reason.startswith("not a block log")
+        and "(blocklog, foyle, claude-code, codex, otel-genai, own-log)" in result.reason
+    )
 
 
 def test_a_line_two_formats_would_claim_goes_to_the_first_in_the_registry():
@@ -94,3 +125,21 @@ def test_every_line_of_foyles_real_logs_goes_to_the_foyle_reader(peer_data: Path
     paths = sorted((peer_data / "foyle").iterdir())
     lines = [json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()]
     assert lines and {registry.reader_for(obj, JSON_LINES).name for obj in lines} == {"foyle"}
+
+
+@pytest.mark.parametrize(("folder", "reader"), [("claude-code", "claude-code"), ("codex", "codex")])
+def test_every_line_of_the_assistants_real_logs_goes_to_its_reader(peer_data: Path, folder: str, reader: str):
+    paths = sorted((peer_data / "assistant-logs" / folder).glob("*.jsonl"))
+    lines = [json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()]
+    assert lines and {registry.reader_for(obj, JSON_LINES).name for obj in lines} == {reader}
+
+
+def test_formats_restrict_the_readers_a_record_may_go_to():
+    line = json.loads(SAMPLES["claude-code"][0])
+    assert registry.reader_for(line, JSON_LINES, frozenset({"claude-code"})).name == "claude-code"
+    assert registry.reader_for(line, JSON_LINES, frozenset({"codex", "blocklog"})) is None
+
+
+def test_an_unknown_format_in_the_settings_is_refused_with_the_known_ones():
+    with pytest.raises(ValueError, match="unknown formats \\['claude'\\]: known are blocklog, foyle, claude-code"):
+        AnalyzerConfig(formats=["claude"])

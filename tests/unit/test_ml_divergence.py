@@ -17,6 +17,7 @@ from learnerd.ml.divergence import (
     divergence,
     js_divergence,
     kl_divergence,
+    union_aligned_probs,
 )
 
 
@@ -101,6 +102,44 @@ def test_vector_functions_refuse_what_is_not_a_distribution():
         js_divergence(np.array([0.5, 0.6]), np.array([0.5, 0.5]))
     with pytest.raises(DivergenceError, match="unknown divergence kind"):
         divergence(BASE, FT, "tv")  # type: ignore[arg-type]
+    with pytest.raises(DivergenceError, match="unknown completion"):
+        divergence(BASE, FT, "js", "bucket")  # type: ignore[arg-type]
+
+
+def test_union_completion_spreads_each_tail_over_the_union_only_and_drops_the_rest():
+    # sway 0.1.0's treatment: union {0, 1, 2}; base's tail .2 goes to id 2 alone, ft's tail .2 to id 0 alone;
+    # id 3 (in neither top-k) is dropped, and both already sum to 1 on the union.
+    p_base, p_ft = union_aligned_probs(BASE, FT)
+    np.testing.assert_allclose(p_base, [0.5, 0.3, 0.2])
+    np.testing.assert_allclose(p_ft, [0.2, 0.6, 0.2])
+    by_hand = 0.2 * math.log(0.2 / 0.5) + 0.6 * math.log(0.6 / 0.3) + 0.2 * math.log(0.2 / 0.2)
+    assert divergence(BASE, FT, "kl", "union") == pytest.approx(by_hand, rel=1e-12)
+    assert divergence(BASE, FT, "kl", "union") != pytest.approx(divergence(BASE, FT, "kl"), rel=1e-3)
+
+
+def test_union_completion_renormalises_when_every_union_id_is_known():
+    # both sides know ids {0, 1}: no entry to spread a tail over, each side renormalised on the union
+    base, ft = dist([0, 1], [0.4, 0.4], 10), dist([0, 1], [0.6, 0.2], 10)
+    p_base, p_ft = union_aligned_probs(base, ft)
+    np.testing.assert_allclose(p_base, [0.5, 0.5])
+    np.testing.assert_allclose(p_ft, [0.75, 0.25])
+
+
+@pytest.mark.parametrize("kind", ["js", "kl"])
+def test_union_completion_gives_the_released_sways_divergence(kind):
+    sway_div = pytest.importorskip("dlm_sway.probes._divergence", reason="dlm-sway 0.1.0 is a test extra")
+    from dlm_sway.core.scoring import TokenDist as SwayDist
+
+    rng = np.random.default_rng(24)  # fixed draws: heavy and light tails, overlapping and disjoint top-k
+    for _ in range(50):
+        a, b = rng.dirichlet(np.full(40, 0.3)), rng.dirichlet(np.full(40, 0.3))
+        ka, kb = rng.integers(2, 13, size=2)
+        ia, ib = np.argsort(-a)[:ka], np.argsort(-b)[:kb]
+        da, db = dist(ia, a[ia], 40), dist(ib, b[ib], 40)
+        theirs = sway_div.divergence(
+            SwayDist(da.token_ids, da.logprobs, 40), SwayDist(db.token_ids, db.logprobs, 40), kind
+        )
+        assert divergence(da, db, kind, "union") == pytest.approx(theirs, rel=1e-9, abs=1e-15)
 
 
 @settings(max_examples=200, deadline=None)

@@ -154,3 +154,31 @@ async def test_example_written_logs_its_id_and_log_line_at_info_and_its_text_onl
         "Show usage of this directory",
         "du -sh .",
     )
+
+
+@pytest.mark.anyio
+async def test_a_tombstoned_block_loses_its_example_and_is_never_learned_again(tmp_path):
+    from learnerd.store.tombstones import Tombstone, put_tombstone
+
+    conn = db.connect(tmp_path / "db.sqlite")
+    changes = []
+    rec = ExamplesReconciler(conn, ExamplesConfig(), lambda k, old, new: changes.append((k, old, new)))
+    with db.transaction(conn):
+        for bid, command in (("b1", "kubectl get pods -n dev"), ("b2", "du -sh .")):
+            apply_event(conn, BlockEvent(bid, "test", 1.0, context=CONTEXT), now=1.0)
+            apply_event(conn, BlockEvent(bid, "test", 2.0, executed=Cell("code", command, "bash"), exit_code=0), 2.0)
+    await rec.reconcile("b1")
+    assert get_example(conn, "b1") is not None
+    with db.transaction(conn):
+        put_tombstone(conn, Tombstone("match", "get pods -n dev", (), 3.0))
+    await rec.reconcile("b1")
+    assert get_example(conn, "b1") is None and changes[-1][2] is None
+
+    # the same text in a block logged later is refused too; a block id tombstone refuses whatever it holds
+    with db.transaction(conn):
+        apply_event(conn, BlockEvent("b3", "test", 4.0, context=CONTEXT), now=4.0)
+        apply_event(conn, BlockEvent("b3", "test", 5.0, executed=Cell("code", "kubectl get pods -n dev")), 5.0)
+        put_tombstone(conn, Tombstone("block", "b2", ("b2",), 6.0))
+    for key in ("b1", "b2", "b3"):
+        await rec.reconcile(key)
+    assert [get_example(conn, k) for k in ("b1", "b2", "b3")] == [None, None, None]

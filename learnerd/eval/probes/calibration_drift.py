@@ -162,7 +162,7 @@ def _items(ctx: ProbeContext) -> tuple[tuple[str, str], ...]:
 def raw_value(ctx: ProbeContext, ft_view: ViewFactory) -> float:
     """The fraction of items regressed with ``ft_view`` as the fine-tuned side: the pack's first
     :data:`CALIBRATION_ITEMS` with ``calibration = "sway"``, the probe's own items with ``"document"``."""
-    items = sway_pack().items[:CALIBRATION_ITEMS] if ctx.options.calibration == "sway" else _items(ctx)
+    items = sway_pack().items[:CALIBRATION_ITEMS] if ctx.options.sway_nulls else _items(ctx)
     return _fraction_regressed(deltas(ctx, ft_view, items), ctx.options.drift_regression_nats)
 
 

@@ -5,8 +5,8 @@ dialogues in one batch per turn), the fine-tuned view rolls a dialogue through t
 the question greedily, then a follow-up (cycled from ``follow_ups``) is asked, and so on up to ``max_turns``
 user turns. At each turn ``t = 2..max_turns``, before the model answers, the divergence KL(ft ‖ base) of the
 next-token distributions is measured on the same history (both views see the fine-tuned model's own earlier
-answers). The per-turn means are fitted with :func:`~learnerd.eval.half_life.fit_half_life`; ``raw`` is the
-half-life in turns.
+answers); ``calibration = "sway-exact"`` completes the top-k tails as sway does. The per-turn means are
+fitted with :func:`~learnerd.eval.half_life.fit_half_life`; ``raw`` is the half-life in turns.
 
 Verdicts: ``ok`` passes when the half-life is at least ``half_life_target`` (default 2 turns; score
 ``half_life / target`` capped at 1); ``stable`` passes (score 1, the saturated half-life); ``non_monotonic``
@@ -68,6 +68,7 @@ def per_turn(ctx: ProbeContext) -> tuple[list[float], int]:
         NotApplicable: no chat template, or the document has no question to open a dialogue with.
     """
     encoder, backend, opts = ctx.inputs.encoder, ctx.backend, ctx.options
+    completion = opts.top_k_completion
     if not encoder.chat:
         raise NotApplicable(NO_CHAT_TEMPLATE)
     questions = [p.text for p in ctx.inputs.prompts if p.source != "prose"][: opts.dialogue_prompts]
@@ -91,7 +92,7 @@ def per_turn(ctx: ProbeContext) -> tuple[list[float], int]:
             base_dists = base.next_token_dists(prompts, opts.top_k)
         with backend.as_finetuned() as ft:
             ft_dists = ft.next_token_dists(prompts, opts.top_k)
-            curves.append([divergence(b, f, "kl") for b, f in zip(base_dists, ft_dists, strict=True)])
+            curves.append([divergence(b, f, "kl", completion) for b, f in zip(base_dists, ft_dists, strict=True)])
             if turn < opts.max_turns:
                 reply(ft, prompts)
     return [statistics.fmean(c) for c in curves], len(questions)

@@ -11,16 +11,13 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from learnerd.eval.backend import View
 from learnerd.eval.report import ProbeResult, Verdict
 from learnerd.sections import Section
-
-if TYPE_CHECKING:
-    from learnerd.eval.probes.base import ProbeContext
 
 ViewFactory = Callable[[], AbstractContextManager[View]]
 """Opens the view a probe measures as its fine-tuned side: the adapter, or a null adapter."""
@@ -46,7 +43,14 @@ class Options(ProbeOptions):
     """tokens kept per next-token distribution (the rest is tail mass): sway's ``top_k``"""
 
 
-def z_score(ctx: ProbeContext, kind: str, raw: float) -> float | None:
+class Calibrated(Protocol):
+    """What :func:`z_score` reads of a probe's context (:class:`~learnerd.eval.probes.base.ProbeContext`): the
+    null-adapter statistics per probe kind, ``{"mean", "std", "n", "degenerate"}``."""
+
+    null_stats: dict[str, dict[str, float]]
+
+
+def z_score(ctx: Calibrated, kind: str, raw: float) -> float | None:
     """Standard deviations of ``raw`` above the null-adapter mean of ``kind``; None uncalibrated, or when the
     null samples were degenerate (one sample, or all equal: sway's rule, ``probes/_zscore.py``)."""
     null = ctx.null_stats.get(kind)

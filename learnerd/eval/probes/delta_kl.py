@@ -9,6 +9,9 @@ of the document's prompts (sway's A1 probe).
 Null calibration (:mod:`learnerd.eval.null_adapter`) measures the same divergence with noise adapters: by
 default (``calibration = "sway"``) on sway's fixed :data:`SENTINEL_PROMPTS`, as sway 0.1.0 does, so the
 z-scores compare with sway's reports; with ``calibration = "document"`` on the document's own prompts.
+``calibration = "sway-exact"`` calibrates as "sway" and also completes each top-k's tail as sway does (over
+the union of the two top-k, :func:`~learnerd.ml.divergence.union_aligned_probs`), so raw values, null
+statistics and z-scores are sway's own numbers rather than the exact divergence.
 """
 
 from __future__ import annotations
@@ -79,14 +82,15 @@ def per_prompt(
     with ft_view() as ft:
         ft_dists = ft.next_token_dists(prompt_ids, top_k)
     kind = ctx.options.delta_divergence
-    return [divergence(b, f, kind) for b, f in zip(base_dists, ft_dists, strict=True)]  # type: ignore[arg-type]
+    completion = ctx.options.top_k_completion
+    return [divergence(b, f, kind, completion) for b, f in zip(base_dists, ft_dists, strict=True)]  # type: ignore[arg-type]
 
 
 def raw_value(ctx: ProbeContext, ft_view: ViewFactory) -> float:
     """The probe's raw metric (mean divergence, nats) with ``ft_view`` as the fine-tuned side: on the
     document's prompts, or — ``calibration = "sway"``, for a null adapter — on :data:`SENTINEL_PROMPTS`."""
     prompt_ids = None
-    if ctx.options.calibration == "sway":
+    if ctx.options.sway_nulls:
         prompt_ids = [ctx.inputs.encoder.text_prompt(p) for p in SENTINEL_PROMPTS]
     return statistics.fmean(per_prompt(ctx, ft_view, prompt_ids))
 

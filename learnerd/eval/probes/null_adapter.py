@@ -58,7 +58,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     started = time.perf_counter()
     samples: dict[str, list[float]] = {}
     not_calibrated: dict[str, str] = {}
-    module_order = opts.calibration == "sway"
+    module_order = opts.sway_nulls
     for probe in CALIBRATED:
         kind = probe.KIND
         values: list[float] = []

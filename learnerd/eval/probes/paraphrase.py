@@ -157,7 +157,7 @@ def lifts(ctx: ProbeContext, ft_view: ViewFactory, cases: Sequence[Case]) -> lis
 def raw_value(ctx: ProbeContext, ft_view: ViewFactory) -> float:
     """The mean verbatim lift with ``ft_view`` as the fine-tuned side: on :func:`sentinel_cases` with
     ``calibration = "sway"``, on :func:`document_cases` with ``"document"``."""
-    cases = sentinel_cases(ctx) if ctx.options.calibration == "sway" else document_cases(ctx)
+    cases = sentinel_cases(ctx) if ctx.options.sway_nulls else document_cases(ctx)
     return statistics.fmean(verbatim for verbatim, _ in lifts(ctx, ft_view, cases))
 
 

@@ -1,0 +1,242 @@
+"""``learnerd db scrub``: the secret redactor run once over what is already stored.
+
+Redaction before storage (:mod:`learnerd.privacy.redact`) keeps new secrets out; state written before it
+existed (or before a ``[privacy]`` pattern was added) is scrubbed here, place by place:
+
+* the store: ``blocks`` (context cells, generated and executed cells), ``examples`` (query, answer),
+  ``foyle_traces`` (the raw halves of foyle traces); the vector of an example whose query changed is
+  deleted (the next run embeds the redacted text: a vector of a secret is not kept); a SQLite file is then
+  vacuumed and its write-ahead log truncated, so no old value survives in a free page;
+* the ``.dlm`` documents given: every auto-written section (a ``dlm-auto-harvest`` marker: learnerd's probe
+  sections, harvests, injected probes) whose text holds a secret is rewritten in place; hand-written
+  sections are a person's own and are not touched. A changed section has a new section id, so the
+  document's next training cycle is fresh (:func:`learnerd.ml.cycle.plan_cycle`);
+* the probe journal and the ``POST /v1/blocks`` block-log files (``<state_dir>/ingest``): rewritten line by
+  line, atomically (temp file, fsync, rename); the watermark of a rewritten block-log file is dropped, so
+  the analyzer reads it again from its start (merging an event twice changes nothing);
+* the evaluation reports beside adapter versions (``eval.json``: the probes' prompts and references) are
+  rewritten; the adapter weights themselves cannot be: a document whose sections changed retrains from
+  scratch, and older versions stay until they are deleted;
+* foyle export files of changed examples are deleted (the export reconciler writes them again).
+
+The caller holds the state directory's lock (no daemon may write meanwhile). The redactor is passed in (a
+:class:`Scrubber`, in practice :class:`learnerd.privacy.redact.Redactor`), so the store does not depend on the
+privacy package. With ``dry_run`` nothing is written; the report says what would change.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from learnerd.store import db, foyle_examples
+from learnerd.store.atomic import atomic_write_bytes
+from learnerd.store.dlm import Document, read_document, update_document
+from learnerd.store.embeddings import get_metas
+
+
+class Redacted(Protocol):
+    """What a redaction gives: the ``text`` and how many placeholders of each kind were put in."""
+
+    text: str
+    kinds: Mapping[str, int]
+
+
+class Scrubber(Protocol):
+    """The redactor's two entry points (:class:`learnerd.privacy.redact.Redactor`)."""
+
+    def redact(self, text: str) -> Redacted: ...
+
+    def redact_json(self, value: Any, kinds: Counter[str] | None = None) -> Any: ...
+
+
+@dataclass
+class ScrubReport:
+    """What a scrub changed (or would change): rows per table, sections per document, lines (or, in a JSON
+    report, strings) per file, the vectors and foyle files deleted, and the placeholders put in, by kind."""
+
+    tables: Counter[str] = field(default_factory=Counter)
+    vectors: int = 0
+    documents: dict[str, int] = field(default_factory=dict)
+    files: dict[str, int] = field(default_factory=dict)
+    export_files: int = 0
+    redacted: Counter[str] = field(default_factory=Counter)
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as plain data (``learnerd db scrub --json``)."""
+        return {
+            "dry_run": self.dry_run,
+            "tables": dict(sorted(self.tables.items())),
+            "vectors": self.vectors,
+            "documents": dict(sorted(self.documents.items())),
+            "files": dict(sorted(self.files.items())),
+            "export_files": self.export_files,
+            "redacted": dict(sorted(self.redacted.items())),
+        }
+
+
+def scrub_store(conn: Any, scrubber: Scrubber, report: ScrubReport, export_dir: Path | None = None) -> None:
+    """Redact the store's tables in one transaction (see the module docstring); fills ``report``."""
+    blocks, examples, traces = [], [], []
+    for row in conn.execute("SELECT id, context, generated, executed FROM blocks ORDER BY id"):
+        kinds: Counter[str] = Counter()
+        cells = scrubber.redact_json(json.loads(row[1]), kinds)
+        generated, executed = (_text(scrubber, t, kinds) for t in (row[2], row[3]))
+        if kinds:
+            context = json.dumps(cells, ensure_ascii=False, separators=(",", ":"))
+            blocks.append((context, generated, executed, row[0]))
+            report.redacted.update(kinds)
+    for row in conn.execute("SELECT id, query, answer FROM examples ORDER BY id"):
+        kinds = Counter()
+        query, answer = _text(scrubber, row[1], kinds), _text(scrubber, row[2], kinds)
+        if kinds:
+            examples.append((query, answer, row[0], query != row[1]))
+            report.redacted.update(kinds)
+    for row in conn.execute("SELECT trace_id, request, response FROM foyle_traces ORDER BY trace_id"):
+        kinds = Counter()
+        halves = [_json_text(scrubber, half, kinds) for half in (row[1], row[2])]
+        if kinds:
+            traces.append((*halves, row[0]))
+            report.redacted.update(kinds)
+    report.tables.update(blocks=len(blocks), examples=len(examples), foyle_traces=len(traces))
+    requery = [e[2] for e in examples if e[3]]
+    if report.dry_run:
+        report.vectors = len(get_metas(conn, requery))
+    else:
+        with db.transaction(conn):
+            for values in blocks:
+                conn.execute("UPDATE blocks SET context = ?, generated = ?, executed = ? WHERE id = ?", values)
+            for query, answer, example_id, _ in examples:
+                conn.execute("UPDATE examples SET query = ?, answer = ? WHERE id = ?", (query, answer, example_id))
+            for values in traces:
+                conn.execute("UPDATE foyle_traces SET request = ?, response = ? WHERE trace_id = ?", values)
+            for example_id in requery:
+                report.vectors += conn.execute("DELETE FROM embeddings WHERE example_id = ?", (example_id,)).rowcount
+        if getattr(conn, "dialect", "sqlite") == "sqlite" and (blocks or examples or traces):
+            # the old values must not survive in free pages or the write-ahead log
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    if export_dir is not None:
+        for _, _, example_id, _ in examples:
+            path = foyle_examples.example_path(export_dir, example_id)
+            if path.exists() if report.dry_run else foyle_examples.remove(path):
+                report.export_files += 1
+
+
+def scrub_documents(documents: Iterable[Path], scrubber: Scrubber, report: ScrubReport) -> None:
+    """Redact the auto-written sections of ``documents`` (missing ones skipped), each rewritten atomically.
+
+    Raises:
+        DocumentError: a document does not parse (nothing of it was written).
+        ConflictError, OSError: a document could not be rewritten.
+    """
+    for path in documents:
+        if not path.is_file():
+            continue
+        counts: list[tuple[int, Counter[str]]] = []
+
+        def edit(document: Document, counts: list[tuple[int, Counter[str]]] = counts) -> Document:
+            kinds: Counter[str] = Counter()
+            changed = 0
+            for section in document.sections:
+                if section.harvest_source is None:
+                    continue
+                body = tuple(_text(scrubber, section.content, kinds).split("\n"))
+                if body != section.body:
+                    document = document.upsert_auto_section(replace(section, body=body))
+                    changed += 1
+            counts.append((changed, kinds))
+            return document
+
+        if report.dry_run:
+            edit(read_document(path))
+        else:
+            update_document(path, edit)
+        changed, kinds = counts[-1]
+        if changed:
+            report.documents[str(path)] = changed
+            report.redacted.update(kinds)
+
+
+def scrub_lines(path: Path, scrubber: Scrubber, report: ScrubReport) -> bool:
+    """Redact every JSON line of ``path`` (the probe journal, a block-log file), rewriting the file atomically
+    (its mode kept) when a line changed; a line that is not JSON (a torn last line) is kept as it is. True
+    when the file changed (or, with ``dry_run``, would)."""
+    if not path.is_file():
+        return False
+    out, changed, kinds = [], 0, Counter()
+    data = path.read_bytes()
+    for line in data.splitlines(keepends=True):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            out.append(line)
+            continue
+        found: Counter[str] = Counter()
+        redacted = scrubber.redact_json(record, found)
+        if found:
+            end = b"\n" if line.endswith(b"\n") else b""
+            out.append(json.dumps(redacted, ensure_ascii=False, separators=(",", ":")).encode() + end)
+            changed += 1
+            kinds.update(found)
+        else:
+            out.append(line)
+    if not changed:
+        return False
+    report.files[str(path)] = changed
+    report.redacted.update(kinds)
+    if not report.dry_run:
+        atomic_write_bytes(path, b"".join(out), mode=path.stat().st_mode & 0o777)
+    return True
+
+
+def scrub_json_file(path: Path, scrubber: Scrubber, report: ScrubReport) -> bool:
+    """Redact every string of the JSON document ``path`` (an evaluation report, ``eval.json``: its probes'
+    prompts and references), rewriting it atomically in sway's layout (2-space indent, sorted keys, final
+    newline) when one changed; a file that is not JSON is left alone. True when it changed (or would)."""
+    try:
+        value = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    found: Counter[str] = Counter()
+    redacted = scrubber.redact_json(value, found)
+    if not found:
+        return False
+    report.files[str(path)] = sum(found.values())
+    report.redacted.update(found)
+    if not report.dry_run:
+        text = json.dumps(redacted, indent=2, sort_keys=True) + "\n"
+        atomic_write_bytes(path, text.encode(), mode=path.stat().st_mode & 0o777)
+    return True
+
+
+def drop_watermarks(conn: Any, paths: Iterable[Path]) -> None:
+    """Forget the analyzer's watermarks of ``paths`` (every host's), so the files are read again from their start."""
+    with db.transaction(conn):
+        for path in paths:
+            conn.execute("DELETE FROM watermarks WHERE path = ?", (str(path),))
+
+
+def _text(scrubber: Scrubber, text: str | None, kinds: Counter[str]) -> str | None:
+    if not text:
+        return text
+    redaction = scrubber.redact(text)
+    kinds.update(redaction.kinds)
+    return redaction.text
+
+
+def _json_text(scrubber: Scrubber, text: str | None, kinds: Counter[str]) -> str | None:
+    """A JSON text with its strings redacted (re-serialized only when something was)."""
+    if not text:
+        return text
+    found: Counter[str] = Counter()
+    value = scrubber.redact_json(json.loads(text), found)
+    if not found:
+        return text
+    kinds.update(found)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))

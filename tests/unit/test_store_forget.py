@@ -1,0 +1,101 @@
+"""learnerd.store.forget on a real SQLite store, real .dlm documents and real foyle files."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from learnerd.store import db, foyle_examples
+from learnerd.store.dlm import Section, new_document, probe_section, read_document
+from learnerd.store.embeddings import count_vectors, put_vectors
+from learnerd.store.examples import Example, get_example, put_example
+from learnerd.store.forget import NothingToForget, documents_in, forget_in_files, forget_in_store
+from learnerd.store.tombstones import load_tombstones
+
+PODS = Example("b-pods", "List the pods in the dev namespace", "kubectl get pods -n dev", "bash", 1.0)
+DISK = Example("b-disk", "Show disk usage", "du -sh .", "bash", 2.0)
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> tuple[object, Path, Path]:
+    conn = db.connect(tmp_path / "db.sqlite")
+    with db.transaction(conn):
+        for example in (PODS, DISK):
+            put_example(conn, example)
+        put_vectors(conn, [PODS.id, DISK.id], np.eye(2, 4, dtype=np.float32), "m", ["h1", "h2"], 1.0)
+    docs, export = tmp_path / "docs", tmp_path / "foyle"
+    docs.mkdir()
+    document = new_document("builtin:tiny-llama", prose="# Learned")
+    for example in (PODS, DISK):
+        section = probe_section(example.query, example.answer, source=f"learnerd/{example.id}")
+        document = document.append_section(section)
+    # a harvest's reinforcement copy: the same pair under a plain ### Q, another tool's marker
+    reinforced = probe_section(PODS.query, PODS.answer, source="eval-harvest/probe_recall")
+    plain = tuple(line.replace(" !probe", "") for line in reinforced.body)
+    document = document.append_section(replace(reinforced, body=plain))
+    (docs / "learned.dlm").write_bytes(document.to_bytes())
+    hand = new_document("builtin:tiny-llama").append_section(
+        Section("instruction", ("### Q", PODS.query, "", "### A", PODS.answer))
+    )
+    (docs / "mine.dlm").write_bytes(hand.to_bytes())
+    for example in (PODS, DISK):
+        foyle_examples.write_if_changed(foyle_examples.example_path(export, example.id), b"x")
+    return conn, docs, export
+
+
+def sources(path: Path) -> list[str | None]:
+    return [s.harvest_source for s in read_document(path).sections if s.fenced]
+
+
+def test_a_dry_run_reports_everything_and_changes_nothing(state):
+    conn, docs, export = state
+    before = {p: p.read_bytes() for p in docs.iterdir()}
+    report = forget_in_store(conn, "match", "get pods -n dev", dry_run=True)
+    forget_in_files(report, documents_in([docs]), export)
+    assert [e.id for e in report.examples] == ["b-pods"] and report.vectors == 1
+    assert report.documents == {str(docs / "learned.dlm"): 2} and report.retrain == [str(docs / "learned.dlm")]
+    assert report.export_files == [str(export / "b-pods.example.binpb")]
+    assert {p: p.read_bytes() for p in docs.iterdir()} == before
+    assert get_example(conn, "b-pods") is not None and count_vectors(conn) == 2
+    assert load_tombstones(conn).all == () and (export / "b-pods.example.binpb").exists()
+
+
+def test_forget_takes_the_example_back_everywhere_but_hand_written_sections(state):
+    conn, docs, export = state
+    report = forget_in_store(conn, "match", "get pods -n dev", now=7.0)
+    forget_in_files(report, documents_in([docs]), export)
+    assert get_example(conn, "b-pods") is None and get_example(conn, "b-disk") == DISK
+    assert report.vectors == 1 and count_vectors(conn) == 1
+    assert sources(docs / "learned.dlm") == ["learnerd/b-disk"], "its section and the harvest's copy are gone"
+    assert sources(docs / "mine.dlm") == [None], "a person's own section is never touched"
+    assert sorted(p.name for p in export.iterdir()) == ["b-disk.example.binpb"]
+    assert report.to_json()["tombstone"] == {
+        "id": report.tombstone.id,
+        "kind": "match",
+        "value": "get pods -n dev",
+        "block_ids": ["b-pods"],
+        "created_at": 7.0,
+    }
+    assert load_tombstones(conn).all == (report.tombstone,)
+
+
+def test_an_unknown_id_is_refused_and_a_block_without_example_still_gets_a_tombstone(state):
+    conn, _, _ = state
+    with pytest.raises(NothingToForget, match="no example or block has the id 'nope'"):
+        forget_in_store(conn, "example", "nope")
+    conn.execute("INSERT INTO blocks (id, source, created_at, updated_at) VALUES ('b-new', 'test', 1, 1)")
+    report = forget_in_store(conn, "block", "b-new")
+    assert report.examples == [] and report.tombstone.block_ids == ("b-new",)
+    assert [t.value for t in load_tombstones(conn).all] == ["b-new"]
+
+
+def test_a_document_that_does_not_parse_is_named_and_the_others_are_still_rewritten(state):
+    conn, docs, export = state
+    broken = docs / "broken.dlm"
+    broken.write_text("---\nnot: [closed\n---\n")
+    report = forget_in_files(forget_in_store(conn, "example", "b-pods"), documents_in([docs]), export)
+    assert list(report.errors) == [str(broken)] and broken.read_text() == "---\nnot: [closed\n---\n"
+    assert report.documents == {str(docs / "learned.dlm"): 2}

@@ -1,0 +1,61 @@
+"""learnerd.store.scrub with the real redactor on real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+from learnerd.privacy.redact import Redactor
+from learnerd.store.dlm import Section, new_document, probe_section, read_document
+from learnerd.store.scrub import ScrubReport, scrub_documents, scrub_json_file, scrub_lines
+
+SECRET_LINE = "export AWS_SECRET_ACCESS_KEY=q9X2vLm8Rt4Yp1Nz6Kw3Hs7Jd5Fg0Bc2Vn8Mx4Za"
+REDACTED_LINE = "export AWS_SECRET_ACCESS_KEY=<AWS_SECRET_ACCESS_KEY>"
+
+
+def test_scrub_lines_rewrites_only_the_lines_with_secrets_and_keeps_a_torn_line_and_the_mode(tmp_path: Path):
+    path = tmp_path / "journal.jsonl"
+    clean = json.dumps({"op": "consume", "ids": ["a"]}) + "\n"
+    secret = json.dumps({"op": "accept", "probe": {"prompt": "set the key", "reference": SECRET_LINE}}) + "\n"
+    path.write_bytes((clean + secret + '{"op": "acc').encode())
+    os.chmod(path, 0o600)
+    dry = ScrubReport(dry_run=True)
+    assert scrub_lines(path, Redactor(), dry) and path.read_text().count(SECRET_LINE) == 1
+    report = ScrubReport()
+    assert scrub_lines(path, Redactor(), report)
+    lines = path.read_text().split("\n")
+    assert lines[0] == clean.strip() and lines[2] == '{"op": "acc'
+    assert json.loads(lines[1])["probe"]["reference"] == REDACTED_LINE
+    assert report.files == {str(path): 1} == dry.files and report.redacted == {"AWS_SECRET_ACCESS_KEY": 1}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert not scrub_lines(path, Redactor(), ScrubReport()), "a second scrub changes nothing"
+
+
+def test_scrub_documents_redacts_auto_written_sections_and_leaves_a_persons_own(tmp_path: Path):
+    path = tmp_path / "learned.dlm"
+    document = new_document("builtin:tiny-llama").append_section(
+        probe_section("Set the AWS key", SECRET_LINE, source="learnerd/b1")
+    )
+    document = document.append_section(Section("instruction", ("### Q", "My key?", "", "### A", SECRET_LINE)))
+    path.write_bytes(document.to_bytes())
+    report = ScrubReport()
+    scrub_documents([path, tmp_path / "missing.dlm"], Redactor(), report)
+    auto, own = (s for s in read_document(path).sections if s.fenced)
+    assert auto.harvest_source == "learnerd/b1" and auto.qa_pairs()[0].answer == REDACTED_LINE
+    assert own.qa_pairs()[0].answer == SECRET_LINE
+    assert report.documents == {str(path): 1} and report.redacted == {"AWS_SECRET_ACCESS_KEY": 1}
+
+
+def test_scrub_json_file_rewrites_an_evaluation_report_in_sways_layout(tmp_path: Path):
+    path = tmp_path / "eval.json"
+    report_json = {"probes": [{"evidence": {"prompt": "Set the AWS key", "reference": SECRET_LINE}}], "score": 1.0}
+    path.write_text(json.dumps(report_json))
+    report = ScrubReport()
+    assert scrub_json_file(path, Redactor(), report)
+    assert json.loads(path.read_text())["probes"][0]["evidence"]["reference"] == REDACTED_LINE
+    assert path.read_text().startswith('{\n  "probes": [') and path.read_text().endswith("}\n")
+    assert report.files == {str(path): 1}
+    (tmp_path / "not.json").write_text("{torn")
+    assert not scrub_json_file(tmp_path / "not.json", Redactor(), report)
