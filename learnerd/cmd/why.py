@@ -2,10 +2,10 @@
 
 For a text: the nearest learned examples (the retrieval of ``learnerd search``: through the running daemon when
 one runs on the state directory, else in this process), the block each came from (the log file, line and time
-its command was read from, and the reader that parsed it) and the adapter versions that trained on it (from
-each version's ``manifest.json``). ``--answer`` takes a served response's ``system_fingerprint``
-(``<dlm_id>@vNNNN``): with a text, each example also says whether that version trained on it; alone, it lists
-every learned example that version trained on. ``--json`` prints one JSON object.
+its command was read from, the reader that parsed it and, for an assistant's session log, the session) and the
+adapter versions that trained on it (from each version's ``manifest.json``). ``--answer`` takes a served
+response's ``system_fingerprint`` (``<dlm_id>@vNNNN``): with a text, each example also says whether that version
+trained on it; alone, it lists every learned example that version trained on. ``--json`` prints one JSON object.
 
 Exit status: 0; 1 for an unknown fingerprint or version, no database, or an unreachable store.
 """
@@ -164,7 +164,7 @@ def _why(
                 "score": hit["score"],
                 "query": hit["query"],
                 "answer": hit["answer"],
-                "block": {k: origin[k] for k in ("block_id", "file", "line", "time", "reader")},
+                "block": {k: origin[k] for k in ("block_id", "file", "line", "time", "reader", "session")},
                 "trained_by": trained_by,
                 "in_answering_version": (hit["id"] in trained) if answering is not None else None,
             }
@@ -195,7 +195,10 @@ def _print(answer: dict[str, Any]) -> None:
             if b["time"] is not None
             else "time unknown"
         )
-        print(f"   block {b['block_id']}: {place} · {when}" + (f" · read as {b['reader']}" if b["reader"] else ""))
+        read = (f" · read as {b['reader']}" if b["reader"] else "") + (
+            f" · session {b['session']}" if b["session"] else ""
+        )
+        print(f"   block {b['block_id']}: {place} · {when}{read}")
         for t in e["trained_by"]:
             print(f"   trained into {t['document'] or t['doc_key']}: {', '.join(t['versions'])}")
         if not e["trained_by"]:

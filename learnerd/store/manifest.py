@@ -50,7 +50,9 @@ class SectionOrigin:
     ``rows``: the training rows it gives (one per Q/A pair; one for prose); ``source``: its auto-harvest marker's
     source (None: written by a person); ``example_id`` / ``block_id``: the learned example it holds (None when
     it holds none); ``file`` / ``line``: the log line its executed cell was read from; ``time``: when the cell
-    was executed (epoch seconds, the event's own time); ``reader``: the log format that parsed it.
+    was executed (epoch seconds, the event's own time); ``reader``: the log format that parsed it; ``session``:
+    the assistant session it was run in, for the session readers (Claude Code, Codex CLI, OpenTelemetry GenAI),
+    whose block ids are ``<reader>:<session>:<call id>`` (None for other readers).
     """
 
     section_id: str
@@ -62,6 +64,7 @@ class SectionOrigin:
     line: int | None = None
     time: float | None = None
     reader: str | None = None
+    session: str | None = None
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> SectionOrigin:
@@ -193,7 +196,14 @@ def learned_origin(conn: Any, example_id: str, section_id: str = "") -> SectionO
         line=origin.line if origin is not None else None,
         time=block.executed_time if block is not None else None,
         reader=block.source if block is not None else None,
+        session=session_of(example_id, block.source) if block is not None else None,
     )
+
+
+def session_of(block_id: str, reader: str) -> str | None:
+    """The assistant session of a block a session reader wrote (id ``<reader>:<session>:<call id>``), else None."""
+    parts = block_id.split(":")
+    return parts[1] if len(parts) == 3 and parts[0] == reader and parts[1] else None
 
 
 def sections_with_rows(

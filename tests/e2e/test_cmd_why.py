@@ -34,6 +34,7 @@ def test_why_names_the_block_log_line_and_versions_of_the_nearest_example(three_
         "line": 6,
         "time": 1763700117.0,
         "reader": "learnerd",
+        "session": None,
     }
     assert example["trained_by"] == [
         {"doc_key": tv.dlm_id, "document": str(tv.document), "versions": ["v0002", "v0003"]}

@@ -16,6 +16,7 @@ from learnerd.store.manifest import (
     read_manifest,
     section_origins,
     sections_with_rows,
+    session_of,
     write_manifest,
 )
 
@@ -98,3 +99,9 @@ def test_every_section_gets_an_entry_with_its_rows_and_a_persons_a_bare_one():
     origins = {"b": SectionOrigin("b", source="learnerd/x", example_id="x")}
     entries = sections_with_rows(["a", "b"], {"a": 3, "b": 1}, origins)
     assert entries == (SectionOrigin("a", rows=3), SectionOrigin("b", 1, "learnerd/x", "x"))
+
+
+def test_the_session_of_a_session_readers_block_is_in_its_id():
+    assert session_of("claude-code:5f1c:toolu_01", "claude-code") == "5f1c"
+    assert session_of("nb-k8s-1", "learnerd") is None and session_of("atuin:17", "atuin") is None
+    assert session_of("codex:s1:call_1", "claude-code") is None, "another reader's id is not parsed"
