@@ -524,6 +524,7 @@ class Analyzer:
                     now,
                     self._redactor,
                     path=t.path,
+                    line=int(row[ROWID]),  # type: ignore[call-overload]
                     formats=self._formats,
                     join_window_s=self._join_window_s,
                 )

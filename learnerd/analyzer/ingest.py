@@ -35,7 +35,7 @@ from learnerd.analyzer.reader import EVENTS, JSON_LINES, Framing, Parsed, Reader
 from learnerd.analyzer.tail import RawLine
 from learnerd.privacy.redact import Redactor
 from learnerd.store import pg, suggestions
-from learnerd.store.blocks import apply_event
+from learnerd.store.blocks import LineOrigin, apply_event
 
 # What a line amounted to (the analyzer's counters follow these names): its reader's verdict, one of
 # learnerd.analyzer.reader's EVENTS, PENDING, SKIPPED and UNJOINABLE, or one of these.
@@ -87,10 +87,11 @@ def ingest_line(
     With a ``redactor`` (:class:`learnerd.privacy.redact.Redactor`) every string of the decoded record is
     redacted before any reader sees it, so nothing a reader stores (block cells, half a foyle trace) holds
     a secret; the result's ``redacted`` counts the placeholders by kind. ``path`` is the file the line was
-    read from (for a file-scoped reader); ``formats``, when not empty, the names of the only readers that
-    may detect it (``[analyzer] formats``). With ``join_window_s`` (seconds), every execution the line
-    reports resolves the answer learnerd served that it ran, if any (:func:`learnerd.store.suggestions.resolve`);
-    the served block is then among the changed ones.
+    read from (for a file-scoped reader, and stored with ``raw.number`` as the origin of an executed cell the
+    line sets: :class:`~learnerd.store.blocks.LineOrigin`); ``formats``, when not empty, the names of the only
+    readers that may detect it (``[analyzer] formats``). With ``join_window_s`` (seconds), every execution the
+    line reports resolves the answer learnerd served that it ran, if any
+    (:func:`learnerd.store.suggestions.resolve`); the served block is then among the changed ones.
 
     Must run inside a transaction (:func:`learnerd.store.db.transaction`); ``now`` (epoch seconds)
     stamps the rows it changes. Bad input never raises: whatever exception the line causes, what it
@@ -113,12 +114,13 @@ def ingest_record(
     redactor: Redactor | None = None,
     *,
     path: str = "",
+    line: int = 0,
     formats: frozenset[str] = frozenset(),
     join_window_s: float | None = None,
 ) -> LineResult:
     """:func:`ingest_line` for a record already cut out by its framing (a row of a SQLite log): offered to
     the readers of ``framing``, parsed and merged under its own savepoint, with the same guarantees (bad
-    input never raises; a database failure does).
+    input never raises; a database failure does). ``line`` locates the record in ``path`` (a row's rowid).
 
     Raises:
         sqlite3.OperationalError, sqlite3.InternalError, sqlite3.DatabaseError: the database failed.
@@ -129,9 +131,14 @@ def ingest_record(
         if reader is None:
             readers = ", ".join(registry.reader_names(framing))
             return LineResult(FOREIGN, reason=f"a row no reader ({readers}) detects")
-        return parse_record(conn, reader, record, now, redactor, path, join_window_s)
+        return parse_record(conn, reader, record, now, redactor, path, join_window_s, _origin(path, line))
 
     return _under_savepoint(conn, run)
+
+
+def _origin(path: str, line: int) -> LineOrigin | None:
+    """Where a record was read, for the executed cells it sets (None when not read from a file)."""
+    return LineOrigin(path, line) if path else None
 
 
 def _under_savepoint(conn: sqlite3.Connection, ingest: Callable[[], LineResult]) -> LineResult:
@@ -213,7 +220,7 @@ def _ingest(
     reader = registry.reader_for(obj, JSON_LINES, formats)
     if reader is None:
         return LineResult(FOREIGN, reason=foreign_reason(obj))
-    return parse_record(conn, reader, obj, now, redactor, path, join_window_s)
+    return parse_record(conn, reader, obj, now, redactor, path, join_window_s, _origin(path, raw.number))
 
 
 def parse_record(
@@ -224,17 +231,18 @@ def parse_record(
     redactor: Redactor | None,
     path: str,
     join_window_s: float | None,
+    origin: LineOrigin | None = None,
 ) -> LineResult:
     """Redact ``obj`` (a record ``reader`` detected), parse it and merge its block events (:func:`_intake`):
-    the part of a record's intake every framing shares. Runs in the caller's savepoint; raises what the
-    reader raises."""
+    the part of a record's intake every framing shares; ``origin`` is stored with the executed cells it sets.
+    Runs in the caller's savepoint; raises what the reader raises."""
     redacted: Counter[str] = Counter()
     if redactor is not None:  # before the reader parses (and may store) anything of the record
         obj = redactor.redact_json(obj, redacted)
     # The reader may store state (half a trace) before the line is fully judged: the caller's
     # savepoint undoes it when the line turns out malformed.
     parsed = reader.parse(conn, obj, now, path) if reader.file_scoped else reader.parse(conn, obj, now)
-    result = _intake(conn, parsed, now, reader.name, join_window_s)
+    result = _intake(conn, parsed, now, reader.name, join_window_s, origin)
     result.redacted = redacted
     return result
 
@@ -248,14 +256,19 @@ def foreign_reason(obj: dict[str, Any]) -> str:
 
 
 def _intake(
-    conn: sqlite3.Connection, parsed: Parsed, now: float, reader: str, join_window_s: float | None
+    conn: sqlite3.Connection,
+    parsed: Parsed,
+    now: float,
+    reader: str,
+    join_window_s: float | None,
+    origin: LineOrigin | None = None,
 ) -> LineResult:
     """The one intake: a reader's verdict on a line → the line's result, its block events merged into
     ``blocks`` (:func:`learnerd.store.blocks.apply_event`), then (with ``join_window_s``) each execution
     joined to the served answer it ran (:func:`learnerd.store.suggestions.resolve`). Every reader's events
     reach the store here, and only here; any other verdict becomes the line's outcome as it is."""
     if parsed.kind == EVENTS:
-        changed = [ev.block_id for ev in parsed.events if apply_event(conn, ev, now)]
+        changed = [ev.block_id for ev in parsed.events if apply_event(conn, ev, now, origin)]
         if join_window_s is not None:
             resolved = (suggestions.resolve(conn, ev, now, join_window_s) for ev in parsed.events)
             changed += [block_id for block_id in resolved if block_id is not None]

@@ -10,8 +10,8 @@ version (``versions/vNNNN/eval.json``, the file the daemon's evaluation reconcil
 ``--json``, the report itself on stdout. ``--junit PATH`` also writes JUnit XML as sway does.
 ``--history`` instead prints the probe pass rate and score of every evaluated version, beside what became of
 the answers that version served (suggested / accepted / edited / failed, docs/operations.md "Suggestions")
-(``--json``: as a JSON list) and plots them into a PNG (``--plot PATH``; default
-``<adapters>/<dlm_id>/eval-history.png``).
+(``--json``: as a JSON list, with retention where measured) and plots them, with retention and each version's
+training loss curve, into a PNG (``--plot PATH``; default ``<adapters>/<dlm_id>/eval-history.png``).
 
 Exit status: 0 when the evaluation ran and passed its gates; 1 when it could not run (a missing or
 malformed document, no adapter, an unusable base model or device), or when a gate failed:
@@ -182,12 +182,15 @@ def _suggestions(cfg, key: str) -> dict[str, dict[str, int]]:
 def _history(console, store, key: str, args: argparse.Namespace, suggestions: dict[str, dict[str, int]]) -> int:
     from learnerd.eval.history import history, plot_history
     from learnerd.eval.summary import render_history
+    from learnerd.eval.versions import loss_curves
 
     points = history(store, key)
     if not points:
         raise CommandError(f"{args.doc}: no evaluated adapter version yet (run learnerd eval {args.doc})")
     plot = args.plot or store.doc_dir(key) / "eval-history.png"
-    plot_history(points, plot, title=f"{args.doc.name}: probe pass rate per adapter version")
+    plot_history(
+        points, plot, title=f"{args.doc.name}: probe pass rate per adapter version", losses=loss_curves(store, key)
+    )
     if args.json:
         rows = [{**vars(p), "pass_rate": p.pass_rate, "suggestions": suggestions.get(p.name)} for p in points]
         sys.stdout.write(json.dumps(rows, indent=2, sort_keys=True) + "\n")

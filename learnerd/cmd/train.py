@@ -114,7 +114,9 @@ def _describe(o: dict[str, Any]) -> str:
     return (
         f"trained {o['version']} of {o['path']} ({o['mode']}: {o['reason']})\n"
         f"  {o['steps']} steps on {o['rows']} rows, loss {o['start_loss']:.4f} -> {o['final_loss']:.4f} nats/token\n"
-        f"  sections: {o['new_sections']} new, {o['replayed_sections']} replayed, {o['removed_sections']} removed"
+        f"  Q/A pairs: {o['new_pairs']} new, {o['replayed_pairs']} replayed; sections: {o['new_sections']} new, "
+        f"{o['replayed_sections']} replayed, {o['removed_sections']} removed"
         f"{probes}\n"
-        f"  adapter: {o['adapter_path']} ({o['duration_s']:.1f} s)"
+        f"  adapter: {o['adapter_path']} ({o['duration_s']:.1f} s)\n"
+        f"  what it learned: learnerd versions {o['path']} {o['version']}"
     )

@@ -4,15 +4,16 @@ A report is written beside the adapter version it evaluated: ``<adapters>/<doc_k
 eval.json`` (:func:`report_path`), atomically. A document's key in the adapter store is its frontmatter
 ``dlm_id`` (:func:`adapter_key`: dlm keys its own store the same way), so renaming or moving the file
 keeps its adapters. :func:`current_versions` finds the documents that have an adapter; :func:`history` reads
-every version's report back, :func:`last_report` the newest; :func:`plot_history` draws the probe pass rate
-and overall score per version into a PNG (matplotlib, Agg backend).
+every version's report back, :func:`last_report` the newest; :func:`plot_history` draws the probe pass rate,
+overall score and retention per version — and, given them, each version's training loss per step (from its
+``manifest.json``) — into a PNG (matplotlib, Agg backend).
 """
 
 from __future__ import annotations
 
 import io
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,9 @@ from learnerd.store.dlm import Document, DocumentError, read_document
 log = structlog.get_logger(__name__)
 
 REPORT_FILE = "eval.json"
+RETENTION_PROBES = ("answer_retention", "calibration_drift")
+"""The retention probes whose raw value a version's history shows: the fraction of the base's right answers
+kept (``answer_retention``) and the fraction of items whose calibration regressed (``calibration_drift``)."""
 
 
 def adapter_key(document: Document) -> str:
@@ -77,10 +81,18 @@ def last_report(store: AdapterStore, doc_key: str) -> tuple[AdapterVersion, Repo
     return next(version_reports(store, doc_key, newest_first=True), None)
 
 
+def retention_of(report: Report | None) -> dict[str, float]:
+    """The raw values of the :data:`RETENTION_PROBES` ``report`` measured (a skipped or errored probe has none)."""
+    if report is None:
+        return {}
+    return {p.name: float(p.raw) for p in report.probes if p.name in RETENTION_PROBES and p.raw is not None}
+
+
 @dataclass(frozen=True)
 class HistoryPoint:
     """One evaluated version: recall ``passed`` of ``judged`` probes (``pass_rate`` None when none was
-    judged), the overall ``score`` and its ``band``, verdict counts, and when the evaluation finished."""
+    judged), the overall ``score`` and its ``band``, verdict counts, when the evaluation finished, and
+    ``retention`` (:func:`retention_of`: only the retention probes that measured something)."""
 
     version: int
     name: str
@@ -90,6 +102,7 @@ class HistoryPoint:
     band: str
     verdicts: dict[str, int]
     finished_at: str
+    retention: dict[str, float] | None = None
 
     @property
     def pass_rate(self) -> float | None:
@@ -111,14 +124,23 @@ def history(store: AdapterStore, doc_key: str) -> list[HistoryPoint]:
                 band=report.score.band,
                 verdicts=dict(Counter(p.verdict.value for p in report.probes)),
                 finished_at=report.finished_at.isoformat(timespec="seconds"),
+                retention=retention_of(report),
             )
         )
     return points
 
 
-def plot_history(points: Sequence[HistoryPoint], path: str | Path, *, title: str) -> None:
-    """Plot probe pass rate and overall score (both in [0, 1]) per adapter version into a PNG at ``path``,
-    written atomically.
+def plot_history(
+    points: Sequence[HistoryPoint],
+    path: str | Path,
+    *,
+    title: str,
+    losses: Mapping[str, Sequence[float]] | None = None,
+) -> None:
+    """Plot probe pass rate, overall score and the retention fractions where measured (all in [0, 1]) per
+    adapter version into a PNG at ``path``, written atomically; with ``losses`` (version name → its training
+    loss per optimizer step, nats per token: the manifest's ``losses``), a second panel draws each version's
+    loss curve.
 
     Raises:
         ValueError: no points.
@@ -129,13 +151,21 @@ def plot_history(points: Sequence[HistoryPoint], path: str | Path, *, title: str
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7, 4), dpi=100)
+    curves = {name: list(values) for name, values in (losses or {}).items() if values}
+    fig = Figure(figsize=(7, 7.5 if curves else 4), dpi=100)
     FigureCanvasAgg(fig)  # the Agg backend, without touching pyplot's global state
-    ax = fig.add_subplot()
+    ax = fig.add_subplot(2, 1, 1) if curves else fig.add_subplot()
     x = [p.version for p in points]
     rates = [p.pass_rate for p in points]
     ax.plot(x, [r if r is not None else float("nan") for r in rates], marker="o", label="probe pass rate")
     ax.plot(x, [p.score for p in points], marker="s", linestyle="--", label="overall score")
+    for probe, label, marker in (
+        ("answer_retention", "answers kept (answer_retention)", "^"),
+        ("calibration_drift", "items regressed (calibration_drift)", "v"),
+    ):
+        values = [(p.retention or {}).get(probe, float("nan")) for p in points]
+        if any(v == v for v in values):  # measured for at least one version
+            ax.plot(x, values, marker=marker, linestyle=":", label=label)
     for p, r in zip(points, rates, strict=True):
         if r is not None:
             ax.annotate(
@@ -152,7 +182,16 @@ def plot_history(points: Sequence[HistoryPoint], path: str | Path, *, title: str
     ax.set_ylabel("fraction")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="lower right", fontsize=8)
+    if curves:
+        loss_ax = fig.add_subplot(2, 1, 2)
+        for name, values in curves.items():
+            loss_ax.plot(range(1, len(values) + 1), values, linewidth=1, label=name)
+        loss_ax.set_xlabel("optimizer step")
+        loss_ax.set_ylabel("training loss (nats/token)")
+        loss_ax.set_title("training loss per version")
+        loss_ax.grid(alpha=0.3)
+        loss_ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")

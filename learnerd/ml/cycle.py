@@ -23,7 +23,8 @@ import datetime as dt
 import importlib.metadata
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -38,6 +39,14 @@ from learnerd.ml.train_runner import WarmSpare, run_training
 from learnerd.ml.train_worker import TrainingRequest
 from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersion
 from learnerd.store.dlm import TrainingConfig
+from learnerd.store.manifest import (
+    Manifest,
+    ManifestError,
+    SectionOrigin,
+    read_manifest,
+    sections_with_rows,
+    write_manifest,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -61,7 +70,9 @@ class CyclePlan:
     """What one cycle will train: ``rows`` (new, then replayed), resuming from ``parent`` when incremental.
 
     ``section_ids`` are the document's sections with rows, in document order; the adapter committed
-    from this plan records them as what it embodies.
+    from this plan records them as what it embodies. ``added_section_ids`` / ``removed_section_ids`` compare
+    them with ``previous`` (the current version when the cycle was planned, whether resumed from or not);
+    ``new_section_ids`` are those trained as new (all of them in a fresh cycle).
     """
 
     mode: CycleMode
@@ -72,6 +83,8 @@ class CyclePlan:
     replay_section_ids: tuple[str, ...]
     removed_section_ids: tuple[str, ...]
     parent: AdapterVersion | None
+    added_section_ids: tuple[str, ...] = ()
+    previous: AdapterVersion | None = None
 
 
 @dataclass(frozen=True)
@@ -123,6 +136,8 @@ def plan_cycle(
             replay_section_ids=tuple(dict.fromkeys(r.section_id for r in replayed)),
             removed_section_ids=removed,
             parent=current if mode == "incremental" else None,
+            added_section_ids=new,
+            previous=current,
         )
 
     if not ids:
@@ -165,8 +180,10 @@ async def train_cycle(
     on_progress: Callable[[ProgressEvent], None] | None = None,
     on_start: Callable[[int], None] | None = None,
     spare: WarmSpare | None = None,
+    origins: Mapping[str, SectionOrigin] | None = None,
 ) -> CycleOutcome:
-    """Plan and run one cycle for ``doc_key``; commit the new adapter version and make it current.
+    """Plan and run one cycle for ``doc_key``; commit the new adapter version, with its ``manifest.json``
+    (:mod:`learnerd.store.manifest`), and make it current.
 
     Args:
         store: the adapter store; ``doc_key`` names the document in it.
@@ -180,6 +197,8 @@ async def train_cycle(
         niceness: added to the training process's nice value (0: unchanged).
         device: where the training process trains (``auto``, ``cpu``, ``cuda``, ``cuda:N``).
         on_progress, on_start, spare: passed to :func:`learnerd.ml.train_runner.run_training`.
+        origins: where the document's sections came from, by section id
+            (:func:`learnerd.store.manifest.section_origins`); a section without one is recorded as a person's.
 
     Returns:
         the outcome; ``version`` is None when the plan was ``none`` (nothing to train).
@@ -187,12 +206,20 @@ async def train_cycle(
     Raises:
         TrainingFailed: training failed (``permanent`` for bad input); nothing was committed.
         AdapterStoreError: the current version's metadata is unreadable.
+        OSError: the manifest cannot be written; nothing was committed.
         Cancellation: the child is stopped, its partial output removed, ``current`` unchanged.
     """
     current = store.current(doc_key)
     plan = plan_cycle(rows, config, base, current, replay=replay, fresh=fresh)
     if plan.mode == "none":
         return CycleOutcome(plan=plan, version=None, result=None)
+    losses: list[float] = []
+
+    def stepped(event: ProgressEvent) -> None:
+        losses.append(event.loss)
+        if on_progress is not None:
+            on_progress(event)
+
     with store.stage(doc_key) as staging:
         request = TrainingRequest(
             base_model_path=str(base.path),
@@ -204,7 +231,7 @@ async def train_cycle(
             niceness=niceness,
             device=device,
         )
-        result = await run_training(request, on_progress=on_progress, on_start=on_start, spare=spare)
+        result = await run_training(request, on_progress=stepped, on_start=on_start, spare=spare)
         metadata = AdapterMetadata(
             base_model=base.name,
             base_model_identity=base.identity,
@@ -227,6 +254,9 @@ async def train_cycle(
                 "vocab_size": result.vocab_size,
             },
         )
+        per_section = Counter(r.section_id for r in dict.fromkeys(rows))
+        manifest = _manifest(doc_key, plan, metadata, result, losses, per_section, origins or {})
+        await anyio.to_thread.run_sync(write_manifest, staging.path, manifest)
         training = DocumentTraining(config, base.builtin, own_keys)
         reason = undertrained_reason(
             result.steps, result.final_loss, result.vocab_size, training=training, rows=result.rows
@@ -236,6 +266,45 @@ async def train_cycle(
         # fsync of a large adapter can take a while: keep it off the event loop.
         version = await anyio.to_thread.run_sync(store.commit, staging, metadata)
     return CycleOutcome(plan=plan, version=version, result=result, undertrained=reason)
+
+
+def _manifest(
+    doc_key: str,
+    plan: CyclePlan,
+    metadata: AdapterMetadata,
+    result: TrainingResult,
+    losses: Sequence[float],
+    per_section: Mapping[str, int],
+    origins: Mapping[str, SectionOrigin],
+) -> Manifest:
+    """The manifest of the version this cycle commits; removed sections keep the origin the previous version's
+    manifest recorded (their example may be gone from the store by now)."""
+    before = None
+    if plan.previous is not None:
+        try:
+            before = read_manifest(plan.previous.path)
+        except ManifestError as exc:  # removed sections are then recorded by id alone
+            log.warning("manifest.unreadable", path=str(plan.previous.path), error=str(exc))
+    removed = tuple(
+        (before.section(i) if before is not None else None) or SectionOrigin(i) for i in plan.removed_section_ids
+    )
+    return Manifest(
+        doc_key=doc_key,
+        created_at=metadata.created_at,
+        mode=plan.mode,
+        reason=plan.reason,
+        base_model=metadata.base_model,
+        parent_version=metadata.parent_version,
+        previous_version=plan.previous.number if plan.previous is not None else None,
+        steps=result.steps,
+        start_loss=result.start_loss,
+        final_loss=result.final_loss,
+        losses=tuple(losses),
+        sections=sections_with_rows(plan.section_ids, per_section, origins),
+        added=plan.added_section_ids,
+        replayed=plan.replay_section_ids,
+        removed=removed,
+    )
 
 
 def library_versions() -> dict[str, str]:

@@ -88,8 +88,9 @@ def judge(block: Block, cfg: ExamplesConfig, policy: CommandPolicy | None = None
 class ExamplesReconciler:
     """Level-triggered block → example reconciler (key: block id = example id).
 
-    ``changes`` counts what it did: ``written`` and ``deleted`` examples; ``refusals`` the blocks the
-    privacy policy refused (by reason), since start (a resync counts each refused block again).
+    ``changes`` counts what it did: ``written`` and ``deleted`` examples (logged at info with the example's id
+    and the log file and line its executed cell was read from; its text only at debug level); ``refusals`` the
+    blocks the privacy policy refused (by reason), since start (a resync counts each refused block again).
     """
 
     name = "examples"  # SPEC.name
@@ -133,7 +134,7 @@ class ExamplesReconciler:
             with db.transaction(self._conn):
                 delete_example(self._conn, key)
             self.changes["deleted"] += 1
-            log.info("example deleted", reason=verdict.reason)
+            log.info("example deleted", example_id=key, reason=verdict.reason)
         elif desired.same_content(current):
             return Result()
         else:
@@ -141,7 +142,17 @@ class ExamplesReconciler:
             with db.transaction(self._conn):
                 put_example(self._conn, desired)
             self.changes["written"] += 1
-            log.info("example written", new=current is None)
+            assert block is not None  # a desired example comes from a block
+            origin = block.executed_origin
+            log.info(
+                "example written",
+                example_id=key,
+                new=current is None,
+                reader=block.source,
+                file=origin.path if origin is not None else None,
+                line=origin.line if origin is not None else None,
+            )
+            log.debug("example text", example_id=key, query=desired.query, answer=desired.answer)
         self._on_change(key, current, desired)
         return Result()
 

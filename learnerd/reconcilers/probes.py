@@ -54,12 +54,12 @@ from learnerd.store.dlm import (
     probe_section,
     update_document,
 )
-from learnerd.store.examples import Example, list_examples
+from learnerd.store.examples import EXAMPLE_SOURCE_PREFIX, Example, list_examples
 from learnerd.store.routing import DocumentRouter
 
 log = structlog.get_logger(__name__)
 
-SOURCE_PREFIX = "learnerd/"
+SOURCE_PREFIX = EXAMPLE_SOURCE_PREFIX
 _NEW_DOCUMENT_PROSE = (
     "# Learned by learnerd\n\n"
     "learnerd keeps one `### Q !probe` section below per example it learned from the commands people ran.\n"

@@ -70,6 +70,7 @@ from learnerd.store.dlm import (
     read_document,
     update_document,
 )
+from learnerd.store.manifest import document_origins
 from learnerd.store.probe_journal import ProbeJournal
 from learnerd.store.routing import DocumentScope
 
@@ -105,13 +106,18 @@ class CycleReport:
 
     def to_dict(self) -> dict[str, Any]:
         """The cycle as plain data (the ``training.cycle`` log event, ``learnerd train --json``); losses in
-        nats per token, ``outcome`` "committed" or "nothing to train"."""
+        nats per token, ``outcome`` "committed" or "nothing to train"; ``new_pairs`` / ``replayed_pairs``: the
+        Q/A pairs (chat rows) trained as new and replayed, ``*_sections`` the sections they are in."""
         plan, version, result = self.outcome.plan, self.outcome.version, self.outcome.result
+        new_ids = set(plan.new_section_ids)
+        chat = [r for r in plan.rows if r.messages is not None]
         fields: dict[str, Any] = {
             "path": str(self.path),
             "doc_key": self.doc_key,
             "mode": plan.mode,
             "reason": plan.reason,
+            "new_pairs": sum(1 for r in chat if r.section_id in new_ids),
+            "replayed_pairs": sum(1 for r in chat if r.section_id not in new_ids),
             "new_sections": len(plan.new_section_ids),
             "replayed_sections": len(plan.replay_section_ids),
             "removed_sections": len(plan.removed_section_ids),
@@ -148,6 +154,8 @@ class TrainingReconciler:
             attribute of the same name may be replaced).
         on_cycle: called with the :class:`CycleReport` of every cycle, trained or not (metrics; must not block).
         clock: monotonic seconds, for durations.
+        db_path: the store (SQLite path or PostgreSQL URL) a version's manifest looks its learned examples up in
+            (:func:`learnerd.store.manifest.document_origins`; None: recorded by their marker alone).
 
     ``spare`` (a running :class:`~learnerd.ml.train_runner.WarmSpare`, or None) may be set while the
     daemon runs, so cycles skip the training process's start-up.
@@ -166,8 +174,10 @@ class TrainingReconciler:
         on_committed: Callable[[str, AdapterVersion], None] | None = None,
         on_cycle: Callable[[CycleReport], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        db_path: str | Path | None = None,
     ) -> None:
         self.store = store
+        self._db_path = db_path
         self.settings = settings
         self.models_dir = models_dir
         self.journal = journal
@@ -302,6 +312,8 @@ class TrainingReconciler:
         config = check_trainable(training.config)
         self._claim(document, path)
         key = str(path)
+        markers = {s.section_id: s.harvest_source for s in document.sections if s.harvest_source is not None}
+        origins = await anyio.to_thread.run_sync(document_origins, self._db_path, markers)
 
         def training_started(pid: int) -> None:
             self.board.begin(key, doc_key=fm.dlm_id)
@@ -328,6 +340,7 @@ class TrainingReconciler:
             on_progress=stepped,
             on_start=training_started,
             spare=self.spare,
+            origins=origins,
         )
         return CycleReport(path, fm.dlm_id, outcome, probes_written, self._clock() - started)
 
@@ -424,6 +437,7 @@ def training_reconciler(
         new_document_base_model=cfg.probes.base_model,
         on_committed=on_committed,  # type: ignore[arg-type]
         on_cycle=on_cycle,
+        db_path=layout.store_target,
     )
 
 

@@ -6,6 +6,10 @@ the generated cell, the executed cell — carries the event time it came from, a
 replaces a part whose stored time is not newer, so merging is order-independent and replaying an
 event changes nothing. ``updated_at`` is the wall-clock time the row last changed; an event that
 changes nothing leaves it alone (that is what makes a replay a no-op for ``backfill --since``).
+
+Provenance: the executed part also keeps where it was read (:class:`LineOrigin`: the log file and the line),
+set when the part changes (the same event read again from another file keeps the first origin), so an example
+(id = block id) can be traced to the line a person's command came from.
 """
 
 from __future__ import annotations
@@ -59,6 +63,14 @@ class BlockEvent:
     session: str | None = None
 
 
+@dataclass(frozen=True)
+class LineOrigin:
+    """Where an event was read: ``path`` of the log file, ``line`` its 1-based line number."""
+
+    path: str
+    line: int
+
+
 @dataclass
 class Block:
     """A block row as stored."""
@@ -75,6 +87,8 @@ class Block:
     event_time: float | None = None
     created_at: float = 0.0
     updated_at: float = 0.0
+    executed_time: float | None = None
+    executed_origin: LineOrigin | None = None
 
 
 def _cells_json(cells: tuple[Cell, ...] | list[Cell]) -> str:
@@ -101,6 +115,10 @@ def _row_to_block(row: sqlite3.Row) -> Block:
         event_time=row["event_time"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        executed_time=row["executed_time"],
+        executed_origin=(
+            LineOrigin(row["executed_path"], row["executed_line"]) if row["executed_path"] is not None else None
+        ),
     )
 
 
@@ -114,11 +132,12 @@ def _newer(event_time: float, stored_time: float | None) -> bool:
     return stored_time is None or event_time >= stored_time
 
 
-def apply_event(conn: sqlite3.Connection, ev: BlockEvent, now: float) -> bool:
+def apply_event(conn: sqlite3.Connection, ev: BlockEvent, now: float, origin: LineOrigin | None = None) -> bool:
     """Merge ``ev`` into its block's row (inserting the row if new); return True if the row changed.
 
     Call it inside a transaction (:func:`learnerd.store.db.transaction`) together with the watermark
     of the line the event came from. ``now`` (epoch seconds) becomes ``updated_at`` when the row changes.
+    ``origin`` (the file and line ``ev`` was read from) is stored with the executed cell when ``ev`` sets it.
 
     The merge reads the row, then writes it whole: under :func:`learnerd.store.locks.lock_for_merge`, so
     replicas on several hosts merging events of one block at once (its context logged on one host, its
@@ -144,6 +163,8 @@ def apply_event(conn: sqlite3.Connection, ev: BlockEvent, now: float) -> bool:
             "exit_code": None,
             "eval_mode": 0,
             "executed_time": None,
+            "executed_path": None,
+            "executed_line": None,
             "suggestion_status": None,
             "session": None,
             "event_time": None,
@@ -160,10 +181,15 @@ def apply_event(conn: sqlite3.Connection, ev: BlockEvent, now: float) -> bool:
         new["generated_kind"] = ev.generated.kind
         new["generated_time"] = ev.time
     if ev.executed is not None and _newer(ev.time, new["executed_time"]):
+        before = (new["executed"], new["executed_language"], new["exit_code"], new["executed_time"])
         new["executed"] = ev.executed.text
         new["executed_language"] = ev.executed.language
         new["exit_code"] = ev.exit_code
         new["executed_time"] = ev.time
+        changed = before != (new["executed"], new["executed_language"], new["exit_code"], new["executed_time"])
+        if changed or (new["executed_path"] is None and origin is not None):  # the same event read again: kept
+            new["executed_path"] = origin.path if origin is not None else None
+            new["executed_line"] = origin.line if origin is not None else None
     if ev.eval_mode:
         new["eval_mode"] = 1
     if ev.suggestion_status is not None:

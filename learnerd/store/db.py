@@ -201,6 +201,13 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (document, version, outcome)
     )
     """,
+    # 8: provenance: where a block's executed cell was read (the log file and its 1-based line number), so an
+    # adapter version's manifest.json and `learnerd why` can name the line an example came from. NULL for
+    # blocks ingested before this version (and for cells not read from a file).
+    """
+    ALTER TABLE blocks ADD COLUMN executed_path TEXT;
+    ALTER TABLE blocks ADD COLUMN executed_line INTEGER
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

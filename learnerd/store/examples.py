@@ -5,6 +5,10 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+EXAMPLE_SOURCE_PREFIX = "learnerd/"
+"""An example's probe section carries the auto-harvest marker source ``learnerd/<example id>``
+(:mod:`learnerd.reconcilers.probes` writes it; manifests and ``learnerd why`` read it back)."""
+
 
 @dataclass(frozen=True)
 class Example:

@@ -1,11 +1,12 @@
 import pytest
+import structlog.testing
 
 from learnerd.privacy.policy import CommandPolicy
 from learnerd.reconcilers.examples import ExamplesReconciler, judge, query_of
 from learnerd.reconcilers.settings import ExamplesConfig
 from learnerd.runtime.reconcile import Result
 from learnerd.store import db
-from learnerd.store.blocks import Block, BlockEvent, Cell, apply_event, get_block
+from learnerd.store.blocks import Block, BlockEvent, Cell, LineOrigin, apply_event, get_block
 from learnerd.store.examples import get_example
 
 CONTEXT = (Cell("markup", "# Disk"), Cell("code", "df -h", "bash"), Cell("markup", "Show usage of this directory"))
@@ -126,6 +127,33 @@ async def test_a_refused_block_stays_a_block_and_is_counted(tmp_path):
     assert await rec.reconcile("b1") == Result()
     assert get_example(conn, "b1") is None and get_block(conn, "b1").executed.text == "rm -rf ~"
     assert rec.refusals == {"refused by policy: recursive delete of /, ~ or $HOME": 1}
+
+
+@pytest.mark.anyio
+async def test_example_written_logs_its_id_and_log_line_at_info_and_its_text_only_at_debug(tmp_path):
+    conn = db.connect(tmp_path / "db.sqlite")
+    rec = ExamplesReconciler(conn, ExamplesConfig(), lambda *a: None)
+    with db.transaction(conn):
+        apply_event(conn, BlockEvent("b1", "learnerd", 1.0, context=CONTEXT), 1.0, LineOrigin("/logs/a.jsonl", 1))
+        run = BlockEvent("b1", "learnerd", 2.0, executed=Cell("code", "du -sh .", "bash"), exit_code=0)
+        apply_event(conn, run, 2.0, LineOrigin("/logs/a.jsonl", 2))
+    with structlog.testing.capture_logs() as logs:
+        await rec.reconcile("b1")
+    (written,) = [e for e in logs if e["event"] == "example written"]
+    assert written["log_level"] == "info"
+    assert {k: written[k] for k in ("example_id", "reader", "file", "line")} == {
+        "example_id": "b1",
+        "reader": "learnerd",
+        "file": "/logs/a.jsonl",
+        "line": 2,
+    }
+    info_text = " ".join(str(v) for e in logs if e["log_level"] != "debug" for v in e.values())
+    assert "du -sh" not in info_text and "Show usage" not in info_text, "no text above debug level"
+    (text,) = [e for e in logs if e["event"] == "example text"]
+    assert text["log_level"] == "debug" and (text["query"], text["answer"]) == (
+        "Show usage of this directory",
+        "du -sh .",
+    )
 
 
 @pytest.mark.anyio

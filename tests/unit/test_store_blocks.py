@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from learnerd.store import db
-from learnerd.store.blocks import BlockEvent, Cell, apply_event, get_block
+from learnerd.store.blocks import BlockEvent, Cell, LineOrigin, apply_event, get_block
 
 CONTENT = "id, source, context, context_time, generated, generated_kind, generated_time, executed, exit_code, eval_mode"
 
@@ -57,3 +57,24 @@ def test_updated_at_moves_only_when_the_row_changes(tmp_path):
     with db.transaction(conn):
         assert apply_event(conn, BlockEvent("b", "test", 11.0, executed=Cell("code", "ls -la"), exit_code=0), 400.0)
     assert get_block(conn, "b").updated_at == 400.0
+
+
+def test_the_executed_cell_keeps_the_log_line_it_was_read_from(tmp_path):
+    conn: sqlite3.Connection = db.connect(tmp_path / "db.sqlite")
+    run = BlockEvent("b", "test", 10.0, executed=Cell("code", "ls"), exit_code=0)
+    with db.transaction(conn):
+        assert apply_event(
+            conn, BlockEvent("b", "test", 9.0, context=(Cell("markup", "list"),)), 1.0, LineOrigin("a", 1)
+        )
+        assert get_block(conn, "b").executed_origin is None, "a context event says nothing of the executed cell"
+        assert apply_event(conn, run, now=2.0, origin=LineOrigin("/logs/a.jsonl", 7))
+        assert not apply_event(conn, run, now=3.0, origin=LineOrigin("/logs/copy.jsonl", 2)), "the same event again"
+        assert not apply_event(
+            conn, BlockEvent("b", "test", 5.0, executed=Cell("code", "old")), 4.0, LineOrigin("o", 1)
+        )
+    block = get_block(conn, "b")
+    assert (block.executed_origin, block.executed_time, block.updated_at) == (LineOrigin("/logs/a.jsonl", 7), 10.0, 2.0)
+    with db.transaction(conn):
+        assert apply_event(conn, BlockEvent("b", "test", 11.0, executed=Cell("code", "ls -la"), exit_code=0), 5.0,
+                           LineOrigin("/logs/b.jsonl", 3))  # fmt: skip
+    assert get_block(conn, "b").executed_origin == LineOrigin("/logs/b.jsonl", 3)

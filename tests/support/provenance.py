@@ -1,0 +1,71 @@
+"""A state directory with three adapter versions of ``learned.dlm`` whose provenance is known, for the tests
+of ``learnerd versions`` and ``learnerd why`` (the session fixture ``three_versions`` of ``tests/e2e/conftest.py``).
+
+Built once per session from the shipped example log (blocks ``nb-k8s-1`` … ``nb-k8s-4``; each block's
+``executed`` event is on lines 3 and 6 of its six-line file), each step ``learnerd run --once --no-train``
+(log → block → example → probe section; the daemon also evaluates the version trained the step before) then
+``learnerd train`` (the built-in tiny model), so v0001 and v0002 have a report and v0003 has none:
+
+* v0001 (fresh): ``a.jsonl`` — nb-k8s-1 (line 3) and nb-k8s-2 (line 6);
+* v0002 (incremental): ``b.jsonl`` — nb-k8s-3 (line 3) and nb-k8s-4 (line 6) added, the rest replayed;
+* v0003 (fresh): ``c.jsonl`` line 1 re-runs nb-k8s-2 with exit status 1, so its example is deleted and
+  the adapter retrained without it (removed).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from learnerd.store.dlm import read_document
+from tests.conftest import REPO_ROOT
+from tests.support.pipeline import run_cli, run_once
+
+FAILED_RERUN = {
+    "learnerd": 1,
+    "type": "executed",
+    "block_id": "nb-k8s-2",
+    "time": 1763709999.0,
+    "cell": {"kind": "code", "language": "bash", "text": "kubectl logs -f deploy/api -n dev"},
+    "exit_code": 1,
+}
+
+
+@dataclass(frozen=True)
+class ThreeVersions:
+    """The state directory, its logs, the document and its ``dlm_id``, and each ``learnerd train``'s stdout."""
+
+    state: Path
+    logs: Path
+    document: Path
+    dlm_id: str
+    train_outputs: tuple[str, ...]
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """``learnerd ARGS --state-dir STATE``."""
+        return run_cli(*args, "--state-dir", str(self.state), check=check, timeout=300)
+
+
+def build_three_versions(root: Path, models_dir: Path) -> ThreeVersions:
+    """Build the state under ``root`` (the module docstring); the built-in models come from ``models_dir``."""
+    logs, state = root / "logs", root / "state"
+    logs.mkdir()
+    state.mkdir(mode=0o700)
+    (state / "models").symlink_to(models_dir)
+    config = root / "config.toml"
+    config.write_text("[evaluation]\nnull_runs = 0\nnum_threads = 1\n")  # the quickest evaluation
+    shipped = (REPO_ROOT / "examples" / "logs" / "assistant.jsonl").read_text().splitlines(keepends=True)
+    document = state / "docs" / "learned.dlm"
+    outputs = []
+    for name, lines in (
+        ("a.jsonl", shipped[0:6]),
+        ("b.jsonl", shipped[6:12]),
+        ("c.jsonl", [json.dumps(FAILED_RERUN) + "\n"]),
+    ):
+        (logs / name).write_text("".join(lines))
+        run_once(state, logs, "--config", str(config))  # (it evaluates the version the last step trained)
+        trained = run_cli("train", str(document), "--state-dir", str(state), "--threads", "1", timeout=300)
+        outputs.append(trained.stdout)
+    return ThreeVersions(state, logs, document, read_document(document).frontmatter.dlm_id, tuple(outputs))
