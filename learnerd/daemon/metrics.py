@@ -18,7 +18,9 @@
   evaluation raised), each retried with backoff and never written as a report;
 * ``learnerd_evaluation_score{document}``: sway's overall score of the document's last evaluation, in [0, 1];
 * ``learnerd_probe_pass_rate{document}``: passing / judged ``probe_recall`` probes of that evaluation;
-* ``learnerd_search_duration_seconds``: seconds per ``POST /search`` answered from the live index (histogram).
+* ``learnerd_search_duration_seconds``: seconds per ``POST /search`` answered from the live index (histogram);
+* ``learnerd_vllm_export_failures_total{server}``: failed calls to a vLLM server of ``[export.vllm] servers``
+  (each retried with backoff; :mod:`learnerd.reconcilers.vllm_export`).
 
 The ``document`` label is the document's path, as the training and evaluation keys are.
 """
@@ -147,6 +149,13 @@ class DaemonMetrics:
             registry=registry,
         )
 
+        self.vllm_export_failures = Counter(
+            "learnerd_vllm_export_failures",
+            "Failed calls to a vLLM server of [export.vllm] servers (retried with backoff), by server URL.",
+            ["server"],
+            registry=registry,
+        )
+
     def watch_progress(self, source: ProgressSource) -> None:
         """Export the progress ``source`` reports (:class:`ProgressCollector`); call it once."""
         self._registry.register(ProgressCollector(source))
@@ -170,6 +179,10 @@ class DaemonMetrics:
     def evaluation_failed(self, path: Path) -> None:
         """The evaluation reconciler's ``on_failure`` hook."""
         self.evaluation_failures.labels(str(path)).inc()
+
+    def vllm_export_failed(self, server: str) -> None:
+        """The vLLM export reconciler's ``on_failure`` hook."""
+        self.vllm_export_failures.labels(server).inc()
 
     def evaluated(self, path: Path, report: Report) -> None:
         """The evaluation reconciler's ``on_report`` hook."""
