@@ -133,7 +133,7 @@ class VllmExportConfig(Section):
         for url in value:
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.netloc or parts.path.strip("/") or parts.query:
-                raise ValueError(f"{url!r} is not a server's root URL (http://host:port, without /v1)")
+                raise ValueError(f"[export.vllm] servers: {url!r} is not a root URL (http://host:port, no /v1)")
             roots.append(f"{parts.scheme}://{parts.netloc}")
         return roots
 
