@@ -116,8 +116,10 @@ class VllmExportReconciler:
             log.warning("vllm_export.refused", document=key, reason=str(exc))
             raise TerminalError(f"{key}: {exc}") from exc
         self._refused.pop(key, None)
-        self.changes["written"] += published.written
-        self.changes["dropped"] += len(published.dropped)
+        if published.written:
+            self.changes["written"] += 1
+        if published.dropped:
+            self.changes["dropped"] += len(published.dropped)
         delay = 0.0
         for server in self._servers:
             try:
