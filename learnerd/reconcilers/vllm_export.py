@@ -2,8 +2,9 @@
 resolver layout (:mod:`learnerd.store.vllm_layout`), and ``[export.vllm] servers`` have them loaded.
 
 Key: a document path. Level-triggered: ``reconcile(path)`` reads the document's current adapter version and
-publishes it as ``<dir>/<name>@vNNNN/`` (``<name>``: the document's served-model name, its file name
-without ``.dlm``), repoints the alias ``<dir>/<name>`` at it and keeps the newest ``keep`` versions; then, on
+publishes it as ``<dir>/<name>@vNNNN/`` (``<name>``: the document's served-model name, its file name without
+``.dlm``; :mod:`learnerd.store.export_layout`), repoints the alias ``<dir>/<name>`` at it and keeps the newest
+``keep`` versions; then, on
 each server, lists the loaded adapters (``GET /v1/models``), loads the current one under its versioned name
 if missing (``POST /v1/load_lora_adapter``) and unloads the versions of ``<name>`` no longer on disk
 (``POST /v1/unload_lora_adapter``) — :mod:`learnerd.reconcilers.vllm_api`.
@@ -36,7 +37,8 @@ from learnerd.runtime.reconcile import Result, TerminalError
 from learnerd.runtime.workqueue.rate_limiters import ItemExponentialFailureRateLimiter
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import DocumentError, read_document
-from learnerd.store.vllm_layout import ExportRefused, Published, publish
+from learnerd.store.export_layout import ExportRefused, Published, publish
+from learnerd.store.vllm_layout import vllm_adapter_writer
 
 log = structlog.get_logger(__name__)
 
@@ -50,7 +52,7 @@ class VllmExportReconciler:
         docs_roots: where the documents are (the start-up list).
         keep: versions kept per document.
         servers: the vLLM servers told of each version (none: files only).
-        base_model_name: the base's name on the servers (see :func:`~learnerd.store.vllm_layout.publish`).
+        base_model_name: the base's name on the servers (see :func:`~learnerd.store.vllm_layout.vllm_adapter_config`).
         retry_base_s, retry_max_s: a failing server's backoff, seconds, doubling from the first to the second.
         on_failure: called with a server's URL at each failed call (the failures metric).
     """
@@ -108,8 +110,9 @@ class VllmExportReconciler:
         if version is None:
             return Result()
         try:
+            write = vllm_adapter_writer(version, self._base_model_name)
             published = await anyio.to_thread.run_sync(
-                publish, self.directory, path.stem, version, self._keep, self._base_model_name
+                publish, self.directory, path.stem, version.number, self._keep, write
             )
         except ExportRefused as exc:
             self._refused[key] = str(exc)
