@@ -1,4 +1,4 @@
-"""The reconcilers' sections: ``[examples]``, ``[probes]``, ``[export.foyle]``, ``[export.vllm]``, and how their
+"""The reconcilers' sections: ``[examples]``, ``[probes]``, ``[export.*]``, and how their
 controllers run (``[workqueue]``'s rate limiter, ``[controllers.NAME]``: workers, timeout, retries)."""
 
 from __future__ import annotations
@@ -144,8 +144,28 @@ class VllmExportConfig(Section):
         return self
 
 
+class GgufExportConfig(Section):
+    """llama.cpp's GGUF LoRA files: <dir>/<document>@vNNNN.gguf per adapter version, a <dir>/<document>.gguf
+    alias, and the base model's own GGUF file beside them when the base came from one (SmolLM2).
+
+    Off by default. A relative ``dir`` is resolved against the config file's directory. Llama-architecture
+    bases only (docs/export.md).
+    """
+
+    dir: str = ""
+    """e.g. "~/models/learnerd"; empty: off"""
+    keep: int = Field(3, ge=1)
+    """versions kept per document (the alias's target always among them); older ones are removed"""
+
+    @field_validator("dir")
+    @classmethod
+    def _dir_relative_to_the_file(cls, value: str, info: ValidationInfo) -> str:
+        return relative_to_the_file(value, info)
+
+
 class ExportConfig(Section):
     """Copies of what learnerd learned in other tools' formats."""
 
     foyle: FoyleExportConfig = Field(default_factory=FoyleExportConfig)
     vllm: VllmExportConfig = Field(default_factory=VllmExportConfig)
+    gguf: GgufExportConfig = Field(default_factory=GgufExportConfig)

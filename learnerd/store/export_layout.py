@@ -132,3 +132,19 @@ def _remove_leftovers(directory: Path, name: str) -> None:
                 entry.unlink(missing_ok=True)
             else:
                 shutil.rmtree(entry, ignore_errors=True)
+
+
+def place_copy(source: Path, target: Path) -> bool:
+    """Copy ``source`` to ``target`` atomically (temp file beside it, fsync, rename, fsync the directory) unless
+    ``target`` already has ``source``'s size; returns whether it copied. Raises ``OSError``."""
+    if target.is_file() and not target.is_symlink() and target.stat().st_size == source.stat().st_size:
+        return False
+    staging = Path(tempfile.mkdtemp(prefix=f"{_STAGING}{target.name}@", dir=target.parent))
+    try:
+        shutil.copyfile(source, staging / target.name)
+        fsync_tree(staging)
+        os.replace(staging / target.name, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    fsync_dir(target.parent)
+    return True
