@@ -29,9 +29,9 @@ from learnerd.ml.base_model import BaseModelError, resolve_base_model
 from learnerd.ml.gguf_lora import GGUFLoraError, gguf_lora_writer, source_gguf
 from learnerd.reconcilers.spec import ADAPTERS, AdapterCommit, ControllerSpec, Watch, Wiring
 from learnerd.runtime.reconcile import Result, TerminalError
-from learnerd.store.adapters import AdapterStore
+from learnerd.store.adapters import AdapterStore, AdapterVersion
 from learnerd.store.dlm import DocumentError, read_document
-from learnerd.store.export_layout import ExportRefused, place_copy, publish
+from learnerd.store.export_layout import ExportRefused, Published, place_copy, publish
 
 log = structlog.get_logger(__name__)
 
@@ -75,11 +75,7 @@ class GgufExportReconciler:
         if version is None:
             return Result()
         try:
-            base = resolve_base_model(frontmatter.base_model, cache_dir=self._models_dir, relative_to=path.parent)
-            published = await anyio.to_thread.run_sync(
-                publish, self.directory, path.stem, version.number, self._keep,
-                gguf_lora_writer(version.path, base.path), SUFFIX,
-            )  # fmt: skip
+            published, source = await anyio.to_thread.run_sync(self._export, path, frontmatter.base_model, version)
         except (BaseModelError, GGUFLoraError, ExportRefused) as exc:
             self._warnings[key] = f"GGUF export of {key} refused: {exc}"
             log.warning("gguf_export.refused", document=key, reason=str(exc))
@@ -89,7 +85,6 @@ class GgufExportReconciler:
             self.changes["written"] += 1
         if published.dropped:
             self.changes["dropped"] += len(published.dropped)
-        source = await anyio.to_thread.run_sync(source_gguf, frontmatter.base_model, base.path, path.parent)
         if source is None:
             self._warnings[key] = (
                 f"GGUF export of {key}: its base {frontmatter.base_model!r} is not a GGUF file; convert it with "
@@ -98,6 +93,14 @@ class GgufExportReconciler:
         elif await anyio.to_thread.run_sync(place_copy, source, self.directory / source.name):
             self.changes["bases_copied"] += 1
         return Result()
+
+    def _export(self, path: Path, base_model: str, version: AdapterVersion) -> tuple[Published, Path | None]:
+        """(In a worker thread: resolving a GGUF-converted base hashes its file.) The published LoRA and the
+        GGUF file the base came from (None: not from one)."""
+        base = resolve_base_model(base_model, cache_dir=self._models_dir, relative_to=path.parent)
+        write = gguf_lora_writer(version.path, base.path)
+        published = publish(self.directory, path.stem, version.number, self._keep, write, SUFFIX)
+        return published, source_gguf(base_model, base.path, path.parent)
 
 
 def _committed_document(wiring: Wiring, commit: AdapterCommit) -> list[str]:
