@@ -10,8 +10,10 @@ import os
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 from safetensors.torch import load_file
 
+from learnerd.daemon.metrics import DaemonMetrics
 from learnerd.reconcilers.vllm_api import VllmServer as VllmClient
 from learnerd.reconcilers.vllm_export import VllmExportReconciler
 from learnerd.store.adapters import AdapterStore
@@ -131,18 +133,19 @@ async def test_a_failing_server_is_retried_with_backoff_counted_and_shown_while_
 ):
     _, store, doc = trained
     export = tmp_path / "loras"
-    failed: list[str] = []
+    registry = CollectorRegistry()
     with vllm_server() as server:
         server.fail_next = 2
         reconciler = VllmExportReconciler(
             store, export, docs_roots=[doc.parent], servers=[VllmClient(server.url, None, timeout_s=10)],
-            retry_base_s=2.0, retry_max_s=60.0, on_failure=failed.append,
+            retry_base_s=2.0, retry_max_s=60.0, on_failure=DaemonMetrics(registry).vllm_export_failed,
         )  # fmt: skip
         first = await reconciler.reconcile(str(doc))
         assert os.readlink(export / "learned") == "learned@v0002"  # the files do not wait for the server
         second = await reconciler.reconcile(str(doc))
         assert (first.requeue_after, second.requeue_after) == (2.0, 4.0)
-        assert failed == [server.url, server.url] and reconciler.failures[server.url] == 2
+        assert reconciler.failures[server.url] == 2
+        assert registry.get_sample_value("learnerd_vllm_export_failures_total", {"server": server.url}) == 2
         [warning] = reconciler.warnings
         assert server.url in warning and "HTTP 503" in warning
         assert (await reconciler.reconcile(str(doc))).requeue_after is None
