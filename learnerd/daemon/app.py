@@ -9,6 +9,8 @@ Data flow (DESIGN.md), as the specs' watches declare it (:mod:`learnerd.reconcil
         └─► "probes" (document paths) ─► ProbesReconciler
     .dlm saved / POST /rpc ─► TrainingIntake (watch, debounce, journal) ─► "training" ─► TrainingReconciler
         ─ADAPTERS(commit)─► "evaluation" (document path) ─► EvaluationReconciler ─(auto_harvest)─► the document
+                          ├► "vllm_export" (document path, with [export.vllm] dir) ─► VllmExportReconciler
+                          ├► "gguf_export" (document path, with [export.gguf] dir) ─► GgufExportReconciler
                           └► the served models (hot swap)
 
 The table is :data:`learnerd.daemon.controllers.CONTROLLERS`; :meth:`Daemon.notify` fans every producer's

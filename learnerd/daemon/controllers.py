@@ -7,7 +7,16 @@ model queues and what feeds it. Adding a reconciler: its module (with its ``SPEC
 
 from __future__ import annotations
 
-from learnerd.reconcilers import embeddings, evaluation, examples, foyle_export, probes, training
+from learnerd.reconcilers import (
+    embeddings,
+    evaluation,
+    examples,
+    foyle_export,
+    gguf_export,
+    probes,
+    training,
+    vllm_export,
+)
 from learnerd.reconcilers.spec import ControllerSpec
 
 CONTROLLERS: tuple[ControllerSpec, ...] = (
@@ -16,6 +25,8 @@ CONTROLLERS: tuple[ControllerSpec, ...] = (
     foyle_export.SPEC,
     probes.SPEC,
     evaluation.SPEC,
+    vllm_export.SPEC,
+    gguf_export.SPEC,
     training.SPEC,
 )
 

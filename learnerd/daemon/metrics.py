@@ -24,6 +24,8 @@
   scrape (:func:`learnerd.store.suggestions.counts`: totals kept in the database, so they survive restarts;
   every replica of a fleet reports the same totals). Here ``document`` is the ``dlm_id``, as in the answers'
   ``system_fingerprint``.
+* ``learnerd_vllm_export_failures_total{server}``: failed calls to a vLLM server of ``[export.vllm] servers``
+  (each retried with backoff; :mod:`learnerd.reconcilers.vllm_export`).
 
 The ``document`` label is the document's path, as the training and evaluation keys are.
 """
@@ -183,6 +185,13 @@ class DaemonMetrics:
             registry=registry,
         )
 
+        self.vllm_export_failures = Counter(
+            "learnerd_vllm_export_failures",
+            "Failed calls to a vLLM server of [export.vllm] servers (retried with backoff), by server URL.",
+            ["server"],
+            registry=registry,
+        )
+
     def watch_progress(self, source: ProgressSource) -> None:
         """Export the progress ``source`` reports (:class:`ProgressCollector`); call it once."""
         self._registry.register(ProgressCollector(source))
@@ -210,6 +219,10 @@ class DaemonMetrics:
     def evaluation_failed(self, path: Path) -> None:
         """The evaluation reconciler's ``on_failure`` hook."""
         self.evaluation_failures.labels(str(path)).inc()
+
+    def vllm_export_failed(self, server: str) -> None:
+        """The vLLM export reconciler's ``on_failure`` hook."""
+        self.vllm_export_failures.labels(server).inc()
 
     def evaluated(self, path: Path, report: Report) -> None:
         """The evaluation reconciler's ``on_report`` hook."""

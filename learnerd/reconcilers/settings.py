@@ -1,7 +1,9 @@
-"""The reconcilers' sections: ``[examples]``, ``[probes]``, ``[export.foyle]``, and how their controllers run
-(``[workqueue]``'s rate limiter, ``[controllers.NAME]``: workers, timeout, retries)."""
+"""The reconcilers' sections: ``[examples]``, ``[probes]``, ``[export.*]``, and how their
+controllers run (``[workqueue]``'s rate limiter, ``[controllers.NAME]``: workers, timeout, retries)."""
 
 from __future__ import annotations
+
+from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -92,7 +94,78 @@ class FoyleExportConfig(Section):
         return relative_to_the_file(value, info)
 
 
+class VllmExportConfig(Section):
+    """vLLM's LoRA resolver layout: <dir>/<document>@vNNNN/ per adapter version and a <dir>/<document> alias.
+
+    Off by default. A relative ``dir`` is resolved against the config file's directory. ``servers`` are
+    vLLM servers' root URLs (``http://host:8000``, started with ``--enable-lora`` and
+    ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``): each new version is loaded there with
+    ``POST /v1/load_lora_adapter`` under its versioned name, each version dropped from ``dir`` unloaded.
+    """
+
+    dir: str = ""
+    """e.g. "/srv/vllm/loras" (vLLM's VLLM_LORA_RESOLVER_CACHE_DIR); empty: off"""
+    keep: int = Field(3, ge=1)
+    """versions kept per document (the alias's target always among them); older ones are removed"""
+    base_model_name: str = ""
+    """the base model's name on the vLLM servers (its --served-model-name), written as the adapters'
+    base_model_name_or_path: vLLM's filesystem resolver loads only adapters naming it; empty: peft's own"""
+    servers: list[str] = Field(default_factory=list)
+    """vLLM servers told of each version, e.g. ["http://gpu1:8000"]; empty: files only"""
+    token_env: str = Field("VLLM_API_KEY", min_length=1)
+    """the environment variable holding the servers' bearer token (vLLM's --api-key); unset: no token"""
+    timeout_s: float = Field(10.0, gt=0)
+    """one call to a server gives up after this many seconds"""
+    retry_base_s: float = Field(1.0, gt=0)
+    """a failed call is retried after this many seconds, doubling per failure ..."""
+    retry_max_s: float = Field(300.0, gt=0)
+    """... up to this many seconds between tries (retried until it succeeds)"""
+
+    @field_validator("dir")
+    @classmethod
+    def _dir_relative_to_the_file(cls, value: str, info: ValidationInfo) -> str:
+        return relative_to_the_file(value, info)
+
+    @field_validator("servers")
+    @classmethod
+    def _server_roots(cls, value: list[str]) -> list[str]:
+        roots = []
+        for url in value:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.netloc or parts.path.strip("/") or parts.query:
+                raise ValueError(f"[export.vllm] servers: {url!r} is not a root URL (http://host:port, no /v1)")
+            roots.append(f"{parts.scheme}://{parts.netloc}")
+        return roots
+
+    @model_validator(mode="after")
+    def _retry_range(self) -> VllmExportConfig:
+        if self.retry_max_s < self.retry_base_s:
+            raise ValueError("retry_max_s must be at least retry_base_s")
+        return self
+
+
+class GgufExportConfig(Section):
+    """llama.cpp's GGUF LoRA files: <dir>/<document>@vNNNN.gguf per adapter version, a <dir>/<document>.gguf
+    alias, and the base model's own GGUF file beside them when the base came from one (SmolLM2).
+
+    Off by default. A relative ``dir`` is resolved against the config file's directory. Llama-architecture
+    bases only (docs/export.md).
+    """
+
+    dir: str = ""
+    """e.g. "~/models/learnerd"; empty: off"""
+    keep: int = Field(3, ge=1)
+    """versions kept per document (the alias's target always among them); older ones are removed"""
+
+    @field_validator("dir")
+    @classmethod
+    def _dir_relative_to_the_file(cls, value: str, info: ValidationInfo) -> str:
+        return relative_to_the_file(value, info)
+
+
 class ExportConfig(Section):
-    """Copies of the learned examples in other tools' formats."""
+    """Copies of what learnerd learned in other tools' formats."""
 
     foyle: FoyleExportConfig = Field(default_factory=FoyleExportConfig)
+    vllm: VllmExportConfig = Field(default_factory=VllmExportConfig)
+    gguf: GgufExportConfig = Field(default_factory=GgufExportConfig)

@@ -41,7 +41,7 @@ def test_a_controller_section_keeps_the_defaults_it_does_not_mention(tmp_path):
 
 
 def test_a_controller_table_must_name_a_controller(tmp_path):
-    names = "examples, embeddings, foyle_export, probes, evaluation, training"
+    names = "examples, embeddings, foyle_export, probes, evaluation, vllm_export, gguf_export, training"
     with pytest.raises(ConfigError, match=rf"\[controllers.custom\].*{names}"):
         load_config(write(tmp_path, "[controllers.custom]\nworkers = 3\n"))
 

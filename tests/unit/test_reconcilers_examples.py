@@ -1,3 +1,5 @@
+import logging
+
 import pytest
 import structlog.testing
 
@@ -137,8 +139,13 @@ async def test_example_written_logs_its_id_and_log_line_at_info_and_its_text_onl
         apply_event(conn, BlockEvent("b1", "learnerd", 1.0, context=CONTEXT), 1.0, LineOrigin("/logs/a.jsonl", 1))
         run = BlockEvent("b1", "learnerd", 2.0, executed=Cell("code", "du -sh .", "bash"), exit_code=0)
         apply_event(conn, run, 2.0, LineOrigin("/logs/a.jsonl", 2))
-    with structlog.testing.capture_logs() as logs:
-        await rec.reconcile("b1")
+    previous = structlog.get_config()["wrapper_class"]  # an earlier test may have configured info level
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    try:
+        with structlog.testing.capture_logs() as logs:
+            await rec.reconcile("b1")
+    finally:
+        structlog.configure(wrapper_class=previous)
     (written,) = [e for e in logs if e["event"] == "example written"]
     assert written["log_level"] == "info"
     assert {k: written[k] for k in ("example_id", "reader", "file", "line")} == {
