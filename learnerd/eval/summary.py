@@ -86,12 +86,18 @@ def _recall_rows(table: Table, recall: Sequence[ProbeResult]) -> None:
 
 
 def render_history(points: Sequence[HistoryPoint], console: Console, *, title: str) -> None:
-    """One row per evaluated adapter version: probe pass rate, overall score and band, verdict counts."""
+    """One row per evaluated adapter version: probe pass rate, overall score and band, verdict counts, the
+    promotion gate's outcome (``current`` marks the version served now); then, per rejected version, why."""
     table = Table(title=title, title_justify="left")
-    for col in ("version", "probe pass rate", "score", "band", "pass / fail / warn / skip / error", "evaluated"):
+    columns = ("version", "probe pass rate", "score", "band", "pass / fail / warn / skip / error", "gate", "evaluated")
+    for col in columns:
         table.add_column(col, justify="right" if col in ("probe pass rate", "score") else "left")
     for p in points:
         rate = "-" if p.pass_rate is None else f"{p.pass_rate:.0%} ({p.passed}/{p.judged})"
         counts = " / ".join(str(p.verdicts.get(v.value, 0)) for v in Verdict)
-        table.add_row(p.name, rate, f"{p.score:.3f}", p.band, counts, p.finished_at)
+        gate = (p.gate or "-") + (" (current)" if p.current else "")
+        table.add_row(p.name, rate, f"{p.score:.3f}", p.band, counts, gate, p.finished_at)
     console.print(table)
+    for p in points:
+        if p.gate == "rejected":
+            console.print(f"{p.name} rejected: " + "; ".join(p.gate_reasons), markup=False)

@@ -134,6 +134,13 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (document, version)
     )
     """,
+    # 5: an adapter version is committed as a candidate and promoted by the promotion gate
+    # (docs/evaluation.md); a row's promoted_at marks it promoted, the newest promoted row is current. Rows
+    # committed before were current when committed: they count as promoted.
+    """
+    ALTER TABLE adapter_commits ADD COLUMN promoted_at REAL;
+    UPDATE adapter_commits SET promoted_at = committed_at
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
