@@ -399,6 +399,12 @@ class AdapterStore:
         if ref == "current":
             version = self.current(doc_key)
             if version is None:
+                latest = self.latest(doc_key)
+                if latest is not None:
+                    raise AdapterStoreError(
+                        f"document {doc_key!r} has no promoted adapter yet (its candidate {latest.name} was not "
+                        f"promoted by the promotion gate; name it as {latest.name} to use it anyway)"
+                    )
                 raise AdapterStoreError(f"document {doc_key!r} has no adapter yet")
             return version
         match = _REF_RE.match(str(ref))

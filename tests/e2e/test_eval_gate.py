@@ -2,7 +2,7 @@
 the tiny model learns is promoted; a bad cycle of the same document (``learning_rate: 0.5``, trained fresh)
 is rejected — ``current`` does not move, a real ``learnerd run`` serves the previous version to the official
 ``openai`` client and names the rejected one in ``/v1/models``, and the rejection is shown by
-``learnerd ctl status`` and ``learnerd eval --history``; training the rejected rows again trains nothing."""
+``learnerd ctl status`` and ``learnerd eval --history``; the next cycle plans from the current version."""
 
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ def test_a_bad_cycle_is_rejected_and_the_previous_version_stays_served(tmp_path:
     assert store.current(dlm_id).name == "v0001" and store.rejected(dlm_id)[0].name == "v0002"
     assert (store.resolve(dlm_id, 2).path / "eval.json").is_file()  # kept for inspection
 
-    again = run_cli("train", str(doc), *config)  # the same rows and training block: not trained again
-    assert again.stdout.startswith("nothing to train: the rows are unchanged since v0002, which the promotion gate")
+    again = run_cli("train", str(doc), *config)  # the next cycle plans from the current version, not the rejected
+    assert again.stdout == "nothing to train: the rows are unchanged since v0001\n"
 
     history = json.loads(run_cli("eval", str(doc), "--history", "--json", *config).stdout)
     assert [(p["name"], p["gate"], p["current"]) for p in history] == [

@@ -151,6 +151,9 @@ def test_a_rejected_candidate_keeps_its_directory_and_verdict(tmp_path, adapter_
     store.record_verdict(v1, verdict)
     assert v1.verdict() == verdict and store.rejected("doc") == (v1, verdict)
     assert store.current("doc") is None and (v1.path / "adapter_config.json").is_file()
+    with pytest.raises(AdapterStoreError, match=r"no promoted adapter yet \(its candidate v0001"):
+        store.resolve("doc", "current")
+    assert store.resolve("doc", "v1") == v1
     (v1.path / "verdict.json").write_text("{not json")
     with pytest.raises(AdapterStoreError, match="unreadable gate verdict"):
         v1.verdict()
