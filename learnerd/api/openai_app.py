@@ -253,15 +253,35 @@ class OpenAIEndpoint:
         loading = self.served.loading()
         return None if loading is None else f"loading the base model {loading!r} (requests wait for it)"
 
+    def _rejected(self, doc_keys: list[str]) -> dict[str, dict[str, Any] | None]:
+        """Per document key: its newest candidate when the promotion gate rejected it (``{"version", "reasons"}``;
+        never served), else None (also when its verdict cannot be read: logged)."""
+        out: dict[str, dict[str, Any] | None] = {}
+        for key in doc_keys:
+            try:
+                rejected = self.served.adapters.rejected(key)
+            except AdapterStoreError as exc:
+                log.warning("unreadable gate verdict", doc_key=key, error=str(exc))
+                rejected = None
+            out[key] = (
+                {"version": rejected[0].name, "reasons": list(rejected[1].reasons)} if rejected is not None else None
+            )
+        return out
+
     async def list_models(self, request: web.Request) -> web.Response:
         self.check_ready()
         models = await anyio.to_thread.run_sync(self.catalog.models)
+        rejected = await anyio.to_thread.run_sync(self._rejected, [m.doc_key for m in models if m.doc_key])
         cards = []
         for m in models:
             version = self.served.current_version(m.doc_key) if m.doc_key else None
-            extra = {"kind": "document" if m.doc_key else "base", "base_model": m.base_model}
+            extra: dict[str, Any] = {"kind": "document" if m.doc_key else "base", "base_model": m.base_model}
             if m.doc_key:
-                extra.update(dlm_id=m.doc_key, adapter=version.name if version is not None else None)
+                extra.update(
+                    dlm_id=m.doc_key,
+                    adapter=version.name if version is not None else None,
+                    rejected=rejected[m.doc_key],
+                )
             cards.append(ModelCard(id=m.id, created=self.started, learnerd=extra).model_dump())
         return web.json_response({"object": "list", "data": cards})
 

@@ -114,7 +114,8 @@ class Usage(BaseModel):
 
 
 class ModelCard(BaseModel):
-    """One entry of ``GET /v1/models``; ``learnerd`` says what it serves (base, document, adapter version)."""
+    """One entry of ``GET /v1/models``; ``learnerd`` says what it serves (base, document, adapter version) and,
+    for a document, the candidate the promotion gate ``rejected`` (``{"version", "reasons"}``, or None)."""
 
     id: str
     object: Literal["model"] = "model"

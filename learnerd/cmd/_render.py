@@ -260,12 +260,13 @@ def _in_flight(controllers: dict[str, Any]) -> Any:
 
 
 def _documents(documents: dict[str, Any]) -> Any:
-    """Per document: the version served, the candidates in training and evaluation, and the last score."""
+    """Per document: the version served, the candidates in training and evaluation, the last score, and the
+    candidate the promotion gate rejected (with why)."""
     from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="documents", title_justify="left")
-    for column in ("document", "served", "training", "evaluation", "last score"):
+    for column in ("document", "served", "training", "evaluation", "last score", "rejected"):
         table.add_column(column)
     for path, d in documents.items():
         training, evaluation, last = d["training"], d["evaluation"], d["last_score"]
@@ -282,6 +283,7 @@ def _documents(documents: dict[str, Any]) -> Any:
             candidate(training),
             candidate(evaluation),
             f"{last['score']:.3f} ({last['band']}, {last['version']})" if last else "—",
+            _rejected(d.get("rejected")),
         )
     return table
 
@@ -303,6 +305,14 @@ def _suggestions(totals: dict[str, dict[str, dict[str, int]]]) -> Any:
         for version, n in versions.items():
             table.add_row(escape(document), version, *(str(n.get(o, 0)) for o in OUTCOMES))
     return table
+
+
+def _rejected(rejected: dict[str, Any] | None) -> str:
+    from rich.markup import escape
+
+    if rejected is None:
+        return "—"
+    return escape(f"{rejected['version']}: " + "; ".join(rejected["reasons"]))
 
 
 def print_fleet(fleet: dict[str, Any]) -> None:

@@ -1,16 +1,24 @@
-"""``learnerd train DOC``: one training cycle of one .dlm document, in the foreground.
+"""``learnerd train DOC``: one training cycle of one .dlm document, then its evaluation and promotion gate, in
+the foreground.
 
 The cycle the daemon's training reconciler runs (``learnerd.reconcilers.training``): probes injected over
 RPC and still pending in the journal are written into the document first, then the document's rows are
 compared with its current adapter — nothing to train when they are unchanged, else a fresh or incremental
-cycle in a child process, committed as the next adapter version under ``<state_dir>/adapters/<dlm_id>/``.
-Progress (steps, loss, time left) is a bar on stderr on a terminal; when stdout is not a terminal it is
-lines on stdout instead (``learnerd.cmd._progress``). The outcome goes to stdout (``--json``: one JSON
-object, and no progress lines).
+cycle in a child process, committed as the next adapter version under ``<state_dir>/adapters/<dlm_id>/``: a
+candidate. Then, as the daemon's evaluation reconciler does, the candidate is evaluated and the promotion
+gate decides (docs/evaluation.md, "The promotion gate"): promoted, it becomes the current version that
+``learnerd generate``, ``learnerd eval`` and the served model use; rejected, it is kept with its report and
+verdict and the current version stays. A candidate left undecided by an earlier, interrupted run is decided
+the same way. Progress (steps, loss, time left; then the evaluation's steps) is a bar on stderr on a
+terminal; when stdout is not a terminal it is lines on stdout instead (``learnerd.cmd._progress``). The
+outcome and the verdict go to stdout (``--json``: one JSON object with a ``gate`` member, and no progress
+lines).
 
-Exit status: 0 after a committed version or when there is nothing to train; 1 for a missing or invalid
-document, an unknown base model, a device this machine lacks, a ``training`` block learnerd cannot train,
-a failed training process, or a state directory held by a running daemon (which trains its documents itself).
+Exit status: 0 after a promoted version or when there is nothing to train; 1 when the gate rejected the
+candidate, when its evaluation failed (it is not promoted; the next run or the daemon evaluates it again),
+for a missing or invalid document, an unknown base model, a device this machine lacks, a ``training`` block
+learnerd cannot train, a failed training process, or a state directory held by a running daemon (which
+trains its documents itself).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ def train(args: argparse.Namespace) -> int:
     from learnerd.ml.base_model import BaseModelError
     from learnerd.ml.device import DeviceError
     from learnerd.ml.train_runner import TrainingFailed
+    from learnerd.reconcilers.evaluation import evaluation_reconciler
     from learnerd.reconcilers.training import DuplicateDocumentError, training_reconciler
     from learnerd.store.dlm import DocumentError, TrainingConfigError
     from learnerd.store.probe_journal import JournalError
@@ -79,14 +88,86 @@ def train(args: argparse.Namespace) -> int:
             raise CommandError(f"{path}: training failed: {exc}") from exc
         finally:
             journal.close()
+        outcome = report.to_dict()
+        if report.outcome.version is not None or _undecided(reconciler.store, report.doc_key):
+            if not args.json:
+                print(_describe(outcome), flush=True)
+            gated = _gate(evaluation_reconciler(cfg), path, args.json)
+            outcome["gate"] = _verdict(gated)
+            print(json.dumps(outcome, indent=2) if args.json else _describe_gate(outcome["gate"]))
+            return 0 if gated.verdict.promoted else 1
     finally:
         lock.release()
-    outcome = report.to_dict()
-    if args.json:
-        print(json.dumps(outcome, indent=2))
-    else:
-        print(_describe(outcome))
+    print(json.dumps(outcome, indent=2) if args.json else _describe(outcome))
     return 0
+
+
+def _undecided(store: Any, doc_key: str) -> bool:
+    """The document has a candidate without a verdict (an earlier run was interrupted before deciding)."""
+    candidate = store.candidate(doc_key)
+    return candidate is not None and candidate.verdict() is None
+
+
+def _gate(evaluation: Any, path: Path, as_json: bool) -> Any:
+    """Evaluate the candidate and decide on it (:meth:`~learnerd.reconcilers.evaluation.EvaluationReconciler.gate`),
+    showing the evaluation's steps; a failed evaluation is a :class:`CommandError` (nothing was promoted)."""
+    import anyio
+
+    from learnerd.ml.base_model import BaseModelError
+    from learnerd.ml.device import DeviceError
+    from learnerd.store.dlm import DocumentError
+
+    try:
+        gated = anyio.run(_evaluate, evaluation, path, as_json)
+    except (BaseModelError, DeviceError, DocumentError) as exc:
+        raise CommandError(str(exc)) from exc
+    except Exception as exc:  # an evaluation that fails never promotes: say so and exit 1
+        raise CommandError(
+            f"{path}: the candidate's evaluation failed ({type(exc).__name__}: {exc}); it is not promoted "
+            "(learnerd train or the daemon evaluates it again)"
+        ) from exc
+    assert gated is not None  # a candidate exists
+    return gated
+
+
+async def _evaluate(evaluation: Any, path: Path, as_json: bool) -> Any:
+    import anyio
+    import anyio.to_thread
+    from rich.console import Console
+
+    from learnerd.cmd._progress import progress_display
+
+    task = f"evaluate {path.name}"
+    with progress_display(Console(stderr=True), lines=not as_json) as display:
+        async with anyio.create_task_group() as tg:
+
+            async def show() -> None:
+                while True:
+                    for p in evaluation.progress().values():
+                        display.update(task, p["step"], p["total"], version=p.get("version"))
+                    await anyio.sleep(0.5)
+
+            tg.start_soon(show)
+            gated = await anyio.to_thread.run_sync(evaluation.gate, str(path))
+            tg.cancel_scope.cancel()
+    return gated
+
+
+def _verdict(gated: Any) -> dict[str, Any]:
+    """The gate's verdict as plain data (``gate`` of ``--json``)."""
+    return {"version": gated.version.name, **gated.verdict.to_dict()}
+
+
+def _describe_gate(g: dict[str, Any]) -> str:
+    from learnerd.store.adapters import version_name
+
+    lines = [f"{g['outcome']} {g['version']}" + (": now the current version" if g["outcome"] == "promoted" else "")]
+    for check in g["checks"]:
+        lines.append(f"  {check['name']}: {check['outcome']} — {check['detail']}")
+    if g["outcome"] == "rejected":
+        current = version_name(g["baseline"]) if g["baseline"] is not None else "none (the base model is served)"
+        lines.append(f"  kept for inspection, never served; the current version stays {current}")
+    return "\n".join(lines)
 
 
 async def _cycle(reconciler: Any, path: Path, fresh: bool, as_json: bool) -> Any:

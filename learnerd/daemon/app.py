@@ -8,10 +8,10 @@ Data flow (DESIGN.md), as the specs' watches declare it (:mod:`learnerd.reconcil
         ├─► "foyle_export" (example id, with [export.foyle] dir) ─► FoyleExportReconciler
         └─► "probes" (document paths) ─► ProbesReconciler
     .dlm saved / POST /rpc ─► TrainingIntake (watch, debounce, journal) ─► "training" ─► TrainingReconciler
-        ─ADAPTERS(commit)─► "evaluation" (document path) ─► EvaluationReconciler ─(auto_harvest)─► the document
-                          ├► "vllm_export" (document path, with [export.vllm] dir) ─► VllmExportReconciler
-                          ├► "gguf_export" (document path, with [export.gguf] dir) ─► GgufExportReconciler
-                          └► the served models (hot swap)
+        ─ADAPTERS(candidate)─► "evaluation" (document path) ─► EvaluationReconciler ─(auto_harvest)─► the document
+             promotion gate ─PROMOTIONS(promoted)─► "vllm_export" ([export.vllm] dir) ─► VllmExportReconciler
+                                                  ├► "gguf_export" ([export.gguf] dir) ─► GgufExportReconciler
+                                                  └► the served models (hot swap), learnerd_adapter_version
 
 The table is :data:`learnerd.daemon.controllers.CONTROLLERS`; :meth:`Daemon.notify` fans every producer's
 event out to the specs that watch it. One SQLite connection and one event loop serve the analyzer and the
@@ -20,7 +20,8 @@ work run in worker threads.
 
 Start-up is level-triggered, like an informer's initial list: every block id goes on the "examples"
 queue, every example (and every orphan vector) on "embeddings", every routable document on "probes",
-every document with an adapter on "evaluation" (it evaluates the current version if it has no report).
+every document with an adapter on "evaluation" (it evaluates a version that has no report, and decides on a
+candidate that has no verdict: a promotion interrupted by a crash is made then).
 Reconcilers skip whatever is already current, so a restart after a crash (``kill -9`` between a
 block's commit and its example's) converges, and a restart with nothing new changes nothing.
 
@@ -68,7 +69,7 @@ from learnerd.daemon import controllers, wiring
 from learnerd.daemon.config import Config
 from learnerd.daemon.controllers import MODEL_QUEUES, TRAINING
 from learnerd.daemon.metrics import DaemonMetrics
-from learnerd.eval.history import current_versions
+from learnerd.eval.history import adapter_documents, current_versions
 from learnerd.fleet.fleet import fleet_for
 from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.embedders import Embedder, LazyEmbedder, embedder_dim, embedder_name, make_embedder
@@ -78,7 +79,14 @@ from learnerd.reconcilers.embeddings import EmbeddingsReconciler
 from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.reconcilers.examples import ExamplesReconciler
 from learnerd.reconcilers.probes import ProbesReconciler, document_router
-from learnerd.reconcilers.spec import ADAPTERS, BLOCKS, EXAMPLES, AdapterCommit, ControllerSpec, ExampleChange
+from learnerd.reconcilers.spec import (
+    BLOCKS,
+    EXAMPLES,
+    PROMOTIONS,
+    AdapterPromotion,
+    ControllerSpec,
+    ExampleChange,
+)
 from learnerd.reconcilers.training import TrainingReconciler
 from learnerd.runtime.controller import Controller, ControllerStats
 from learnerd.runtime.controller_metrics import ControllerMetrics
@@ -192,10 +200,10 @@ class Daemon:
                 self._wire(spec)
         self.metrics.watch_progress(self.progress)
         #: Document path → its key in the adapter store (its ``dlm_id``), for every document known to have an
-        #: adapter: those with a current version at start-up (whose ``learnerd_adapter_version`` is set now),
-        #: then each one committed.
-        self.document_keys: dict[str, str] = self._current_adapters()
-        self.listen(ADAPTERS, self._adapter_committed)
+        #: adapter: those with a version at start-up (whose current version's ``learnerd_adapter_version`` is set
+        #: now), then each one promoted.
+        self.document_keys: dict[str, str] = self._known_adapters()
+        self.listen(PROMOTIONS, self._adapter_promoted)
         #: Events accepted by ``POST /v1/blocks``, tailed by the analyzer beside ``log_dirs`` (always, so events
         #: acknowledged before a restart without ``--listen-rpc`` are still read).
         self.ingest = IngestLog(layout.ingest_dir)
@@ -221,7 +229,7 @@ class Daemon:
         #: The models of the OpenAI-compatible endpoint (``[serve] listen``), else None.
         self.served: ServedModels | None = wiring.served_models(cfg) if cfg.serve.listen else None
         if self.served is not None:
-            self.listen(ADAPTERS, self._serve_committed)
+            self.listen(PROMOTIONS, self._serve_promoted)
         if self.fleet is not None and self.served is not None:
             self.fleet.adapters_changed = self.served.refresh
         if self.training is not None:
@@ -342,19 +350,21 @@ class Daemon:
         """Call ``listener(event)`` for every event of ``source`` (after the specs' queues got their keys)."""
         self._listeners.setdefault(source, []).append(listener)
 
-    def _current_adapters(self) -> dict[str, str]:
-        """The documents under ``docs_dirs`` with a current adapter version (path → key), their versions
-        exported as ``learnerd_adapter_version``."""
+    def _known_adapters(self) -> dict[str, str]:
+        """The documents under ``docs_dirs`` with an adapter version, promoted or a candidate (path → key); their
+        current versions exported as ``learnerd_adapter_version``."""
         store = adapter_store(self.cfg)
         try:
-            versions = current_versions(store, self.cfg.layout.docs_roots)
+            current = current_versions(store, self.cfg.layout.docs_roots)
+            known = adapter_documents(store, self.cfg.layout.docs_roots)
         finally:
             store.close()
-        self.metrics.current_adapters({str(path): version.number for path, version in versions.items()})
-        return {str(path): version.doc_key for path, version in versions.items()}
+        self.metrics.current_adapters({str(path): version.number for path, version in current.items()})
+        return {str(path): version.doc_key for path, version in known.items()}
 
-    def _adapter_committed(self, commit: AdapterCommit) -> None:
-        self.document_keys[str(commit.doc_path)] = commit.version.doc_key
+    def _adapter_promoted(self, promotion: AdapterPromotion) -> None:
+        self.document_keys[str(promotion.doc_path)] = promotion.version.doc_key
+        self.metrics.promoted(str(promotion.doc_path), promotion.version.number)
 
     def progress(self) -> dict[str, dict[str, dict[str, Any]]]:
         """Each controller whose reconciler reports progress (a
@@ -366,11 +376,11 @@ class Daemon:
             if isinstance(r, ProgressReporter)
         }
 
-    def _serve_committed(self, commit: AdapterCommit) -> None:
-        """Serve a committed version to new chat completions (``[serve]``; requests in flight finish on the
+    def _serve_promoted(self, promotion: AdapterPromotion) -> None:
+        """Serve a promoted version to new chat completions (``[serve]``; requests in flight finish on the
         version they started with)."""
         assert self.served is not None
-        self.served.adapter_committed(commit.version, wiring.served_model(commit.doc_path))
+        self.served.adapter_promoted(promotion.version, wiring.served_model(promotion.doc_path))
 
     def record_served(self, answer: ServedAnswer) -> str | None:
         """Remember an answer served: redacted, then a served block and an open suggestion in one transaction

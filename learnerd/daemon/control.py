@@ -64,9 +64,11 @@ def document_status(
     evaluation: dict[str, dict[str, Any]],
 ) -> dict[str, dict[str, Any]]:
     """Per document that has an adapter or a cycle in flight, by path: its ``doc_key``; the version ``served``
-    (the store's current one); the candidate in ``training`` (its progress and the ``version`` it will be
-    committed as) and the version in ``evaluation`` (its progress), each None when there is none; and the
-    ``last_score`` (``{"version", "score", "band"}`` of the newest evaluated version, or None). ``document_keys``
+    (the store's current one, the last promoted); the candidate in ``training`` (its progress and the
+    ``version`` it will be committed as) and the version in ``evaluation`` (its progress), each None when there
+    is none; the ``last_score`` (``{"version", "score", "band"}`` of the newest evaluated version, or None); and
+    ``rejected`` (``{"version", "reasons", "decided_at"}``: the newest candidate when the promotion gate rejected
+    it, else None). ``document_keys``
     maps paths to store keys; ``training`` and ``evaluation`` are those controllers' progress. A document whose
     store entry cannot be read gets an ``error`` instead of what it could not read."""
     keys = {**{path: p["doc_key"] for path, p in training.items()}, **document_keys}
@@ -79,11 +81,13 @@ def document_status(
             "training": None,
             "evaluation": evaluation.get(path),
             "last_score": None,
+            "rejected": None,
         }
         try:
             versions = store.list_versions(key) if key is not None else []
             current = store.current(key) if key is not None else None
             last = last_report(store, key) if key is not None else None
+            rejected = store.rejected(key) if key is not None else None
         except (AdapterStoreError, OSError) as exc:
             entry["error"] = str(exc)
         else:
@@ -94,6 +98,13 @@ def document_status(
             if last is not None:
                 version, score = last[0], last[1].score
                 entry["last_score"] = {"version": version.name, "score": score.overall, "band": score.band}
+            if rejected is not None:
+                version, verdict = rejected
+                entry["rejected"] = {
+                    "version": version.name,
+                    "reasons": list(verdict.reasons),
+                    "decided_at": verdict.decided_at,
+                }
         documents[path] = entry
     return documents
 

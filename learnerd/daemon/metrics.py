@@ -6,7 +6,8 @@
 * ``learnerd_training_cycle_duration_seconds``: wall seconds of each trained cycle (histogram);
 * ``learnerd_training_loss_nats{document}``: final training loss, nats per token, of each document's last cycle;
 * ``learnerd_adapter_version{document}``: the current adapter version of each document — the ones current at
-  start-up, then each one committed;
+  start-up, then each one promoted (a committed candidate is not current until the promotion gate passes it);
+* ``learnerd_promotions_total{outcome}``: the promotion gate's decisions, ``promoted`` or ``rejected``;
 * ``learnerd_training_progress{document}``, ``learnerd_training_steps_done{document}``,
   ``learnerd_training_steps_planned{document}``: each training cycle in flight — optimizer steps done / planned
   (in [0, 1]), steps done, steps planned (from the start of its training process, until it ends);
@@ -49,6 +50,7 @@ from learnerd.analyzer.ingest import STORE_ERRORS
 from learnerd.eval.report import Report
 from learnerd.eval.score import recall_counts
 from learnerd.reconcilers.training import CycleReport
+from learnerd.store.adapters import GateVerdict
 
 #: Training cycles last seconds to hours.
 CYCLE_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0)
@@ -149,10 +151,18 @@ class DaemonMetrics:
         )
         self.adapter_version = Gauge(
             "learnerd_adapter_version",
-            "The document's current adapter version (current at start-up, or committed since).",
+            "The document's current adapter version (current at start-up, or promoted since).",
             ["document"],
             registry=registry,
         )
+        self.promotions = Counter(
+            "learnerd_promotions",
+            "The promotion gate's decisions on candidate adapter versions, by outcome (promoted, rejected).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in ("promoted", "rejected"):
+            self.promotions.labels(outcome)
         self.evaluations = Counter("learnerd_evaluations", "Evaluation reports written.", registry=registry)
         self.evaluation_failures = Counter(
             "learnerd_evaluation_failures",
@@ -214,7 +224,14 @@ class DaemonMetrics:
             document = str(report.path)
             self.training_duration.observe(report.duration_s)
             self.training_loss.labels(document).set(result.final_loss)
-            self.adapter_version.labels(document).set(outcome.version.number)
+
+    def promoted(self, document: str, number: int) -> None:
+        """``learnerd_adapter_version`` of a document whose version ``number`` was promoted."""
+        self.adapter_version.labels(document).set(number)
+
+    def gate_verdict(self, path: Path, verdict: GateVerdict) -> None:
+        """The evaluation reconciler's ``on_verdict`` hook."""
+        self.promotions.labels(verdict.outcome).inc()
 
     def evaluation_failed(self, path: Path) -> None:
         """The evaluation reconciler's ``on_failure`` hook."""

@@ -3,8 +3,9 @@
 A report is written beside the adapter version it evaluated: ``<adapters>/<doc_key>/versions/vNNNN/
 eval.json`` (:func:`report_path`), atomically. A document's key in the adapter store is its frontmatter
 ``dlm_id`` (:func:`adapter_key`: dlm keys its own store the same way), so renaming or moving the file
-keeps its adapters. :func:`current_versions` finds the documents that have an adapter; :func:`history` reads
-every version's report back, :func:`last_report` the newest; :func:`plot_history` draws the probe pass rate,
+keeps its adapters. :func:`current_versions` finds the documents that have a current (promoted) adapter,
+:func:`adapter_documents` those with any version; :func:`history` reads every version's report back with the
+promotion gate's verdict, :func:`last_report` the newest; :func:`plot_history` draws the probe pass rate,
 overall score and retention per version — and, given them, each version's training loss per step (from its
 ``manifest.json``) — into a PNG (matplotlib, Agg backend).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import io
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,14 +45,25 @@ def report_path(version: AdapterVersion) -> Path:
 
 
 def current_versions(store: AdapterStore, docs_roots: Sequence[Path]) -> dict[Path, AdapterVersion]:
-    """Every ``.dlm`` document under the directories ``docs_roots`` that has a current adapter version → that
-    version, in path order. A document that cannot be read or parsed, or whose store entry is unreadable, is
-    logged and left out."""
+    """Every ``.dlm`` document under the directories ``docs_roots`` that has a current (promoted) adapter
+    version → that version, in path order. A document that cannot be read or parsed, or whose store entry is
+    unreadable, is logged and left out."""
+    return _documents(store, docs_roots, store.current)
+
+
+def adapter_documents(store: AdapterStore, docs_roots: Sequence[Path]) -> dict[Path, AdapterVersion]:
+    """As :func:`current_versions`, for every document with an adapter version, promoted or not → its newest."""
+    return _documents(store, docs_roots, store.latest)
+
+
+def _documents(
+    store: AdapterStore, docs_roots: Sequence[Path], lookup: Callable[[str], AdapterVersion | None]
+) -> dict[Path, AdapterVersion]:
     found = {}
     for directory in docs_roots:
         for path in sorted(Path(directory).rglob("*.dlm")) if Path(directory).is_dir() else []:
             try:
-                version = store.current(adapter_key(read_document(path)))
+                version = lookup(adapter_key(read_document(path)))
             except (DocumentError, AdapterStoreError, OSError) as exc:
                 log.info("no adapter looked up for a document", path=str(path), error=str(exc))
                 continue
@@ -91,8 +103,10 @@ def retention_of(report: Report | None) -> dict[str, float]:
 @dataclass(frozen=True)
 class HistoryPoint:
     """One evaluated version: recall ``passed`` of ``judged`` probes (``pass_rate`` None when none was
-    judged), the overall ``score`` and its ``band``, verdict counts, when the evaluation finished, and
-    ``retention`` (:func:`retention_of`: only the retention probes that measured something)."""
+    judged), the overall ``score`` and its ``band``, verdict counts, when the evaluation finished,
+    ``retention`` (:func:`retention_of`: only the retention probes that measured something), and the
+    promotion gate's ``gate`` outcome (``"promoted"``, ``"rejected"``, or None: not decided — a version of an
+    older learnerd, or superseded) with its ``gate_reasons``; ``current``: it is the version served now."""
 
     version: int
     name: str
@@ -103,6 +117,9 @@ class HistoryPoint:
     verdicts: dict[str, int]
     finished_at: str
     retention: dict[str, float] | None = None
+    gate: str | None = None
+    gate_reasons: tuple[str, ...] = ()
+    current: bool = False
 
     @property
     def pass_rate(self) -> float | None:
@@ -112,8 +129,14 @@ class HistoryPoint:
 def history(store: AdapterStore, doc_key: str) -> list[HistoryPoint]:
     """The history of ``doc_key``'s evaluated versions, oldest first."""
     points = []
+    current = store.current(doc_key)
     for version, report in version_reports(store, doc_key):
         passed, judged = recall_counts(report.probes)
+        try:
+            verdict = version.verdict()
+        except AdapterStoreError as exc:
+            log.warning("unreadable gate verdict skipped", version=version.name, error=str(exc))
+            verdict = None
         points.append(
             HistoryPoint(
                 version=version.number,
@@ -125,6 +148,9 @@ def history(store: AdapterStore, doc_key: str) -> list[HistoryPoint]:
                 verdicts=dict(Counter(p.verdict.value for p in report.probes)),
                 finished_at=report.finished_at.isoformat(timespec="seconds"),
                 retention=retention_of(report),
+                gate=verdict.outcome if verdict is not None else None,
+                gate_reasons=verdict.reasons if verdict is not None else (),
+                current=current is not None and current.number == version.number,
             )
         )
     return points

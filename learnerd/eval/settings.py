@@ -12,6 +12,23 @@ from learnerd.ml.settings import device_spec
 from learnerd.sections import Section
 
 
+class GateSettings(Section):
+    """the promotion gate: a candidate version becomes current only when every check passes
+    (docs/evaluation.md, "The promotion gate")"""
+
+    max_recall_regressions: int = Field(1, ge=0)
+    """recall probes the candidate may fail, net of those it newly passes, among those the current version
+    passed (when fewer than mcnemar_min_pairs probes changed)"""
+    mcnemar_min_pairs: int = Field(10, ge=1)
+    """from this many changed probes (pass→fail plus fail→pass) on, McNemar's exact test decides instead"""
+    mcnemar_alpha: float = Field(0.05, gt=0, lt=1)
+    """McNemar's exact one-sided test rejects a candidate whose recall is worse at this significance level"""
+    max_fraction_regressed: float = Field(0.05, ge=0, le=1)
+    """calibration_drift: the largest fraction of sway's general-knowledge items the candidate may regress"""
+    min_answer_retention: float = Field(0.95, ge=0, le=1)
+    """answer_retention: the smallest fraction of the base's right answers the candidate must keep"""
+
+
 class EvaluationSettings(Section):
     """sway-style evaluation of every committed adapter version."""
 
@@ -40,6 +57,7 @@ class EvaluationSettings(Section):
     """the multi-turn probe passes at a half-life of at least this many turns"""
     device: str = "auto"
     """where the evaluated model runs: auto, cpu, cuda, cuda:N"""
+    gate: GateSettings = Field(default_factory=GateSettings)
 
     @property
     def sway_nulls(self) -> bool:

@@ -98,16 +98,30 @@ def render_history(
 ) -> None:
     """One row per evaluated adapter version: probe pass rate, beside it what became of the version's served
     answers (``suggestions``: version name → outcome → count, :func:`learnerd.store.suggestions.counts`;
-    ``-`` for a version that served none), overall score and band, verdict counts."""
+    ``-`` for a version that served none), overall score and band, verdict counts, the promotion gate's outcome
+    (``current`` marks the version served now); then, per rejected version, why."""
     suggestions = suggestions or {}
     table = Table(title=title, title_justify="left")
-    columns = ("version", "probe pass rate", SUGGESTION_COLUMN, "score", "band", "pass / fail / warn / skip / error")
-    for col in (*columns, "evaluated"):
+    columns = (
+        "version",
+        "probe pass rate",
+        SUGGESTION_COLUMN,
+        "score",
+        "band",
+        "pass / fail / warn / skip / error",
+        "gate",
+        "evaluated",
+    )
+    for col in columns:
         table.add_column(col, justify="right" if col in ("probe pass rate", SUGGESTION_COLUMN, "score") else "left")
     for p in points:
         rate = "-" if p.pass_rate is None else f"{p.pass_rate:.0%} ({p.passed}/{p.judged})"
         counts = " / ".join(str(p.verdicts.get(v.value, 0)) for v in Verdict)
         served = suggestions.get(p.name)
         outcomes = " / ".join(str(served.get(o, 0)) for o in OUTCOMES) if served else "-"
-        table.add_row(p.name, rate, outcomes, f"{p.score:.3f}", p.band, counts, p.finished_at)
+        gate = (p.gate or "-") + (" (current)" if p.current else "")
+        table.add_row(p.name, rate, outcomes, f"{p.score:.3f}", p.band, counts, gate, p.finished_at)
     console.print(table)
+    for p in points:
+        if p.gate == "rejected":
+            console.print(f"{p.name} rejected: " + "; ".join(p.gate_reasons), markup=False)

@@ -6,9 +6,11 @@ and takes ``pg_advisory_xact_lock`` on the document (:func:`~learnerd.fleet.owne
 ``("adapters", doc_key)``), so commits of one document are serialised across every replica and the next
 version number (highest row + 1) is never given twice; the adapter store renames the staged directory
 into place and records the row inside it, and PostgreSQL's COMMIT makes the version visible to every
-reader at once. The lock is released with the transaction, and at once if the session dies. The same
+reader at once — as a candidate. Its promotion (the promotion gate passed, docs/evaluation.md) sets the
+row's ``promoted_at`` in another such transaction, and the newest promoted row is the document's current
+version. The lock is released with the transaction, and at once if the session dies. The promoting
 transaction NOTIFYs the document key (:data:`~learnerd.fleet.notify.ADAPTERS`), delivered only if it
-commits, so the other replicas' OpenAI endpoints serve the new version at once.
+commits, so the other replicas' OpenAI endpoints serve the promoted version at once.
 
 Each ledger has two connections of its own, opened at first use: one for reads (serving, the evaluation
 reconciler, ``learnerd eval``), one for commit transactions, each used by one thread at a time.
@@ -39,12 +41,19 @@ class _Transaction:
     doc_key: str
     replica: str
     versions: frozenset[int] = field(default_factory=frozenset)
+    current: int | None = None
 
     def record(self, number: int) -> None:
         self.conn.execute(
             "INSERT INTO adapter_commits (document, version, replica, committed_at)"
             f" VALUES (?, ?, ?, {membership.NOW})",
             (self.doc_key, number, self.replica),
+        )
+
+    def promote(self, number: int) -> None:
+        self.conn.execute(
+            f"UPDATE adapter_commits SET promoted_at = {membership.NOW} WHERE document = ? AND version = ?",
+            (self.doc_key, number),
         )
         for payload in notify.payloads(self.replica, notify.ADAPTERS, [self.doc_key]):  # delivered at COMMIT
             self.conn.execute("SELECT pg_notify(?, ?)", (notify.CHANNEL, payload))
@@ -90,6 +99,16 @@ class AdapterLedger:
             rows = conn.execute("SELECT version FROM adapter_commits WHERE document = ?", (doc_key,)).fetchall()
         return frozenset(r[0] for r in rows)
 
+    def current(self, doc_key: str) -> int | None:
+        """The newest promoted version number of ``doc_key`` (None: none promoted).
+
+        Raises:
+            StoreUnavailable, SchemaError, psycopg.Error: as :meth:`versions`.
+        """
+        with self._connection("read") as conn:
+            assert conn is not None  # waited for it
+            return _newest_promoted(conn, doc_key)
+
     @contextlib.contextmanager
     def transaction(self, doc_key: str, *, wait: bool = True) -> Iterator[_Transaction | None]:
         """A transaction holding ``doc_key``'s commit lock, with its committed versions read under it;
@@ -110,7 +129,8 @@ class AdapterLedger:
                     yield None
                     return
                 rows = conn.execute("SELECT version FROM adapter_commits WHERE document = ?", (doc_key,)).fetchall()
-                yield _Transaction(conn, doc_key, self.replica, frozenset(r[0] for r in rows))
+                versions = frozenset(r[0] for r in rows)
+                yield _Transaction(conn, doc_key, self.replica, versions, _newest_promoted(conn, doc_key))
 
     def close(self) -> None:
         """Close the connections (reopened at the next use)."""
@@ -119,6 +139,13 @@ class AdapterLedger:
                 conn = self._conns.pop(use, None)
                 if conn is not None:
                     conn.close()
+
+
+def _newest_promoted(conn: PgConnection, doc_key: str) -> int | None:
+    row = conn.execute(
+        "SELECT max(version) FROM adapter_commits WHERE document = ? AND promoted_at IS NOT NULL", (doc_key,)
+    ).fetchone()
+    return row[0] if row is not None else None
 
 
 def adapter_store(cfg: Any) -> AdapterStore:

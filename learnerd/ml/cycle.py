@@ -1,7 +1,9 @@
 """One training cycle of one document: decide what to train, train it in a child process, commit the
-adapter as the document's next version. Called by ``learnerd train`` and by the training reconciler.
+adapter as the document's next version — a candidate, which the evaluation's promotion gate promotes or
+rejects (docs/evaluation.md). Called by ``learnerd train`` and by the training reconciler.
 
-What a cycle trains (:func:`plan_cycle`), given the document's rows now and its current adapter:
+What a cycle trains (:func:`plan_cycle`), given the document's rows now and its current (promoted) adapter —
+never a rejected candidate, so a cycle after a rejection starts again from the current version:
 
 * **none** — the set of row section ids equals the one the current adapter was trained on (dlm's
   delta: a section's id is a hash of its content, so an edit is a removal plus a new section);
@@ -15,12 +17,17 @@ What a cycle trains (:func:`plan_cycle`), given the document's rows now and its 
   document's ``seed`` and the parent version (the same document state always replays the same rows).
   The defaults (ratio 2, at least 32 rows) are dlm's replay budget, ``k = max(32, 2 × |new|)``; a
   row that is not replayed is not rehearsed, and on a small model it fades (see the tests).
+
+A plan that would train exactly what the newest candidate was trained on (same rows, ``training`` block and
+base model) trains nothing instead (:func:`already_tried`): that candidate awaits its verdict, or was rejected
+— training it again would give the same adapter. Changing the document, or ``fresh``, trains again.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import importlib.metadata
+import json
 import math
 import random
 from collections import Counter
@@ -182,15 +189,16 @@ async def train_cycle(
     spare: WarmSpare | None = None,
     origins: Mapping[str, SectionOrigin] | None = None,
 ) -> CycleOutcome:
-    """Plan and run one cycle for ``doc_key``; commit the new adapter version, with its ``manifest.json``
-    (:mod:`learnerd.store.manifest`), and make it current.
+    """Plan and run one cycle for ``doc_key``; commit the new adapter version as a candidate (not current),
+    with its ``manifest.json`` (:mod:`learnerd.store.manifest`).
 
     Args:
         store: the adapter store; ``doc_key`` names the document in it.
         base: the resolved base model (``learnerd.ml.base_model.resolve_base_model``).
         rows: every training row of the document now.
         config: the document's ``training`` block.
-        replay, fresh: see :func:`plan_cycle`.
+        replay, fresh: see :func:`plan_cycle`; without ``fresh``, nothing is trained when the newest
+            candidate was trained on the same rows (:func:`already_tried`).
         own_keys: the fields of ``config`` the document itself sets
             (:attr:`learnerd.ml.recipes.DocumentTraining.own_keys`); the undertrained warning blames only these.
         num_threads: torch threads in the training process (None: torch's default).
@@ -205,12 +213,14 @@ async def train_cycle(
 
     Raises:
         TrainingFailed: training failed (``permanent`` for bad input); nothing was committed.
-        AdapterStoreError: the current version's metadata is unreadable.
+        AdapterStoreError: the current version's or the candidate's metadata is unreadable.
         OSError: the manifest cannot be written; nothing was committed.
         Cancellation: the child is stopped, its partial output removed, ``current`` unchanged.
     """
     current = store.current(doc_key)
     plan = plan_cycle(rows, config, base, current, replay=replay, fresh=fresh)
+    if plan.mode != "none" and not fresh:
+        plan = already_tried(plan, store.candidate(doc_key), config, base) or plan
     if plan.mode == "none":
         return CycleOutcome(plan=plan, version=None, result=None)
     losses: list[float] = []
@@ -305,6 +315,37 @@ def _manifest(
         replayed=plan.replay_section_ids,
         removed=removed,
     )
+
+
+def already_tried(
+    plan: CyclePlan, candidate: AdapterVersion | None, config: TrainingConfig, base: BaseModelRef
+) -> CyclePlan | None:
+    """A plan of nothing to train when ``candidate`` (the newest committed version, newer than the current
+    one) was trained on ``plan``'s section ids with the same ``training`` block and base model, else None.
+
+    Raises:
+        AdapterStoreError: ``candidate``'s metadata or verdict is unreadable.
+    """
+    if candidate is None:
+        return None
+    meta = candidate.metadata()
+    if (
+        tuple(meta.section_ids) != plan.section_ids
+        or meta.base_model_identity != base.identity
+        or meta.hyperparameters != json.loads(json.dumps(config.to_dict()))  # as metadata.json holds it
+    ):
+        return None
+    verdict = candidate.verdict()
+    if verdict is None:
+        reason = f"the rows are unchanged since {candidate.name}, a candidate awaiting its evaluation"
+    elif verdict.promoted:
+        reason = f"the rows are unchanged since {candidate.name}, promoted"
+    else:
+        reason = (
+            f"the rows are unchanged since {candidate.name}, which the promotion gate rejected "
+            f"({'; '.join(verdict.reasons)}); change the document or train --fresh"
+        )
+    return CyclePlan("none", reason, (), plan.section_ids, (), (), (), plan.parent)
 
 
 def library_versions() -> dict[str, str]:

@@ -316,8 +316,8 @@ class ServedModels:
         with self._lock:
             return self._current.setdefault(doc_key, version)
 
-    def adapter_committed(self, version: AdapterVersion, model: ServedModel | None = None) -> None:
-        """The training reconciler committed ``version``: new requests use it; with ``model`` (its
+    def adapter_promoted(self, version: AdapterVersion, model: ServedModel | None = None) -> None:
+        """The promotion gate made ``version`` current: new requests use it; with ``model`` (its
         document's), it is loaded ahead of them. Never blocks."""
         with self._lock:
             old = self._current.get(version.doc_key)
@@ -328,7 +328,7 @@ class ServedModels:
 
     def refresh(self, doc_key: str | None = None) -> None:
         """Forget the version new requests of ``doc_key`` (every document when None) get, so the next one
-        reads the store again: a fleet replica calls this when another replica committed a version."""
+        reads the store again: a fleet replica calls this when another replica promoted a version."""
         with self._lock:
             if doc_key is None:
                 self._current.clear()

@@ -1,23 +1,33 @@
-"""The evaluation reconciler: every document's current adapter version has a report, and — when
-configured — its failures flow back into the document. Key: a document path.
+"""The evaluation reconciler: every document's adapter versions are evaluated, each candidate goes through
+the promotion gate, and — when configured — failures flow back into the document. Key: a document path.
 
-``reconcile(doc_path)`` is level-triggered. It reads the document, finds its current adapter version in
-the adapter store (key: the document's ``dlm_id``, :func:`~learnerd.eval.history.adapter_key`) and:
+``reconcile(doc_path)`` is level-triggered. It reads the document, finds its current (promoted) version and
+its candidate (the newest committed version, when newer: :meth:`~learnerd.store.adapters.AdapterStore.candidate`)
+in the adapter store (key: the document's ``dlm_id``, :func:`~learnerd.eval.history.adapter_key`) and:
 
-1. if that version has no report (``versions/vNNNN/eval.json``), or only a failed one (below), evaluates it
-   against the document as it is now (:func:`~learnerd.eval.suite.evaluate_version`, in a worker thread,
-   one at a time, on ``[evaluation] num_threads`` torch threads), adds the *stuck* probes to the report's
-   findings and writes the report atomically. It logs ``evaluation.started``, one ``evaluation.progress``
-   per step (``step`` of ``of``) and ``evaluation.finished``. When the reconcile is cancelled (the
-   controller's timeout, a drain or the daemon stopping), the worker thread stops at its next batch —
-   within about a second on the tiny model — before the reconcile returns, and nothing is written;
-2. with ``[evaluation] auto_harvest = true``, applies the report's failing probes to the document through
-   :func:`~learnerd.eval.harvest.auto_harvest` — the code ``learnerd harvest`` runs — in ``reinforce`` mode:
-   a failing ``!probe`` of the document gets one plain ``### Q`` copy of itself, and copies whose probe a
-   person since edited or deleted are removed. The write changes the
-   document, the file watch enqueues it for training, the next adapter version is committed and comes
-   back here: train → evaluate → harvest → retrain. Harvesting a report twice writes nothing the second
-   time, so a crash between the report and the harvest is repaired by the next reconcile.
+1. makes sure each has a report: a version without one (``versions/vNNNN/eval.json``), or with only a failed
+   one (below), is evaluated against the document as it is now (:func:`~learnerd.eval.suite.evaluate_version`,
+   in a worker thread, one at a time, on ``[evaluation] num_threads`` torch threads); the *stuck* probes are
+   added to the report's findings and the report is written atomically. It logs ``evaluation.started``, one
+   ``evaluation.progress`` per step (``step`` of ``of``) and ``evaluation.finished``. When the reconcile is
+   cancelled (the controller's timeout, a drain or the daemon stopping), the worker thread stops at its next
+   batch — within about a second on the tiny model — before the reconcile returns, and nothing is written;
+2. **the promotion gate** (:func:`learnerd.eval.gate.decide`, ``[evaluation.gate]``): a candidate without a
+   verdict is compared with the current version's report; the verdict is written (``verdict.json``,
+   :meth:`~learnerd.store.adapters.AdapterStore.record_verdict`), logged (``evaluation.gate``) and passed to
+   ``on_verdict``, and only a promoted candidate becomes current
+   (:meth:`~learnerd.store.adapters.AdapterStore.promote`, then ``on_promoted(doc_path, version)``: the daemon
+   serves it). A rejected candidate keeps its directory, report and verdict and is never served; the next
+   training cycle starts from the current version. A verdict written before a crash is read back, so a
+   promoted candidate whose promotion the crash interrupted is promoted by the next reconcile. An evaluation
+   that errors, is cancelled or times out writes no report, so it reaches no verdict: nothing is promoted;
+3. with ``[evaluation] auto_harvest = true``, applies the failing probes of the newest evaluated version's
+   report to the document through :func:`~learnerd.eval.harvest.auto_harvest` — the code ``learnerd harvest``
+   runs — in ``reinforce`` mode: a failing ``!probe`` of the document gets one plain ``### Q`` copy of
+   itself, and copies whose probe a person since edited or deleted are removed. The write changes the
+   document, the file watch enqueues it for training, the next candidate is committed and comes back here:
+   train → evaluate → gate → harvest → retrain. Harvesting a report twice writes nothing the second time, so
+   a crash between the report and the harvest is repaired by the next reconcile.
 
 Loops that never settle are guarded twice. A probe's harvested copy is written once (the same copy is
 never added again). And a probe is *stuck* when it has failed in ``max_failing_cycles`` evaluated versions
@@ -37,9 +47,9 @@ Nothing to do (``Result()``): the document is gone, or has no adapter yet. A doc
 is checked again after ``[probes] broken_document_retry_s``; an unusable base model is a terminal error.
 
 Feeding: :meth:`EvaluationReconciler.resync_keys` lists every ``.dlm`` document under the docs directories
-that has an adapter (the daemon's start-up resync: each current version whose report is missing or failed
-is evaluated again); the training reconciler's ``on_committed(doc_path, version)`` hook enqueues the
-document after each committed version.
+that has an adapter version (the daemon's start-up resync: a version whose report is missing or failed is
+evaluated again, a candidate never decided goes through the gate); the training reconciler's
+``on_committed(doc_path, version)`` hook enqueues the document after each committed candidate.
 """
 
 from __future__ import annotations
@@ -54,11 +64,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.from_thread
 import anyio.to_thread
 import structlog
 
+from learnerd.eval.gate import decide
 from learnerd.eval.harvest import HarvestResult, auto_harvest
-from learnerd.eval.history import adapter_key, current_versions, report_path, version_reports
+from learnerd.eval.history import adapter_documents, adapter_key, report_path, version_reports
 from learnerd.eval.probes.base import EvalOptions
 from learnerd.eval.probes.recall import KIND as RECALL
 from learnerd.eval.probes.recall import normalize
@@ -69,10 +81,18 @@ from learnerd.eval.threads import set_torch_threads
 from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.base_model import BaseModelError, resolve_base_model
 from learnerd.ml.device import DeviceError, resolve_device
-from learnerd.reconcilers.spec import ADAPTERS, AdapterCommit, ControllerSpec, Watch, Wiring
+from learnerd.reconcilers.spec import (
+    ADAPTERS,
+    PROMOTIONS,
+    AdapterCommit,
+    AdapterPromotion,
+    ControllerSpec,
+    Watch,
+    Wiring,
+)
 from learnerd.runtime.progress import ProgressBoard
 from learnerd.runtime.reconcile import Result, TerminalError
-from learnerd.store.adapters import AdapterStore, AdapterVersion
+from learnerd.store.adapters import AdapterStore, AdapterVersion, GateVerdict, version_name
 from learnerd.store.dlm import Document, DocumentError, read_document
 
 log = structlog.get_logger(__name__)
@@ -95,6 +115,17 @@ class FailedAttempt:
     at: float
 
 
+@dataclass(frozen=True)
+class GateResult:
+    """The gate's verdict on ``version`` (a candidate), its ``report`` (None when the verdict was recorded
+    before and read back with no readable report), and whether ``current`` moved to it now."""
+
+    version: AdapterVersion
+    verdict: GateVerdict
+    report: Report | None
+    promoted_now: bool
+
+
 def evaluation_failure(report: Report) -> str | None:
     """Why ``report`` is a failed attempt rather than a report — every probe errored (the preflight
     included; skipped probes aside), so nothing was measured — or None when it is a report (a probe or a
@@ -106,7 +137,8 @@ def evaluation_failure(report: Report) -> str | None:
 
 
 class EvaluationReconciler:
-    """Evaluates each document's current adapter version and, when configured, harvests its failures.
+    """Evaluates each document's adapter versions, promotes the candidates that pass the gate and, when
+    configured, harvests failures.
 
     Args:
         settings: the ``[evaluation]`` section.
@@ -118,6 +150,10 @@ class EvaluationReconciler:
             must not block).
         on_failure: called with the document's path after each failed attempt (metrics; must not block;
             called from the evaluation's worker thread).
+        on_verdict: called with ``(document path, verdict)`` after each gate decision (metrics; must not
+            block; called from the worker thread).
+        on_promoted: called with ``(document path, version)`` after ``current`` moved to ``version`` (must not
+            block; called from the worker thread).
     """
 
     name = "evaluation"
@@ -132,6 +168,8 @@ class EvaluationReconciler:
         broken_document_retry_s: float = 60.0,
         on_report: Callable[[Path, Report], None] | None = None,
         on_failure: Callable[[Path], None] | None = None,
+        on_verdict: Callable[[Path, GateVerdict], None] | None = None,
+        on_promoted: Callable[[str, AdapterVersion], None] | None = None,
     ) -> None:
         self.settings = settings
         self.options = EvalOptions.from_settings(settings)
@@ -141,10 +179,12 @@ class EvaluationReconciler:
         self._retry_s = broken_document_retry_s
         self._on_report = on_report
         self._on_failure = on_failure
+        self._on_verdict = on_verdict
+        self.on_promoted = on_promoted
         self._limiter = anyio.CapacityLimiter(1)
-        self.changes: Counter[str] = Counter()  # versions evaluated, sections harvested, documents written
+        self.changes: Counter[str] = Counter()  # versions evaluated, promoted, rejected, sections harvested, ...
         self.stuck: dict[str, tuple[str, ...]] = {}  # document key -> stuck probe names, as of its last reconcile
-        self.recall: dict[str, dict[str, int | str]] = {}  # document key -> exact_recall() of its current version
+        self.recall: dict[str, dict[str, int | str]] = {}  # document key -> exact_recall() of its newest report
         self.failed: dict[str, FailedAttempt] = {}  # document key -> its failed attempts since its last report
         #: The steps of every evaluation in flight (:meth:`progress`), updated from the evaluation's thread.
         self.board = ProgressBoard()
@@ -161,8 +201,8 @@ class EvaluationReconciler:
         return self.board.snapshot()
 
     def resync_keys(self) -> list[str]:
-        """Every ``.dlm`` document under the docs directories that has a current adapter version."""
-        return [str(path) for path in current_versions(self.store, self._docs_dirs)]
+        """Every ``.dlm`` document under the docs directories that has an adapter version."""
+        return [str(path) for path in adapter_documents(self.store, self._docs_dirs)]
 
     async def reconcile(self, key: str) -> Result:
         cancel, finished = threading.Event(), threading.Event()
@@ -192,9 +232,9 @@ class EvaluationReconciler:
         return Result()
 
     def reconcile_sync(self, key: str, *, cancel: threading.Event | None = None) -> Report | None:
-        """The blocking reconcile (see the module docstring); the current version's report, or None when
-        there is nothing to evaluate. Setting ``cancel`` stops a running evaluation at its next batch,
-        before anything is written.
+        """The blocking reconcile (see the module docstring); the report of the newest version evaluated (the
+        candidate's, when there is one, else the current version's), or None when there is nothing to evaluate.
+        Setting ``cancel`` stops a running evaluation at its next batch, before anything is written.
 
         Raises:
             DocumentError: the document does not parse.
@@ -210,16 +250,89 @@ class EvaluationReconciler:
             return None
         document = read_document(path)
         doc_key = adapter_key(document)
-        version = self.store.current(doc_key)
-        if version is None:
+        current = self.store.current(doc_key)
+        report = self._report(path, document, current, cancel) if current is not None else None
+        gated = self._gate(path, document, current, report, cancel)
+        if gated is not None and gated.report is not None:
+            report = gated.report
+        if report is None:
             return None
-        report = self._report(path, document, version, cancel)
         self.failed.pop(key, None)
         before, after, probes = exact_recall(report)
-        self.recall[key] = {"version": version.name, "before": before, "after": after, "probes": probes}
+        version = (report.extra.get("learnerd") or {}).get("adapter_version")
+        name = version_name(version) if isinstance(version, int) else ""
+        self.recall[key] = {"version": name, "before": before, "after": after, "probes": probes}
         if self.settings.auto_harvest:
             self._harvest(path, report)
         return report
+
+    def gate(self, key: str, *, cancel: threading.Event | None = None) -> GateResult | None:
+        """Evaluate the document ``key``'s candidate (and its current version, if it has no report yet) and
+        decide on it — what :meth:`reconcile_sync` does, without the harvest (``learnerd train``). None when the
+        document has no candidate.
+
+        Raises:
+            as :meth:`reconcile_sync`.
+        """
+        path = Path(key)
+        document = read_document(path)
+        doc_key = adapter_key(document)
+        current = self.store.current(doc_key)
+        if self.store.candidate(doc_key) is None:
+            return None
+        report = self._report(path, document, current, cancel) if current is not None else None
+        return self._gate(path, document, current, report, cancel)
+
+    def _gate(
+        self,
+        path: Path,
+        document: Document,
+        current: AdapterVersion | None,
+        current_report: Report | None,
+        cancel: threading.Event | None,
+    ) -> GateResult | None:
+        """Decide on the document's candidate, if any (the module docstring, step 2)."""
+        candidate = self.store.candidate(adapter_key(document))
+        if candidate is None:
+            return None
+        verdict = candidate.verdict()
+        report: Report | None
+        if verdict is None:
+            report = self._report(path, document, candidate, cancel)
+            decision = decide(
+                report,
+                current_report,
+                self.settings.gate,
+                current_version=current.number if current is not None else None,
+            )
+            verdict = decision.verdict()
+            self.store.record_verdict(candidate, verdict)
+            self.changes["promoted" if verdict.promoted else "rejected"] += 1
+            log.info(
+                "evaluation.gate",
+                path=str(path),
+                version=candidate.name,
+                outcome=verdict.outcome,
+                baseline=version_name(verdict.baseline) if verdict.baseline is not None else None,
+                reasons=list(verdict.reasons),
+            )
+            if self._on_verdict is not None:
+                self._on_verdict(path, verdict)
+        else:
+            report = self._stored_report(candidate)
+        moved = verdict.promoted and self.store.promote(candidate)
+        if moved:
+            log.info("evaluation.promoted", path=str(path), version=candidate.name)
+            if self.on_promoted is not None:
+                self.on_promoted(str(path), candidate)
+        return GateResult(candidate, verdict, report, moved)
+
+    @staticmethod
+    def _stored_report(version: AdapterVersion) -> Report | None:
+        try:
+            return load_report(report_path(version))
+        except (OSError, ReportError):
+            return None
 
     def _report(
         self, path: Path, document: Document, version: AdapterVersion, cancel: threading.Event | None
@@ -366,9 +479,11 @@ def evaluation_reconciler(
     cfg: Any,
     on_report: Callable[[Path, Report], None] | None = None,
     on_failure: Callable[[Path], None] | None = None,
+    on_verdict: Callable[[Path, GateVerdict], None] | None = None,
+    on_promoted: Callable[[str, AdapterVersion], None] | None = None,
 ) -> EvaluationReconciler:
     """The evaluation reconciler of ``cfg`` (the daemon's :class:`~learnerd.daemon.config.Config`;
-    ``on_report``, ``on_failure``: its metrics hooks)."""
+    ``on_report``, ``on_failure``, ``on_verdict``: its metrics hooks; ``on_promoted``: its promotion hook)."""
     return EvaluationReconciler(
         cfg.evaluation,
         adapters=adapter_store(cfg),
@@ -377,6 +492,8 @@ def evaluation_reconciler(
         broken_document_retry_s=cfg.probes.broken_document_retry_s,
         on_report=on_report,
         on_failure=on_failure,
+        on_verdict=on_verdict,
+        on_promoted=on_promoted,
     )
 
 
@@ -384,13 +501,25 @@ def _committed_document(wiring: Wiring, commit: AdapterCommit) -> list[str]:
     return [str(commit.doc_path)]
 
 
-#: Committed adapter versions → reports: the document of every commit is evaluated (its current version).
-#: Cancelled at shutdown, not drained: a cancelled evaluation writes no report, so the next start evaluates again.
+def _build(wiring: Wiring) -> EvaluationReconciler:
+    def promoted(doc_path: str, version: AdapterVersion) -> None:  # called in the evaluation's worker thread
+        anyio.from_thread.run_sync(wiring.notify, PROMOTIONS, AdapterPromotion(doc_path, version))
+
+    return evaluation_reconciler(
+        wiring.cfg,
+        on_report=wiring.metrics.evaluated,
+        on_failure=wiring.metrics.evaluation_failed,
+        on_verdict=wiring.metrics.gate_verdict,
+        on_promoted=promoted,
+    )
+
+
+#: Committed candidates → reports → the promotion gate: the document of every commit is evaluated, and its
+#: promotions are :data:`~learnerd.reconcilers.spec.PROMOTIONS` events. Cancelled at shutdown, not drained: a
+#: cancelled evaluation writes no report and reaches no verdict, so the next start evaluates again.
 SPEC = ControllerSpec(
     EvaluationReconciler.name,
-    lambda wiring: evaluation_reconciler(
-        wiring.cfg, on_report=wiring.metrics.evaluated, on_failure=wiring.metrics.evaluation_failed
-    ),
+    _build,
     defaults={"workers": 1, "timeout_s": 3600.0},
     watches=(Watch(ADAPTERS, _committed_document),),
     shutdown="cancel",

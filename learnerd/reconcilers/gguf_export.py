@@ -27,7 +27,7 @@ from learnerd.eval.history import adapter_key, current_versions
 from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.base_model import BaseModelError, resolve_base_model
 from learnerd.ml.gguf_lora import GGUFLoraError, gguf_lora_writer, source_gguf
-from learnerd.reconcilers.spec import ADAPTERS, AdapterCommit, ControllerSpec, Watch, Wiring
+from learnerd.reconcilers.spec import PROMOTIONS, AdapterPromotion, ControllerSpec, Watch, Wiring
 from learnerd.runtime.reconcile import Result, TerminalError
 from learnerd.store.adapters import AdapterStore, AdapterVersion
 from learnerd.store.dlm import DocumentError, read_document
@@ -103,8 +103,8 @@ class GgufExportReconciler:
         return published, source_gguf(base_model, base.path, path.parent)
 
 
-def _committed_document(wiring: Wiring, commit: AdapterCommit) -> list[str]:
-    return [str(commit.doc_path)]
+def _promoted_document(wiring: Wiring, promotion: AdapterPromotion) -> list[str]:
+    return [str(promotion.doc_path)]
 
 
 def _build(wiring: Wiring) -> GgufExportReconciler:
@@ -123,6 +123,6 @@ SPEC = ControllerSpec(
     GgufExportReconciler.name,
     _build,
     defaults={"workers": 1, "timeout_s": 600.0},
-    watches=(Watch(ADAPTERS, _committed_document),),
+    watches=(Watch(PROMOTIONS, _promoted_document),),
     enabled=lambda cfg: bool(cfg.export.gguf.dir),
 )

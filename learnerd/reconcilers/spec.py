@@ -12,7 +12,10 @@ The producers a spec may watch (the ``source`` of a :class:`Watch`) and the even
 * :data:`BLOCKS` — a block id (``str``): a block was ingested by the analyzer, or listed by a backfill;
 * :data:`EXAMPLES` — an :class:`ExampleChange`: the examples reconciler wrote or deleted an example
   (a backfill emits one with ``old = None`` and the current example for every listed block);
-* :data:`ADAPTERS` — an :class:`AdapterCommit`: the training reconciler committed an adapter version.
+* :data:`ADAPTERS` — an :class:`AdapterCommit`: the training reconciler committed an adapter version, a
+  candidate (not served until promoted);
+* :data:`PROMOTIONS` — an :class:`AdapterPromotion`: the evaluation's promotion gate made a version the
+  document's current one (what serving, the version metric and the fleet's NOTIFY follow).
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ EXAMPLES = "examples"
 """The producer of :class:`ExampleChange` events: the examples reconciler (and a backfill)."""
 ADAPTERS = "adapters"
 """The producer of :class:`AdapterCommit` events: the training reconciler."""
+PROMOTIONS = "promotions"
+"""The producer of :class:`AdapterPromotion` events: the evaluation reconciler's promotion gate."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,15 @@ class ExampleChange:
 
 @dataclass(frozen=True)
 class AdapterCommit:
-    """An adapter version of the document at ``doc_path`` was committed."""
+    """An adapter version of the document at ``doc_path`` was committed: a candidate, not yet current."""
+
+    doc_path: str | os.PathLike[str]
+    version: AdapterVersion
+
+
+@dataclass(frozen=True)
+class AdapterPromotion:
+    """The promotion gate made ``version`` the current adapter version of the document at ``doc_path``."""
 
     doc_path: str | os.PathLike[str]
     version: AdapterVersion

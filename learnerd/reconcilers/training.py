@@ -22,9 +22,12 @@ the document's current adapter was trained on. One cycle:
 4. **Plan and train** with :func:`learnerd.ml.cycle.train_cycle`: nothing when the rows' section ids are
    the current adapter's (so an identical save trains nothing), else a fresh or incremental cycle in a
    child process (niced, ``num_threads`` torch threads; cancelled and cleaned up when the daemon stops),
-   committed as the document's next adapter version.
+   committed as the document's next adapter version — a candidate: the evaluation reconciler's promotion
+   gate decides whether it becomes current (served). A cycle starts from the current version, never from
+   a rejected candidate, and trains nothing when the rows are those of the newest candidate.
 5. **Report**: one structlog event ``training.cycle`` per cycle with its outcome, and — after a commit —
-   ``on_committed(doc_path, version)`` (the evaluation controller's hook).
+   ``on_committed(doc_path, version)`` (the :data:`~learnerd.reconcilers.spec.ADAPTERS` event the evaluation
+   controller watches).
 
 Adapters are keyed in the store by the document's ``dlm_id`` (its frontmatter ULID), so renaming or
 moving a document keeps its adapters; two documents claiming the same ``dlm_id`` are refused.

@@ -31,7 +31,7 @@ import structlog
 
 from learnerd.eval.history import adapter_key, current_versions
 from learnerd.fleet.ledger import adapter_store
-from learnerd.reconcilers.spec import ADAPTERS, AdapterCommit, ControllerSpec, Watch, Wiring
+from learnerd.reconcilers.spec import PROMOTIONS, AdapterPromotion, ControllerSpec, Watch, Wiring
 from learnerd.reconcilers.vllm_api import VllmCallFailed, VllmServer
 from learnerd.runtime.reconcile import Result, TerminalError
 from learnerd.runtime.workqueue.rate_limiters import ItemExponentialFailureRateLimiter
@@ -151,8 +151,8 @@ class VllmExportReconciler:
             self.changes["unloaded"] += 1
 
 
-def _committed_document(wiring: Wiring, commit: AdapterCommit) -> list[str]:
-    return [str(commit.doc_path)]
+def _promoted_document(wiring: Wiring, promotion: AdapterPromotion) -> list[str]:
+    return [str(promotion.doc_path)]
 
 
 def _build(wiring: Wiring) -> VllmExportReconciler:
@@ -178,6 +178,6 @@ SPEC = ControllerSpec(
     VllmExportReconciler.name,
     _build,
     defaults={"workers": 1, "timeout_s": 600.0},
-    watches=(Watch(ADAPTERS, _committed_document),),
+    watches=(Watch(PROMOTIONS, _promoted_document),),
     enabled=lambda cfg: bool(cfg.export.vllm.dir),
 )

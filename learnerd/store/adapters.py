@@ -3,20 +3,28 @@
 Layout, per document (``doc_key`` chosen by the caller: letters, digits, ``._-``)::
 
     <root>/<doc_key>/
-        current                  "v0003\\n" — the version readers use; replaced atomically
-        .lock                    flock(2) held while a version is committed
+        current                  "v0003\\n" — the promoted version readers use; replaced atomically
+        .lock                    flock(2) held while a version is committed or promoted
         versions/
             v0001/               adapter_config.json, adapter_model.safetensors (peft save_pretrained),
-            v0002/               metadata.json (:class:`AdapterMetadata`)
-            v0003/
+            v0002/               metadata.json (:class:`AdapterMetadata`), eval.json (its evaluation),
+            v0003/               verdict.json (:class:`GateVerdict`: the promotion gate's decision)
+            v0004/               a candidate: committed, not (yet) promoted
             .staging-k3j2x/      a version being written (flock(2) held on the directory by its writer)
+
+A version's life (docs/evaluation.md, "The promotion gate"): :meth:`AdapterStore.commit` makes a staged
+directory the next version — a *candidate*, never current; the evaluation decides on it and records its
+:class:`GateVerdict` (:meth:`AdapterStore.record_verdict`); only :meth:`AdapterStore.promote` moves
+``current``. A candidate newer than ``current`` (:meth:`AdapterStore.candidate`) is either awaiting its
+verdict, rejected (kept with its report and verdict, never served), or promoted and about to become current
+(a crash between the verdict and the promotion: the next decision promotes it).
 
 Crash safety. A version is written into a ``.staging-*`` directory; :meth:`AdapterStore.commit` writes
 ``metadata.json``, fsyncs every file and directory in it, renames it to the next ``vNNNN`` (rename(2) is
-atomic), fsyncs ``versions/``, and only then replaces ``current`` (temp file, fsync, rename, fsync). A
-crash at any point leaves ``current`` naming the previous complete version; readers list only ``vNNNN``
-directories, which exist only complete. A staging directory whose writer died (its flock is free) is
-removed by :meth:`AdapterStore.recover` — call it at start-up.
+atomic) and fsyncs ``versions/``. :meth:`AdapterStore.promote` replaces ``current`` (temp file, fsync,
+rename, fsync). A crash at any point leaves ``current`` naming the previous promoted version; readers list
+only ``vNNNN`` directories, which exist only complete. A staging directory whose writer died (its flock is
+free) is removed by :meth:`AdapterStore.recover` — call it at start-up.
 
 With a :class:`CommitLedger` (a fleet on PostgreSQL, :mod:`learnerd.fleet.ledger`) the ledger's
 transaction is the commit point instead: under the document's lock in that transaction the version
@@ -24,7 +32,8 @@ number is allocated from the ledger's rows, the staging directory is renamed int
 recorded, and the transaction commits; if it fails the renamed directory is removed again. Readers
 (:meth:`AdapterStore.list_versions`, :meth:`AdapterStore.current`, :meth:`AdapterStore.resolve`) see only
 versions with a row, so a directory renamed by a replica that died before its COMMIT is never served;
-:meth:`AdapterStore.recover` moves such orphans aside (``versions/.orphan-vNNNN-<epoch s>``).
+:meth:`AdapterStore.recover` moves such orphans aside (``versions/.orphan-vNNNN-<epoch s>``). A promotion
+is the row's mark (:meth:`LedgerTransaction.promote`), and ``current`` is the newest promoted row.
 
 The store knows nothing of training: it takes a directory and metadata, and gives them back.
 """
@@ -43,12 +52,13 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from learnerd.store.atomic import atomic_write_text, fsync_dir, fsync_tree
 
 METADATA_FILE = "metadata.json"
 METADATA_SCHEMA_VERSION = 1
+VERDICT_FILE = "verdict.json"
 CURRENT_FILE = "current"
 _VERSION_RE = re.compile(r"^v(\d{4,})$")
 _REF_RE = re.compile(r"^v?(\d+)$")
@@ -105,6 +115,43 @@ class AdapterMetadata:
 
 
 @dataclass(frozen=True)
+class GateVerdict:
+    """The promotion gate's decision on one version (``verdict.json``, written by the evaluation).
+
+    ``outcome``: ``"promoted"`` or ``"rejected"``; ``reasons``: why it was rejected, one line each (empty
+    when promoted); ``checks``: every check of the gate as ``{"name", "outcome", "detail"}`` with outcome
+    ``"pass"``, ``"fail"`` or ``"not applicable"``; ``baseline``: the version number it was compared with
+    (the current one at the decision; None for a document's first version); ``decided_at``: ISO 8601 UTC.
+    """
+
+    outcome: Literal["promoted", "rejected"]
+    reasons: tuple[str, ...]
+    checks: tuple[dict[str, str], ...]
+    baseline: int | None
+    decided_at: str
+
+    @property
+    def promoted(self) -> bool:
+        return self.outcome == "promoted"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "reasons": list(self.reasons), "checks": [dict(c) for c in self.checks]}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> GateVerdict:
+        """Raises ``KeyError`` / ``TypeError`` / ``ValueError`` on a malformed dict (wrapped by the store)."""
+        if raw["outcome"] not in ("promoted", "rejected"):
+            raise ValueError(f"unknown outcome {raw['outcome']!r}")
+        return cls(
+            outcome=raw["outcome"],
+            reasons=tuple(str(r) for r in raw["reasons"]),
+            checks=tuple({str(k): str(v) for k, v in c.items()} for c in raw["checks"]),
+            baseline=raw["baseline"],
+            decided_at=str(raw["decided_at"]),
+        )
+
+
+@dataclass(frozen=True)
 class AdapterVersion:
     """One complete, committed adapter version; ``path`` is the directory peft loads."""
 
@@ -125,6 +172,20 @@ class AdapterVersion:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise AdapterStoreError(f"{file}: unreadable adapter metadata: {exc}") from exc
 
+    def verdict(self) -> GateVerdict | None:
+        """The promotion gate's decision on this version (``verdict.json``), or None when none was recorded.
+
+        Raises:
+            AdapterStoreError: the file exists but is unreadable.
+        """
+        file = self.path / VERDICT_FILE
+        try:
+            return GateVerdict.from_dict(json.loads(file.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise AdapterStoreError(f"{file}: unreadable gate verdict: {exc}") from exc
+
 
 @dataclass(frozen=True)
 class Staging:
@@ -142,8 +203,18 @@ class LedgerTransaction(Protocol):
         """The document's recorded version numbers, read under the lock."""
         ...
 
+    @property
+    def current(self) -> int | None:
+        """The document's newest promoted version number (None: none), read under the lock."""
+        ...
+
     def record(self, number: int) -> None:
-        """Record ``number`` as committed; it becomes visible when the transaction commits."""
+        """Record ``number`` as committed (a candidate); it becomes visible when the transaction commits."""
+        ...
+
+    def promote(self, number: int) -> None:
+        """Mark the recorded ``number`` promoted (current from the transaction's commit on), and tell the
+        other readers (the fleet's NOTIFY, delivered at the commit)."""
         ...
 
 
@@ -155,6 +226,10 @@ class CommitLedger(Protocol):
 
     def versions(self, doc_key: str) -> frozenset[int]:
         """The recorded version numbers of ``doc_key`` (committed transactions only)."""
+        ...
+
+    def current(self, doc_key: str) -> int | None:
+        """The newest promoted version number of ``doc_key``, or None when none was promoted."""
         ...
 
     def transaction(self, doc_key: str, *, wait: bool = True) -> AbstractContextManager[LedgerTransaction | None]:
@@ -224,8 +299,8 @@ class AdapterStore:
         return sorted(found, key=lambda v: v.number)
 
     def current(self, doc_key: str) -> AdapterVersion | None:
-        """The version ``current`` names, or None when nothing was ever committed. With a ledger: the
-        newest version it records (``current`` is written after each commit, for people to read).
+        """The promoted version ``current`` names, or None when nothing was ever promoted. With a ledger: the
+        newest version it records as promoted (``current`` is written after each promotion, for people to read).
 
         Raises:
             AdapterStoreError: ``current`` names a version that does not exist (never happens
@@ -233,8 +308,9 @@ class AdapterStore:
             psycopg.Error: (with a ledger) the database is unreachable.
         """
         if self.ledger is not None:
-            versions = self.list_versions(doc_key)
-            return versions[-1] if versions else None
+            number = self.ledger.current(doc_key)
+            found = [v for v in self._directories(doc_key) if v.number == number]
+            return found[0] if found else None
         pointer = self.doc_dir(doc_key) / CURRENT_FILE
         try:
             name = pointer.read_text(encoding="utf-8").strip()
@@ -246,6 +322,74 @@ class AdapterStore:
             raise AdapterStoreError(f"{pointer} names {name!r}, which is not a committed version")
         return AdapterVersion(doc_key, int(match.group(1)), path)
 
+    def latest(self, doc_key: str) -> AdapterVersion | None:
+        """The newest committed version of ``doc_key`` — promoted, rejected or awaiting its verdict — or None."""
+        versions = self.list_versions(doc_key)
+        return versions[-1] if versions else None
+
+    def candidate(self, doc_key: str) -> AdapterVersion | None:
+        """The newest committed version when it is newer than ``current`` (not promoted: awaiting its verdict,
+        rejected, or promoted by a decision whose promotion a crash interrupted), else None. Older unpromoted
+        versions are superseded by it and never promoted."""
+        latest, current = self.latest(doc_key), self.current(doc_key)
+        if latest is None or (current is not None and latest.number <= current.number):
+            return None
+        return latest
+
+    def rejected(self, doc_key: str) -> tuple[AdapterVersion, GateVerdict] | None:
+        """The candidate (:meth:`candidate`) with its verdict when the gate rejected it, else None.
+
+        Raises:
+            AdapterStoreError: its ``verdict.json`` is unreadable.
+        """
+        candidate = self.candidate(doc_key)
+        verdict = candidate.verdict() if candidate is not None else None
+        return (candidate, verdict) if candidate is not None and verdict is not None and not verdict.promoted else None
+
+    def record_verdict(self, version: AdapterVersion, verdict: GateVerdict) -> None:
+        """Write ``verdict`` as ``version``'s ``verdict.json`` (atomically; it replaces an earlier one).
+
+        Raises:
+            OSError: the disk failed (no half-written file is left).
+        """
+        text = json.dumps(verdict.to_dict(), indent=2, sort_keys=True) + "\n"
+        atomic_write_text(version.path / VERDICT_FILE, text)
+
+    def promote(self, version: AdapterVersion) -> bool:
+        """Make ``version`` current, unless ``current`` already names it or a newer version (promotions move
+        forward only). Without a ledger ``current`` is replaced atomically under the document's lock; with one,
+        the version's row is marked promoted in a transaction under the document's ledger lock (the fleet's
+        NOTIFY goes out at its commit), and ``current`` is rewritten for people to read.
+
+        Returns:
+            whether ``current`` moved.
+
+        Raises:
+            AdapterStoreError: ``version`` is not a committed version of its document.
+            OSError: the disk failed; ``current`` is then unchanged.
+            psycopg.Error: (with a ledger) the transaction failed; nothing was promoted.
+        """
+        doc_dir = self.doc_dir(version.doc_key)
+        if self.ledger is not None:
+            with self.ledger.transaction(version.doc_key) as txn:
+                assert txn is not None  # waited for the lock
+                if version.number not in txn.versions:
+                    raise AdapterStoreError(f"{version.doc_key} {version.name} is not a committed version")
+                if txn.current is not None and txn.current >= version.number:
+                    return False
+                txn.promote(version.number)
+            with contextlib.suppress(OSError):  # informational: readers ask the ledger
+                atomic_write_text(doc_dir / CURRENT_FILE, version.name + "\n")
+            return True
+        with self._doc_lock(doc_dir):
+            if version.number not in {v.number for v in self._directories(version.doc_key)}:
+                raise AdapterStoreError(f"{version.doc_key} {version.name} is not a committed version")
+            current = self.current(version.doc_key)
+            if current is not None and current.number >= version.number:
+                return False
+            atomic_write_text(doc_dir / CURRENT_FILE, version.name + "\n")
+        return True
+
     def resolve(self, doc_key: str, ref: str | int) -> AdapterVersion:
         """A version by reference: ``"current"``, ``"v3"``, ``"v0003"``, ``"3"`` or ``3``.
 
@@ -255,6 +399,12 @@ class AdapterStore:
         if ref == "current":
             version = self.current(doc_key)
             if version is None:
+                latest = self.latest(doc_key)
+                if latest is not None:
+                    raise AdapterStoreError(
+                        f"document {doc_key!r} has no promoted adapter yet (its candidate {latest.name} was not "
+                        f"promoted by the promotion gate; name it as {latest.name} to use it anyway)"
+                    )
                 raise AdapterStoreError(f"document {doc_key!r} has no adapter yet")
             return version
         match = _REF_RE.match(str(ref))
@@ -290,10 +440,11 @@ class AdapterStore:
             os.close(fd)
 
     def commit(self, staging: Staging, metadata: AdapterMetadata) -> AdapterVersion:
-        """Make ``staging`` the next version of its document and point ``current`` at it.
+        """Make ``staging`` the next version of its document: a candidate, which only :meth:`promote` makes
+        current.
 
         Writes ``metadata.json`` (with ``version`` filled in), fsyncs the whole directory, renames it to
-        ``versions/vNNNN`` (N = highest existing + 1), fsyncs ``versions/``, then replaces ``current``.
+        ``versions/vNNNN`` (N = highest existing + 1) and fsyncs ``versions/``; ``current`` is unchanged.
 
         With a ledger, N = the highest recorded + 1, and the rename happens inside the ledger's transaction
         (module docstring): a directory already at ``vNNNN`` is an orphan and is moved aside first; if the
@@ -304,7 +455,7 @@ class AdapterStore:
 
         Raises:
             AdapterStoreError: ``staging`` holds no ``adapter_config.json`` (nothing was saved into it).
-            OSError: the disk failed; ``current`` is then unchanged.
+            OSError: the disk failed; nothing was committed.
             psycopg.Error: (with a ledger) the transaction failed; nothing was committed.
         """
         if not (staging.path / "adapter_config.json").is_file():
@@ -316,7 +467,6 @@ class AdapterStore:
             existing = self.list_versions(staging.doc_key)
             number = (existing[-1].number if existing else 0) + 1
             target = self._install(staging, metadata, number)
-            atomic_write_text(doc_dir / CURRENT_FILE, version_name(number) + "\n")
         return AdapterVersion(staging.doc_key, number, target)
 
     def _install(self, staging: Staging, metadata: AdapterMetadata, number: int) -> Path:
@@ -347,8 +497,6 @@ class AdapterStore:
                 with contextlib.suppress(OSError):
                     fsync_dir(target.parent)
             raise
-        with contextlib.suppress(OSError):  # informational: readers ask the ledger
-            atomic_write_text(doc_dir / CURRENT_FILE, version_name(number) + "\n")
         return AdapterVersion(staging.doc_key, number, target)
 
     @staticmethod

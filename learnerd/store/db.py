@@ -208,6 +208,13 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE blocks ADD COLUMN executed_path TEXT;
     ALTER TABLE blocks ADD COLUMN executed_line INTEGER
     """,
+    # 9: an adapter version is committed as a candidate and promoted by the promotion gate
+    # (docs/evaluation.md); a row's promoted_at marks it promoted, the newest promoted row is current. Rows
+    # committed before were current when committed: they count as promoted.
+    """
+    ALTER TABLE adapter_commits ADD COLUMN promoted_at REAL;
+    UPDATE adapter_commits SET promoted_at = committed_at
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

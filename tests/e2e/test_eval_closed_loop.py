@@ -83,6 +83,9 @@ def test_the_daemon_raises_the_probe_pass_rate_on_its_own_until_it_settles(tmp_p
     assert metric("learnerd_training_cycles_total", {"outcome": "committed"}) == committed
     assert metric("learnerd_training_cycle_duration_seconds_count") == committed
     assert metric("learnerd_evaluations_total") == evaluated
+    assert [p.gate for p in points] == ["promoted"] * len(points)  # each better than the last: all promoted
+    assert metric("learnerd_promotions_total", {"outcome": "promoted"}) == committed
+    assert metric("learnerd_promotions_total", {"outcome": "rejected"}) == 0
     assert metric("learnerd_adapter_version", {"document": str(doc)}) == points[-1].version
     assert metric("learnerd_probe_pass_rate", {"document": str(doc)}) == pytest.approx(rates[-1])
     assert metric("learnerd_evaluation_score", {"document": str(doc)}) == pytest.approx(points[-1].score, abs=1e-4)

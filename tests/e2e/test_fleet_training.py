@@ -104,7 +104,7 @@ def test_a_training_replica_commits_on_postgresql_and_a_front_end_serves_the_ver
 
         doc = qa_document(docs / "notes.dlm", QA_PAIRS[:2], training={"learning_rate": 1e-2, "max_steps": 4})
         dlm_id = read_document(doc).frontmatter.dlm_id
-        wait_until(lambda: served_adapter(url) == "v0001", timeout=120, what="v0001 served by the front end")
+        wait_until(lambda: served_adapter(url) == "v0001", timeout=300, what="v0001 promoted, served by the front end")
 
         with psycopg.connect(postgres_url) as conn:
             commits = conn.execute("SELECT document, version, replica FROM adapter_commits").fetchall()

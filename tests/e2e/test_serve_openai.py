@@ -58,7 +58,13 @@ def test_models_list_names_the_bases_and_each_document(served):
     models = {m.id: m for m in client(url).models.list()}
     assert {"learnerd/tiny-llama", "notes"} <= set(models) <= {"learnerd/tiny-llama", "notes", "learned"}
     notes = models["notes"].model_extra["learnerd"]
-    assert notes == {"kind": "document", "base_model": "learnerd/tiny-llama", "dlm_id": dlm_id, "adapter": None}
+    assert notes == {
+        "kind": "document",
+        "base_model": "learnerd/tiny-llama",
+        "dlm_id": dlm_id,
+        "adapter": None,
+        "rejected": None,
+    }
     assert models["learnerd/tiny-llama"].model_extra["learnerd"]["kind"] == "base"
 
 

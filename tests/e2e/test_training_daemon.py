@@ -1,5 +1,6 @@
 """Training under a running daemon (in process, the real MiniLM, real files, real child processes): a
-saved .dlm document becomes a new adapter version whose loss fell; an identical save trains nothing."""
+saved .dlm document becomes a new adapter version whose loss fell, promoted by the evaluation's gate; an
+identical save trains nothing; an edit trains incrementally from the promoted version."""
 
 from __future__ import annotations
 
@@ -23,8 +24,10 @@ def daemon_config(tmp_path: Path, models_dir: Path, **training):
     state.mkdir()
     (state / "models").symlink_to(models_dir)  # the session's built-in tiny model, built once
     settings = {"debounce_s": 0.3, "num_threads": 1, "niceness": 0, "warm_spare": False, "rescan_interval_s": 1.0}
+    evaluation = {"null_runs": 0, "max_prompts": 1, "num_threads": 1}
     return config_from_dict(
-        {"state_dir": "state", "docs_dirs": ["docs"], "training": {**settings, **training}}, base=tmp_path
+        {"state_dir": "state", "docs_dirs": ["docs"], "training": {**settings, **training}, "evaluation": evaluation},
+        base=tmp_path,
     )
 
 
@@ -56,10 +59,11 @@ async def test_an_edit_under_the_running_daemon_trains_a_new_version(tmp_path: P
             qa_document(doc, QA_PAIRS[:4], training={"learning_rate": 1e-2, "max_steps": 6})  # a person saves
             dlm_id = read_document(doc).frontmatter.dlm_id
             await wait_for(lambda: committed)
-            v1 = store.current(dlm_id)
+            v1 = store.latest(dlm_id)
             meta = v1.metadata()
             assert v1.name == "v0001" and meta.final_loss < meta.start_loss
             assert committed == [(str(doc), "v0001")]
+            await wait_for(lambda: store.current(dlm_id) == v1, what="v0001 promoted by the evaluation's gate")
 
             await wait_for(lambda: training.stats().in_flight == () and daemon.queues["training"].idle)
             before = training.stats().reconciles
@@ -71,7 +75,7 @@ async def test_an_edit_under_the_running_daemon_trains_a_new_version(tmp_path: P
             with doc.open("a") as f:  # a real edit: one more section
                 f.write(f"::instruction::\n### Q\n{EXTRA_QA_PAIRS[0][0]}\n\n### A\n{EXTRA_QA_PAIRS[0][1]}\n")
             await wait_for(lambda: len(committed) == 2)
-            v2 = store.current(dlm_id).metadata()
+            v2 = store.latest(dlm_id).metadata()
             assert v2.parent_version == 1 and v2.final_loss < v2.start_loss
             stop.set()
         summary = daemon.summary()

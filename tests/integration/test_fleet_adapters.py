@@ -1,7 +1,8 @@
 """Adapter commits on a real PostgreSQL (docs/fleet.md, "Adapters"): the ``adapter_commits`` row is the
-commit point. A commit leaves a row and a directory; a transaction that fails after the rename leaves
-neither; a version directory without a row (renamed by a replica that died before its COMMIT) is never
-current and is set aside at resync; concurrent commits of one document get distinct, consecutive
+commit point. A commit leaves a row and a directory — a candidate, current for no reader until its promotion
+marks the row (and NOTIFYs the other replicas at its COMMIT); a transaction that fails after the rename
+leaves neither; a version directory without a row (renamed by a replica that died before its COMMIT) is
+never current and is set aside at resync; concurrent commits of one document get distinct, consecutive
 versions."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import threading
 import psycopg
 import pytest
 
+from learnerd.fleet import notify
 from learnerd.fleet.fleet import PIPELINE_ROLE, TRAIN_ROLE, Fleet
 from learnerd.fleet.ledger import AdapterLedger
 from learnerd.store import db
@@ -49,13 +51,34 @@ def test_a_commit_leaves_a_row_and_a_directory_that_every_reader_sees(url, tmp_p
         assert version.number == 1 and version.path.is_dir()
         assert json.loads((version.path / "metadata.json").read_text())["version"] == 1
         assert rows(url) == [("learned", 1, "gpu-1")]
-        assert web.current("learned") == version and web.resolve("learned", "v1") == version
-        assert commit(gpu, steps=7).number == 2
-        assert [v.number for v in web.list_versions("learned")] == [1, 2]
-        assert web.current("learned").metadata().steps == 7
+        assert web.resolve("learned", "v1") == version and web.candidate("learned") == version
+        assert web.current("learned") is None  # a candidate until promoted
+        assert gpu.promote(version) and web.current("learned") == version
+        v2 = commit(gpu, steps=7)
+        assert v2.number == 2 and [v.number for v in web.list_versions("learned")] == [1, 2]
+        assert web.current("learned") == version and web.candidate("learned") == v2
+        assert gpu.promote(v2) and web.current("learned").metadata().steps == 7
+        assert not web.promote(version) and gpu.current("learned") == v2  # promotions move forward only
     finally:
         gpu.close()
         web.close()
+
+
+def test_a_promotion_notifies_the_other_replicas_at_its_commit_and_a_commit_does_not(url, tmp_path):
+    gpu = replica_store(tmp_path / "adapters", url, "gpu-1")
+    with psycopg.connect(url, autocommit=True) as listener:
+        listener.execute(f"LISTEN {notify.CHANNEL}")
+        try:
+            version = commit(gpu)
+            assert [n.payload for n in listener.notifies(timeout=0.5, stop_after=1)] == []
+            gpu.promote(version)
+            got = [notify.parse(n.payload) for n in listener.notifies(timeout=5, stop_after=1)]
+        finally:
+            gpu.close()
+    assert [(m.sender, m.queue, list(m.keys)) for m in got] == [("gpu-1", notify.ADAPTERS, ["learned"])]
+    with psycopg.connect(url) as conn:
+        promoted = conn.execute("SELECT version FROM adapter_commits WHERE promoted_at IS NOT NULL").fetchall()
+    assert promoted == [(1,)]
 
 
 def test_a_transaction_that_fails_after_the_rename_leaves_neither_row_nor_directory(url, tmp_path):
@@ -95,6 +118,7 @@ def test_an_orphan_directory_is_never_current_and_is_set_aside_at_resync(url, tm
         def orphan(number: int) -> None:  # a replica renamed vNNNN and died before its COMMIT
             shutil.copytree(v1.path, versions_dir / f"v{number:04d}")
 
+        gpu.promote(v1)
         orphan(2)
         assert [v.number for v in gpu.list_versions("learned")] == [1] and gpu.current("learned") == v1
         with pytest.raises(AdapterStoreError, match="no adapter v0002"):
@@ -107,7 +131,7 @@ def test_an_orphan_directory_is_never_current_and_is_set_aside_at_resync(url, tm
         names = sorted(p.name for p in versions_dir.iterdir())
         assert names[-2:] == ["v0001", "v0002"] and len(names) == 4
         assert all(n.startswith((".orphan-v0002-", ".orphan-v0003-")) for n in names[:2])
-        assert gpu.current("learned") == v2 and [r[1] for r in rows(url)] == [1, 2]
+        assert gpu.promote(v2) and gpu.current("learned") == v2 and [r[1] for r in rows(url)] == [1, 2]
     finally:
         fleet.close()
         conn.close()

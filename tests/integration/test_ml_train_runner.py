@@ -39,7 +39,7 @@ def base(models_dir):
 
 @pytest.fixture
 def store_with_v1(tmp_path, base):
-    """An adapter store whose document "doc" has a committed v0001 (a few steps on four rows)."""
+    """An adapter store whose document "doc" has a committed, promoted v0001 (a few steps on four rows)."""
     from learnerd.store.adapters import AdapterMetadata
 
     store = AdapterStore(tmp_path / "adapters")
@@ -49,7 +49,7 @@ def store_with_v1(tmp_path, base):
     with store.stage("doc") as staging:
         peft_model.save_pretrained(staging.path)
         ids = tuple(r.section_id for r in ROWS)
-        store.commit(
+        v1 = store.commit(
             staging,
             AdapterMetadata(
                 base_model=base.name, base_model_identity=base.identity, section_ids=ids, new_section_ids=ids,
@@ -58,6 +58,7 @@ def store_with_v1(tmp_path, base):
                 hyperparameters=config.to_dict(), library_versions={}, created_at="2026-01-01T00:00:00+00:00",
             ),
         )  # fmt: skip
+    store.promote(v1)
     return store
 
 

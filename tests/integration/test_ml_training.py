@@ -31,7 +31,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, models_dir):
-    """One training cycle on the 20 Q/A rows, committed as v0001 (shared: tests copy the store to change it)."""
+    """One training cycle on the 20 Q/A rows, committed and promoted as v0001 (shared: tests copy the store to
+    change it)."""
     root = tmp_path_factory.mktemp("adapters")
     base = resolve_base_model(DEFAULT_BASE_MODEL, cache_dir=models_dir)
     events = []
@@ -40,6 +41,7 @@ def trained(tmp_path_factory, models_dir):
         train_cycle, store, "qa", base, QA_ROWS, MEMORISE, num_threads=THREADS, on_progress=events.append
     )
     outcome = anyio.run(cycle)
+    store.promote(outcome.version)
     return SimpleNamespace(root=root, base=base, outcome=outcome, events=events)
 
 
@@ -130,7 +132,10 @@ def test_incremental_cycle_resumes_and_replays(trained, tmp_path):
     assert rows_loss(peft_model, tokenizer, EXTRA_ROWS) < 0.5
     assert rows_loss(peft_model, tokenizer, QA_ROWS) < 0.5  # old knowledge kept
     assert _exact_answers(peft_model, tokenizer, QA_PAIRS + EXTRA_QA_PAIRS) >= 22
-    # The same document state again trains nothing.
+    # The same document state again trains nothing: not while v0002 awaits its verdict, nor once promoted.
+    waiting = anyio.run(functools.partial(train_cycle, store, "qa", trained.base, rows, config, num_threads=THREADS))
+    assert waiting.version is None and waiting.plan.reason.endswith("v0002, a candidate awaiting its evaluation")
+    store.promote(outcome.version)
     again = plan_cycle(rows, config, trained.base, store.current("qa"), replay=ReplayPolicy())
     assert again.mode == "none" and again.rows == ()
 

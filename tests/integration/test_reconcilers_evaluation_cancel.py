@@ -45,7 +45,7 @@ async def test_progress_events_then_a_report(trained):
     steps = events(logs, "evaluation.progress")
     total = total_steps(EvalOptions(null_runs=1))
     assert [e["step"] for e in steps] == list(range(1, total + 1)) and {e["of"] for e in steps} == {total}
-    assert [e["done"] for e in steps][-3:] == ["delta_kl", "multi_turn_coherence_decay", "section_internalization"]
+    assert [e["done"] for e in steps][-3:] == ["paraphrase_invariance", "calibration_drift", "answer_retention"]
     assert events(logs, "evaluation.started")[0]["threads"] == 1
     assert report_path(version).is_file() and events(logs, "evaluation.finished")
 

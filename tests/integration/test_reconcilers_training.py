@@ -27,13 +27,19 @@ SETTINGS = TrainingSettings(num_threads=1, niceness=0, broken_document_retry_s=7
 def env(tmp_path: Path, models_dir: Path):
     committed: list[tuple[str, str]] = []
     journal = ProbeJournal(tmp_path / "journal.jsonl")
+    store = AdapterStore(tmp_path / "adapters")
+
+    def on_committed(doc: str, version) -> None:  # the candidate passes a gate at once (the gate has its own tests)
+        committed.append((doc, version.name))
+        store.promote(version)
+
     reconciler = TrainingReconciler(
-        AdapterStore(tmp_path / "adapters"),
+        store,
         SETTINGS,
         models_dir=models_dir,
         journal=journal,
         new_document_base_model="learnerd/tiny-llama",
-        on_committed=lambda doc, version: committed.append((doc, version.name)),
+        on_committed=on_committed,
     )
     yield reconciler, committed, tmp_path / "docs"
     journal.close()

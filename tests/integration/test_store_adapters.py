@@ -1,4 +1,5 @@
-"""The versioned adapter store: numbered versions, an atomically swapped `current`, nothing half-written."""
+"""The versioned adapter store: numbered versions committed as candidates, an atomically swapped `current` that
+only a promotion moves, gate verdicts beside the versions, nothing half-written."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.loader import load_adapter
 from learnerd.ml.lora import attach_lora
 from learnerd.store import adapters as adapters_module
-from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterStoreError
+from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterStoreError, GateVerdict
 from learnerd.store.dlm import TrainingConfig
 from tests.conftest import cli_env
 
@@ -56,7 +57,7 @@ def adapter_writer(tiny_model_dir):
     return write
 
 
-def test_commit_numbers_versions_and_moves_current(tmp_path, adapter_writer, tiny_model_dir):
+def test_commit_numbers_candidates_and_promotion_moves_current(tmp_path, adapter_writer, tiny_model_dir):
     store = AdapterStore(tmp_path / "adapters")
     assert store.current("doc") is None and store.list_versions("doc") == [] and store.doc_keys() == []
     weights = {}
@@ -65,7 +66,9 @@ def test_commit_numbers_versions_and_moves_current(tmp_path, adapter_writer, tin
             weights[seed] = adapter_writer(staging.path, seed)
             version = store.commit(staging, _metadata(seed=seed, parent_version=seed - 1 or None))
         assert not staging.path.exists()
-        assert version.name == f"v000{seed}" and store.current("doc") == version
+        assert version.name == f"v000{seed}" and store.candidate("doc") == store.latest("doc") == version
+        assert store.current("doc") == (None if seed == 1 else store.resolve("doc", 1))  # a candidate is not current
+        assert store.promote(version) and store.current("doc") == version and store.candidate("doc") is None
     assert [v.number for v in store.list_versions("doc")] == [1, 2] and store.doc_keys() == ["doc"]
     assert (tmp_path / "adapters" / "doc" / "current").read_text() == "v0002\n"
     meta = store.current("doc").metadata()
@@ -102,20 +105,58 @@ def test_crash_before_the_pointer_swap_keeps_the_previous_current(tmp_path, adap
     store = AdapterStore(tmp_path)
     with store.stage("doc") as staging:
         adapter_writer(staging.path, 1)
-        store.commit(staging, _metadata())
+        store.promote(store.commit(staging, _metadata()))
+    with store.stage("doc") as staging:
+        adapter_writer(staging.path, 2)
+        v2 = store.commit(staging, _metadata())
 
     def power_cut(*args, **kwargs):
         raise OSError("power cut")
 
     monkeypatch.setattr(adapters_module, "atomic_write_text", power_cut)
-    with store.stage("doc") as staging:
-        adapter_writer(staging.path, 2)
-        with pytest.raises(OSError, match="power cut"):
-            store.commit(staging, _metadata())
+    with pytest.raises(OSError, match="power cut"):
+        store.promote(v2)
     assert store.current("doc").number == 1
     # v0002 is complete (renamed only after fsync), so listing it is safe; it just is not current.
-    assert [v.number for v in store.list_versions("doc")] == [1, 2]
+    assert [v.number for v in store.list_versions("doc")] == [1, 2] and store.candidate("doc") == v2
     assert store.resolve("doc", 2).metadata().version == 2
+    monkeypatch.undo()
+    assert store.promote(v2) and store.current("doc") == v2
+
+
+def test_promotion_moves_current_forward_only(tmp_path, adapter_writer):
+    store = AdapterStore(tmp_path)
+    versions = []
+    for seed in (1, 2):
+        with store.stage("doc") as staging:
+            adapter_writer(staging.path, seed)
+            versions.append(store.commit(staging, _metadata()))
+    assert store.promote(versions[1]) and not store.promote(versions[0]) and not store.promote(versions[1])
+    assert store.current("doc") == versions[1] and store.candidate("doc") is None
+
+
+def test_a_rejected_candidate_keeps_its_directory_and_verdict(tmp_path, adapter_writer):
+    store = AdapterStore(tmp_path)
+    with store.stage("doc") as staging:
+        adapter_writer(staging.path, 1)
+        v1 = store.commit(staging, _metadata())
+    assert v1.verdict() is None and store.rejected("doc") is None
+    verdict = GateVerdict(
+        "rejected",
+        ("answer_retention: kept 1/5",),
+        ({"name": "x", "outcome": "fail", "detail": "d"},),
+        None,
+        "2026-01-01T00:00:00+00:00",
+    )
+    store.record_verdict(v1, verdict)
+    assert v1.verdict() == verdict and store.rejected("doc") == (v1, verdict)
+    assert store.current("doc") is None and (v1.path / "adapter_config.json").is_file()
+    with pytest.raises(AdapterStoreError, match=r"no promoted adapter yet \(its candidate v0001"):
+        store.resolve("doc", "current")
+    assert store.resolve("doc", "v1") == v1
+    (v1.path / "verdict.json").write_text("{not json")
+    with pytest.raises(AdapterStoreError, match="unreadable gate verdict"):
+        v1.verdict()
 
 
 def test_recover_removes_staging_of_dead_writers_only(tmp_path):
@@ -124,7 +165,7 @@ def test_recover_removes_staging_of_dead_writers_only(tmp_path):
     script = textwrap.dedent(
         f"""
         import os, signal
-        from learnerd.store.adapters import AdapterStore
+        from learnerd.store.adapters import GateVerdict, AdapterStore
         with AdapterStore({str(tmp_path)!r}).stage("doc") as staging:
             (staging.path / "adapter_model.safetensors").write_bytes(b"half")
             os.kill(os.getpid(), signal.SIGKILL)

@@ -42,9 +42,13 @@ def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def commit_version(store: AdapterStore, doc_key: str = DLM_ID) -> AdapterVersion:
-    """Commit a placeholder adapter version (no weights: for tests that never load it)."""
+def commit_version(store: AdapterStore, doc_key: str = DLM_ID, *, promote: bool = True) -> AdapterVersion:
+    """Commit a placeholder adapter version (no weights: for tests that never load it), promoted unless
+    ``promote`` is False (a candidate)."""
     with store.stage(doc_key) as staging:
         (staging.path / "adapter_config.json").write_text("{}")
         meta = AdapterMetadata("learnerd/tiny-llama", "id", (), (), (), None, 0, 0.0, 0.0, 0, 42, {}, {}, "2026-01-01")
-        return store.commit(staging, meta)
+        version = store.commit(staging, meta)
+    if promote:
+        store.promote(version)
+    return version

@@ -61,10 +61,10 @@ def trained_document(root: Path) -> TrainedDocument:
     rows = document_rows(document)
     config = check_trainable(document.frontmatter.training)
     base = resolve_base_model(document.frontmatter.base_model, cache_dir=state / "models")
-    outcome = anyio.run(
-        functools.partial(train_cycle, AdapterStore(state / "adapters"), DLM_ID, base, rows, config, num_threads=1)
-    )
+    store = AdapterStore(state / "adapters")
+    outcome = anyio.run(functools.partial(train_cycle, store, DLM_ID, base, rows, config, num_threads=1))
     assert outcome.version is not None and outcome.version.name == "v0001"
+    store.promote(outcome.version)  # as a promotion gate that passes would
     return TrainedDocument(state_dir=state, doc=doc, doc_key=DLM_ID)
 
 

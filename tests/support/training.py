@@ -1,5 +1,6 @@
 """Train a .dlm document's adapter one cycle, as the training reconciler does, without a daemon: the
-document's rows, its ``training`` block, its base model, into the adapter store under its ``dlm_id``."""
+document's rows, its ``training`` block, its base model, into the adapter store under its ``dlm_id`` — and
+promote it, as a promotion gate that passes would (tests of the gate itself use the reconcilers)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,12 @@ from learnerd.store.dlm import read_document
 
 
 async def train_document(store: AdapterStore, path: Path, models_dir: Path) -> CycleOutcome:
-    """One training cycle of the document at ``path`` (one torch thread in the training process)."""
+    """One training cycle of the document at ``path`` (one torch thread in the training process), its
+    version promoted."""
     document = read_document(path)
     base = resolve_base_model(document.frontmatter.base_model, cache_dir=models_dir, relative_to=path.parent)
     config = check_trainable(document.frontmatter.training)
-    return await train_cycle(store, adapter_key(document), base, document_rows(document), config, num_threads=1)
+    outcome = await train_cycle(store, adapter_key(document), base, document_rows(document), config, num_threads=1)
+    if outcome.version is not None:
+        store.promote(outcome.version)
+    return outcome

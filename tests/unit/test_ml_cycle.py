@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from learnerd.ml.base_model import BaseModelRef
-from learnerd.ml.cycle import ReplayPolicy, plan_cycle
+from learnerd.ml.cycle import ReplayPolicy, already_tried, plan_cycle
 from learnerd.ml.rows import TrainingRow
-from learnerd.store.adapters import AdapterMetadata, AdapterStore
+from learnerd.store.adapters import AdapterMetadata, AdapterStore, GateVerdict
 from learnerd.store.dlm import TrainingConfig
 
 BASE = BaseModelRef("learnerd/tiny-llama", Path("/nonexistent"), identity="learnerd/tiny-llama@aa", builtin=True)
@@ -98,3 +98,26 @@ def test_fresh_retrain_when_the_adapter_cannot_be_resumed(tmp_path, config, base
 def test_replay_policy_validation():
     with pytest.raises(ValueError, match="replay"):
         ReplayPolicy(ratio=-1)
+
+
+def test_a_candidate_trained_on_the_same_rows_is_not_trained_again(tmp_path):
+    store = AdapterStore(tmp_path)
+    store.promote(commit(store, ["a"]))
+    candidate = commit(store, ["a", "b"])
+    plan = plan_cycle(rows("a", "b"), DEFAULTS, BASE, store.current("doc"))
+    assert plan.mode == "incremental" and plan.parent.number == 1  # from the current version, not the candidate
+    waiting = already_tried(plan, store.candidate("doc"), DEFAULTS, BASE)
+    assert waiting.mode == "none" and waiting.reason.endswith("v0002, a candidate awaiting its evaluation")
+    verdict = GateVerdict("rejected", ("answer_retention: kept 1/5",), (), 1, "2026-01-01T00:00:00+00:00")
+    store.record_verdict(candidate, verdict)
+    rejected = already_tried(plan, store.candidate("doc"), DEFAULTS, BASE)
+    assert rejected.mode == "none" and "rejected (answer_retention: kept 1/5); change the document" in rejected.reason
+    # Other rows, another training block or another base: train (from the current version).
+    assert (
+        already_tried(plan_cycle(rows("a", "c"), DEFAULTS, BASE, store.current("doc")), candidate, DEFAULTS, BASE)
+        is None
+    )
+    assert already_tried(plan, candidate, TrainingConfig(learning_rate=0.5), BASE) is None
+    other = BaseModelRef("learnerd/tiny-llama", Path("/nonexistent"), identity="learnerd/tiny-llama@bb", builtin=True)
+    assert already_tried(plan, candidate, DEFAULTS, other) is None
+    assert already_tried(plan, None, DEFAULTS, BASE) is None

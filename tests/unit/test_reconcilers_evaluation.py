@@ -1,6 +1,7 @@
 """The evaluation reconciler's bookkeeping on real files, without a model: which documents it lists,
-what it does without an adapter, harvesting a stored report, the stuck-probe guard, and which reports are
-failed attempts."""
+what it does without an adapter, the promotion gate on stored reports (promotion, rejection, a crash between
+verdict and promotion), harvesting a stored report, the stuck-probe guard, and which reports are failed
+attempts."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from learnerd.daemon.config import Config
+from learnerd.eval.gate import decide
 from learnerd.eval.history import REPORT_FILE
-from learnerd.eval.report import ProbeResult, Report, Score, Verdict, write_report
+from learnerd.eval.report import ProbeResult, Report, Score, Verdict, load_report, write_report
 from learnerd.reconcilers.evaluation import evaluation_failure, evaluation_reconciler, stuck_probes
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
@@ -51,6 +53,73 @@ def test_resync_lists_documents_with_an_adapter(setup):
     assert reconciler.resync_keys() == []
     commit_version(reconciler.store)
     assert reconciler.resync_keys() == [str(doc)]
+
+
+def test_resync_lists_a_document_whose_only_version_is_a_candidate(setup):
+    _, doc, reconciler = setup
+    commit_version(reconciler.store, promote=False)
+    assert reconciler.resync_keys() == [str(doc)]
+
+
+def candidate_with_report(store: AdapterStore, *probes: ProbeResult):
+    version = commit_version(store, promote=False)
+    write_report(version.path / REPORT_FILE, report_of(version.number, *probes))
+    return version
+
+
+def test_the_gate_promotes_a_good_candidate_and_rejects_a_worse_one(tmp_path: Path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    doc = docs / "qa.dlm"
+    doc.write_text(DOC)
+    promoted, verdicts = [], []
+    reconciler = evaluation_reconciler(
+        Config(state_dir=tmp_path / "state", docs_dirs=[docs]),
+        on_verdict=lambda path, verdict: verdicts.append(verdict.outcome),
+        on_promoted=lambda path, version: promoted.append((path, version.name)),
+    )
+    store = reconciler.store
+    good = (recall("r1", "pass", harvested=False), recall("r2", "pass", harvested=False))
+    v1 = candidate_with_report(store, *good)
+    reconciler.reconcile_sync(str(doc))
+    assert store.current(DLM_ID) == v1 and promoted == [(str(doc), "v0001")] and verdicts == ["promoted"]
+    assert v1.verdict().baseline is None and reconciler.recall[str(doc)]["version"] == "v0001"
+
+    worse = (recall("r1", "fail", harvested=False), recall("r2", "fail", harvested=False))
+    v2 = candidate_with_report(store, *worse)
+    reconciler.reconcile_sync(str(doc))
+    assert store.current(DLM_ID) == v1 and len(promoted) == 1 and verdicts == ["promoted", "rejected"]
+    rejected, verdict = store.rejected(DLM_ID)
+    assert rejected == v2 and verdict.baseline == 1
+    assert verdict.reasons == ("probe_recall: 0/2 passed (current 2/2): 2 newly fail, 0 newly pass; net 2 worse > 1",)
+    reconciler.reconcile_sync(str(doc))  # level-triggered: decided once
+    assert verdicts == ["promoted", "rejected"] and reconciler.changes == {"promoted": 1, "rejected": 1}
+
+    v3 = candidate_with_report(store, *good)  # the next cycle's candidate is compared with v1, not v2
+    reconciler.reconcile_sync(str(doc))
+    assert store.current(DLM_ID) == v3 and v3.verdict().baseline == 1 and promoted[-1] == (str(doc), "v0003")
+
+
+def test_a_promotion_a_crash_interrupted_is_made_by_the_next_reconcile(setup):
+    _, doc, reconciler = setup
+    promoted = []
+    reconciler.on_promoted = lambda path, version: promoted.append(version.name)
+    v1 = candidate_with_report(reconciler.store, recall("r1", "pass", harvested=False))
+    decision = decide(load_report(v1.path / REPORT_FILE), None, reconciler.settings.gate)
+    reconciler.store.record_verdict(v1, decision.verdict())  # the verdict was written, then the process died
+    assert reconciler.store.current(DLM_ID) is None
+    reconciler.reconcile_sync(str(doc))
+    assert reconciler.store.current(DLM_ID) == v1 and promoted == ["v0001"]
+    assert reconciler.changes == {}  # nothing evaluated or decided again
+
+
+def test_a_report_with_an_errored_probe_is_never_promoted(setup):
+    _, doc, reconciler = setup
+    broken = ProbeResult("delta_kl", "delta_kl", Verdict.ERROR, None, None, {}, "non-finite logits")
+    v1 = candidate_with_report(reconciler.store, recall("r1", "pass", harvested=False), broken)
+    reconciler.reconcile_sync(str(doc))
+    assert reconciler.store.current(DLM_ID) is None
+    assert v1.verdict().reasons == ("evaluation_complete: 1 probe(s) errored: delta_kl",)
 
 
 def test_nothing_to_do_without_a_document_or_an_adapter(setup):

@@ -1,0 +1,68 @@
+"""The promotion gate end to end (docs/evaluation.md, "The promotion gate"): ``learnerd train`` of a document
+the tiny model learns is promoted; a bad cycle of the same document (``learning_rate: 0.5``, trained fresh)
+is rejected — ``current`` does not move, a real ``learnerd run`` serves the previous version to the official
+``openai`` client and names the rejected one in ``/v1/models``, and the rejection is shown by
+``learnerd ctl status`` and ``learnerd eval --history``; the next cycle plans from the current version."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from learnerd.store.adapters import AdapterStore
+from learnerd.store.dlm import read_document
+from tests.qa_pairs import QA_PAIRS
+from tests.support.evaluation import qa_document, run_cli
+from tests.support.serving import client, serving_daemon, write_config
+
+pytestmark = pytest.mark.slow
+
+PAIRS = QA_PAIRS[:4]
+
+
+def test_a_bad_cycle_is_rejected_and_the_previous_version_stays_served(tmp_path: Path, models_dir: Path):
+    write_config(tmp_path, models_dir)
+    config = ("--config", str(tmp_path / "learnerd.toml"))
+    doc = tmp_path / "docs" / "notes.dlm"
+    doc.write_text(qa_document(PAIRS, epochs=20))
+    dlm_id = read_document(doc).frontmatter.dlm_id
+
+    good = json.loads(run_cli("train", str(doc), "--json", *config).stdout)
+    assert good["version"] == "v0001" and good["gate"]["outcome"] == "promoted", good["gate"]
+
+    doc.write_text(doc.read_text().replace("learning_rate: 0.01", "learning_rate: 0.5"))
+    bad = run_cli("train", str(doc), "--fresh", "--json", *config, check=False)
+    assert bad.returncode == 1, bad.stderr[-2000:]
+    gate = json.loads(bad.stdout)["gate"]
+    assert gate["version"] == "v0002" and gate["outcome"] == "rejected" and gate["baseline"] == 1
+    assert [r.split(":")[0] for r in gate["reasons"]] == ["probe_recall"]
+    store = AdapterStore(tmp_path / "state" / "adapters")
+    assert store.current(dlm_id).name == "v0001" and store.rejected(dlm_id)[0].name == "v0002"
+    assert (store.resolve(dlm_id, 2).path / "eval.json").is_file()  # kept for inspection
+
+    again = run_cli("train", str(doc), *config)  # the next cycle plans from the current version, not the rejected
+    assert again.stdout == "nothing to train: the rows are unchanged since v0001\n"
+
+    history = json.loads(run_cli("eval", str(doc), "--history", "--json", *config).stdout)
+    assert [(p["name"], p["gate"], p["current"]) for p in history] == [
+        ("v0001", "promoted", True),
+        ("v0002", "rejected", False),
+    ]
+    assert "v0002 rejected: probe_recall" in run_cli("eval", str(doc), "--history", *config).stdout
+
+    with serving_daemon(tmp_path, "--no-train") as (process, url):
+        api = client(url)
+        card = {m.id: m for m in api.models.list()}["notes"].model_extra["learnerd"]
+        assert card["adapter"] == "v0001" and card["rejected"]["version"] == "v0002"
+        question, answer = PAIRS[0]
+        reply = api.chat.completions.create(
+            model="notes", messages=[{"role": "user", "content": question}], max_tokens=16, temperature=0
+        )
+        assert reply.system_fingerprint == f"{dlm_id}@v0001" and reply.choices[0].message.content == answer
+        status = process.client().call("GET", "/status")["documents"][str(doc)]
+        assert status["served"] == "v0001" and status["rejected"]["version"] == "v0002"
+        assert status["rejected"]["reasons"] == gate["reasons"]
+        ctl = run_cli("ctl", "status", *config).stdout
+        assert "v0002: probe_recall" in ctl
