@@ -3,7 +3,8 @@
 Without ``vN``: one row per version — when it was trained, fresh or incremental, steps, final loss, the
 sections (and learned examples) added, removed and replayed against the version before, its evaluation
 score, retention where it was measured (``answer_retention``: the base's right answers kept;
-``calibration_drift``: items regressed) and whether it is served, or was promoted or refused (and why).
+``calibration_drift``: items regressed) and whether it is served, or was promoted or rejected by the promotion
+gate (and why).
 With ``vN``: the examples that version added and removed, each with the log file, line and time its command
 came from, and the sections it replayed. Read from the files beside each adapter (``manifest.json``,
 ``metadata.json``, ``eval.json``, ``verdict.json``); no daemon needed. ``--json`` prints the same as JSON.

@@ -5,13 +5,12 @@ One :class:`VersionRow` per committed version, read from the files beside its ad
 examples added, removed and replayed against the version before; :mod:`learnerd.store.manifest`),
 ``eval.json`` (the overall score, and retention where it was measured: ``answer_retention``'s kept fraction
 and ``calibration_drift``'s regressed fraction, :mod:`learnerd.eval.probes`) and ``verdict.json`` when a
-promotion gate wrote one (whether the version was promoted or refused, and why). A version committed before
+promotion gate wrote one (whether the version was promoted or rejected, and why). A version committed before
 manifests existed shows no added/removed counts (None); one never evaluated, no score.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -24,10 +23,6 @@ from learnerd.store.manifest import Manifest, ManifestError, SectionOrigin, read
 
 log = structlog.get_logger(__name__)
 
-VERDICT_FILE = "verdict.json"
-"""Written beside a version by the promotion gate: ``{"verdict": "promoted" | "refused", "reason": "…"}``
-(``{"promoted": true | false, "reason": "…"}`` is read the same way)."""
-
 
 @dataclass(frozen=True)
 class VersionRow:
@@ -36,8 +31,9 @@ class VersionRow:
     examples against the version before (None without a manifest); ``score`` the evaluation's overall score in
     [0, 1] (None: not evaluated); ``retention``: probe name → its raw value (``answer_retention``: fraction of
     the base's right answers kept; ``calibration_drift``: fraction of items regressed), only those measured;
-    ``status``: ``served`` (the current version), ``promoted`` / ``refused`` (a gate's verdict) or ``—``;
-    ``reason``: the verdict's reason (``""`` when none)."""
+    ``status``: ``served`` (the current version), ``promoted`` / ``rejected`` (the promotion gate's verdict,
+    :class:`~learnerd.store.adapters.GateVerdict`), ``candidate`` (awaiting its verdict) or ``—``; ``reason``: why
+    the gate rejected it (``""`` when promoted or undecided)."""
 
     version: int
     name: str
@@ -61,23 +57,15 @@ class VersionRow:
 
 
 def read_verdict(version: AdapterVersion) -> tuple[str, str] | None:
-    """``(verdict, reason)`` from the version's ``verdict.json`` (``promoted`` or ``refused``), or None when it
-    has none or it is unreadable (logged)."""
-    path = version.path / VERDICT_FILE
+    """``(outcome, reasons)`` of the promotion gate's verdict on ``version`` (:meth:`AdapterVersion.verdict`:
+    ``promoted`` or ``rejected``, the reasons joined by ``"; "``), or None when it has none or it is unreadable
+    (logged)."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        verdict = version.verdict()
+    except AdapterStoreError as exc:
+        log.warning("unreadable verdict skipped", path=str(version.path), error=str(exc))
         return None
-    except (OSError, ValueError) as exc:
-        log.warning("unreadable verdict skipped", path=str(path), error=str(exc))
-        return None
-    if not isinstance(raw, dict):
-        return None
-    verdict = raw.get("verdict")
-    if not isinstance(verdict, str):
-        promoted = raw.get("promoted")
-        verdict = "promoted" if promoted is True else "refused" if promoted is False else "—"
-    return str(verdict), str(raw.get("reason") or "")
+    return None if verdict is None else (verdict.outcome, "; ".join(verdict.reasons))
 
 
 def manifest_of(version: AdapterVersion) -> Manifest | None:
@@ -112,10 +100,12 @@ def version_rows(store: AdapterStore, doc_key: str) -> list[VersionRow]:
     for version in versions:
         meta, manifest, report = version.metadata(), manifest_of(version), _report_of(version)
         verdict = read_verdict(version)
-        if verdict is not None:
+        if current is not None and version.number == current.number:
+            status, reason = "served", ""
+        elif verdict is not None:
             status, reason = verdict
-        else:
-            status, reason = ("served" if current is not None and version.number == current.number else "—"), ""
+        else:  # the newest, awaiting its evaluation; or a version of a learnerd before the gate
+            status, reason = ("candidate" if current is None or version.number > current.number else "—"), ""
         added = manifest.added_origins() if manifest is not None else None
         rows.append(
             VersionRow(

@@ -1,10 +1,9 @@
 """``learnerd versions``' rows: the status is the current version's ``served`` or a gate's ``verdict.json``, a
 version without a manifest has no counts, and the examples of each version are found by their manifests."""
 
-import json
 
 from learnerd.eval.versions import read_verdict, version_changes, version_rows, versions_training
-from learnerd.store.adapters import AdapterMetadata, AdapterStore
+from learnerd.store.adapters import AdapterMetadata, AdapterStore, GateVerdict
 from learnerd.store.manifest import Manifest, SectionOrigin, write_manifest
 
 
@@ -28,14 +27,21 @@ def metadata(mode: str) -> AdapterMetadata:
     )
 
 
-def commit(store: AdapterStore, mode: str, manifest: Manifest | None = None, verdict: dict | None = None) -> None:
+def commit(store: AdapterStore, mode: str, manifest: Manifest | None = None, verdict: GateVerdict | None = None):
     with store.stage("doc") as staging:
         (staging.path / "adapter_config.json").write_text("{}")
         if manifest is not None:
             write_manifest(staging.path, manifest)
-        if verdict is not None:
-            (staging.path / "verdict.json").write_text(json.dumps(verdict))
-        store.commit(staging, metadata(mode))
+        version = store.commit(staging, metadata(mode))
+    if verdict is not None:
+        store.record_verdict(version, verdict)
+        if verdict.promoted:
+            store.promote(version)
+    return version
+
+
+def verdict(outcome: str, *reasons: str) -> GateVerdict:
+    return GateVerdict(outcome, reasons, (), None, "2026-11-25T16:00:00+00:00")  # type: ignore[arg-type]
 
 
 def manifest(sections: tuple[SectionOrigin, ...], added: tuple[str, ...], removed=()) -> Manifest:
@@ -51,17 +57,19 @@ FORGOTTEN = SectionOrigin("s3", 1, "learnerd/ex-0", "ex-0", "ex-0", "/logs/a.jso
 
 def test_status_is_served_for_current_and_a_gates_verdict_where_one_was_written(tmp_path):
     store = AdapterStore(tmp_path)
-    commit(store, "fresh")  # before manifests: no counts
+    commit(store, "fresh")  # before the gate: no verdict, no manifest, no counts
     commit(store, "incremental", manifest((SectionOrigin("s1"), LEARNED), ("s2",), (FORGOTTEN,)),
-           verdict={"verdict": "refused", "reason": "probe recall fell 20/20 -> 12/20"})  # fmt: skip
-    commit(store, "incremental", verdict={"promoted": False})
-    commit(store, "fresh")
+           verdict=verdict("rejected", "probe recall fell 20/20 -> 12/20", "answer_retention 80 % < 95 %"))  # fmt: skip
+    commit(store, "incremental", verdict=verdict("promoted"))
+    commit(store, "fresh", verdict=verdict("promoted"))
+    commit(store, "fresh")  # the candidate awaiting its evaluation
     rows = version_rows(store, "doc")
     assert [(r.name, r.status, r.reason) for r in rows] == [
         ("v0001", "—", ""),
-        ("v0002", "refused", "probe recall fell 20/20 -> 12/20"),
-        ("v0003", "refused", ""),
+        ("v0002", "rejected", "probe recall fell 20/20 -> 12/20; answer_retention 80 % < 95 %"),
+        ("v0003", "promoted", ""),
         ("v0004", "served", ""),
+        ("v0005", "candidate", ""),
     ]
     assert (rows[0].added, rows[0].examples_added, rows[0].score, rows[0].retention) == (None, None, None, {})
     assert (rows[1].added, rows[1].examples_added, rows[1].removed, rows[1].examples_removed) == (1, 1, 1, 1)
@@ -70,8 +78,7 @@ def test_status_is_served_for_current_and_a_gates_verdict_where_one_was_written(
 
 def test_a_damaged_verdict_or_manifest_is_skipped_not_fatal(tmp_path):
     store = AdapterStore(tmp_path)
-    commit(store, "fresh", verdict={"verdict": "promoted"})
-    version = store.resolve("doc", "v1")
+    version = commit(store, "fresh", verdict=verdict("promoted"))
     assert read_verdict(version) == ("promoted", "")
     (version.path / "verdict.json").write_text("{oops")
     (version.path / "manifest.json").write_text("[]")
