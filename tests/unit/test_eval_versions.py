@@ -1,7 +1,6 @@
 """``learnerd versions``' rows: the status is the current version's ``served`` or a gate's ``verdict.json``, a
 version without a manifest has no counts, and the examples of each version are found by their manifests."""
 
-
 from learnerd.eval.versions import read_verdict, version_changes, version_rows, versions_training
 from learnerd.store.adapters import AdapterMetadata, AdapterStore, GateVerdict
 from learnerd.store.manifest import Manifest, SectionOrigin, write_manifest
