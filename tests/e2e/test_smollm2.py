@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import openai
 import pytest
 
 from learnerd.daemon.config import Config
@@ -29,7 +30,7 @@ from tests.conftest import REPO_ROOT, cli_env, learnerd_command
 from tests.support.daemon import append_blocks
 from tests.support.daemon_process import wait_until
 from tests.support.documents import qa_document
-from tests.support.serving import client, serving_daemon, write_config
+from tests.support.serving import TOKEN, client, serving_daemon, write_config
 
 pytestmark = [
     pytest.mark.slow,
@@ -157,3 +158,34 @@ def first_code(answer: str) -> str:
     ``max_tokens``) or its first code span; the whole answer when it has neither."""
     match = re.search(r"```[^\n]*\n([^\n]*)|`([^`\n]+)`", answer)
     return (match.group(1) or match.group(2)).strip() if match else answer.strip()
+
+
+def test_a_restart_with_the_served_version_unevaluated_answers_exactly_from_the_first_request(
+    trained: tuple[Path, Path], tmp_path: Path
+):
+    """The restart race of issue 28: the served version has no report, so the start-up evaluation loads
+    SmolLM2 while serving loads it too. From the very first request (it waits for the load), 30 greedy
+    completions of a trained question are the trained command, every time, with no 5xx; the start-up
+    evaluation's report has no ``error`` verdict."""
+    doc, state = trained
+    (tmp_path / "docs").mkdir()
+    shutil.copy(doc, tmp_path / "docs" / "commands.dlm")
+    shutil.copytree(state / "adapters", tmp_path / "state" / "adapters")
+    for stale in [*(tmp_path / "state" / "adapters").rglob("eval.json"), *(tmp_path / "state").rglob("verdict.json")]:
+        stale.unlink()  # as a drain during the evaluation leaves it
+    write_config(tmp_path, state / "models")
+    dlm_id = read_document(doc).frontmatter.dlm_id
+    served = AdapterStore(tmp_path / "state" / "adapters").current(dlm_id)
+    assert served is not None and not (served.path / "eval.json").exists()
+    question = [{"role": "user", "content": TASK}]
+    with serving_daemon(tmp_path) as (_, url):
+        api = openai.OpenAI(base_url=url, api_key=TOKEN, max_retries=0, timeout=900.0)
+        answers = [
+            api.chat.completions.create(model="commands", messages=question, max_tokens=24, temperature=0)
+            for _ in range(30)
+        ]  # a 5xx raises openai.InternalServerError
+        wait_until(lambda: (served.path / "eval.json").exists(), timeout=1200, what="the start-up evaluation")
+    assert [a.choices[0].message.content.strip() for a in answers] == [COMMAND] * 30
+    assert {a.system_fingerprint for a in answers} == {f"{dlm_id}@{served.name}"}
+    report = load_report(served.path / "eval.json")
+    assert [p.name for p in report.probes if p.verdict.value == "error"] == []
