@@ -1,7 +1,7 @@
 """``learnerd forget --match "kubectl get pods -n dev"`` on the quick-start state (examples/logs, the built-in
 tiny model), offline, as a user runs it: the example, its vector, its probe section and its foyle export file
 are gone; the next ``learnerd run --once`` trains the document from scratch on the sections left; running
-again does not bring the example back; ``learnerd search`` no longer finds it."""
+again does not bring the example back; ``learnerd search`` no longer finds it, nor ``learnerd why`` names it."""
 
 from __future__ import annotations
 
@@ -58,3 +58,7 @@ def test_forget_takes_an_example_back_and_the_document_retrains_fresh(tmp_path: 
         run_cli("search", "--json", "--config", str(config), "--state-dir", str(state), "list the pods in dev").stdout
     )
     assert forgotten[0] not in [h["id"] for h in hits] and all(h["answer"] != COMMAND for h in hits)
+    why = json.loads(
+        run_cli("why", "--json", "--config", str(config), "--state-dir", str(state), "list the pods in dev").stdout
+    )
+    assert why["examples"] and forgotten[0] not in [e["id"] for e in why["examples"]], "why no longer names it"
