@@ -15,6 +15,7 @@ import pytest
 
 from learnerd.cmd.main import main
 from learnerd.daemon.config import load_config
+from learnerd.daemon.controllers import CONTROLLERS
 from learnerd.daemon.service import ServiceOptions
 from learnerd.sections import ConfigError
 from tests.conftest import cli_env, learnerd_command
@@ -66,7 +67,7 @@ def test_a_typo_in_a_controller_table_is_refused_naming_the_controllers(short_ro
     config.write_text(f"{VALID}\n[controllers.examplez]\nworkers = 1\n")
     code, err = run_once(capsys, config)
     assert code == 1
-    names = "examples, embeddings, probes, evaluation, training"
+    names = ", ".join(spec.name for spec in CONTROLLERS)
     assert_one_clear_line(err, str(config), "[controllers.examplez]", names)
 
 

@@ -29,6 +29,7 @@ from tests.qa_pairs import QA_PAIRS
 from tests.support.daemon import append_blocks, daemon_config, eventually, running_service
 from tests.support.documents import qa_document
 from tests.support.hostile import connect, nested, read_all, request_bytes, with_raw
+from tests.support.logs import capture_all_logs
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("one_torch_thread")]
 TOKEN = "openai-token-of-32-characters-xx"
@@ -222,7 +223,7 @@ async def test_retrieval_is_quoted_data_never_holds_an_injection_and_is_not_logg
         await indexed(running, 2)
         hits = await running.service.control.search(INJECTED, 10)
         assert {h["id"] for h in hits} == {"b-pods", "b-disk"}, "the injected context is no example"
-        with structlog.testing.capture_logs() as logs:
+        with capture_all_logs() as logs:
             async with aiohttp.ClientSession() as session:
                 body = {**CHAT, "messages": [{"role": "user", "content": question}], "learnerd": {"rag_k": 3}}
                 status, answer = await post(session, url_of(running), body)

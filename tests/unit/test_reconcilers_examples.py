@@ -1,7 +1,4 @@
-import logging
-
 import pytest
-import structlog.testing
 
 from learnerd.privacy.policy import CommandPolicy
 from learnerd.reconcilers.examples import ExamplesReconciler, judge, query_of
@@ -10,6 +7,7 @@ from learnerd.runtime.reconcile import Result
 from learnerd.store import db
 from learnerd.store.blocks import Block, BlockEvent, Cell, LineOrigin, apply_event, get_block
 from learnerd.store.examples import get_example
+from tests.support.logs import capture_all_logs
 
 CONTEXT = (Cell("markup", "# Disk"), Cell("code", "df -h", "bash"), Cell("markup", "Show usage of this directory"))
 
@@ -139,13 +137,8 @@ async def test_example_written_logs_its_id_and_log_line_at_info_and_its_text_onl
         apply_event(conn, BlockEvent("b1", "learnerd", 1.0, context=CONTEXT), 1.0, LineOrigin("/logs/a.jsonl", 1))
         run = BlockEvent("b1", "learnerd", 2.0, executed=Cell("code", "du -sh .", "bash"), exit_code=0)
         apply_event(conn, run, 2.0, LineOrigin("/logs/a.jsonl", 2))
-    previous = structlog.get_config()["wrapper_class"]  # an earlier test may have configured info level
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
-    try:
-        with structlog.testing.capture_logs() as logs:
-            await rec.reconcile("b1")
-    finally:
-        structlog.configure(wrapper_class=previous)
+    with capture_all_logs() as logs:
+        await rec.reconcile("b1")
     (written,) = [e for e in logs if e["event"] == "example written"]
     assert written["log_level"] == "info"
     assert {k: written[k] for k in ("example_id", "reader", "file", "line")} == {
