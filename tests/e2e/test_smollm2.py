@@ -21,7 +21,9 @@ import openai
 import pytest
 
 from learnerd.daemon.config import Config
+from learnerd.eval.gate import decide
 from learnerd.eval.report import load_report
+from learnerd.eval.settings import GateSettings
 from learnerd.ml.gguf_import import find_smollm2_gguf
 from learnerd.reconcilers.evaluation import evaluation_reconciler, exact_recall
 from learnerd.store.adapters import AdapterStore
@@ -58,10 +60,42 @@ def trained(tmp_path_factory) -> tuple[Path, Path]:
     doc = root / "commands.dlm"
     shutil.copy(REPO_ROOT / "examples" / "commands.dlm", doc)
     state = root / "state"
-    outcome = json.loads(learnerd("train", str(doc), "--state-dir", str(state), "--threads", "2", "--json").stdout)
+    config = root / "learnerd.toml"  # the default gate rejects this recipe's v0001 (it forgets): see the test below
+    config.write_text(RELAXED_GATE)
+    outcome = json.loads(
+        learnerd(
+            "train", str(doc), "--state-dir", str(state), "--config", str(config), "--threads", "2", "--json"
+        ).stdout
+    )
     assert outcome["outcome"] == "committed" and outcome["version"] == "v0001", outcome
     assert outcome["steps"] >= 50 and outcome["final_loss"] < outcome["start_loss"]
+    assert outcome["gate"]["outcome"] == "promoted", outcome["gate"]
     return doc, state
+
+
+RELAXED_GATE = """\
+[evaluation]
+null_runs = 0
+
+[evaluation.gate]
+max_fraction_regressed = 1.0
+min_answer_retention = 0.0
+"""
+"""The tests of this module check training, evaluation, generation and serving on a real model, not the gate:
+its retention checks are relaxed so the trained version is served. ``learnerd``'s default gate rejects it."""
+
+
+def test_the_default_gate_rejects_the_default_recipe_for_what_it_forgets(trained: tuple[Path, Path]):
+    """Issue 21: learnerd's default recipe on SmolLM2 learns its 20 commands and loses most of what the base
+    knew. Its own report, judged by the default ``[evaluation.gate]``, is rejected on ``answer_retention`` (and
+    ``calibration_drift``), so a daemon with the default settings never serves it."""
+    doc, state = trained
+    version = AdapterStore(state / "adapters").current(read_document(doc).frontmatter.dlm_id)
+    report = load_report(version.path / "eval.json")
+    verdict = decide(report, None, GateSettings()).verdict()
+    assert not verdict.promoted
+    failed = {c["name"] for c in verdict.checks if c["outcome"] == "fail"}
+    assert "answer_retention" in failed, verdict
 
 
 def test_the_first_use_converts_the_gguf_without_a_progress_bar(tmp_path: Path):
