@@ -4,7 +4,8 @@ of ``learnerd versions`` and ``learnerd why`` (the session fixture ``three_versi
 Built once per session from the shipped example log (blocks ``nb-k8s-1`` … ``nb-k8s-4``; each block's
 ``executed`` event is on lines 3 and 6 of its six-line file), each step ``learnerd run --once --no-train``
 (log → block → example → probe section; the daemon also evaluates the version trained the step before) then
-``learnerd train`` (the built-in tiny model), so v0001 and v0002 have a report and v0003 has none:
+``learnerd train`` (the built-in tiny model), which evaluates each version and promotes it (the gate), so
+every version has a report:
 
 * v0001 (fresh): ``a.jsonl`` — nb-k8s-1 (line 3) and nb-k8s-2 (line 6);
 * v0002 (incremental): ``b.jsonl`` — nb-k8s-3 (line 3) and nb-k8s-4 (line 6) added, the rest replayed;
