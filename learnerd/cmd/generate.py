@@ -40,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 1:
         raise CommandError("--max-new-tokens must be at least 1", exit_code=2)
     cfg = load_config_from_args(args)
+    if not cfg.layout.root.exists():  # a first use converts a base into it: create it 0700 first, as every command
+        from learnerd.store.state_dir import secure_state_dir
+
+        secure_state_dir(cfg.layout.root)
     loaded = load_document_model(cfg, read_dlm(args.doc), args.adapter, args.doc_key, args.device)
     processors = None
     if args.steering is not None:
