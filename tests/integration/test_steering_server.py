@@ -57,6 +57,9 @@ def test_a_stop_request_ends_the_wait_and_stop_signals_the_process_group(tmp_pat
     server.restart(tmp_path / "deltas.json", stop)  # returns at once: the run is stopping
     process = server.process
     assert process is not None and process.poll() is None
+    deadline = time.monotonic() + 30.0  # the shell forks its background sleep a moment after it starts
+    while len(_running_in_group(process.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert len(_running_in_group(process.pid)) == 2  # the shell's background sleep and the exec'd one
     server.stop()
     assert process.returncode == -1  # SIGHUP, to the whole group (the background sleep too)
