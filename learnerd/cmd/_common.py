@@ -66,6 +66,18 @@ def read_config(args: argparse.Namespace) -> Config:
     return cfg
 
 
+def add_wait_option(parser: argparse.ArgumentParser) -> None:
+    """``--wait SECONDS`` (float, default 120): how long a command that asks a running daemon waits for one that
+    is still starting."""
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long to wait for a daemon that is still starting (default: 120)",
+    )
+
+
 def add_dir_options(parser: argparse.ArgumentParser) -> None:
     """``--log-dir`` / ``--docs-dir`` (repeatable): directories added to the config's ``log_dirs`` / ``docs_dirs``."""
     parser.add_argument("--log-dir", action="append", default=[], metavar="DIR", help="a log directory (repeatable)")

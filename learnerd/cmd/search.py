@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args, plain
+from learnerd.cmd._common import CommandError, add_common_options, add_wait_option, load_config_from_args, plain
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,13 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("text", help="the context to find examples for")
     p.add_argument("-k", type=int, default=3, help="how many examples (default: 3)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.add_argument(
-        "--wait",
-        type=float,
-        default=120.0,
-        metavar="SECONDS",
-        help="how long to wait for a daemon that is still starting (default: 120)",
-    )
+    add_wait_option(p)
     add_common_options(p)
     p.set_defaults(func=run)
 

@@ -18,7 +18,7 @@ import json
 import sys
 from typing import Any
 
-from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args, plain
+from learnerd.cmd._common import CommandError, add_common_options, add_wait_option, load_config_from_args, plain
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,13 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--answer", metavar="FINGERPRINT", help="a served response's system_fingerprint (<dlm_id>@vNNNN)")
     p.add_argument("-k", type=int, default=3, help="how many examples for TEXT (default: 3)")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument(
-        "--wait",
-        type=float,
-        default=120.0,
-        metavar="SECONDS",
-        help="how long to wait for a daemon that is still starting (default: 120)",
-    )
+    add_wait_option(p)
     add_common_options(p)
     p.set_defaults(func=run)
 
