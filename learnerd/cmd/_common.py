@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from learnerd.daemon.config import Config, Environment, check_directories, find_config, load_config
@@ -76,6 +78,27 @@ def add_wait_option(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="how long to wait for a daemon that is still starting (default: 120)",
     )
+
+
+@contextlib.contextmanager
+def document_store_errors(doc: Path) -> Iterator[None]:
+    """Turn what reading the document ``doc`` and its adapter store can raise into a one-line
+    :class:`CommandError`: the document's own error (it names its line), an adapter store error or an ``OSError``
+    prefixed with ``doc``, an unreachable or unmigrated store database as it is."""
+    from learnerd.store import db
+    from learnerd.store.adapters import AdapterStoreError
+    from learnerd.store.dlm import DocumentError
+
+    try:
+        yield
+    except DocumentError as exc:
+        raise CommandError(str(exc)) from None
+    except AdapterStoreError as exc:
+        raise CommandError(f"{doc}: {exc}") from None
+    except (db.StoreUnavailable, db.SchemaError) as exc:
+        raise CommandError(str(exc)) from None
+    except OSError as exc:
+        raise CommandError(f"{doc}: {exc.strerror or exc}") from None
 
 
 def add_dir_options(parser: argparse.ArgumentParser) -> None:

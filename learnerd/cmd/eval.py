@@ -25,7 +25,7 @@ import json
 import sys
 from pathlib import Path
 
-from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args, plain
+from learnerd.cmd._common import CommandError, add_common_options, document_store_errors, load_config_from_args, plain
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,8 +62,6 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.eval.history import adapter_key
     from learnerd.fleet.ledger import adapter_store
     from learnerd.ml.base_model import BaseModelError
-    from learnerd.store import db
-    from learnerd.store.adapters import AdapterStoreError
     from learnerd.store.dlm import DocumentError, read_document
 
     cfg = load_config_from_args(args)
@@ -75,21 +73,13 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError("--fail-under must be in [0, 1]")
     if args.threads is not None and args.threads < 0:
         raise CommandError("--threads must be >= 0 (0: the idle cores)")
-    try:
+    with document_store_errors(args.doc):
         document = read_document(args.doc)
         store = adapter_store(cfg)
         key = adapter_key(document)
         if args.history:
             return _history(console, store, key, args, _suggestions(cfg, key))
         version = store.resolve(key, args.adapter)
-    except DocumentError as exc:
-        raise CommandError(str(exc)) from None
-    except AdapterStoreError as exc:
-        raise CommandError(f"{args.doc}: {exc}") from None
-    except (db.StoreUnavailable, db.SchemaError) as exc:
-        raise CommandError(str(exc)) from None
-    except OSError as exc:
-        raise CommandError(f"{args.doc}: {exc.strerror or exc}") from None
 
     from learnerd.cmd._progress import progress_display
     from learnerd.eval.history import report_path

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from learnerd.cmd._common import CommandError, add_common_options, load_config_from_args, plain
+from learnerd.cmd._common import add_common_options, document_store_errors, load_config_from_args, plain
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,12 +39,10 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.eval.history import adapter_key
     from learnerd.eval.versions import version_changes, version_rows
     from learnerd.fleet.ledger import adapter_store
-    from learnerd.store import db
-    from learnerd.store.adapters import AdapterStoreError
-    from learnerd.store.dlm import DocumentError, read_document
+    from learnerd.store.dlm import read_document
 
     cfg = load_config_from_args(args)
-    try:
+    with document_store_errors(args.doc):
         key = adapter_key(read_document(args.doc))
         store = adapter_store(cfg)
         if args.version is not None:
@@ -52,14 +50,6 @@ def run(args: argparse.Namespace) -> int:
             _print_changes(changes.to_dict(), args.doc, args.json)
             return 0
         rows = [r.to_dict() for r in version_rows(store, key)]
-    except DocumentError as exc:
-        raise CommandError(str(exc)) from None
-    except AdapterStoreError as exc:
-        raise CommandError(f"{args.doc}: {exc}") from None
-    except (db.StoreUnavailable, db.SchemaError) as exc:
-        raise CommandError(str(exc)) from None
-    except OSError as exc:
-        raise CommandError(f"{args.doc}: {exc.strerror or exc}") from None
     if args.json:
         json.dump(rows, sys.stdout, indent=2, ensure_ascii=False)
         print()
