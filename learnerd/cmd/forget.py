@@ -139,6 +139,7 @@ def _print_report(report: dict[str, Any], where: str) -> None:
     for example in report["examples"]:
         print(f"  {example['id']}: {example['answer'][:80]!r}")
     print(f"  vectors: {report['vectors']}")
+    print(f"  served answers: {report['suggestions']}")
     for path, n in report["documents"].items():
         print(f"  {path}: {n} section(s) {'would be removed' if report['dry_run'] else 'removed'}")
     for path in report["export_files"]:

@@ -4,7 +4,9 @@ Two steps, so the daemon can run the first on its event loop and the second in a
 
 1. :func:`forget_in_store` — one transaction: write the tombstone (:mod:`learnerd.store.tombstones`; it keeps
    re-ingestion, backfill and fleet peers from learning the blocks again), delete the examples and their
-   vectors (the ``embeddings`` rows; the caller deletes them from its in-memory index).
+   vectors (the ``embeddings`` rows; the caller deletes them from its in-memory index), and the
+   suggestions that hold them (:func:`learnerd.store.suggestions.forget`: the served answers of those
+   blocks and, for ``match``, every served answer containing the text).
 2. :func:`forget_in_files` — remove every auto-written section holding a forgotten example from the ``.dlm``
    documents given (the probes reconciler's ``learnerd/<id>`` section, and any other tool's auto section, a
    harvest's reinforcement copy say, with the same Q/A pair; hand-written sections are never touched), each
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from learnerd.store import db, foyle_examples
+from learnerd.store import db, foyle_examples, suggestions
 from learnerd.store.dlm import ConflictError, Document, DocumentError, Section, read_document, update_document
 from learnerd.store.embeddings import delete_vectors, get_metas
 from learnerd.store.examples import Example, delete_example, get_examples, list_examples
@@ -44,6 +46,7 @@ class ForgetReport:
     """What a forget took back (or, with ``dry_run``, would take back).
 
     ``tombstone``: as stored; ``examples``: the examples deleted; ``vectors``: how many vectors went;
+    ``suggestions``: how many served answers went (:mod:`learnerd.store.suggestions`);
     ``documents``: document path → sections removed; ``export_files``: foyle files deleted; ``retrain``: the
     documents whose next cycle trains fresh; ``errors``: documents that could not be rewritten (path: reason).
     """
@@ -51,6 +54,7 @@ class ForgetReport:
     tombstone: Tombstone
     examples: list[Example] = field(default_factory=list)
     vectors: int = 0
+    suggestions: int = 0
     documents: dict[str, int] = field(default_factory=dict)
     export_files: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
@@ -68,6 +72,7 @@ class ForgetReport:
             "tombstone": self.tombstone.to_json(),
             "examples": [{"id": e.id, "query": e.query, "answer": e.answer} for e in self.examples],
             "vectors": self.vectors,
+            "suggestions": self.suggestions,
             "documents": dict(sorted(self.documents.items())),
             "export_files": self.export_files,
             "retrain": self.retrain,
@@ -118,13 +123,19 @@ def forget_in_store(
     report = ForgetReport(stone, sorted(examples, key=lambda e: e.id), dry_run=dry_run)
     if dry_run:
         report.vectors = len(get_metas(conn, ids))
+        report.suggestions = suggestions.forget(conn, block_ids, _match_text(kind, value), dry_run=True)
         return report
     with db.transaction(conn):
         report.tombstone = put_tombstone(conn, stone)
         for example_id in ids:
             delete_example(conn, example_id)
         report.vectors = delete_vectors(conn, ids) if ids else 0
+        report.suggestions = suggestions.forget(conn, block_ids, _match_text(kind, value))
     return report
+
+
+def _match_text(kind: str, value: str) -> str | None:
+    return value if kind == "match" else None
 
 
 def forget_in_files(report: ForgetReport, documents: Iterable[Path], export_dir: Path | None) -> ForgetReport:

@@ -244,3 +244,19 @@ def prune(conn: sqlite3.Connection, before: float) -> int:
         (SOURCE, before),
     )
     return conn.execute("DELETE FROM suggestions WHERE served_at < ?", (before,)).rowcount
+
+
+def forget(
+    conn: sqlite3.Connection, block_ids: Sequence[str], text: str | None = None, *, dry_run: bool = False
+) -> int:
+    """Delete the suggestions of the served blocks ``block_ids`` and, with ``text``, every suggestion whose
+    answer or command contains it (case-sensitive, as ``learnerd forget --match``); returns how many went
+    (with ``dry_run``: how many would, nothing deleted). The counts are kept (they hold no text). Call it
+    inside a transaction."""
+    wanted = set(block_ids)
+    rows = conn.execute("SELECT block_id, command, answer FROM suggestions").fetchall()
+    doomed = [r[0] for r in rows if r[0] in wanted or (text and (text in r[1] or text in r[2]))]
+    if not dry_run:
+        for block_id in doomed:
+            conn.execute("DELETE FROM suggestions WHERE block_id = ?", (block_id,))
+    return len(doomed)

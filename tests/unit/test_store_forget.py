@@ -8,11 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from learnerd.store import db, foyle_examples
+from learnerd.store import db, foyle_examples, suggestions
 from learnerd.store.dlm import Section, new_document, probe_section, read_document
 from learnerd.store.embeddings import count_vectors, put_vectors
 from learnerd.store.examples import Example, get_example, put_example
 from learnerd.store.forget import NothingToForget, documents_in, forget_in_files, forget_in_store
+from learnerd.store.suggestions import ServedAnswer
 from learnerd.store.tombstones import load_tombstones
 
 PODS = Example("b-pods", "List the pods in the dev namespace", "kubectl get pods -n dev", "bash", 1.0)
@@ -99,3 +100,19 @@ def test_a_document_that_does_not_parse_is_named_and_the_others_are_still_rewrit
     report = forget_in_files(forget_in_store(conn, "example", "b-pods"), documents_in([docs]), export)
     assert list(report.errors) == [str(broken)] and broken.read_text() == "---\nnot: [closed\n---\n"
     assert report.documents == {str(docs / "learned.dlm"): 2}
+
+
+def test_a_match_takes_back_the_served_answers_holding_the_text_and_keeps_their_counts(state):
+    conn, _, _ = state
+    served = [
+        ServedAnswer("doc", "v0001", "s1", (("user", "pods?"),), "kubectl get pods -n dev", (), 5.0),
+        ServedAnswer("doc", "v0001", "s2", (("user", "disk?"),), "du -sh .", (), 6.0),
+    ]
+    with db.transaction(conn):
+        ids = [suggestions.record(conn, answer, 6.0) for answer in served]
+    dry = forget_in_store(conn, "match", "get pods -n dev", dry_run=True)
+    assert dry.suggestions == 1 and suggestions.get_suggestion(conn, ids[0]) is not None
+    report = forget_in_store(conn, "match", "get pods -n dev")
+    assert report.suggestions == 1 and report.to_json()["suggestions"] == 1
+    assert suggestions.get_suggestion(conn, ids[0]) is None and suggestions.get_suggestion(conn, ids[1]) is not None
+    assert suggestions.counts(conn)["doc"]["v0001"]["served"] == 2, "the counts hold no text and stay"
