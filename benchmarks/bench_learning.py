@@ -30,9 +30,9 @@ Metrics: **exact** match (whitespace collapsed) and **command-name** match (firs
 every cycle's wall time and gate verdicts; writes a PNG (``--png``) and a JSON (``--json``: the arguments, the
 sets, every answer, the per-cycle versions, verdicts and wall times, the retention probes' results).
 
-``--training KEY=VALUE`` (repeatable; VALUE is YAML, e.g. ``learning_rate=5e-4``) goes into the learned
-document's ``training`` frontmatter, so any training recipe can be measured; a key learnerd does not accept
-is refused before anything runs (exit 2).
+``--training KEY=VALUE`` (repeatable; VALUE is JSON or a plain string, e.g. ``learning_rate=5e-4``) goes
+into the learned document's ``training`` frontmatter, so any training recipe can be measured; a key or value
+learnerd does not accept is refused before anything runs (exit 2).
 
     python benchmarks/bench_learning.py [--pairs 50] [--cycles 3] [--threads 2] [--training KEY=VALUE ...]
     python benchmarks/bench_learning.py --smoke   # the built-in tiny model, 2 pairs, 2 cycles: a functional check
@@ -198,26 +198,36 @@ def choose_sets(tldr: Path, nl2bash: Path, pairs: int, seed: int = 0) -> Sets:
 
 
 def training_overrides(pairs: list[str]) -> dict[str, Any]:
-    """``--training KEY=VALUE`` arguments as a mapping, each VALUE read as YAML (``5e-4`` → float,
-    ``true`` → bool). Raises ``argparse.ArgumentTypeError`` on an argument without ``=``."""
-    import yaml
+    """``--training KEY=VALUE`` arguments as a document's ``training`` mapping, each VALUE read as JSON when it
+    is JSON (``5e-4``, ``true``, ``["q_proj", "v_proj"]``) and as the plain string otherwise (``cosine``),
+    checked as learnerd reads a document's frontmatter
+    (:meth:`learnerd.store.dlm.training.TrainingConfig.from_mapping`).
+
+    Raises:
+        TrainingConfigError: an argument without ``=``, a value out of range, or a key neither learnerd nor
+            dlm knows (a typo would otherwise measure the default recipe).
+    """
+    from learnerd.store.dlm.training import TrainingConfig, TrainingConfigError
 
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise argparse.ArgumentTypeError(f"--training wants KEY=VALUE, not {pair!r}")
-        out[key.strip()] = yaml.safe_load(value)
+            raise TrainingConfigError(f"--training wants KEY=VALUE, not {pair!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except ValueError:
+            out[key.strip()] = value
+    unknown = TrainingConfig.from_mapping(out).unknown_keys()
+    if unknown:
+        raise TrainingConfigError(f"training keys learnerd does not know: {', '.join(unknown)}", unknown[0])
     return out
 
 
 def write_inputs(out: Path, blocks: list[Block], base: str, training: dict[str, Any], threads: int) -> Path:
     """The block log of the learned pairs, ``docs/learned.dlm`` (a new document on ``base`` with the
-    ``training`` frontmatter) and a config running learnerd on it with auto-harvest; returns the config.
-
-    Raises:
-        DocumentError: ``training`` holds a key or value learnerd's frontmatter refuses.
-    """
+    ``training`` frontmatter, checked by :func:`training_overrides`) and a config running learnerd on it with
+    auto-harvest, each written atomically; returns the config's path."""
     from learnerd.store.atomic import atomic_write_text
     from learnerd.store.dlm import new_document
 
@@ -359,7 +369,7 @@ def main() -> int:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a key of the learned document's training frontmatter (repeatable; VALUE is YAML)",
+        help="a key of the learned document's training frontmatter (repeatable; VALUE: JSON or a string)",
     )
     parser.add_argument("--smoke", action="store_true", help=f"a functional check: {SMOKE_BASE}, 2 pairs, 2 cycles")
     parser.add_argument("--out", type=Path, help="working directory (default: a temporary one)")
@@ -373,29 +383,32 @@ def main() -> int:
     if not args.nl2bash.is_file():
         print(f"{parser.prog}: nl2bash paraphrases not found at {args.nl2bash} ({INPUT})", file=sys.stderr)
         return 2
+    from learnerd.ml.base_model import BaseModelError, load_model_directory, resolve_base_model
+    from learnerd.store.dlm.training import TrainingConfigError
+
     try:
         training = training_overrides(args.training)
-    except argparse.ArgumentTypeError as exc:
-        parser.error(str(exc))
+    except TrainingConfigError as exc:
+        print(f"{parser.prog}: --training: {exc}", file=sys.stderr)
+        return 2
+    sets = choose_sets(args.tldr, args.nl2bash, pairs, args.seed)
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-learning-"))
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        base_ref = resolve_base_model(base, cache_dir=out / "state" / "models")
+    except BaseModelError as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return 2
+    config = write_inputs(out, sets.blocks, base, training, args.threads)
 
     import torch
 
-    from learnerd.ml.base_model import BaseModelError, load_model_directory, resolve_base_model
     from learnerd.ml.device import resolve_device
     from learnerd.ml.loader import load_adapter
     from learnerd.store.adapters import AdapterStore
-    from learnerd.store.dlm import DocumentError, read_document
+    from learnerd.store.dlm import read_document
 
     torch.set_num_threads(args.threads)
-    sets = choose_sets(args.tldr, args.nl2bash, pairs, args.seed)
-    try:
-        config = write_inputs(out, sets.blocks, base, training, args.threads)
-        base_ref = resolve_base_model(base, cache_dir=out / "state" / "models")
-    except (DocumentError, BaseModelError) as exc:
-        print(f"{parser.prog}: {exc}", file=sys.stderr)
-        return 2
     placement = resolve_device("auto")
     items = sets.items
     sizes = ", ".join(f"{k} {len(v)}" for k, v in items.items())
