@@ -27,8 +27,9 @@ of ``--cycles`` unattended ``learnerd run --once`` runs with ``[evaluation] auto
 evaluate → promotion gate → harvest failing probes → retrain); **adapter+RAG** after the last cycle.
 
 Metrics: **exact** match (whitespace collapsed) and **command-name** match (first token). Prints the table and
-every cycle's wall time and gate verdicts; writes a PNG (``--png``) and a JSON (``--json``: the arguments, the
-sets, every answer, the per-cycle versions, verdicts and wall times, the retention probes' results).
+every cycle's wall time and gate verdicts; writes a PNG (``--png``: the matches, and beside them each served
+version's retention probes) and a JSON (``--json``: the arguments, the sets, every answer, the per-cycle
+versions, verdicts and wall times, the retention probes' results).
 
 ``--training KEY=VALUE`` (repeatable; VALUE is JSON or a plain string, e.g. ``learning_rate=5e-4``) goes
 into the learned document's ``training`` frontmatter, so any training recipe can be measured; a key or value
@@ -506,7 +507,7 @@ def report(results, items, probes, cycles_done, png: Path, base: str) -> None:
     from learnerd.store.atomic import atomic_write_bytes
 
     metrics = [(s, m) for s in SETS for m in ("exact", "command_name")]
-    fig, ax = plt.subplots(figsize=(11, 4.5))
+    fig, (ax, kept_ax) = plt.subplots(1, 2, figsize=(14, 4.5), width_ratios=(3, 1))
     width = 0.8 / len(results)
     for i, (name, by_set) in enumerate(results.items()):
         values = [100 * getattr(by_set[s], m) / n[s] for s, m in metrics]
@@ -517,12 +518,37 @@ def report(results, items, probes, cycles_done, png: Path, base: str) -> None:
     ax.set_ylim(0, 100)
     ax.set_title(f"learnerd on {base}: nl2bash + tldr answers per condition")
     ax.legend(fontsize=8)
+    retention_panel(kept_ax, probes)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)
     atomic_write_bytes(png, buffer.getvalue())
     console.print(f"plot: {png}")
+
+
+def retention_panel(ax, probes: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """Per served adapter: ``answer_retention``'s kept fraction and ``calibration_drift``'s regressed
+    fraction (%), bars, with the dialogue half-life (turns) under each; a probe the report skipped or lacks
+    is left out."""
+    names = list(probes)
+    for offset, (kind, label) in enumerate(
+        (("answer_retention", "answers kept"), ("calibration_drift", "calibration items regressed"))
+    ):
+        raws = [probes[name].get(kind, {}).get("raw") for name in names]
+        xs = [i + 0.4 * offset for i, raw in enumerate(raws) if raw is not None]
+        ax.bar(xs, [100 * raw for raw in raws if raw is not None], 0.4, label=label)
+    labels = []
+    for name in names:
+        half_life = probes[name].get("multi_turn_coherence_decay", {}).get("raw")
+        turns = f"\nhalf-life {half_life:.1f}" if half_life is not None else ""
+        labels.append(name.removeprefix("adapter ") + turns)
+    ax.set_xticks([i + 0.2 for i in range(len(names))])
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("%")
+    ax.set_ylim(0, 100)
+    ax.set_title("retention (the gate's evaluation)")
+    ax.legend(fontsize=8)
 
 
 def write_json(path: Path, args, base, training, items, results, probes, cycles_done) -> None:
