@@ -426,6 +426,7 @@ def main() -> int:
 
     doc_key = read_document(out / "docs" / "learned.dlm").frontmatter.dlm_id
     seen: set[int] = set()
+    served: tuple[int, str] | None = None  # the version answered last, and its row
     for cycle in range(1, cycles + 1):
         wall, summary = run_cycle(config, args.threads)
         committed = cycle_versions(store, doc_key, seen)
@@ -447,11 +448,15 @@ def main() -> int:
             print("base+RAG answered", flush=True)
         if current is None:
             continue
+        name = f"adapter c{cycle} ({current.name})"
+        if served is not None and served[0] == current.number:  # the same adapter, greedy: the same answers
+            results[name], probes[name] = results[served[1]], probes[served[1]]
+            continue
         fresh, _ = load_model_directory(base_ref.path, name=base, placement=placement)
         adapted = load_adapter(fresh, current)
-        name = f"adapter c{cycle} ({current.name})"
         results[name] = {k: answer_all(adapted, tokenizer, v) for k, v in items.items()}
         probes[name] = retention_probes(current)
+        served = (current.number, name)
         print(f"{name} answered", flush=True)
     if adapted is not None and retriever is not None:
         results["adapter+RAG"] = {k: answer_all(adapted, tokenizer, v, retriever) for k, v in items.items()}
