@@ -339,7 +339,8 @@ def retention_probes(version) -> dict[str, dict[str, Any]]:
 
 
 def cycle_versions(store, doc_key: str, seen: set[int]) -> list[dict[str, Any]]:
-    """The versions a cycle committed (not in ``seen``, which it extends): number, name, gate outcome, reasons."""
+    """The versions a cycle committed (not in ``seen``, which it extends): name, the gate's outcome and reasons,
+    and the retention probes of its evaluation (a rejected candidate's too)."""
     new = []
     for version in store.list_versions(doc_key):
         if version.number in seen:
@@ -351,6 +352,7 @@ def cycle_versions(store, doc_key: str, seen: set[int]) -> list[dict[str, Any]]:
                 "version": version.name,
                 "outcome": verdict.outcome if verdict else "undecided",
                 "reasons": list(verdict.reasons) if verdict else [],
+                "probes": retention_probes(version),
             }
         )
     return new

@@ -91,10 +91,13 @@ def test_the_smoke_size_trains_evaluates_and_reports_every_condition(peer_data, 
     data = json.loads(results.read_text())
     conditions = data["conditions"]
     assert list(conditions) == ["base", "base+RAG", "adapter c1 (v0001)", "adapter c2 (v0001)", "adapter+RAG"]
-    assert [c["committed"] for c in data["cycles"]] == [
-        [{"version": "v0001", "outcome": "promoted", "reasons": []}],
-        [],
-    ]
+    (first,), second = (cycle["committed"] for cycle in data["cycles"])
+    assert second == [] and first["probes"] == data["probes"]["adapter c1 (v0001)"]
+    assert {k: first[k] for k in ("version", "outcome", "reasons")} == {
+        "version": "v0001",
+        "outcome": "promoted",
+        "reasons": [],
+    }
     learned = len(data["sets"]["learned"])
     assert conditions["adapter c1 (v0001)"]["learned"]["exact"] > conditions["base"]["learned"]["exact"]
     assert all(len(by_set[s]["answers"]) == len(data["sets"][s]) for by_set in conditions.values() for s in by_set)
