@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from learnerd.analyzer import Analyzer
 from learnerd.store.assistant_sessions import count_rejected_attempts, rejected_attempts_of
 from learnerd.store.blocks import Cell, get_block, list_block_ids
 from tests.support.analyzer import Harness, append
@@ -51,7 +53,9 @@ async def test_every_bash_call_of_the_real_transcripts_becomes_a_block(harness: 
 
 @pytest.mark.anyio
 async def test_a_failed_command_is_the_rejected_attempt_of_the_success_after_it(harness: Harness):
-    await harness.analyzer().sync()
+    registry = CollectorRegistry()
+    analyzer = Analyzer(harness.conn, harness.log_dirs, harness.notified.append, clock=harness.clock, registry=registry)
+    stats = await analyzer.sync()
     failed = get_block(harness.conn, block_id(TODO_SESSION, "toolu_013pTcSZg4tDiEXHJtYS8YiD"))
     assert failed.executed == Cell("code", "ls -la types/", "bash") and failed.exit_code == 1
     assert failed.context[0].kind == "markup" and failed.context[0].text.startswith(TYPES_PROMPT)
@@ -63,6 +67,9 @@ async def test_a_failed_command_is_the_rejected_attempt_of_the_success_after_it(
     dev_server = block_id(TODO_SESSION, "toolu_01XwvWxY5KvW7VJFWXxvBkRP")
     assert rejected_attempts_of(harness.conn, dev_server) == sorted(block_id(TODO_SESSION, b) for b in builds)
     assert count_rejected_attempts(harness.conn) == REJECTED_ATTEMPTS
+    assert stats.rejected_attempts == {"claude-code": REJECTED_ATTEMPTS} and stats.rejected_suggestions == {}
+    metric = "learnerd_analyzer_rejected_attempts_total"
+    assert registry.get_sample_value(metric, {"format": "claude-code"}) == REJECTED_ATTEMPTS
 
 
 @pytest.mark.anyio
@@ -72,8 +79,9 @@ async def test_reading_the_transcripts_again_changes_nothing(harness: Harness):
     before = [tuple(r) for r in harness.conn.execute("SELECT * FROM blocks ORDER BY id")]
     harness.conn.execute("DELETE FROM watermarks")  # as if every line were read again
     harness.clock.advance(60)
-    await harness.analyzer().sync()
+    again = await harness.analyzer().sync()
     assert harness.take_notified() == []
+    assert again.rejected_attempts == {}, "a rejected attempt read again is not counted again"
     assert [tuple(r) for r in harness.conn.execute("SELECT * FROM blocks ORDER BY id")] == before
     assert count_rejected_attempts(harness.conn) == REJECTED_ATTEMPTS
 
@@ -139,6 +147,7 @@ async def test_newer_exit_codes_denials_and_multi_command_turns(tmp_path: Path):
     assert denied.suggestion_status == "rejected" and denied.executed is None
     assert get_block(harness.conn, "claude-code:s1:t4").exit_code == 130
     assert stats.malformed_lines == 0
+    assert stats.rejected_attempts == {"claude-code": 1} and stats.rejected_suggestions == {"claude-code": 1}
 
 
 @pytest.mark.anyio

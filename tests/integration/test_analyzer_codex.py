@@ -49,7 +49,7 @@ async def test_every_exec_command_of_both_rollout_versions_becomes_a_block_with_
 
 @pytest.mark.anyio
 async def test_intent_is_the_user_message_and_failures_are_rejected_attempts(harness: Harness):
-    await harness.analyzer().sync()
+    stats = await harness.analyzer().sync()
     first = get_block(harness.conn, f"codex:{CLI}:call_Y2p6KmqwoTtpi6atpDPuxC5M")
     assert first.context == [Cell("markup", "show tools", "markdown")]
     assert first.executed.text.startswith("sed -n '1,180p' /Users/Sample_User/.codex/plugins/")
@@ -60,6 +60,7 @@ async def test_intent_is_the_user_message_and_failures_are_rejected_attempts(har
     assert len(corrected) == 1 and get_block(harness.conn, corrected[0]).exit_code == 0
     assert rejected_attempts_of(harness.conn, corrected[0]) == [failed]
     assert count_rejected_attempts(harness.conn) == REJECTED_ATTEMPTS
+    assert stats.rejected_attempts == {"codex": REJECTED_ATTEMPTS}
 
 
 def _item(kind: str, payload: dict, when: str) -> str:
