@@ -239,10 +239,13 @@ def parse_record(
     join_window_s: float | None,
     origin: LineOrigin | None = None,
 ) -> LineResult:
-    """Redact ``obj`` (a record ``reader`` detected), parse it and merge its block events (:func:`_intake`):
+    """Redact ``obj`` (a record ``reader`` detected; only the part the reader reads, when it says which:
+    :attr:`~learnerd.analyzer.reader.Reader.reads`), parse it and merge its block events (:func:`_intake`):
     the part of a record's intake every framing shares; ``origin`` is stored with the executed cells it sets.
     Runs in the caller's savepoint; raises what the reader raises."""
     redacted: Counter[str] = Counter()
+    if reader.reads is not None:  # the part of the record the reader reads: all that needs redacting
+        obj = reader.reads(obj)
     if redactor is not None:  # before the reader parses (and may store) anything of the record
         obj = redactor.redact_json(obj, redacted)
     # The reader may store state (half a trace) before the line is fully judged: the caller's

@@ -10,9 +10,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from learnerd.analyzer import Analyzer
+from learnerd.analyzer.claude_code import READER
 from learnerd.store.assistant_sessions import count_rejected_attempts, rejected_attempts_of
 from learnerd.store.blocks import Cell, get_block, list_block_ids
-from tests.support.analyzer import Harness, append
+from tests.support.analyzer import Harness, append, assert_reads_keeps_what_parse_reads
 
 # Read from the samples with jq/python (not with learnerd): tool_use parts named "Bash" per file, the
 # Bash results with is_error true, and the failures followed by a success under the same intent.
@@ -186,3 +187,9 @@ async def test_secrets_in_turns_and_commands_are_redacted_before_anything_is_sto
 async def test_formats_in_the_settings_restrict_what_is_read(harness: Harness):
     stats = await harness.analyzer(formats=["codex", "blocklog"]).sync()
     assert list_block_ids(harness.conn) == [] and stats.foreign_lines == stats.lines_read == 29 + 438
+
+
+def test_the_part_of_each_real_line_the_reader_reads_parses_as_the_whole_line(peer_data: Path, tmp_path: Path):
+    assert_reads_keeps_what_parse_reads(
+        READER, sorted((peer_data / "assistant-logs" / "claude-code").glob("*.jsonl")), tmp_path
+    )

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from learnerd.analyzer.codex import READER
 from learnerd.store.assistant_sessions import count_rejected_attempts, rejected_attempts_of
 from learnerd.store.blocks import Cell, get_block, list_block_ids
-from tests.support.analyzer import Harness, append
+from tests.support.analyzer import Harness, append, assert_reads_keeps_what_parse_reads
 
 # Read from the samples with python (not with learnerd): function_call items named exec_command per file,
 # their non-zero exit codes (exec_command_end in the CLI file; the output text in the Desktop file), and
@@ -140,3 +141,9 @@ async def test_the_sessions_and_rejected_attempts_on_postgresql(peer_copy, tmp_p
         assert count_rejected_attempts(conn) == REJECTED_ATTEMPTS
     finally:
         conn.close()
+
+
+def test_the_part_of_each_real_line_the_reader_reads_parses_as_the_whole_line(peer_data: Path, tmp_path: Path):
+    assert_reads_keeps_what_parse_reads(
+        READER, sorted((peer_data / "assistant-logs" / "codex").glob("*.jsonl")), tmp_path
+    )
