@@ -90,7 +90,7 @@ def read_part(record: Record) -> Record:
     text, only the header before ``Output:`` (a legacy JSON output is kept whole: its status is inside)."""
     item, payload = record["type"], record["payload"]
     kind = payload.get("type")
-    key = (item, None) if item in ("session_meta", "turn_context") else (item, kind)
+    key = (item, None) if item in ("session_meta", "turn_context") or not isinstance(kind, str) else (item, kind)
     read = {"type": kind} if "type" in payload else {}
     read.update((k, payload[k]) for k in _READ_KEYS.get(key, ()) if k in payload)
     if key == ("response_item", "function_call") and read.get("name") not in SHELL_FUNCTIONS:
