@@ -57,6 +57,10 @@ from learnerd.privacy.redact import Redactor
 from learnerd.store.db import connect
 
 PEER_SAMPLES = PEER_TLDR.parent / "assistant-logs"
+SAMPLES_INPUT = (
+    "And the real assistant logs, SAMPLES/claude-code/*.jsonl and SAMPLES/codex/*.jsonl (default --samples: "
+    "../shared/peer-data/assistant-logs beside the checkout); exits 2 without them."
+)
 MB = 1_000_000
 BLOCKLOG_PER_FILE = 5000
 """Blocks per block-log file (as ``tldr_to_blocklog.py`` writes them)."""
@@ -292,7 +296,7 @@ def ingest(fmt: str, logs: Path, state: Path) -> Measured:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=TLDR_INPUT)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=f"{TLDR_INPUT} {SAMPLES_INPUT}")
     parser.add_argument("--mb", type=float, default=100.0, help="MB (10^6 bytes) of each transcript format")
     parser.add_argument("--tldr", type=Path, default=PEER_TLDR, help="the tldr pages (see below)")
     parser.add_argument("--samples", type=Path, default=PEER_SAMPLES, help="the real assistant logs (shapes)")
