@@ -598,6 +598,8 @@ class Analyzer:
         for result in results:
             if result.redacted:
                 stats.redacted(result.redacted)
+            stats.by_format("rejected_attempts", result.reader, result.rejected_attempts)
+            stats.by_format("rejected_suggestions", result.reader, result.rejected_suggestions)
         changed: dict[str, None] = {}
         for raw, r in zip(batch.lines, results, strict=True):
             changed.update(dict.fromkeys(r.changed))

@@ -27,6 +27,10 @@ What is read (the rules of :mod:`learnerd.analyzer.sessions`):
     proceed``) makes the block a rejected suggestion; one that holds ``<tool_use_error>`` (the call was
     refused before it ran, e.g. a bad parameter) records nothing.
 
+Only those fields are read (:func:`read_part`, the part the secret redactor sees): the ``input`` of other
+tools, ``toolUseResult``'s outputs, usage, thinking parts, and the text of a tool result past its first
+:data:`RESULT_CHARS` characters (where its status is said) are never looked at.
+
 A sub-agent's lines (``isSidechain: true``) are a session of their own (the ``Task`` prompt is its
 intent). Every other line type (``summary``, ``file-history-snapshot``, ``progress``, …) is skipped.
 """
@@ -49,6 +53,10 @@ _WRAPPERS = ("<command-name>", "<command-message>", "<local-command-stdout>")
 _DENIED = "The user doesn't want to proceed"
 _TOOL_USE_ERROR = "<tool_use_error>"
 _EXIT_CODE = re.compile(r"\AExit code (-?\d+)")
+_LINE_KEYS = ("type", "sessionId", "timestamp", "isSidechain", "cwd", "isMeta")
+RESULT_CHARS = 1000
+"""How much of a tool result's text is read: enough for its status (``Exit code N``, a denial, a
+``<tool_use_error>``); the command's output is not learned."""
 INTERRUPTED_EXIT_CODE = 130
 """The exit status of a command the person interrupted (the shell's 128 + SIGINT)."""
 
@@ -63,6 +71,52 @@ def is_claude_code_line(record: Record) -> bool:
 def block_id_of(session_id: str, tool_use_id: str) -> str:
     """The block id of a Claude Code tool call."""
     return f"{SOURCE}:{session_id}:{tool_use_id}"
+
+
+def read_part(record: Record) -> Record:
+    """The part of a transcript line :func:`parse_line` reads (:attr:`~learnerd.analyzer.reader.Reader.reads`):
+    the line's own keys above, ``toolUseResult.interrupted``, and ``message.content`` with each part cut to
+    what is read of it."""
+    if record.get("type") not in ("user", "assistant"):
+        return {"type": record.get("type")}
+    part: Record = {k: record[k] for k in _LINE_KEYS if k in record}
+    tool_use_result = record.get("toolUseResult")
+    if isinstance(tool_use_result, dict) and "interrupted" in tool_use_result:
+        part["toolUseResult"] = {"interrupted": tool_use_result["interrupted"]}
+    message = record.get("message")
+    if isinstance(message, dict):
+        part["message"] = {}
+        if "content" in message:
+            content = message["content"]
+            part["message"]["content"] = (
+                [_read_content_part(p) for p in content] if isinstance(content, list) else content
+            )
+    elif "message" in record:
+        part["message"] = message
+    return part
+
+
+def _read_content_part(part: Any) -> Any:
+    if not isinstance(part, dict):
+        return part
+    kind = part.get("type")
+    if kind == "text":
+        return {k: part[k] for k in ("type", "text") if k in part}
+    if kind == "tool_use":
+        if part.get("name") != SHELL_TOOL:
+            return {"type": kind, "name": part.get("name")}
+        read = {k: part[k] for k in ("type", "id", "name") if k in part}
+        tool_input = part.get("input")
+        if isinstance(tool_input, dict):
+            read["input"] = {"command": tool_input["command"]} if "command" in tool_input else {}
+        elif "input" in part:
+            read["input"] = tool_input
+        return read
+    if kind == "tool_result":
+        read = {k: part[k] for k in ("type", "tool_use_id", "is_error") if k in part}
+        read["content"] = _text_of(part.get("content"))[:RESULT_CHARS]
+        return read
+    return {"type": kind}
 
 
 def parse_line(conn: sqlite3.Connection, record: Record, now: float) -> Parsed:
@@ -156,5 +210,5 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-READER = Reader("claude-code", JSON_LINES, detect=is_claude_code_line, parse=parse_line)
+READER = Reader("claude-code", JSON_LINES, detect=is_claude_code_line, parse=parse_line, reads=read_part)
 """Claude Code transcripts in the registry."""

@@ -36,6 +36,10 @@ What is read (the rules of :mod:`learnerd.analyzer.sessions`):
     ``call_id`` and ``exit_code``: the command ran (the Desktop app writes none; the output text then
     carries the status).
 
+Only those fields are read (:func:`read_part`, the part the secret redactor sees): the session's base
+instructions, the commands' outputs (but for the status header of a ``function_call_output``), reasoning
+and every skipped item are never looked at.
+
 Everything else (reasoning, ``write_stdin`` polls, ``apply_patch``, web searches, token counts, unknown
 item types of newer versions) is skipped.
 """
@@ -65,6 +69,47 @@ _SHELLS = ("sh", "bash", "zsh", "dash", "fish")
 def is_codex_line(record: Record) -> bool:
     """Whether a JSON line looks like a Codex rollout line (see the module docstring)."""
     return record.get("type") in ITEM_TYPES and isinstance(record.get("payload"), dict) and "timestamp" in record
+
+
+# What parse_line reads of a payload, by (item type, payload type); other payloads: their type alone.
+_READ_KEYS: dict[tuple[str, Any], tuple[str, ...]] = {
+    ("session_meta", None): ("id", "cwd"),
+    ("turn_context", None): ("cwd",),
+    ("event_msg", "user_message"): ("message",),
+    ("event_msg", "agent_message"): ("message",),
+    ("event_msg", "exec_command_end"): ("call_id", "command", "exit_code"),
+    ("response_item", "function_call"): ("name", "arguments", "call_id"),
+    ("response_item", "local_shell_call"): ("action", "call_id", "id"),
+    ("response_item", "function_call_output"): ("call_id", "output"),
+}
+
+
+def read_part(record: Record) -> Record:
+    """The part of a rollout line :func:`parse_line` reads (:attr:`~learnerd.analyzer.reader.Reader.reads`):
+    ``type``, ``timestamp`` and the payload's fields of :data:`_READ_KEYS`; of a ``function_call_output``'s
+    text, only the header before ``Output:`` (a legacy JSON output is kept whole: its status is inside)."""
+    item, payload = record["type"], record["payload"]
+    kind = payload.get("type")
+    key = (item, None) if item in ("session_meta", "turn_context") or not isinstance(kind, str) else (item, kind)
+    read = {"type": kind} if "type" in payload else {}
+    read.update((k, payload[k]) for k in _READ_KEYS.get(key, ()) if k in payload)
+    if key == ("response_item", "function_call") and read.get("name") not in SHELL_FUNCTIONS:
+        read.pop("arguments", None)
+    if key == ("response_item", "function_call_output"):
+        output = read.get("output")
+        if isinstance(output, dict) and isinstance(output.get("content"), str):
+            read["output"] = {**output, "content": _output_header(output["content"])}
+        elif isinstance(output, str):
+            read["output"] = _output_header(output)
+    return {k: record[k] for k in ("type", "timestamp") if k in record} | {"payload": read}
+
+
+def _output_header(output: str) -> str:
+    """A shell function's output text up to its ``Output:`` line (whole when it has none or is JSON)."""
+    if output.lstrip().startswith("{"):
+        return output
+    header, sep, _ = output.partition("\nOutput:")
+    return header + sep
 
 
 def parse_line(conn: sqlite3.Connection, record: Record, now: float, path: str) -> Parsed:
@@ -181,5 +226,5 @@ def _output_exit_code(output: Any) -> int | None:
     return None
 
 
-READER = Reader("codex", JSON_LINES, detect=is_codex_line, parse=parse_line, file_scoped=True)
+READER = Reader("codex", JSON_LINES, detect=is_codex_line, parse=parse_line, file_scoped=True, reads=read_part)
 """Codex CLI rollouts in the registry (state per file: the session is named in its first line)."""

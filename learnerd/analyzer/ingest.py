@@ -35,7 +35,8 @@ from learnerd.analyzer.reader import EVENTS, JSON_LINES, Framing, Parsed, Reader
 from learnerd.analyzer.tail import RawLine
 from learnerd.privacy.redact import Redactor
 from learnerd.store import pg, suggestions
-from learnerd.store.blocks import LineOrigin, apply_event
+from learnerd.store.assistant_sessions import add_rejected_attempts
+from learnerd.store.blocks import REJECTED, LineOrigin, apply_event, suggestion_status_of
 
 # What a line amounted to (the analyzer's counters follow these names): its reader's verdict, one of
 # learnerd.analyzer.reader's EVENTS, PENDING, SKIPPED and UNJOINABLE, or one of these.
@@ -62,7 +63,10 @@ class LineResult:
     """``outcome`` is one of the constants above; ``changed`` the ids of blocks whose row changed;
     ``reason`` explains malformed / unknown / oversized / unjoinable / foreign lines; ``trace_id``
     names the trace a line completed or left pending; ``reader`` the name of the reader that detected
-    the line (``""`` when none did); ``redacted`` the secrets replaced in it, by placeholder kind."""
+    the line (``""`` when none did); ``redacted`` the secrets replaced in it, by placeholder kind;
+    ``rejected_attempts`` the (block, failed attempt it corrected) pairs it recorded anew and
+    ``rejected_suggestions`` the blocks it newly made rejected suggestions (a tool call the person denied,
+    a suggestion foyle logged as rejected): a line read again counts neither."""
 
     outcome: str
     changed: list[str] = field(default_factory=list)
@@ -70,6 +74,8 @@ class LineResult:
     trace_id: str = ""
     reader: str = ""
     redacted: Counter[str] = field(default_factory=Counter)
+    rejected_attempts: int = 0
+    rejected_suggestions: int = 0
 
 
 def ingest_line(
@@ -233,10 +239,13 @@ def parse_record(
     join_window_s: float | None,
     origin: LineOrigin | None = None,
 ) -> LineResult:
-    """Redact ``obj`` (a record ``reader`` detected), parse it and merge its block events (:func:`_intake`):
+    """Redact ``obj`` (a record ``reader`` detected; only the part the reader reads, when it says which:
+    :attr:`~learnerd.analyzer.reader.Reader.reads`), parse it and merge its block events (:func:`_intake`):
     the part of a record's intake every framing shares; ``origin`` is stored with the executed cells it sets.
     Runs in the caller's savepoint; raises what the reader raises."""
     redacted: Counter[str] = Counter()
+    if reader.reads is not None:  # the part of the record the reader reads: all that needs redacting
+        obj = reader.reads(obj)
     if redactor is not None:  # before the reader parses (and may store) anything of the record
         obj = redactor.redact_json(obj, redacted)
     # The reader may store state (half a trace) before the line is fully judged: the caller's
@@ -265,14 +274,31 @@ def _intake(
 ) -> LineResult:
     """The one intake: a reader's verdict on a line → the line's result, its block events merged into
     ``blocks`` (:func:`learnerd.store.blocks.apply_event`), then (with ``join_window_s``) each execution
-    joined to the served answer it ran (:func:`learnerd.store.suggestions.resolve`). Every reader's events
+    joined to the served answer it ran (:func:`learnerd.store.suggestions.resolve`), and each event's rejected
+    attempts recorded (:func:`learnerd.store.assistant_sessions.add_rejected_attempts`). Every reader's events
     reach the store here, and only here; any other verdict becomes the line's outcome as it is."""
     if parsed.kind == EVENTS:
-        changed = [ev.block_id for ev in parsed.events if apply_event(conn, ev, now, origin)]
+        changed: list[str] = []
+        attempts = denied = 0
+        for ev in parsed.events:
+            newly_denied = ev.suggestion_status == REJECTED and suggestion_status_of(conn, ev.block_id) != REJECTED
+            if apply_event(conn, ev, now, origin):
+                changed.append(ev.block_id)
+                denied += newly_denied
+            if ev.rejected_attempts:
+                attempts += add_rejected_attempts(conn, ev.block_id, ev.rejected_attempts, now)
         if join_window_s is not None:
             resolved = (suggestions.resolve(conn, ev, now, join_window_s) for ev in parsed.events)
             changed += [block_id for block_id in resolved if block_id is not None]
-        return LineResult(JOINED if parsed.joined else EVENTS, changed, trace_id=parsed.trace_id, reader=reader)
+        kind = JOINED if parsed.joined else EVENTS
+        return LineResult(
+            kind,
+            changed,
+            trace_id=parsed.trace_id,
+            reader=reader,
+            rejected_attempts=attempts,
+            rejected_suggestions=denied,
+        )
     return LineResult(parsed.kind, reason=parsed.reason, trace_id=parsed.trace_id, reader=reader)
 
 

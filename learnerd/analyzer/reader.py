@@ -28,6 +28,8 @@ A reader says:
   (Codex CLI's ``session_meta``), so its state is kept per file: ``parse`` is then called with the path of
   the record's file as a fourth argument.
 - ``holds(record, now) -> bool`` (optional, :data:`SQLITE_ROWS` only): see the field.
+- ``reads(record) -> record`` (optional): the part of a record ``parse`` reads, the only part redacted; see
+  the field.
 - ``pending(conn) -> int`` (optional): how many records the format keeps in the store waiting for
   another record (the ``pending_traces`` gauge sums them); None for a format that never waits.
 """
@@ -118,6 +120,12 @@ class Reader:
     """``(conn, record, now) -> Parsed``, or ``(conn, record, now, path) -> Parsed`` when ``file_scoped``."""
     pending: Callable[[sqlite3.Connection], int] | None = None
     file_scoped: bool = False
+    reads: Callable[[Record], Record] | None = None
+    """``(record) -> record``: the part of a record ``parse`` reads (None: all of it). The intake redacts
+    that part only, then parses it, so a format whose records are mostly what learnerd never uses (tool
+    outputs, token counts, reasoning) does not pay the secret redactor for them. It must keep every field
+    ``parse`` reads, as it is (a projection: ``parse(reads(r))`` says what ``parse(r)`` says), and never raise
+    on a record ``detect`` accepted."""
     holds: Callable[[Record, float], bool] | None = None
     """``(record, now) -> bool``, for a :data:`SQLITE_ROWS` format whose rows change after they are written
     (atuin's row of a command still running): True stops the batch before the record until it no longer

@@ -10,7 +10,8 @@ session's records → blocks, one block per command. docs/inputs.md states them 
   code where the format gives one, else 1 for "failed".
 - **Failed, then corrected.** A command that failed is remembered in its session; the next command of the
   same session that succeeds is the learned one, and each failure since the last success is kept as its
-  rejected attempt (:func:`learnerd.store.assistant_sessions.add_rejected_attempts`). The failed blocks stay
+  rejected attempt (the event's ``rejected_attempts``, which the intake records and counts per format:
+  :func:`learnerd.store.assistant_sessions.add_rejected_attempts`). The failed blocks stay
   blocks with their non-zero exit status, which the examples reconciler never learns.
 - **Session.** Every block names its session (the assistant's own id of it): a command the session runs
   resolves the answer learnerd served with ``metadata={"session": <that id>}`` (:mod:`learnerd.store.suggestions`).
@@ -25,8 +26,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from learnerd.store.assistant_sessions import Session, add_rejected_attempts, put_session
-from learnerd.store.blocks import BlockEvent, Cell, get_block
+from learnerd.store.assistant_sessions import Session, put_session
+from learnerd.store.blocks import REJECTED, BlockEvent, Cell, get_block
 
 SHELL_LANGUAGE = "bash"
 """The language of the code cells of assistants' shell commands (what the examples are tagged with)."""
@@ -79,24 +80,32 @@ def ran(
     now: float,
 ) -> BlockEvent:
     """The command of ``block_id`` ran with ``exit_code`` (None: unknown): its executed cell; a failure is
-    remembered in the session, a success takes the failures before it as its rejected attempts."""
+    remembered in the session, a success takes the failures before it as its rejected attempts (the
+    event's ``rejected_attempts``)."""
+    corrected: tuple[str, ...] = ()
     if exit_code not in (None, 0):
         if block_id not in session.failed:
             session.failed.append(block_id)
         put_session(conn, session, now)
     elif exit_code == 0 and session.failed:
-        add_rejected_attempts(conn, block_id, session.failed, now)
+        corrected = tuple(session.failed)
         session.failed = []
         put_session(conn, session, now)
     executed = Cell("code", command, SHELL_LANGUAGE)
     return BlockEvent(
-        block_id, source, when, executed=executed, exit_code=exit_code, session=session.session_id or None
+        block_id,
+        source,
+        when,
+        executed=executed,
+        exit_code=exit_code,
+        session=session.session_id or None,
+        rejected_attempts=corrected,
     )
 
 
 def denied(block_id: str, source: str, when: float) -> BlockEvent:
     """The person refused the tool call of ``block_id``: a rejected suggestion."""
-    return BlockEvent(block_id, source, when, suggestion_status="rejected")
+    return BlockEvent(block_id, source, when, suggestion_status=REJECTED)
 
 
 def suggested_command(conn: sqlite3.Connection, block_id: str) -> str | None:

@@ -24,6 +24,13 @@ Metric names (prometheus-client adds ``_total`` to counters on exposition):
 - ``learnerd_analyzer_rescans_total``: full rescans of the log directories (listing every directory
   and checking every tracked file); while the watcher runs, one per ``rescan_interval_s``.
 - ``learnerd_analyzer_errors_total``: passes or files that failed (I/O, database) and will be retried.
+- ``learnerd_analyzer_rejected_attempts_total{format}``: failed commands an assistant's session corrected
+  (a later command of the session succeeded), each kept as that block's rejected attempt — the negatives
+  (:mod:`learnerd.analyzer.sessions`); ``format`` is the reader's name (``claude-code``, ``codex``, …).
+- ``learnerd_analyzer_rejected_suggestions_total{format}``: blocks that became rejected suggestions (a tool
+  call the person denied; a suggestion foyle logged as rejected).
+  Both count what this process recorded anew (a line read again counts nothing);
+  ``rejected_attempts`` and ``rejected_suggestions`` (format → count) in the snapshot.
 - ``learnerd_redactions_total{kind}``: secrets replaced by a typed placeholder before storage
   (:mod:`learnerd.privacy.redact`); ``redactions`` in the snapshot.
 
@@ -60,6 +67,13 @@ _COUNTERS = {
 }
 
 
+# field name → help text, for the counters of AnalyzerStats labelled by format (a reader's name).
+_BY_FORMAT = {
+    "rejected_attempts": "Failed commands an assistant's session corrected, kept as rejected attempts.",
+    "rejected_suggestions": "Blocks that became rejected suggestions (the person denied the tool call).",
+}
+
+
 @dataclass(frozen=True)
 class LineProblem:
     """Where and why a line (or a file) was refused: ``file`` path, 1-based ``line`` (the line the
@@ -74,7 +88,8 @@ class LineProblem:
 @dataclass
 class AnalyzerStats:
     """Counts since this :class:`~learnerd.analyzer.Analyzer` was made (bytes in bytes, the rest in
-    lines, files, traces or rows); ``unjoinable_traces`` maps a reason to a count."""
+    lines, files, traces or rows); ``unjoinable_traces`` maps a reason to a count, ``redactions`` a
+    placeholder kind, ``rejected_attempts`` and ``rejected_suggestions`` a format (reader name)."""
 
     files_tracked: int = 0
     pending_traces: int = 0
@@ -89,6 +104,8 @@ class AnalyzerStats:
     foreign_lines: int = 0
     unjoinable_traces: dict[str, int] = field(default_factory=dict)
     redactions: dict[str, int] = field(default_factory=dict)
+    rejected_attempts: dict[str, int] = field(default_factory=dict)
+    rejected_suggestions: dict[str, int] = field(default_factory=dict)
     truncations: int = 0
     rotations: int = 0
     deleted_files: int = 0
@@ -114,6 +131,9 @@ class StatsRecorder:
         self._redactions = Counter(
             "learnerd_redactions", "Secrets replaced by typed placeholders before storage.", ["kind"], registry=reg
         )
+        self._rejected = {
+            name: Counter(_PREFIX + name, doc, ["format"], registry=reg) for name, doc in _BY_FORMAT.items()
+        }
         self._files = Gauge(_PREFIX + "files_tracked", "Log files being tailed.", registry=reg)
         self._pending = Gauge(_PREFIX + "pending_traces", "foyle traces waiting for their other half.", registry=reg)
 
@@ -132,6 +152,14 @@ class StatsRecorder:
         for kind, n in kinds.items():
             self._stats.redactions[kind] = self._stats.redactions.get(kind, 0) + n
             self._redactions.labels(kind=kind).inc(n)
+
+    def by_format(self, name: str, reader: str, amount: int) -> None:
+        """Add ``amount`` to the counter ``name`` (``rejected_attempts`` or ``rejected_suggestions``) of the
+        format ``reader``."""
+        if amount:
+            counts = getattr(self._stats, name)
+            counts[reader] = counts.get(reader, 0) + amount
+            self._rejected[name].labels(format=reader).inc(amount)
 
     def problem(self, kind: str, problem: LineProblem) -> None:
         """Remember ``problem`` as the last ``"malformed"`` line or the last ``"error"`` of a file."""

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,17 @@ _ANALYZER_ROWS = (
     ("rotations", "rotations"),
     ("errors", "errors (retried)"),
 )
+
+
+def rejected_rows(analyzer: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """``(label, count)`` rows of the rejected attempts and rejected suggestions per format in the analyzer's
+    counters (the fields of an :class:`~learnerd.analyzer.stats.AnalyzerStats`), formats sorted; none when
+    there are none."""
+    rows = []
+    for key, label in (("rejected_attempts", "rejected attempts"), ("rejected_suggestions", "rejected suggestions")):
+        counts = analyzer.get(key, {})
+        rows += [(f"{label} ({name})", n) for name, n in sorted(counts.items())]
+    return rows
 
 
 def console():
@@ -199,6 +211,8 @@ def print_status(status: dict[str, Any]) -> None:
         table.add_row(label, str(analyzer[key]))
     unjoinable = sum(analyzer.get("unjoinable_traces", {}).values())
     table.add_row("unjoinable foyle traces", str(unjoinable))
+    for label, per_format in rejected_rows(analyzer):
+        table.add_row(label, str(per_format))
     for key, label in (("last_malformed", "last malformed line"), ("last_error", "last file error")):
         if analyzer.get(key):
             table.add_row(label, _line_problem(analyzer[key]))

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import sys
 
+from learnerd.cmd._render import rejected_rows
 from learnerd.daemon.app import RunSummary
 
 
@@ -49,6 +50,8 @@ def print_summary(summary: RunSummary, as_json: bool, title: str) -> None:
     for controller, counts in summary.changes.items():
         for change, n in sorted(counts.items()):
             table.add_row(f"{controller}: {change.replace('_', ' ')}", str(n))
+    for label, n in rejected_rows(vars(a)):
+        table.add_row(label, str(n))
     for kind, n in sorted(a.redactions.items()):
         table.add_row(f"secrets redacted: <{kind}>", str(n))
     for reason, n in sorted(summary.refused_by_policy.items()):

@@ -22,6 +22,7 @@ idempotent: ``redact(redact(t).text).text == redact(t).text``.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -43,6 +44,11 @@ BUILTIN_PATTERNS: tuple[tuple[str | None, str], ...] = (
     ("BASIC_AUTH_CREDENTIALS", r"://[^/\s:@]+:(?P<secret>[^@\s/]+)@"),
     ("PRIVATE_KEY", r"(?s)(?P<secret>-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----)"),
 )
+
+CACHED_TEXTS = 4096
+"""How many short texts :meth:`Redactor.redact` remembers the redaction of (least recently used dropped)."""
+CACHED_CHARS = 200
+"""The longest text remembered: ids, paths, names and short commands; at most ~1 MB in all."""
 
 _TOKEN_LEFT = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/.~")
 _TOKEN_RIGHT = _TOKEN_LEFT | {"="}
@@ -77,9 +83,20 @@ class Redactor:
         self._patterns = [(kind, re.compile(p)) for kind, p in BUILTIN_PATTERNS]
         self._patterns += [("SECRET", re.compile(p)) for p in cfg.extra_patterns]
         self._allow = [re.compile(p) for p in cfg.allow]
+        self._cached = functools.lru_cache(maxsize=CACHED_TEXTS)(self._redact)
 
     def redact(self, text: str) -> Redaction:
-        """``text`` with its secrets replaced by placeholders, and the count of each kind."""
+        """``text`` with its secrets replaced by placeholders, and the count of each kind.
+
+        A text of at most :data:`CACHED_CHARS` characters is looked up in a cache of the last
+        :data:`CACHED_TEXTS` such texts first: the ids, paths and names every line of an assistant's transcript
+        repeats (its session id, working directory, record type) are scanned once, not once per line."""
+        if len(text) <= CACHED_CHARS:
+            found = self._cached(text)
+            return Redaction(found.text, Counter(found.kinds)) if found.kinds else found
+        return self._redact(text)
+
+    def _redact(self, text: str) -> Redaction:
         if not text:
             return Redaction(text)
         spans: list[tuple[int, int, str]] = []

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from learnerd.store.locks import lock_for_merge
@@ -83,15 +84,22 @@ def session_near(conn: sqlite3.Connection, cwd: str, when: float, window_s: floa
     return get_session(conn, row[0], row[1]) if row is not None else None
 
 
-def add_rejected_attempts(conn: sqlite3.Connection, block_id: str, attempt_ids: list[str], now: float) -> None:
-    """Record that ``block_id`` corrected the failed blocks ``attempt_ids`` (a replay adds no row); ``now``
-    (epoch seconds) becomes ``updated_at``."""
+def add_rejected_attempts(conn: sqlite3.Connection, block_id: str, attempt_ids: Sequence[str], now: float) -> int:
+    """Record that ``block_id`` corrected the failed blocks ``attempt_ids``; ``now`` (epoch seconds) becomes
+    ``updated_at``. Returns how many pairs are new (a replay adds none, so counting the returns counts each
+    rejected attempt once)."""
+    added = 0
     for attempt_id in attempt_ids:
         if attempt_id != block_id:
+            known = conn.execute(
+                "SELECT 1 FROM rejected_attempts WHERE block_id = ? AND attempt_id = ?", (block_id, attempt_id)
+            ).fetchone()
             conn.execute(
                 "INSERT OR REPLACE INTO rejected_attempts (block_id, attempt_id, updated_at) VALUES (?, ?, ?)",
                 (block_id, attempt_id, now),
             )
+            added += known is None
+    return added
 
 
 def rejected_attempts_of(conn: sqlite3.Connection, block_id: str) -> list[str]:

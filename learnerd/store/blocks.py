@@ -40,6 +40,11 @@ class Cell:
         return cls(kind=raw["kind"], text=raw["text"], language=raw.get("language", ""))
 
 
+REJECTED = "rejected"
+"""A block's ``suggestion_status`` when the person refused its suggestion (a denied tool call, foyle's
+``rejected`` event)."""
+
+
 @dataclass(frozen=True)
 class BlockEvent:
     """What one log line (or one joined trace) says about one block. ``None`` means "not said".
@@ -48,7 +53,9 @@ class BlockEvent:
     the line was read). ``session`` is the id of the session the event happened in (an assistant's
     conversation, a shell), as the program that logged it names it (a block's events name one session;
     should they differ, the last merged wins); it joins executions to the answers learnerd served in
-    that session (:mod:`learnerd.store.suggestions`).
+    that session (:mod:`learnerd.store.suggestions`). ``rejected_attempts`` are the ids of the failed blocks
+    this one corrected (an assistant's session: :mod:`learnerd.store.assistant_sessions`); the analyzer's
+    intake records them, not :func:`apply_event`.
     """
 
     block_id: str
@@ -61,6 +68,7 @@ class BlockEvent:
     eval_mode: bool | None = None
     suggestion_status: str | None = None
     session: str | None = None
+    rejected_attempts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -206,6 +214,12 @@ def apply_event(conn: sqlite3.Connection, ev: BlockEvent, now: float, origin: Li
         [new[c] for c in columns],
     )
     return True
+
+
+def suggestion_status_of(conn: sqlite3.Connection, block_id: str) -> str | None:
+    """The stored ``suggestion_status`` of a block (None for a block without one, or no such block)."""
+    row = conn.execute("SELECT suggestion_status FROM blocks WHERE id = ?", (block_id,)).fetchone()
+    return row[0] if row is not None else None
 
 
 def list_block_ids(conn: sqlite3.Connection, updated_since: float | None = None) -> list[str]:

@@ -33,6 +33,7 @@ def test_run_once_learns_from_every_assistant_format_and_search_finds_each(peer_
 
     summary = run_once(state, logs)
     assert summary["analyzer"]["malformed_lines"] == 0 and summary["analyzer"]["errors"] == 0
+    assert summary["analyzer"]["rejected_attempts"] == {"claude-code": 9, "codex": 5, "otel-genai": 1}
     learned = dict(
         table_rows(state, "SELECT b.source, count(*) FROM examples e JOIN blocks b ON b.id = e.id GROUP BY 1")
     )

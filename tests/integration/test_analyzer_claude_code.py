@@ -7,10 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from learnerd.analyzer import Analyzer
+from learnerd.analyzer.claude_code import READER
 from learnerd.store.assistant_sessions import count_rejected_attempts, rejected_attempts_of
 from learnerd.store.blocks import Cell, get_block, list_block_ids
-from tests.support.analyzer import Harness, append
+from tests.support.analyzer import Harness, append, assert_reads_keeps_what_parse_reads
 
 # Read from the samples with jq/python (not with learnerd): tool_use parts named "Bash" per file, the
 # Bash results with is_error true, and the failures followed by a success under the same intent.
@@ -51,7 +54,9 @@ async def test_every_bash_call_of_the_real_transcripts_becomes_a_block(harness: 
 
 @pytest.mark.anyio
 async def test_a_failed_command_is_the_rejected_attempt_of_the_success_after_it(harness: Harness):
-    await harness.analyzer().sync()
+    registry = CollectorRegistry()
+    analyzer = Analyzer(harness.conn, harness.log_dirs, harness.notified.append, clock=harness.clock, registry=registry)
+    stats = await analyzer.sync()
     failed = get_block(harness.conn, block_id(TODO_SESSION, "toolu_013pTcSZg4tDiEXHJtYS8YiD"))
     assert failed.executed == Cell("code", "ls -la types/", "bash") and failed.exit_code == 1
     assert failed.context[0].kind == "markup" and failed.context[0].text.startswith(TYPES_PROMPT)
@@ -63,6 +68,9 @@ async def test_a_failed_command_is_the_rejected_attempt_of_the_success_after_it(
     dev_server = block_id(TODO_SESSION, "toolu_01XwvWxY5KvW7VJFWXxvBkRP")
     assert rejected_attempts_of(harness.conn, dev_server) == sorted(block_id(TODO_SESSION, b) for b in builds)
     assert count_rejected_attempts(harness.conn) == REJECTED_ATTEMPTS
+    assert stats.rejected_attempts == {"claude-code": REJECTED_ATTEMPTS} and stats.rejected_suggestions == {}
+    metric = "learnerd_analyzer_rejected_attempts_total"
+    assert registry.get_sample_value(metric, {"format": "claude-code"}) == REJECTED_ATTEMPTS
 
 
 @pytest.mark.anyio
@@ -72,8 +80,9 @@ async def test_reading_the_transcripts_again_changes_nothing(harness: Harness):
     before = [tuple(r) for r in harness.conn.execute("SELECT * FROM blocks ORDER BY id")]
     harness.conn.execute("DELETE FROM watermarks")  # as if every line were read again
     harness.clock.advance(60)
-    await harness.analyzer().sync()
+    again = await harness.analyzer().sync()
     assert harness.take_notified() == []
+    assert again.rejected_attempts == {}, "a rejected attempt read again is not counted again"
     assert [tuple(r) for r in harness.conn.execute("SELECT * FROM blocks ORDER BY id")] == before
     assert count_rejected_attempts(harness.conn) == REJECTED_ATTEMPTS
 
@@ -139,6 +148,7 @@ async def test_newer_exit_codes_denials_and_multi_command_turns(tmp_path: Path):
     assert denied.suggestion_status == "rejected" and denied.executed is None
     assert get_block(harness.conn, "claude-code:s1:t4").exit_code == 130
     assert stats.malformed_lines == 0
+    assert stats.rejected_attempts == {"claude-code": 1} and stats.rejected_suggestions == {"claude-code": 1}
 
 
 @pytest.mark.anyio
@@ -177,3 +187,9 @@ async def test_secrets_in_turns_and_commands_are_redacted_before_anything_is_sto
 async def test_formats_in_the_settings_restrict_what_is_read(harness: Harness):
     stats = await harness.analyzer(formats=["codex", "blocklog"]).sync()
     assert list_block_ids(harness.conn) == [] and stats.foreign_lines == stats.lines_read == 29 + 438
+
+
+def test_the_part_of_each_real_line_the_reader_reads_parses_as_the_whole_line(peer_data: Path, tmp_path: Path):
+    assert_reads_keeps_what_parse_reads(
+        READER, sorted((peer_data / "assistant-logs" / "claude-code").glob("*.jsonl")), tmp_path
+    )

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from learnerd.analyzer.codex import READER
 from learnerd.store.assistant_sessions import count_rejected_attempts, rejected_attempts_of
 from learnerd.store.blocks import Cell, get_block, list_block_ids
-from tests.support.analyzer import Harness, append
+from tests.support.analyzer import Harness, append, assert_reads_keeps_what_parse_reads
 
 # Read from the samples with python (not with learnerd): function_call items named exec_command per file,
 # their non-zero exit codes (exec_command_end in the CLI file; the output text in the Desktop file), and
@@ -49,7 +50,7 @@ async def test_every_exec_command_of_both_rollout_versions_becomes_a_block_with_
 
 @pytest.mark.anyio
 async def test_intent_is_the_user_message_and_failures_are_rejected_attempts(harness: Harness):
-    await harness.analyzer().sync()
+    stats = await harness.analyzer().sync()
     first = get_block(harness.conn, f"codex:{CLI}:call_Y2p6KmqwoTtpi6atpDPuxC5M")
     assert first.context == [Cell("markup", "show tools", "markdown")]
     assert first.executed.text.startswith("sed -n '1,180p' /Users/Sample_User/.codex/plugins/")
@@ -60,6 +61,7 @@ async def test_intent_is_the_user_message_and_failures_are_rejected_attempts(har
     assert len(corrected) == 1 and get_block(harness.conn, corrected[0]).exit_code == 0
     assert rejected_attempts_of(harness.conn, corrected[0]) == [failed]
     assert count_rejected_attempts(harness.conn) == REJECTED_ATTEMPTS
+    assert stats.rejected_attempts == {"codex": REJECTED_ATTEMPTS}
 
 
 def _item(kind: str, payload: dict, when: str) -> str:
@@ -139,3 +141,9 @@ async def test_the_sessions_and_rejected_attempts_on_postgresql(peer_copy, tmp_p
         assert count_rejected_attempts(conn) == REJECTED_ATTEMPTS
     finally:
         conn.close()
+
+
+def test_the_part_of_each_real_line_the_reader_reads_parses_as_the_whole_line(peer_data: Path, tmp_path: Path):
+    assert_reads_keeps_what_parse_reads(
+        READER, sorted((peer_data / "assistant-logs" / "codex").glob("*.jsonl")), tmp_path
+    )

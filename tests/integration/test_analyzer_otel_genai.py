@@ -45,7 +45,7 @@ async def test_every_shell_tool_call_becomes_a_block_with_the_turn_before_it(har
     assert corrected.executed.text == f"sudo {FIND}" and corrected.exit_code == 0
     assert failed.context[0].text == corrected.context[0].text == "Which five files there are the largest?"
     assert rejected_attempts_of(harness.conn, corrected.id) == [failed.id]
-    assert count_rejected_attempts(harness.conn) == 1
+    assert count_rejected_attempts(harness.conn) == 1 and stats.rejected_attempts == {"otel-genai": 1}
     uname, uptime = get_block(harness.conn, block_id("call_uname")), get_block(harness.conn, block_id("call_uptime"))
     assert uname.executed.text == "uname -r" and uptime.executed.text == "uptime"
     assert uname.context == uptime.context == [Cell("markup", "Show the kernel version and the uptime.", "markdown")]

@@ -13,7 +13,13 @@ import pytest
 from tests.conftest import REPO_ROOT, cli_env
 
 BENCHMARKS = sorted((REPO_ROOT / "benchmarks").glob("*.py"))
-TLDR_BENCHMARKS = ["bench_embedding_throughput.py", "bench_freshness.py", "bench_learning.py", "bench_search.py"]
+TLDR_BENCHMARKS = [
+    "bench_embedding_throughput.py",
+    "bench_freshness.py",
+    "bench_ingest.py",
+    "bench_learning.py",
+    "bench_search.py",
+]
 
 
 @pytest.mark.parametrize("script", [p for p in BENCHMARKS if p.name != "__init__.py"], ids=lambda p: p.name)
@@ -52,3 +58,30 @@ def test_the_converter_without_pages_exits_2(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 2 and "no tldr pages under" in done.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_bench_ingest_at_a_tiny_size_gives_one_block_per_example_in_every_format(peer_data: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "benchmarks" / "bench_ingest.py"), "--mb", "0.05"],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[1:4]}
+    assert set(rows) == {"blocklog", "claude-code", "codex"}
+    assert int(rows["blocklog"][3]) == max(int(rows["claude-code"][3]), int(rows["codex"][3])) > 0
+    assert "target claude-code MB/s" in done.stdout and "target codex MB/s" in done.stdout
+
+
+def test_bench_ingest_without_the_assistant_samples_exits_2(peer_data: Path, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "benchmarks" / "bench_ingest.py"), "--samples", str(tmp_path)],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and f"no claude-code/ and codex/ samples under {tmp_path}" in done.stderr

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -14,8 +16,10 @@ import anyio
 import structlog
 
 from learnerd.analyzer import Analyzer
+from learnerd.analyzer.ingest import parse_record
+from learnerd.analyzer.reader import Reader
 from learnerd.analyzer.settings import AnalyzerConfig
-from learnerd.store.db import connect
+from learnerd.store.db import connect, transaction
 
 
 @dataclass
@@ -82,3 +86,21 @@ def captured_logs() -> Iterator[list[dict]]:
             yield logs
     finally:
         structlog.configure(**old)
+
+
+def assert_reads_keeps_what_parse_reads(reader: Reader, files: list[Path], tmp_path: Path) -> None:
+    """Every line of ``files`` through ``reader`` as the intake gives it (only the part ``reader.reads``
+    keeps) and whole, each on its own store: the same result per line and the same blocks and sessions."""
+    assert reader.reads is not None and files
+    stores = {"part": connect(tmp_path / "part.db"), "whole": connect(tmp_path / "whole.db")}
+    readers = {"part": reader, "whole": dataclasses.replace(reader, reads=None)}
+    for path in files:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            results = {}
+            for name, conn in stores.items():
+                with transaction(conn):
+                    results[name] = parse_record(conn, readers[name], json.loads(line), 1.0, None, str(path), None)
+            assert results["part"] == results["whole"], f"{path.name}:{number}"
+    for table in ("blocks", "assistant_sessions", "rejected_attempts"):
+        part, whole = (sorted(map(tuple, c.execute(f"SELECT * FROM {table}"))) for c in stores.values())
+        assert part == whole and part, table

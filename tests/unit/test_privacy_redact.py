@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from learnerd.privacy.redact import Redactor
+from learnerd.privacy.redact import CACHED_CHARS, Redactor
 from learnerd.privacy.settings import PrivacyConfig
 
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
@@ -93,3 +93,16 @@ def test_only_the_configured_plugins_run() -> None:
     text = "aws --key AKIAIOSFODNN7EXAMPLE"
     assert Redactor(PrivacyConfig(plugins=[])).redact(text).text == text, "learnerd's patterns need NAME=value"
     assert Redactor(PrivacyConfig(plugins=["AWSKeyDetector"])).redact(text).text == "aws --key <AWS_ACCESS_KEY>"
+
+
+def test_a_short_text_redacted_again_comes_from_the_cache_with_counts_of_its_own() -> None:
+    redactor = Redactor()
+    text = "export GITHUB_TOKEN=ghp_" + "x7Kq2Lm9Pw4Rt6Yv8Zb1Nc3Df5Gh7Jk9Ls0Qa"
+    first = redactor.redact(text)
+    first.kinds["GITHUB_TOKEN"] += 100  # a caller's changes to its counts reach no later caller
+    again = redactor.redact(text)
+    assert again.text == "export GITHUB_TOKEN=<GITHUB_TOKEN>" and again.kinds == {"GITHUB_TOKEN": 1}
+    assert redactor._cached.cache_info().hits == 1
+    long_text = text + " " + "a" * CACHED_CHARS
+    assert redactor.redact(long_text).text.startswith("export GITHUB_TOKEN=<GITHUB_TOKEN> ")
+    assert redactor._cached.cache_info().currsize == 1, "a text longer than CACHED_CHARS is not kept"
