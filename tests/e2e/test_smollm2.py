@@ -54,10 +54,22 @@ def learnerd(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[s
 
 
 @pytest.fixture(scope="module")
-def smollm2_models(tmp_path_factory) -> Path:
-    """The module's model cache: the first command that needs SmolLM2 converts its GGUF into it, the others
-    load that conversion (converting takes minutes on 2 cores; only the first-use test converts on its own)."""
-    return tmp_path_factory.mktemp("smollm2-models")
+def first_use(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """``(state_dir, process)`` of the module's first ``learnerd generate`` (base only, 4 tokens) with a state
+    directory that does not exist yet: it converts SmolLM2's GGUF into that state's model cache."""
+    root = tmp_path_factory.mktemp("smollm2-first-use")
+    doc = root / "commands.dlm"
+    shutil.copy(REPO_ROOT / "examples" / "commands.dlm", doc)
+    state = root / "state"
+    proc = learnerd("generate", str(doc), TASK, "--state-dir", str(state), "--adapter", "none", "--max-new-tokens", "4")
+    return state, proc
+
+
+@pytest.fixture(scope="module")
+def smollm2_models(first_use: tuple[Path, subprocess.CompletedProcess[str]]) -> Path:
+    """The module's model cache, SmolLM2 converted once by :func:`first_use` (converting takes minutes on 2
+    cores): every other command and daemon of the module loads that conversion."""
+    return first_use[0] / "models"
 
 
 @pytest.fixture(scope="module")
@@ -112,13 +124,12 @@ def test_the_default_gate_rejects_the_default_recipe_for_what_it_forgets(trained
     assert "answer_retention" in failed, verdict
 
 
-def test_the_first_use_converts_the_gguf_without_a_progress_bar(tmp_path: Path):
+def test_the_first_use_converts_the_gguf_without_a_progress_bar(
+    first_use: tuple[Path, subprocess.CompletedProcess[str]],
+):
     """The GGUF conversion runs in the command's own process (a fresh state directory) and, like every
     Hugging Face bar learnerd turns off, draws no "Converting and de-quantizing" bar on stderr."""
-    doc = tmp_path / "commands.dlm"
-    shutil.copy(REPO_ROOT / "examples" / "commands.dlm", doc)
-    state = tmp_path / "state"
-    proc = learnerd("generate", str(doc), TASK, "--state-dir", str(state), "--adapter", "none", "--max-new-tokens", "4")
+    state, proc = first_use
     assert list((state / "models").glob("gguf-*")), "converted by this command"
     assert proc.stdout.strip() and "Converting" not in proc.stderr and "warning" not in proc.stderr.lower(), proc.stderr
 
