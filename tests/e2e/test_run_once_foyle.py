@@ -1,5 +1,6 @@
-"""``learnerd run --once`` over foyle's real logs: every trace ingested, the exact blocks recovered
-(on either store backend)."""
+"""``learnerd run --once`` over foyle's real logs: every trace ingested, the exact blocks recovered.
+On SQLite: the PostgreSQL store of the same blocks, examples and foyle partial traces is pinned by
+``tests/integration/test_store_backends.py`` (the same calls give the same rows on either backend)."""
 
 from learnerd.store.blocks import Cell, get_block, list_block_ids
 from learnerd.store.examples import list_examples
@@ -24,11 +25,11 @@ GIT_IDS = {
 EXECUTED = "23706965-8e3b-440d-ba1a-1e1cc035fbd4"
 
 
-def test_run_once_over_foyle_logs_recovers_every_block_and_its_document(peer_copy, tmp_path, store_url):
+def test_run_once_over_foyle_logs_recovers_every_block_and_its_document(peer_copy, tmp_path):
     logs = peer_copy("foyle")
-    summary = run_once(tmp_path / "state", logs, store_url=store_url)
+    summary = run_once(tmp_path / "state", logs)
 
-    conn = open_store(tmp_path / "state", store_url)
+    conn = open_store(tmp_path / "state")
     assert set(list_block_ids(conn)) == GCLOUD_IDS | GIT_IDS
     for block_id in GCLOUD_IDS | GIT_IDS:
         doc = GCLOUD_DOC if block_id in GCLOUD_IDS else GIT_DOC

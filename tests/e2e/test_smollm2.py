@@ -54,12 +54,34 @@ def learnerd(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[s
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> tuple[Path, Path]:
-    """``(document, state_dir)`` after one ``learnerd train`` of the shipped example."""
+def first_use(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """``(state_dir, process)`` of the module's first ``learnerd generate`` (base only, 4 tokens) with a state
+    directory that does not exist yet: it converts SmolLM2's GGUF into that state's model cache."""
+    root = tmp_path_factory.mktemp("smollm2-first-use")
+    doc = root / "commands.dlm"
+    shutil.copy(REPO_ROOT / "examples" / "commands.dlm", doc)
+    state = root / "state"
+    proc = learnerd("generate", str(doc), TASK, "--state-dir", str(state), "--adapter", "none", "--max-new-tokens", "4")
+    return state, proc
+
+
+@pytest.fixture(scope="module")
+def smollm2_models(first_use: tuple[Path, subprocess.CompletedProcess[str]]) -> Path:
+    """The module's model cache, SmolLM2 converted once by :func:`first_use` (converting takes minutes on 2
+    cores): every other command and daemon of the module loads that conversion."""
+    return first_use[0] / "models"
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, smollm2_models: Path) -> tuple[Path, Path]:
+    """``(document, state_dir)`` after one ``learnerd train`` of the shipped example (its evaluation and gate
+    included: the version's ``eval.json`` is the evaluation reconciler's report)."""
     root = tmp_path_factory.mktemp("smollm2")
     doc = root / "commands.dlm"
     shutil.copy(REPO_ROOT / "examples" / "commands.dlm", doc)
     state = root / "state"
+    state.mkdir(mode=0o700)
+    (state / "models").symlink_to(smollm2_models)
     config = root / "learnerd.toml"  # the default gate rejects this recipe's v0001 (it forgets): see the test below
     config.write_text(RELAXED_GATE)
     outcome = json.loads(
@@ -76,13 +98,17 @@ def trained(tmp_path_factory) -> tuple[Path, Path]:
 RELAXED_GATE = """\
 [evaluation]
 null_runs = 0
+max_prompts = 1
 
 [evaluation.gate]
 max_fraction_regressed = 1.0
 min_answer_retention = 0.0
 """
 """The tests of this module check training, evaluation, generation and serving on a real model, not the gate:
-its retention checks are relaxed so the trained version is served. ``learnerd``'s default gate rejects it."""
+its retention checks are relaxed so the trained version is served. ``learnerd``'s default gate rejects it.
+Like the daemons of :func:`tests.support.serving.write_config`, its evaluations run the divergence and
+dialogue probes on one prompt of the document (``max_prompts``): what the tests assert on (recall, the
+retention probes, the report's shape) does not depend on it, and each evaluation is shorter."""
 
 
 def test_the_default_gate_rejects_the_default_recipe_for_what_it_forgets(trained: tuple[Path, Path]):
@@ -98,13 +124,12 @@ def test_the_default_gate_rejects_the_default_recipe_for_what_it_forgets(trained
     assert "answer_retention" in failed, verdict
 
 
-def test_the_first_use_converts_the_gguf_without_a_progress_bar(tmp_path: Path):
+def test_the_first_use_converts_the_gguf_without_a_progress_bar(
+    first_use: tuple[Path, subprocess.CompletedProcess[str]],
+):
     """The GGUF conversion runs in the command's own process (a fresh state directory) and, like every
     Hugging Face bar learnerd turns off, draws no "Converting and de-quantizing" bar on stderr."""
-    doc = tmp_path / "commands.dlm"
-    shutil.copy(REPO_ROOT / "examples" / "commands.dlm", doc)
-    state = tmp_path / "state"
-    proc = learnerd("generate", str(doc), TASK, "--state-dir", str(state), "--adapter", "none", "--max-new-tokens", "4")
+    state, proc = first_use
     assert list((state / "models").glob("gguf-*")), "converted by this command"
     assert proc.stdout.strip() and "Converting" not in proc.stderr and "warning" not in proc.stderr.lower(), proc.stderr
 
@@ -124,7 +149,8 @@ def test_train_evaluate_generate(trained: tuple[Path, Path]):
     assert probes == 20 and before <= 2 and after >= 18, (before, after)
     assert not any(f.startswith("undertrained") for f in report.score.findings)
 
-    learnerd("eval", str(doc), "--state-dir", str(state), "--null-runs", "0", "--output", str(doc.parent / "r.json"))
+    config = str(doc.parent / "learnerd.toml")  # the fixture's: null_runs 0, max_prompts 1
+    learnerd("eval", str(doc), "--state-dir", str(state), "--config", config, "--output", str(doc.parent / "r.json"))
     assert exact_recall(load_report(doc.parent / "r.json"))[1] >= 18
 
     answer = learnerd("generate", str(doc), TASK, "--state-dir", str(state)).stdout.strip()
@@ -156,14 +182,12 @@ MADE_UP = {  # a tool SmolLM2 has never seen: only the retrieved examples can te
 }
 
 
-def test_retrieved_examples_give_the_answer_the_base_cannot(tmp_path: Path):
+def test_retrieved_examples_give_the_answer_the_base_cannot(smollm2_models: Path, tmp_path: Path):
     """The OpenAI-compatible endpoint of a real ``learnerd run`` serving a SmolLM2 document (no adapter):
     asked a task of a made-up tool, the base answers with prose; with ``rag_k`` 3 the learned examples go in
     as quoted data (one block in the system message) and the command the answer gives is the tool's command
     for this task (a node no example names), exactly."""
-    models = tmp_path / "models"  # its own model cache: the session's holds the built-in models only
-    models.mkdir()
-    write_config(tmp_path, models)
+    write_config(tmp_path, smollm2_models)  # SmolLM2 as the module's first command converted it
     qa_document(tmp_path / "docs" / "shell.dlm", [("List the pods in the dev namespace", "kubectl get pods -n dev")],
                 base_model="smollm2-135m-instruct")  # fmt: skip
     append_blocks(tmp_path / "logs" / "blocks.jsonl", MADE_UP)
@@ -172,7 +196,7 @@ def test_retrieved_examples_give_the_answer_the_base_cannot(tmp_path: Path):
         admin = process.client()
         wait_until(lambda: len(admin.call("POST", "/search", {"text": "x", "k": 3})) == 3, what="examples indexed")
 
-        def smollm2_loaded() -> bool:  # by the start-up's warm-up: converting the GGUF takes minutes on 2 busy cores
+        def smollm2_loaded() -> bool:  # by the start-up's warm-up (it converts the GGUF when run on its own)
             events = process.log_events()
             return any(e["event"] == "base model loaded" and e["base_model"] == "smollm2-135m-instruct" for e in events)
 
@@ -195,7 +219,7 @@ def first_code(answer: str) -> str:
 
 
 def test_a_restart_with_the_served_version_unevaluated_answers_exactly_from_the_first_request(
-    trained: tuple[Path, Path], tmp_path: Path
+    trained: tuple[Path, Path], smollm2_models: Path, tmp_path: Path
 ):
     """The restart race of issue 28: the served version has no report, so the start-up evaluation loads
     SmolLM2 while serving loads it too. From the very first request (it waits for the load), 30 greedy
@@ -207,7 +231,7 @@ def test_a_restart_with_the_served_version_unevaluated_answers_exactly_from_the_
     shutil.copytree(state / "adapters", tmp_path / "state" / "adapters")
     for stale in [*(tmp_path / "state" / "adapters").rglob("eval.json"), *(tmp_path / "state").rglob("verdict.json")]:
         stale.unlink()  # as a drain during the evaluation leaves it
-    write_config(tmp_path, state / "models")
+    write_config(tmp_path, smollm2_models)
     dlm_id = read_document(doc).frontmatter.dlm_id
     served = AdapterStore(tmp_path / "state" / "adapters").current(dlm_id)
     assert served is not None and not (served.path / "eval.json").exists()

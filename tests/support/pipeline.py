@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.tldr_to_blocklog import convert
 from learnerd.store import db
 from tests.conftest import cli_env, learnerd_command
 
@@ -57,3 +59,23 @@ def snapshot(state: Path, store_url: str | None = None) -> dict[str, list[tuple]
         "examples": table_rows(state, "SELECT * FROM examples ORDER BY id", store_url),
         "embeddings": table_rows(state, "SELECT * FROM embeddings ORDER BY example_id", store_url),
     }
+
+
+@dataclass(frozen=True)
+class TldrRun:
+    """The fixed tldr subset as block logs (``logs``, ``blocks`` blocks, from
+    :func:`benchmarks.tldr_to_blocklog.convert` with ``limit=1000``) and one uninterrupted ``learnerd run
+    --once --no-train`` over them on SQLite: its ``state`` directory (docs in ``state/docs``) and ``summary``."""
+
+    logs: Path
+    blocks: int
+    state: Path
+    summary: dict[str, Any]
+
+
+def tldr_run(tldr: Path, root: Path) -> TldrRun:
+    """Convert ``tldr`` (the peer data's ``tldr`` folder) into ``root/logs`` and run once over it into
+    ``root/state`` (:class:`TldrRun`)."""
+    logs, state = root / "logs", root / "state"
+    blocks = convert(tldr, logs, limit=1000)
+    return TldrRun(logs, blocks, state, run_once(state, logs))
