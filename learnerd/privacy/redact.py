@@ -23,6 +23,7 @@ idempotent: ``redact(redact(t).text).text == redact(t).text``.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -117,7 +118,9 @@ class Redactor:
     def redact_json(self, value: Any, kinds: Counter[str] | None = None) -> Any:
         """``value`` (parsed JSON: dicts, lists, strings, numbers) with every string redacted (object keys
         are names, not data: kept); each placeholder put in is counted into ``kinds``. Iterative: any
-        depth the JSON parser accepted is walked."""
+        depth the JSON parser accepted is walked. A string that holds JSON itself (a Codex call's
+        ``arguments``, an OpenTelemetry ``gen_ai.*.messages`` attribute) and has a secret is redacted
+        decoded and encoded again, so it stays JSON its reader can parse."""
         kinds = kinds if kinds is not None else Counter()
         root: list[Any] = [value]
         stack: list[tuple[Any, Any]] = [(root, 0)]
@@ -125,10 +128,7 @@ class Redactor:
             container, key = stack.pop()
             item = container[key]
             if isinstance(item, str):
-                redaction = self.redact(item)
-                if redaction.kinds:
-                    container[key] = redaction.text
-                    kinds.update(redaction.kinds)
+                container[key] = self._redact_string(item, kinds)
             elif isinstance(item, dict):
                 copy = container[key] = dict(item)
                 stack.extend((copy, k) for k in copy)
@@ -136,6 +136,23 @@ class Redactor:
                 copy = container[key] = list(item)
                 stack.extend((copy, i) for i in range(len(copy)))
         return root[0]
+
+    def _redact_string(self, text: str, kinds: Counter[str]) -> str:
+        redaction = self.redact(text)
+        if not redaction.kinds:
+            return text
+        if text.lstrip()[:1] in ("{", "["):
+            try:
+                decoded = json.loads(text)
+            except ValueError:
+                decoded = None
+            inner: Counter[str] = Counter()
+            redacted = self.redact_json(decoded, inner) if isinstance(decoded, dict | list) else None
+            if inner:  # else the secret is only seen in the encoded text (a key and its value): redact that
+                kinds.update(inner)
+                return json.dumps(redacted, ensure_ascii=False)
+        kinds.update(redaction.kinds)
+        return redaction.text
 
     def _replace(self, text: str, spans: list[tuple[int, int, str]]) -> Redaction:
         kinds: Counter[str] = Counter()

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from learnerd.analyzer import Analyzer
 from learnerd.analyzer.codex import READER
+from learnerd.privacy.redact import Redactor
 from learnerd.store.assistant_sessions import count_rejected_attempts, rejected_attempts_of
 from learnerd.store.blocks import Cell, get_block, list_block_ids
 from tests.support.analyzer import Harness, append, assert_reads_keeps_what_parse_reads
@@ -123,6 +125,41 @@ async def test_legacy_shell_calls_and_local_shell_calls(tmp_path: Path):
     ls = get_block(harness.conn, "codex:s2:c2")
     assert ls.executed.text == "ls -l 'my dir'" and ls.exit_code == 2
     assert stats.malformed_lines == 0 and stats.skipped_lines == 3  # session_meta, user_message, world_state
+
+
+@pytest.mark.anyio
+async def test_a_call_whose_command_holds_a_secret_is_learned_redacted_not_dropped(tmp_path: Path):
+    # The arguments are a JSON string: the secret is redacted inside it, decoded, and it stays JSON.
+    token = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    append(
+        logs / "rollout-2025-06-01T10-00-00-s3.jsonl",
+        _item("session_meta", {"id": "s3", "cwd": "/srv"}, "2025-06-01T10:00:00Z")
+        + _item("event_msg", {"type": "user_message", "message": "call the api"}, "2025-06-01T10:00:01Z")
+        + _item(
+            "response_item",
+            {
+                "type": "function_call",
+                "name": "exec_command",
+                "arguments": json.dumps({"cmd": f'curl -H "Authorization: Bearer {token}" https://api'}),
+                "call_id": "c1",
+            },
+            "2025-06-01T10:00:02Z",
+        )
+        + _item(
+            "event_msg",
+            {"type": "exec_command_end", "call_id": "c1", "command": ["bash", "-lc", "curl"], "exit_code": 0},
+            "2025-06-01T10:00:03Z",
+        ),
+    )
+    harness = Harness(tmp_path, [logs])
+    analyzer = Analyzer(harness.conn, [logs], harness.notified.append, redactor=Redactor(), clock=harness.clock)
+    stats = await analyzer.sync()
+    analyzer.close()
+    block = get_block(harness.conn, "codex:s3:c1")
+    assert stats.malformed_lines == 0 and block is not None
+    assert block.generated.text == 'curl -H "Authorization: Bearer <BEARER_TOKEN>" https://api'
 
 
 @pytest.mark.anyio

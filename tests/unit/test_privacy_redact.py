@@ -3,6 +3,9 @@ placeholder, nothing else changes, and redacting twice changes nothing more."""
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+
 import pytest
 
 from learnerd.privacy.redact import CACHED_CHARS, Redactor
@@ -106,3 +109,23 @@ def test_a_short_text_redacted_again_comes_from_the_cache_with_counts_of_its_own
     long_text = text + " " + "a" * CACHED_CHARS
     assert redactor.redact(long_text).text.startswith("export GITHUB_TOKEN=<GITHUB_TOKEN> ")
     assert redactor._cached.cache_info().currsize == 1, "a text longer than CACHED_CHARS is not kept"
+
+
+def test_a_string_holding_json_is_redacted_decoded_and_stays_json(redactor: Redactor) -> None:
+    # A Codex call's arguments: redacting the encoded text would cut through its escaped quotes.
+    command = f'curl -H "Authorization: Bearer {JWT}" https://api'
+    record = {"arguments": json.dumps({"cmd": command, "workdir": "/srv"})}
+    kinds: Counter[str] = Counter()
+    out = redactor.redact_json(record, kinds)
+    assert json.loads(out["arguments"]) == {
+        "cmd": 'curl -H "Authorization: Bearer <BEARER_TOKEN>" https://api',
+        "workdir": "/srv",
+    }
+    assert JWT not in out["arguments"] and kinds == Counter({"BEARER_TOKEN": 1})
+
+
+def test_a_secret_seen_only_in_the_encoded_json_is_still_redacted(redactor: Redactor) -> None:
+    # {"password": "..."}: the key names the value a secret; decoded, the value alone looks like nothing.
+    text = json.dumps({"password": "Hunter2Secret!x"})
+    out = redactor.redact_json({"arguments": text}, Counter())
+    assert "Hunter2Secret!x" not in out["arguments"]
