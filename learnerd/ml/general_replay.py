@@ -77,8 +77,9 @@ def replay_prompts() -> tuple[str, ...]:
 
 def cache_path(models_dir: Path, base_identity: str, system: str | None = None) -> Path:
     """Where the answers of the base ``base_identity`` to the pool (asked under ``system``, the document's
-    system prompt, or none) are cached: ``models_dir/replay-<sha256(identity, system, pool)[:16]>.json``."""
-    key = json.dumps([CACHE_VERSION, base_identity, system, pool_text()])
+    system prompt, or none) are cached: ``models_dir/replay-<sha256(identity, system, pool, budget)[:16]>.json``
+    (``budget``: :data:`MAX_NEW_TOKENS`)."""
+    key = json.dumps([CACHE_VERSION, base_identity, system, pool_text(), MAX_NEW_TOKENS])
     return models_dir / f"replay-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
