@@ -33,15 +33,17 @@ import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import anyio
 import structlog
 
 from learnerd.ml.base_model import BaseModelRef
+from learnerd.ml.general_replay import cache_path
 from learnerd.ml.lora import ProgressEvent, TrainingResult
 from learnerd.ml.recipes import DocumentTraining, undertrained_reason
-from learnerd.ml.rows import TrainingRow
+from learnerd.ml.rows import TrainingRow, system_prompt
 from learnerd.ml.train_runner import WarmSpare, run_training
 from learnerd.ml.train_worker import TrainingRequest
 from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersion
@@ -188,6 +190,7 @@ async def train_cycle(
     on_start: Callable[[int], None] | None = None,
     spare: WarmSpare | None = None,
     origins: Mapping[str, SectionOrigin] | None = None,
+    replay_cache_dir: Path | None = None,
 ) -> CycleOutcome:
     """Plan and run one cycle for ``doc_key``; commit the new adapter version as a candidate (not current),
     with its ``manifest.json`` (:mod:`learnerd.store.manifest`).
@@ -207,6 +210,8 @@ async def train_cycle(
         on_progress, on_start, spare: passed to :func:`learnerd.ml.train_runner.run_training`.
         origins: where the document's sections came from, by section id
             (:func:`learnerd.store.manifest.section_origins`); a section without one is recorded as a person's.
+        replay_cache_dir: where the base's general replay answers are cached (the model cache,
+            ``<state_dir>/models``; :func:`learnerd.ml.general_replay.cache_path`); None: not cached.
 
     Returns:
         the outcome; ``version`` is None when the plan was ``none`` (nothing to train).
@@ -240,6 +245,9 @@ async def train_cycle(
             num_threads=num_threads,
             niceness=niceness,
             device=device,
+            replay_cache=str(cache_path(replay_cache_dir, base.identity, system_prompt(plan.rows)))
+            if replay_cache_dir is not None and config.general_replay
+            else None,
         )
         result = await run_training(request, on_progress=stepped, on_start=on_start, spare=spare)
         metadata = AdapterMetadata(

@@ -4,7 +4,12 @@
 on encoded rows with AdamW, a warm-up + ``lr_scheduler`` schedule from ``transformers.get_scheduler``,
 gradient clipping at 1.0 and gradient accumulation. The loss of an optimizer step is the mean
 cross-entropy per loss-carrying token over all its micro-batches (``num_items_in_batch``, as the
-transformers Trainer computes it), in nats per token.
+transformers Trainer computes it), in nats per token. With ``training.replay_kl_weight`` w > 0 the
+objective adds w × the KL divergence KL(base ‖ adapted) of the next-token distributions at the answer
+tokens of the general replay rows (:mod:`learnerd.ml.general_replay`), summed over those tokens and divided
+by the same token count as the cross-entropy (the base's distribution is the same model's inside peft's
+``disable_adapter()``, computed without gradients) — a distillation term to the base in the style of
+LwF (Li & Hoiem, "Learning without Forgetting", 2016). Reported losses stay the cross-entropy alone.
 
 Deterministic for a fixed ``seed`` and a fixed number of torch threads: the adapter's initial weights,
 the dropout masks and the row order all come from generators seeded with it. Rows are shuffled once
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from learnerd.ml.general_replay import is_replay
 from learnerd.ml.hyperparams import check_trainable
 from learnerd.ml.loader import load_adapter, loading
 from learnerd.ml.rows import IGNORE_INDEX, EncodedRow, RowEncodingError, TrainingRow, encode_rows
@@ -186,7 +192,11 @@ def train_lora(
                 labels=labels,
                 num_items_in_batch=torch.tensor(num_items),
             )
-            out.loss.backward()
+            loss = out.loss
+            if config.replay_kl_weight:
+                kl = replay_kl(peft_model, batch, input_ids, attention_mask, labels, out.logits)
+                loss = loss + config.replay_kl_weight * kl / num_items
+            loss.backward()
             step_loss += float(out.loss.detach())
             tokens += int(attention_mask.sum())
         torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
@@ -218,6 +228,27 @@ def train_lora(
         vocab_size=vocab_size,
     )
     return peft_model, result
+
+
+def replay_kl(
+    peft_model: Any, batch: Sequence[EncodedRow], input_ids: Any, attention_mask: Any, labels: Any, logits: Any
+) -> Any:
+    """KL(base ‖ adapted) of the next-token distributions, in nats, summed over the loss-carrying tokens of the
+    batch's general replay rows (a 0-d float tensor with gradient through ``logits``; 0 when the batch has
+    none). ``input_ids`` / ``attention_mask`` / ``labels``: the batch as :func:`_collate` lays it out,
+    ``(rows, length)`` int64; ``logits``: the adapted model's output on it, ``(rows, length, vocab)``."""
+    import torch
+    import torch.nn.functional as F
+
+    replay = torch.tensor([is_replay(row.section_id) for row in batch], device=labels.device)
+    mask = (labels[:, 1:] != IGNORE_INDEX) & replay[:, None]
+    if not bool(mask.any()):
+        return logits.sum() * 0.0
+    with torch.no_grad(), peft_model.disable_adapter():
+        base_logits = peft_model(input_ids=input_ids, attention_mask=attention_mask).logits
+    log_adapted = F.log_softmax(logits[:, :-1][mask].float(), dim=-1)
+    log_base = F.log_softmax(base_logits[:, :-1][mask].float(), dim=-1)
+    return F.kl_div(log_adapted, log_base, log_target=True, reduction="sum")
 
 
 def mean_loss(model: Any, encoded: Sequence[EncodedRow], pad_id: int, batch_size: int = 8) -> float:

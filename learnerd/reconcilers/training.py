@@ -343,6 +343,7 @@ class TrainingReconciler:
             on_progress=stepped,
             on_start=training_started,
             spare=self.spare,
+            replay_cache_dir=self.models_dir,
             origins=origins,
         )
         return CycleReport(path, fm.dlm_id, outcome, probes_written, self._clock() - started)

@@ -19,6 +19,7 @@ def test_defaults_are_dlms():
     assert (cfg.sequence_len, cfg.lr_scheduler, cfg.warmup_ratio) == (2048, "cosine", 0.1)
     assert cfg.target_modules == "auto" and cfg.peft_target_modules() == "all-linear"
     assert cfg.max_steps is None and cfg == TrainingConfig()
+    assert (cfg.general_replay, cfg.replay_kl_weight, cfg.multi_turn_rows) == (0.0, 0.0, 0)  # learnerd's: off
 
 
 def test_mapping_overrides_and_round_trips():
@@ -59,6 +60,10 @@ def test_dlm_only_keys_are_kept_and_trainable():
         ({"target_modules": []}, "training.target_modules"),
         ({"max_steps": 0}, "training.max_steps"),
         ({"max_steps": "auto"}, "training.max_steps"),
+        ({"general_replay": -0.5}, "training.general_replay"),
+        ({"general_replay": True}, "training.general_replay"),
+        ({"replay_kl_weight": float("inf")}, "training.replay_kl_weight"),
+        ({"multi_turn_rows": 0.5}, "training.multi_turn_rows"),
     ],
 )
 def test_bad_values_are_refused_with_the_key(raw, needle):
@@ -105,6 +110,7 @@ def test_total_steps_from_epochs_or_budget():
     [
         ("num_epochs", 10**9, "1..1000"),
         ("max_steps", 10**9, "1..1000000"),
+        ("multi_turn_rows", 10**9, "0..10000"),
         ("lora_alpha", 10**21, "1..1024"),
         ("seed", 2**64, "0..4294967295"),
         ("seed", -1, "0..4294967295"),

@@ -7,8 +7,13 @@ LoRA rank ``lora_r`` 8 (1..256), ``lora_alpha`` 16, ``lora_dropout`` 0.05 (0..0.
 ``"auto"`` (every linear layer but the output head: peft's ``"all-linear"``), ``micro_batch_size`` and
 ``grad_accum`` ``"auto"`` (8 rows and 1 micro-batch per step on learnerd, which trains on CPU).
 
-learnerd adds one key dlm does not have: ``max_steps``, a budget of optimizer steps per training cycle
-that replaces ``num_epochs`` when set (``None`` by default).
+learnerd adds keys dlm does not have: ``max_steps``, a budget of optimizer steps per training cycle
+that replaces ``num_epochs`` when set (``None`` by default); and three that keep the base's abilities
+(``learnerd.ml.general_replay``, docs/retention.md), all off by default here (the per-base recipe of
+``learnerd.ml.recipes`` may turn them on): ``general_replay`` (0..10, replay rows per document row: the
+base's own cached greedy answers to a general prompt pool), ``replay_kl_weight`` (0..100, the weight of a
+KL(base ‖ adapted) term on the replay rows' answer tokens) and ``multi_turn_rows`` (0..10,000
+conversations chaining several of the document's Q/A pairs).
 
 learnerd bounds what dlm leaves open, so a hostile or mistyped document cannot hold the one training worker
 for days or commit a garbage adapter: ``lora_alpha`` 1..1024 (at most 4 × the largest rank), ``num_epochs``
@@ -48,7 +53,7 @@ class TrainingConfigError(ValueError):
 
 
 _NUMBERS = ("lora_r", "lora_alpha", "lora_dropout", "sequence_len", "learning_rate", "num_epochs")
-_NUMBERS += ("warmup_ratio", "seed", "max_steps")
+_NUMBERS += ("warmup_ratio", "seed", "max_steps", "general_replay", "replay_kl_weight", "multi_turn_rows")
 
 
 class TrainingConfig(BaseModel):
@@ -82,6 +87,9 @@ class TrainingConfig(BaseModel):
     precision: Literal[None, "bf16", "fp16", "fp32"] = None
     seed: int = Field(42, ge=0, le=2**32 - 1)
     max_steps: int | None = Field(None, ge=1, le=1_000_000)
+    general_replay: float = Field(0.0, ge=0.0, le=10.0)
+    replay_kl_weight: float = Field(0.0, ge=0.0, le=100.0)
+    multi_turn_rows: int = Field(0, ge=0, le=10_000)
     extra: dict[str, Any] = Field(default_factory=dict)
 
     def __init__(self, **data: Any) -> None:

@@ -1,0 +1,97 @@
+"""General replay, the KL term to the base and multi-turn rows, on the built-in tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import pytest
+import torch
+
+from learnerd.eval.probes.retention import general_pool
+from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
+from learnerd.ml.cycle import train_cycle
+from learnerd.ml.general_replay import SECTION_PREFIX, cache_path, replay_prompts
+from learnerd.ml.lora import train_lora
+from learnerd.ml.rows import MULTI_TURN_PAIRS, TrainingRow, multi_turn_rows
+from learnerd.ml.train_worker import TrainingRequest, retention_rows
+from learnerd.store.adapters import AdapterStore
+from learnerd.store.dlm import TrainingConfig
+from tests.qa_pairs import QA_PAIRS
+
+QA_ROWS = [TrainingRow.chat(f"qa{i:02d}", q, a) for i, (q, a) in enumerate(QA_PAIRS)]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def test_replay_prompts_are_disjoint_from_the_answer_retention_items():
+    """The replay pool never trains on what ``answer_retention`` evaluates."""
+    evaluated = {item.prompt.casefold() for item in general_pool()}
+    prompts = replay_prompts()
+    assert len(prompts) == len(set(prompts)) >= 64
+    assert not {p.casefold() for p in prompts} & evaluated
+
+
+def test_replay_rows_are_mixed_at_the_ratio_after_the_document_rows(tiny_model_dir, tmp_path):
+    model, tokenizer = load_model_directory(tiny_model_dir)
+    config = TrainingConfig(general_replay=0.5, multi_turn_rows=3)
+    request = TrainingRequest(str(tiny_model_dir), str(tmp_path), tuple(QA_ROWS), config, replay_cache=None)
+    rows = retention_rows(model, tokenizer, request)
+    assert rows[:20] == QA_ROWS
+    assert [r.section_id for r in rows[20:23]] == ["multi-turn:0", "multi-turn:1", "multi-turn:2"]
+    replay = rows[23:]
+    assert len(replay) == 10 and all(r.section_id.startswith(SECTION_PREFIX) for r in replay)
+    assert all(r.messages[0].content in replay_prompts() for r in replay)
+
+
+def test_replay_answers_are_generated_once_and_cached_per_base(models_dir, tmp_path):
+    """The first cycle writes the base's answers into the model cache; the second reads that file (a
+    changed answer in the file is what it trains on) and does not rewrite it."""
+    base = resolve_base_model(DEFAULT_BASE_MODEL, cache_dir=models_dir)
+    cache_dir = tmp_path / "models"
+    config = TrainingConfig(learning_rate=1e-2, max_steps=2, general_replay=1.0)
+    store = AdapterStore(tmp_path / "adapters")
+
+    def cycle(rows):
+        run = train_cycle(store, "qa", base, rows, config, num_threads=1, replay_cache_dir=cache_dir)
+        return anyio.run(lambda: run)
+
+    cycle(QA_ROWS[:4])
+    path = cache_path(cache_dir, base.identity)
+    cached = json.loads(path.read_text())
+    assert [a["prompt"] for a in cached["answers"]] == list(replay_prompts())
+    for answer in cached["answers"]:
+        answer["answer"] = "cached " + answer["prompt"]
+    path.write_text(json.dumps(cached))
+    inode = path.stat().st_ino
+
+    model, tokenizer = load_model_directory(base.path)
+    request = TrainingRequest(str(base.path), str(tmp_path), tuple(QA_ROWS[:4]), config, replay_cache=str(path))
+    replay = retention_rows(model, tokenizer, request)[4:]
+    assert len(replay) == 4 and all(r.messages[-1].content.startswith("cached ") for r in replay)
+    outcome = cycle(QA_ROWS[:5])
+    assert outcome.version is not None and path.stat().st_ino == inode
+    assert list(cache_dir.glob("replay-*.json")) == [path]
+
+
+def test_the_kl_term_changes_what_the_adapter_learns(tiny_model_dir):
+    def adapter(kl_weight):
+        model, tokenizer = load_model_directory(tiny_model_dir)
+        config = TrainingConfig(learning_rate=1e-2, max_steps=3, micro_batch_size=4, replay_kl_weight=kl_weight)
+        rows = [*QA_ROWS[:2], TrainingRow.chat(f"{SECTION_PREFIX}0", "What is 2 + 2?", "4"), *QA_ROWS[2:3]]
+        peft_model, _ = train_lora(model, tokenizer, rows, config)
+        return {k: v for k, v in peft_model.state_dict().items() if "lora_B" in k}
+
+    plain, with_kl = adapter(0.0), adapter(5.0)
+    assert not all(torch.equal(plain[k], with_kl[k]) for k in plain)
+
+
+def test_multi_turn_rows_chain_the_document_pairs():
+    rows = multi_turn_rows(QA_ROWS, 2, seed=1)
+    assert [r.section_id for r in rows] == ["multi-turn:0", "multi-turn:1"]
+    pairs = {(q, a) for q, a in QA_PAIRS}
+    for row in rows:
+        roles = [m.role for m in row.messages]
+        assert roles == ["user", "assistant"] * MULTI_TURN_PAIRS
+        turns = list(zip(row.messages[::2], row.messages[1::2], strict=True))
+        assert {(u.content, a.content) for u, a in turns} <= pairs and len(set(turns)) == MULTI_TURN_PAIRS
+    assert multi_turn_rows(QA_ROWS[:1], 5, seed=1) == []
