@@ -19,9 +19,11 @@ Adapters. A version's GGUF LoRA is written once with :func:`~learnerd.ml.gguf_lo
 ``<models_dir>/gguf-lora/<doc_key>@vNNNN.gguf`` (:func:`~learnerd.store.export_layout.publish`: atomic,
 the newest :data:`LORA_KEEP` versions kept), loaded into the base with ``llama_adapter_lora_init`` and set
 on its context (scale 1) for the jobs bound to that version; the base alone runs with no adapter set.
-Switching the adapter set on the context drops llama.cpp's cached prompt (``Llama.reset``), which was
-computed with the other adapter. An adapter neither current nor held by a job is freed after the last
-job that held it, as peft adapters are. No known-answer check is made on llama.cpp loads.
+An adapter neither current nor held by a job is freed after the last job that held it, as peft
+adapters are. No known-answer check is made on llama.cpp loads. Every job evaluates its whole prompt
+(``Llama.reset`` first): llama-cpp-python would otherwise reuse the cached prefix of the previous job,
+computed with whatever adapter was set then, and re-evaluate the last prompt token alone, so an answer
+would depend on the requests before it.
 
 Sampling. ``temperature`` 0 is llama.cpp's greedy sampler; otherwise temperature, ``top_p`` nucleus, no
 top-k or min-p cut (as the transformers backend), seeded with ``seed`` (random when None). No steering:
@@ -184,7 +186,7 @@ class LlamaCppServedModels(ServedModels):
 
     @staticmethod
     def _set_adapter(base: _LlamaBase, name: str | None) -> None:
-        """Set adapter ``name`` (None: none) on ``base``'s context and forget the prompt cached with the other."""
+        """Set adapter ``name`` (None: none) on ``base``'s context."""
         import llama_cpp
 
         if name is None:
@@ -194,7 +196,6 @@ class LlamaCppServedModels(ServedModels):
             status = llama_cpp.llama_set_adapters_lora(base.llm._ctx.ctx, adapters, 1, (ctypes.c_float * 1)(1.0))
         if status != 0:
             raise AdapterStoreError(f"llama.cpp could not set the adapter {name} (status {status})")
-        base.llm.reset()
         base.active = name
 
     def _release(self, base: _LlamaBase, version: AdapterVersion | None) -> None:
@@ -229,6 +230,7 @@ class LlamaCppServedModels(ServedModels):
             sampling = {"temp": params.temperature, "top_p": params.top_p, "top_k": 0, "min_p": 0.0}
         else:
             sampling = {"temp": 0.0, "top_p": 1.0, "top_k": 1, "min_p": 0.0}
+        llm.reset()  # no prefix reuse: see the module docstring
         text = _TextTracker(base.tokenizer, params.stop)
         emitted: list[str] = []
         reason = "length"
