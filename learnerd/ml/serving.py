@@ -29,6 +29,12 @@ for that model until it is loaded again in the background ``reload_after_s`` lat
 adapter, again and again until a load passes: a daemon that is not ready gets no traffic to reload it).
 Until a load of that model passes, :meth:`ServedModels.unready_reason` says why (the daemon's ``/readyz``
 is not ready); while a base model is loading, :meth:`ServedModels.loading` names it (requests wait for it).
+
+Backends. Everything above is the backend's frame; the model-specific part is four worker-side methods —
+``_base`` (load a base), ``_activate`` (make a version's adapter the one generating), ``_release`` (free
+adapters nobody holds) and ``_generate`` (one job's tokens) — which
+:class:`~learnerd.ml.llamacpp_serving.LlamaCppServedModels` overrides to generate through llama.cpp
+(``[serve] backend = "llamacpp"``); this class is the transformers backend.
 """
 
 from __future__ import annotations
