@@ -239,6 +239,14 @@ def main() -> None:
         sys.exit(2)
     model = str(Path(model).expanduser().resolve()) if Path(model).expanduser().is_dir() else model
     prompts = (PROMPTS * (args.prompts // len(PROMPTS) + 1))[: args.prompts]
+    document = read_document(args.probes)
+    questions = [
+        p.question
+        for section in document.sections
+        if section.type == "instruction"
+        for p in section.qa_pairs(path=document.path)
+        if p.probe
+    ]
 
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         root = Path(tmp)
@@ -279,7 +287,6 @@ def main() -> None:
                         llama.append(bare.once(p, args.max_tokens))
                         llama_served.append(stream_once(llama_api, model, p, args.max_tokens))
             differ: list[tuple[str, str, str]] = []
-            questions = [q.question for q in read_document(args.probes).qa_pairs() if q.probe]
             if llama_api is not None:
                 for question in questions:
                     answers = [greedy_answer(a, model, question, args.max_tokens) for a in (api, llama_api)]
