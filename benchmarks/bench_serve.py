@@ -16,13 +16,20 @@
    ``llama_cpp.Llama`` on that file, fed the same prompt token ids, greedy, timed like the in-process
    baseline, interleaved with the others.
 
+5. **llama.cpp backend** (with the bare llama.cpp baseline): a second ``learnerd run`` with ``[serve] backend =
+   "llamacpp"`` (:mod:`learnerd.ml.llamacpp_serving`), streamed through the official client like the endpoint,
+   interleaved with the others; then the **greedy-answer agreement** of the two backends: each ``!probe``
+   question of ``--probes DOC`` (default ``examples/commands.dlm``) answered greedily by both endpoints (the
+   base model: no adapter), the share of equal answers (goal: >= 90 %) and the ones that differ.
+
 All contenders run with the same thread count (``--threads``; default torch's, i.e. the core count).
 
-Prints medians, the ratios endpoint ÷ in process (goal: tokens/s ratio >= 0.9), and search p50 / p99 idle and
-while generating (goal: p99 < 100 ms). Usage::
+Prints medians, the ratios endpoint ÷ in process (goal: tokens/s ratio >= 0.9), llama.cpp backend ÷ bare
+llama.cpp (goal >= 0.9) and ÷ the transformers endpoint (goal >= 1.8), and search p50 / p99 idle and while
+generating (goal: p99 < 100 ms). Usage::
 
-    python benchmarks/bench_serve.py [--model learnerd/tiny-llama | /path/to/hf-model] [--prompts 8]
-        [--max-tokens 64] [--streams 4] [--seconds 10] [--threads N] [--gguf FILE]
+    python benchmarks/bench_serve.py [--model learnerd/tiny-llama | smollm2-135m-instruct | /path/to/hf-model]
+        [--prompts 8] [--max-tokens 64] [--streams 4] [--seconds 10] [--threads N] [--gguf FILE] [--probes DOC]
 
 Exits 2 when ``--model`` is neither a built-in name nor a model directory.
 """
@@ -49,8 +56,10 @@ from learnerd.analyzer.blocklog import event_line
 from learnerd.ml.base_model import BaseModelError, load_base
 from learnerd.ml.rows import ChatMessage, render_chat
 from learnerd.store.blocks import Cell
+from learnerd.store.dlm import read_document
 
 TOKEN = "bench-serve-token-0123456789"
+REPO = Path(__file__).resolve().parents[1]
 PROMPTS = [
     "How do I list the files in a directory?",
     "What does the tar command do?",
@@ -215,6 +224,10 @@ def main() -> None:
     parser.add_argument(
         "--gguf", type=Path, help="the base's GGUF file for the llama.cpp baseline (default: the one it came from)"
     )
+    parser.add_argument(
+        "--probes", type=Path, default=REPO / "examples" / "commands.dlm",
+        help="the document whose !probe questions both backends answer (agreement)",
+    )  # fmt: skip
     args = parser.parse_args()
     import torch
 
@@ -226,6 +239,14 @@ def main() -> None:
         sys.exit(2)
     model = str(Path(model).expanduser().resolve()) if Path(model).expanduser().is_dir() else model
     prompts = (PROMPTS * (args.prompts // len(PROMPTS) + 1))[: args.prompts]
+    document = read_document(args.probes)
+    questions = [
+        p.question
+        for section in document.sections
+        if section.type == "instruction"
+        for p in section.qa_pairs(path=document.path)
+        if p.probe
+    ]
 
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         root = Path(tmp)
@@ -240,36 +261,37 @@ def main() -> None:
             print(str(exc), file=sys.stderr)
             sys.exit(2)
         bare = llama_cpp_baseline(args.gguf, model, root / "state" / "models", local.tokenizer, threads)
-        (root / "learnerd.toml").write_text(
-            f'state_dir = "state"\nlog_dirs = ["logs"]\ndocs_dirs = ["docs"]\n\n[training]\nenabled = false\n\n'
-            f'[serve]\nbase_models = ["{model}"]\nqueue_size = 64\nmax_tokens = {args.max_tokens}\n'
-            f"num_threads = {threads}\n"
-        )
-        openai_port, search_port = free_port(), free_port()
-        repo = str(Path(__file__).resolve().parents[1])  # this checkout's learnerd in the daemon too
-        pythonpath = os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))
-        env = {**os.environ, "LEARNERD_OPENAI_TOKEN": TOKEN, "LEARNERD_SEARCH_TOKEN": TOKEN, "PYTHONPATH": pythonpath}
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "learnerd", "run", "--config", str(root / "learnerd.toml"), "--log-level", "warning",
-             "--listen-openai", f"127.0.0.1:{openai_port}", "--listen-search", f"127.0.0.1:{search_port}"],
-            env=env, stdout=subprocess.DEVNULL, stderr=(root / "daemon.log").open("w"),
-        )  # fmt: skip
+        serve = f'base_models = ["{model}"]\nqueue_size = 64\nmax_tokens = {args.max_tokens}\nnum_threads = {threads}\n'
+        daemon, api, search_url = start_daemon(root / "transformers", serve, search=True)
+        daemons = [daemon]
+        llama_api = None
+        if bare is not None:  # the llama.cpp backend needs the base's GGUF file, as the bare baseline does
+            daemon, llama_api, _ = start_daemon(root / "llamacpp", serve + 'backend = "llamacpp"\n', search=False)
+            daemons.append(daemon)
         try:
-            api = openai.OpenAI(base_url=f"http://127.0.0.1:{openai_port}/v1", api_key=TOKEN, max_retries=0)
-            search_url = f"http://127.0.0.1:{search_port}/search"
             wait_for(lambda: api.models.list() is not None, 300, "the endpoint")
             wait_for(lambda: len(json.loads(_post(search_url))) == 3, 300, "three examples indexed")
+            if llama_api is not None:
+                wait_for(lambda: llama_api.models.list() is not None, 300, "the llama.cpp backend's endpoint")
             local.once(prompts[0], args.max_tokens)  # warm-ups
             stream_once(api, model, prompts[0], args.max_tokens)
             if bare is not None:
                 bare.once(prompts[0], args.max_tokens)
-            baseline, served, llama = [], [], []
+                stream_once(llama_api, model, prompts[0], args.max_tokens)
+            baseline, served, llama, llama_served = [], [], [], []
             for _ in range(args.rounds):  # interleaved: every contender sees the same machine load
                 for p in prompts:
                     baseline.append(local.once(p, args.max_tokens))
                     served.append(stream_once(api, model, p, args.max_tokens))
                     if bare is not None:
                         llama.append(bare.once(p, args.max_tokens))
+                        llama_served.append(stream_once(llama_api, model, p, args.max_tokens))
+            differ: list[tuple[str, str, str]] = []
+            if llama_api is not None:
+                for question in questions:
+                    answers = [greedy_answer(a, model, question, args.max_tokens) for a in (api, llama_api)]
+                    if answers[0] != answers[1]:
+                        differ.append((question, *answers))
 
             idle = search_latencies(search_url, args.seconds)
             stop = threading.Event()
@@ -287,8 +309,9 @@ def main() -> None:
             for t in streams:
                 t.join()
         finally:
-            daemon.terminate()
-            daemon.wait(timeout=120)
+            for daemon in daemons:
+                daemon.terminate()
+                daemon.wait(timeout=120)
 
     def med(rows: list[tuple[float, float]], i: int) -> float:
         return statistics.median(r[i] for r in rows)
@@ -305,11 +328,57 @@ def main() -> None:
         print(f"bare llama.cpp ({statistics.mean(r[2] for r in llama):.1f} mean new tokens):")
         print(f"  tokens/s (median) {med(llama, 1):8.1f}   endpoint ÷ llama.cpp {tps[1] / med(llama, 1):5.2f}")
         print(f"  first token ms    {med(llama, 0) * 1000:8.1f}")
+        tps_llama = med(llama_served, 1)
+        print(f"llama.cpp backend ({statistics.mean(r[2] for r in llama_served):.1f} mean new tokens):")
+        print(f"  tokens/s (median) {tps_llama:8.1f}   ÷ bare llama.cpp {tps_llama / med(llama, 1):5.2f} (goal >= 0.9)"
+              f"   ÷ transformers endpoint {tps_llama / tps[1]:5.2f} (goal >= 1.8)")  # fmt: skip
+        print(f"  first token ms    {med(llama_served, 0) * 1000:8.1f}")
+        agree = len(questions) - len(differ)
+        print(f"greedy agreement of the two backends on {args.probes.name}'s probes (the base model): "
+              f"{agree}/{len(questions)} = {100 * agree / max(1, len(questions)):.0f} % (goal >= 90 %)")  # fmt: skip
+        for question, transformers_answer, llama_answer in differ:
+            print(
+                f"  differs: {question!r}\n    transformers {transformers_answer!r}\n    llama.cpp    {llama_answer!r}"
+            )
     else:
-        print("bare llama.cpp: not measured (no llama-cpp-python, or the base came from no GGUF file: --gguf)")
+        print("bare llama.cpp, llama.cpp backend: not measured (no llama-cpp-python, or the base came from no GGUF "
+              "file: --gguf)")  # fmt: skip
     print(f"POST /search ({len(idle)} idle, {len(busy)} during {args.streams} streams):")
     print(f"  idle       p50 {pct(idle, 50) * 1000:7.1f} ms   p99 {pct(idle, 99) * 1000:7.1f} ms")
     print(f"  generating p50 {pct(busy, 50) * 1000:7.1f} ms   p99 {pct(busy, 99) * 1000:7.1f} ms")
+
+
+def start_daemon(root: Path, serve: str, *, search: bool) -> tuple[subprocess.Popen, openai.OpenAI, str]:
+    """``learnerd run`` in ``root`` with ``[serve]`` body ``serve`` on the bench's learned examples (logs under
+    the bench's root, ``root.parent``) and its model cache: ``(process, its openai client, its search URL)``."""
+    root.mkdir()
+    (root / "learnerd.toml").write_text(
+        f'state_dir = "state"\nlog_dirs = ["{root.parent / "logs"}"]\ndocs_dirs = ["docs"]\n\n'
+        f"[training]\nenabled = false\n\n[serve]\n{serve}"
+    )
+    (root / "state").mkdir()
+    (root / "state" / "models").symlink_to(root.parent / "state" / "models")
+    openai_port, search_port = free_port(), free_port()
+    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # this checkout's
+    env = {**os.environ, "LEARNERD_OPENAI_TOKEN": TOKEN, "LEARNERD_SEARCH_TOKEN": TOKEN, "PYTHONPATH": pythonpath}
+    listen = ["--listen-openai", f"127.0.0.1:{openai_port}"]
+    if search:
+        listen += ["--listen-search", f"127.0.0.1:{search_port}"]
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "learnerd", "run", "--config", str(root / "learnerd.toml"), "--log-level", "warning",
+         *listen],
+        env=env, stdout=subprocess.DEVNULL, stderr=(root / "daemon.log").open("w"),
+    )  # fmt: skip
+    api = openai.OpenAI(base_url=f"http://127.0.0.1:{openai_port}/v1", api_key=TOKEN, max_retries=0)
+    return daemon, api, f"http://127.0.0.1:{search_port}/search"
+
+
+def greedy_answer(api: openai.OpenAI, model: str, question: str, max_tokens: int) -> str:
+    """The endpoint's whole greedy answer to ``question``."""
+    reply = api.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": question}], max_tokens=max_tokens, temperature=0
+    )
+    return reply.choices[0].message.content
 
 
 def llama_cpp_baseline(gguf: Path | None, model: str, models_dir: Path, tokenizer, threads: int) -> LlamaCpp | None:

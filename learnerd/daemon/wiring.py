@@ -16,6 +16,7 @@ import structlog
 
 from learnerd.daemon.config import Config
 from learnerd.fleet.ledger import adapter_store
+from learnerd.ml.llamacpp_serving import LlamaCppServedModels
 from learnerd.ml.serving import ModelCatalog, ServedModel, ServedModels
 from learnerd.store.dlm import DocumentError, read_document
 
@@ -23,8 +24,14 @@ log = structlog.get_logger(__name__)
 
 
 def served_models(cfg: Config) -> ServedModels:
-    """The served-model manager of ``[serve]``: adapters from the store, ``learnerd evolve``'s best deltas
-    of a document (``<steering_dir>/runs/<dlm_id>/deltas_best.json``) when ``steering`` is on."""
+    """The served-model manager of ``[serve]``: adapters from the store; with ``backend = "llamacpp"``,
+    :class:`~learnerd.ml.llamacpp_serving.LlamaCppServedModels` (no steering: the configuration refuses it),
+    else the transformers one with ``learnerd evolve``'s best deltas of a document
+    (``<steering_dir>/runs/<dlm_id>/deltas_best.json``) when ``steering`` is on."""
+    if cfg.serve.backend == "llamacpp":
+        return LlamaCppServedModels(
+            adapter_store(cfg), cfg.layout.models_dir, capacity=cfg.serve.queue_size, num_threads=cfg.serve.num_threads
+        )
     return ServedModels(
         adapter_store(cfg),
         cfg.layout.models_dir,

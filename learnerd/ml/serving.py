@@ -29,6 +29,12 @@ for that model until it is loaded again in the background ``reload_after_s`` lat
 adapter, again and again until a load passes: a daemon that is not ready gets no traffic to reload it).
 Until a load of that model passes, :meth:`ServedModels.unready_reason` says why (the daemon's ``/readyz``
 is not ready); while a base model is loading, :meth:`ServedModels.loading` names it (requests wait for it).
+
+Backends. Everything above is the backend's frame; the model-specific part is four worker-side methods —
+``_base`` (load a base), ``_activate`` (make a version's adapter the one generating), ``_release`` (free
+adapters nobody holds) and ``_generate`` (one job's tokens) — which
+:class:`~learnerd.ml.llamacpp_serving.LlamaCppServedModels` overrides to generate through llama.cpp
+(``[serve] backend = "llamacpp"``); this class is the transformers backend.
 """
 
 from __future__ import annotations
@@ -253,7 +259,7 @@ class ServedModels:
         self.capacity = capacity
         self._steering = steering
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="learnerd-generate")
-        self._bases: dict[str, _Base] = {}  # worker thread only
+        self._bases: dict[str, Any] = {}  # base identity -> _Base (a subclass's own kind); worker thread only
         self._lock = threading.Lock()
         self._current: dict[str, AdapterVersion | None] = {}
         self._held: Counter[str] = Counter()  # adapter name -> jobs holding it
@@ -389,7 +395,7 @@ class ServedModels:
 
     # ------------------------------------------------------------------ worker thread
 
-    def _ready(self, model: ServedModel, version: AdapterVersion | None) -> tuple[_Base, Any]:
+    def _ready(self, model: ServedModel, version: AdapterVersion | None) -> tuple[Any, Any]:
         """``model``'s base, loaded if needed, and :meth:`_activate`'s context for ``version``. A load that
         fails its known-answer check is discarded with everything loaded on that base, and loaded again
         (:data:`LOAD_ATTEMPTS` in all); its reason is in :meth:`unready_reason` until a load of ``model``
@@ -420,7 +426,7 @@ class ServedModels:
                 with self._lock:
                     self._loading = None
 
-    def _load(self, model: ServedModel, version: AdapterVersion | None, ref: BaseModelRef) -> tuple[_Base, Any]:
+    def _load(self, model: ServedModel, version: AdapterVersion | None, ref: BaseModelRef) -> tuple[Any, Any]:
         """:meth:`_ready` once ``model``'s base is resolved to ``ref``."""
         with self._lock:
             due = self._reloads.get(model.id)
@@ -430,7 +436,7 @@ class ServedModels:
         reason = ""
         for attempt in range(1, LOAD_ATTEMPTS + 1):
             try:
-                base = self._base(ref)
+                base = self._base(model, ref)
                 view = self._activate(base, version)
             except ModelCheckError as exc:
                 self._bases.pop(ref.identity, None)  # with the adapters on it: a failed adapter load changed it
@@ -466,7 +472,8 @@ class ServedModels:
         timer.start()
         log.warning("served model not served until it is loaded again", model=model.id, in_s=self.reload_after_s)
 
-    def _base(self, ref: BaseModelRef) -> _Base:
+    def _base(self, model: ServedModel, ref: BaseModelRef) -> Any:
+        """``ref``'s loaded base (``model`` is the served model that needs it), loaded on first use."""
         base = self._bases.get(ref.identity)
         if base is None:
             started = time.perf_counter()
@@ -508,7 +515,7 @@ class ServedModels:
     def _preload(self, model: ServedModel, version: AdapterVersion | None, old: AdapterVersion | None) -> None:
         try:
             base, _ = self._ready(model, version)
-            if old is not None and base.peft is not None:
+            if old is not None:
                 with self._lock:
                     self._held[adapter_name(old)] += 1
                 self._release(base, old)
@@ -526,15 +533,13 @@ class ServedModels:
         return LogitsProcessorList([processor])
 
     def _run(self, job: Job) -> None:
-        base: _Base | None = None
+        base: Any = None
         finished = Finished("cancelled", 0, 0, None, 0.0)
         try:
             if not job.cancelled.is_set():
                 base, view = self._ready(job.model, job.version)
-                processor = self._logits_processor(job.model, base.loaded.tokenizer)
                 started = time.perf_counter()
-                with view as model, intra_op_threads(self.num_threads):
-                    finished = _generate(job, model, base, processor)
+                finished = self._generate(job, base, view)
                 finished.generate_s = time.perf_counter() - started
                 self._recent_job_s = 0.8 * self._recent_job_s + 0.2 * finished.generate_s
         except Exception as exc:
@@ -546,6 +551,12 @@ class ServedModels:
                 with self._lock:
                     self._held[adapter_name(job.version)] -= 1
             self._end(job, finished)
+
+    def _generate(self, job: Job, base: Any, view: Any) -> Finished:
+        """Generate ``job`` on ``base`` with :meth:`_activate`'s ``view`` of it, emitting its deltas."""
+        processor = self._logits_processor(job.model, base.loaded.tokenizer)
+        with view as model, intra_op_threads(self.num_threads):
+            return _generate(job, model, base, processor)
 
     def _end(self, job: Job, finished: Finished) -> None:
         """The job leaves the queue (counted first, so its client can submit again at once), then ends."""

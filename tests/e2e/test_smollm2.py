@@ -11,6 +11,7 @@ gguf``), converted once into the module's model cache; the tests skip without it
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -247,3 +248,31 @@ def test_a_restart_with_the_served_version_unevaluated_answers_exactly_from_the_
     assert {a.system_fingerprint for a in answers} == {f"{dlm_id}@{served.name}"}
     report = load_report(served.path / "eval.json")
     assert [p.name for p in report.probes if p.verdict.value == "error"] == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python absent: the llamacpp extra")
+def test_the_llamacpp_backend_answers_a_trained_probe_with_the_promoted_gguf_lora(
+    trained: tuple[Path, Path], tmp_path: Path
+):
+    """Issue 25's must-show: with ``[serve] backend = "llamacpp"``, the daemon's endpoint answers a trained
+    question with the trained command through llama.cpp (SmolLM2's own Q4_1 GGUF file and the promoted
+    version's GGUF LoRA, written into the model cache), whole and streamed, via the official client; the
+    ``system_fingerprint`` names the version."""
+    doc, state = trained
+    (tmp_path / "docs").mkdir()
+    shutil.copy(doc, tmp_path / "docs" / "commands.dlm")
+    shutil.copytree(state / "adapters", tmp_path / "state" / "adapters")
+    write_config(tmp_path, state / "models", extra='[serve]\nbackend = "llamacpp"\nnum_threads = 1\n')
+    dlm_id = read_document(doc).frontmatter.dlm_id
+    served = AdapterStore(tmp_path / "state" / "adapters").current(dlm_id)
+    question = [{"role": "user", "content": TASK}]
+    with serving_daemon(tmp_path) as (_, url):
+        api = client(url)
+        whole = api.chat.completions.create(model="commands", messages=question, max_tokens=24, temperature=0)
+        chunks = list(
+            api.chat.completions.create(model="commands", messages=question, max_tokens=24, temperature=0, stream=True)
+        )
+    assert whole.choices[0].message.content.strip() == COMMAND
+    assert whole.system_fingerprint == f"{dlm_id}@{served.name}"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).strip() == COMMAND
+    assert (state / "models" / "gguf-lora" / f"{dlm_id}@{served.name}.gguf").is_file()

