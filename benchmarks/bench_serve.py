@@ -57,6 +57,7 @@ from learnerd.ml.base_model import BaseModelError, load_base
 from learnerd.ml.rows import ChatMessage, render_chat
 from learnerd.store.blocks import Cell
 from learnerd.store.dlm import read_document
+from learnerd.store.dlm.rows import ChatRow, training_rows
 
 TOKEN = "bench-serve-token-0123456789"
 REPO = Path(__file__).resolve().parents[1]
@@ -239,14 +240,8 @@ def main() -> None:
         sys.exit(2)
     model = str(Path(model).expanduser().resolve()) if Path(model).expanduser().is_dir() else model
     prompts = (PROMPTS * (args.prompts // len(PROMPTS) + 1))[: args.prompts]
-    document = read_document(args.probes)
-    questions = [
-        p.question
-        for section in document.sections
-        if section.type == "instruction"
-        for p in section.qa_pairs(path=document.path)
-        if p.probe
-    ]
+    rows = training_rows(read_document(args.probes))
+    questions = [row.question for row in rows if isinstance(row, ChatRow) and row.probe]
 
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         root = Path(tmp)
