@@ -130,6 +130,11 @@ def main() -> None:
     parser.add_argument("--clusters", type=int, default=10)
     parser.add_argument("--reflector", choices=("offline", "cma"), default="offline", help="the search (cma: CMA-ES)")
     parser.add_argument("--scale", type=float, default=100.0, help="tokens: shortness = 1 / (1 + mean_len / scale)")
+    parser.add_argument("--delta-bound", type=float, default=10.0, help="every delta within [-B, B] logits")
+    parser.add_argument(
+        "--cluster-bound", action="append", default=[], metavar="ID=LOW,HIGH", help="e.g. 0=0,10: EOS only up"
+    )
+    parser.add_argument("--step", type=float, default=1.0, help="the search's initial step size (logits)")
     parser.add_argument("--shell", type=int, default=60, help="nl2bash tasks in the pool")
     parser.add_argument("--questions", type=int, help="use only this many pool rows (a smoke run)")
     parser.add_argument("--held-out", type=float, default=0.3, help="fraction of the pool kept for the test")
@@ -161,7 +166,8 @@ def main() -> None:
     outcome = learnerd(
         ["evolve", str(doc), "--pool", str(out / "tuning.jsonl"), "--run-dir", str(run_dir),
          "--iterations", str(args.iterations), "--minibatch-size", str(args.minibatch_size),
-         "--clusters", str(args.clusters), "--reflector", args.reflector, *knobs, *common],
+         "--clusters", str(args.clusters), "--reflector", args.reflector, "--delta-bound", str(args.delta_bound),
+         "--offline-step", str(args.step), *(f"--cluster-bound={b}" for b in args.cluster_bound), *knobs, *common],
         args.threads,
     )  # fmt: skip
     evolve_s = time.monotonic() - started
@@ -205,6 +211,14 @@ def main() -> None:
     summary = {
         "base": args.base,
         "reflector": args.reflector,
+        "search": {
+            "step": args.step,
+            "delta_bound": args.delta_bound,
+            "cluster_bounds": args.cluster_bound,
+            "scale": args.scale,
+            "clusters": args.clusters,
+            "max_new_tokens": args.max_new_tokens,
+        },
         "pool": len(rows),
         "held_out": n,
         "iterations": outcome["iterations"],

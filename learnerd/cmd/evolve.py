@@ -42,6 +42,7 @@ _OVERRIDES = (
     "clusters",
     "scale",
     "delta_bound",
+    "offline_step",
     "max_new_tokens",
     "seed",
     "pool",
@@ -67,6 +68,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clusters", type=int, metavar="K", help="k-means clusters of the vocabulary (besides 0 and 1)")
     p.add_argument("--scale", type=float, metavar="TOKENS", help="shortness = 1 / (1 + mean_len / scale)")
     p.add_argument("--delta-bound", type=float, metavar="B", help="every delta within [-B, B] logits")
+    p.add_argument("--offline-step", type=float, metavar="S", help="initial step size of the offline and cma searches")
+    p.add_argument(
+        "--cluster-bound",
+        action="append",
+        metavar="ID=LOW,HIGH",
+        help="cluster ID's deltas within [LOW, HIGH] logits instead (repeatable; e.g. 0=0,10: EOS only up)",
+    )
     p.add_argument("--max-new-tokens", type=int, metavar="N", help="longest answer generated")
     p.add_argument("--seed", type=int, help="seed of k-means, minibatches and the offline reflector")
     p.add_argument("--pool", metavar="JSONL", help="questions: a JSONL file of {question, answer} rows")
@@ -92,10 +100,25 @@ def steering_settings(cfg_steering: SteeringConfig, args: argparse.Namespace) ->
     changes = {name: getattr(args, name) for name in _OVERRIDES if getattr(args, name, None) is not None}
     if changes.get("pool"):
         changes["pool"] = str(Path(changes["pool"]).expanduser().resolve())
+    if getattr(args, "cluster_bound", None):
+        changes["cluster_bounds"] = {**cfg_steering.cluster_bounds, **_cluster_bounds(args.cluster_bound)}
     try:
         return config_from_dict({"steering": {**cfg_steering.model_dump(), **changes}}, base=None).steering
     except ConfigError as exc:
         raise CommandError(str(exc), exit_code=2) from None
+
+
+def _cluster_bounds(flags: list[str]) -> dict[int, tuple[float, float]]:
+    """``--cluster-bound ID=LOW,HIGH`` flags as ``{id: (low, high)}``; :class:`CommandError` (exit 2) if malformed."""
+    bounds = {}
+    for flag in flags:
+        try:
+            cid, interval = flag.split("=", 1)
+            low, high = interval.split(",")
+            bounds[int(cid)] = (float(low), float(high))
+        except ValueError:
+            raise CommandError(f"--cluster-bound {flag!r}: expected ID=LOW,HIGH, e.g. 0=0,10", exit_code=2) from None
+    return bounds
 
 
 def run(args: argparse.Namespace) -> int:

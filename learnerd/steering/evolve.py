@@ -1,7 +1,8 @@
 """The steering-delta evolution loop: tune one logit delta per vocabulary cluster so that answers get
 shorter without getting less correct (the plan of compressor_2's "evolution of steering deltas").
 
-Iteration ``i`` (0-based; iteration 0 evaluates zero deltas, the unsteered model):
+Iteration ``i`` (0-based; iteration 0 evaluates zero deltas, the unsteered model, or
+the nearest point of ``cluster_bounds`` that exclude zero):
 
 1. sample ``minibatch_size`` pool items without replacement, from a generator seeded by (``seed``, ``i``)
    so a resumed run samples what the uninterrupted one would have;
@@ -186,6 +187,7 @@ def run_parameters(
         "minibatch_size": settings.minibatch_size,
         "scale": settings.scale,
         "delta_bound": settings.delta_bound,
+        **({"cluster_bounds": _bounds_json(settings)} if settings.cluster_bounds else {}),  # older runs lack it
         "max_new_tokens": settings.max_new_tokens,
         "seed": settings.seed,
         "reflector": reflector.name,
@@ -237,7 +239,12 @@ def run_evolution(
     history = _read_history(run, clusters.cluster_ids)
     best = _read_best(run)
     ids = clusters.cluster_ids
-    deltas = validate_deltas(history[-1]["proposed"] if history else dict.fromkeys(ids, 0.0), ids, settings.delta_bound)
+    unknown = sorted(set(settings.cluster_bounds) - set(ids))
+    if unknown:
+        raise EvolutionError(f"cluster_bounds names cluster id(s) {unknown}; the clustering has {list(ids)}")
+    bounds = {c: settings.interval(c) for c in ids}
+    start = {c: min(max(0.0, low), high) for c, (low, high) in bounds.items()}  # zero deltas, clipped into the bounds
+    deltas = validate_deltas(history[-1]["proposed"] if history else start, ids, bounds)
     if history:
         log.info("resuming evolution", run_dir=str(run), iterations_done=len(history), target=settings.iterations)
     stop = stop or threading.Event()
@@ -274,7 +281,7 @@ def run_evolution(
             summary=_evolving_summary(history, SUMMARY_WINDOW),
             trials=trials,
             cluster_ids=ids,
-            bound=settings.delta_bound,
+            bounds=bounds,
             scale=settings.scale,
         )
         messages = reflector_messages(request)
@@ -363,6 +370,10 @@ def answer_items(
 
 def _evolving_summary(history: Sequence[Mapping[str, Any]], window: int) -> str:
     return "\n".join(f"[iteration {h['iteration']}] {h['summary']}" for h in history[-window:] if h["summary"])
+
+
+def _bounds_json(settings: EvolutionSettings) -> dict[str, list[float]]:
+    return {str(c): list(b) for c, b in sorted(settings.cluster_bounds.items())}
 
 
 def _check_run_file(run: Path, params: dict[str, Any]) -> None:

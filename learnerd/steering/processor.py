@@ -108,9 +108,12 @@ class SteeringFile:
     evaluation: dict[str, Any] = field(default_factory=dict)
 
 
-def validate_deltas(raw: Any, cluster_ids: Sequence[int], bound: float | None = None) -> dict[int, float]:
+def validate_deltas(
+    raw: Any, cluster_ids: Sequence[int], bound: float | Mapping[int, tuple[float, float]] | None = None
+) -> dict[int, float]:
     """Check a ``{"<id>": value}`` mapping against the clustering: exactly ``cluster_ids`` as keys (strings
-    or ints), every value a finite JSON number (not a bool, not a string), ``|value| <= bound`` when given.
+    or ints), every value a finite JSON number (not a bool, not a string), within the bounds when given:
+    ``|value| <= bound`` for a number, ``low <= value <= high`` for a mapping of each id's ``(low, high)``.
 
     Returns:
         ``{id: float}`` in id order.
@@ -142,8 +145,9 @@ def validate_deltas(raw: Any, cluster_ids: Sequence[int], bound: float | None = 
         value = keys[cid]
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise SteeringError(f"deltas: cluster {cid}'s value {value!r} is not a finite number")
-        if bound is not None and abs(value) > bound:
-            raise SteeringError(f"deltas: cluster {cid}'s value {value} is outside [-{bound}, {bound}]")
+        low, high = (-bound, bound) if isinstance(bound, int | float) else (bound or {}).get(cid, (-math.inf, math.inf))
+        if not low <= value <= high:
+            raise SteeringError(f"deltas: cluster {cid}'s value {value} is outside [{low}, {high}]")
         out[cid] = float(value)
     return out
 

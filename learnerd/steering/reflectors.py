@@ -5,7 +5,7 @@ verdicts and lengths, the deltas used, the scores, the cluster descriptions, the
 every earlier trial), renders it into chat messages (:func:`reflector_messages`, written to
 ``reflector_message_NNN.txt``) and asks a reflector for a :class:`Reflection`: ``{"deltas": {id: float},
 "summary": str}``, validated by :func:`parse_reflection` (exactly the clustering's ids, finite numbers
-within the delta bound).
+within each cluster's bounds).
 
 * :class:`OpenAIReflector` sends the messages to an OpenAI-compatible chat-completions endpoint with a
   strict JSON schema naming every cluster id as a required property, and retries an invalid reply;
@@ -19,9 +19,10 @@ within the delta bound).
   - the parent starts as trial 0 (zero deltas) and the step size σ as ``step``;
   - each later trial whose composite is at least the parent's becomes the parent (ties are accepted,
     so the search drifts across plateaus) and σ grows by 1.5; otherwise σ shrinks by 1.5^(-1/4),
-    which holds σ steady when one trial in five succeeds; σ stays within [``step``/1000, ``bound``];
-  - the next candidate is ``clip(parent + σ·z, -bound, bound)`` with ``z`` standard normal from a
-    generator seeded by (``seed``, number of trials).
+    which holds σ steady when one trial in five succeeds; σ stays within [``step``/1000, half the widest
+    cluster's bounds];
+  - the next candidate is ``clip(parent + σ·z, low, high)`` (each cluster's bounds) with ``z`` standard
+    normal from a generator seeded by (``seed``, number of trials).
 * :class:`CMAReflector` (``reflector = "cma"``, needs ``pip install cma``): CMA-ES with step-size and
   covariance adaptation over generations of candidates, equally a pure function of the trials.
 """
@@ -95,8 +96,14 @@ class ReflectionRequest:
     summary: str
     trials: tuple[Trial, ...]
     cluster_ids: tuple[int, ...]
-    bound: float
+    bounds: Mapping[int, tuple[float, float]]
+    """each cluster id's ``[low, high]`` (logits): ``[-delta_bound, delta_bound]`` unless ``cluster_bounds`` says"""
     scale: float
+
+    def limits(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(low, high)``: float64 arrays of shape ``(len(cluster_ids),)`` in ``cluster_ids`` order."""
+        low, high = zip(*(self.bounds[c] for c in self.cluster_ids), strict=True)
+        return np.array(low, dtype=np.float64), np.array(high, dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -136,7 +143,7 @@ def reflector_messages(request: ReflectionRequest) -> list[dict[str, str]]:
     lines = [
         f"## Iteration {request.iteration}",
         "",
-        f"Deltas used (bound: every delta in [-{request.bound:g}, {request.bound:g}]):",
+        f"Deltas used (bounds: {', '.join(f'{c} in [{lo:g}, {hi:g}]' for c, (lo, hi) in request.bounds.items())}):",
         json.dumps(deltas_json(request.deltas)),
         "",
         f"Scores: mean_len {s.mean_len:.2f} tokens (scale {request.scale:g}), correctness {s.correctness:.3f}, "
@@ -194,7 +201,9 @@ def reflection_schema(cluster_ids: Sequence[int]) -> dict[str, Any]:
     }
 
 
-def parse_reflection(raw: Any, cluster_ids: Sequence[int], bound: float) -> Reflection:
+def parse_reflection(
+    raw: Any, cluster_ids: Sequence[int], bounds: Mapping[int, tuple[float, float]] | None = None
+) -> Reflection:
     """Validate a decoded reply.
 
     Raises:
@@ -205,7 +214,7 @@ def parse_reflection(raw: Any, cluster_ids: Sequence[int], bound: float) -> Refl
         raise SteeringError("expected an object with exactly the keys deltas and summary")
     if not isinstance(raw["summary"], str):
         raise SteeringError("summary must be a string")
-    return Reflection(validate_deltas(raw["deltas"], cluster_ids, bound), raw["summary"].strip())
+    return Reflection(validate_deltas(raw["deltas"], cluster_ids, bounds), raw["summary"].strip())
 
 
 class OpenAIReflector:
@@ -232,7 +241,7 @@ class OpenAIReflector:
                 messages=messages,
                 name="steering_deltas",
                 schema=reflection_schema(request.cluster_ids),
-                parse=lambda raw: parse_reflection(raw, request.cluster_ids, request.bound),
+                parse=lambda raw: parse_reflection(raw, request.cluster_ids, request.bounds),
                 max_attempts=self.max_attempts,
             )
         except InvalidRepliesError as exc:
@@ -259,6 +268,8 @@ class OfflineReflector:
 
     def reflect(self, request: ReflectionRequest, messages: Sequence[dict[str, str]]) -> Reflection:
         ids = request.cluster_ids
+        low, high = request.limits()
+        widest = float(np.max(high - low)) / 2 or self.step
         trials = request.trials
         parent, sigma, accepted, against = trials[0], self.step, None, trials[0].composite
         for trial in trials[1:]:
@@ -268,10 +279,10 @@ class OfflineReflector:
                 parent, sigma = trial, sigma * SUCCESS_FACTOR
             else:
                 sigma *= FAILURE_FACTOR
-            sigma = min(max(sigma, self.step / 1000), request.bound)
+            sigma = min(max(sigma, self.step / 1000), widest)
         rng = np.random.default_rng([self.seed, len(trials)])
         centre = np.array([parent.deltas[c] for c in ids], dtype=np.float64)
-        candidate = np.clip(centre + sigma * rng.standard_normal(len(ids)), -request.bound, request.bound)
+        candidate = np.clip(centre + sigma * rng.standard_normal(len(ids)), low, high)
         last = trials[-1].composite
         if accepted is None:
             verdict = f"baseline composite {last:.4f}"
@@ -285,7 +296,7 @@ class OfflineReflector:
             f"the parent, most in cluster(s) {', '.join(str(c) for c in moved)}"
         )
         proposal = {"deltas": deltas_json(dict(zip(ids, candidate.tolist(), strict=True))), "summary": summary}
-        return parse_reflection(proposal, ids, request.bound)
+        return parse_reflection(proposal, ids, request.bounds)
 
 
 class CMAReflector:
@@ -294,8 +305,9 @@ class CMAReflector:
 
     Trial 0 (zero deltas, the unsteered model) is the baseline; trials 1, 2, ... are the candidates of
     generations of ``popsize`` (0 = cma's default, 4 + ⌊3 ln n⌋ for n clusters), told to the strategy with
-    fitness ``-composite`` when a generation is complete. The strategy starts at zero deltas with step size
-    ``step`` and keeps every candidate within ``[-bound, bound]`` (cma's ``bounds`` option). Like
+    fitness ``-composite`` when a generation is complete. The strategy starts at zero deltas (clipped into
+    the bounds) with step size ``step`` and keeps every candidate within each cluster's bounds (cma's
+    ``bounds`` option). Like
     :class:`OfflineReflector` it is a pure function of the trials: each call replays them into a new
     strategy seeded by ``seed`` (numpy's global generator, which cma draws from, is restored afterwards).
 
@@ -325,19 +337,21 @@ class CMAReflector:
         import cma
 
         ids = request.cluster_ids
+        low, high = request.limits()
         state = np.random.get_state()
         try:
-            options = {"seed": self.seed + 1, "bounds": [-request.bound, request.bound], "verbose": -9}
+            options = {"seed": self.seed + 1, "bounds": [low.tolist(), high.tolist()], "verbose": -9}
             if self.popsize:
                 options["popsize"] = self.popsize
-            es = cma.CMAEvolutionStrategy(np.zeros(len(ids)), min(self.step, request.bound), options)
+            step = min(self.step, float(np.max(high - low)) / 2 or self.step)
+            es = cma.CMAEvolutionStrategy(np.clip(np.zeros(len(ids)), low, high), step, options)
             generation, fitness = es.ask(), []
             for trial in request.trials[1:]:
                 fitness.append(-trial.composite)
                 if len(fitness) == len(generation):
                     es.tell(generation, fitness)
                     generation, fitness = es.ask(), []
-            candidate = np.clip(generation[len(fitness)], -request.bound, request.bound)
+            candidate = np.clip(generation[len(fitness)], low, high)
         finally:
             np.random.set_state(state)
         best = max(request.trials, key=lambda t: t.composite)
@@ -347,4 +361,4 @@ class CMAReflector:
             f"{len(generation)}, step size {es.sigma:.3g}"
         )
         proposal = {"deltas": deltas_json(dict(zip(ids, candidate.tolist(), strict=True))), "summary": summary}
-        return parse_reflection(proposal, ids, request.bound)
+        return parse_reflection(proposal, ids, request.bounds)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
@@ -21,10 +22,39 @@ class EvolutionSettings(Section):
     """tokens: shortness = 1 / (1 + mean_len / scale)"""
     delta_bound: float = Field(10.0, gt=0)
     """every delta must lie in [-bound, bound] (logits)"""
+    cluster_bounds: dict[int, tuple[float, float]] = Field(default_factory=dict)
+    """per-cluster [low, high] (logits) in place of [-delta_bound, delta_bound], e.g. {0 = [0, 10]}: EOS only up"""
     max_new_tokens: int = Field(128, ge=1)
     """longest answer generated (tokens)"""
     seed: int = 0
     """k-means, minibatch sampling and the offline reflector"""
+
+    @field_validator("cluster_bounds", mode="before")
+    @classmethod
+    def _toml_keys_are_strings(cls, value: object) -> object:
+        """TOML and JSON keys are strings and arrays lists: ``{"0": [0, 10]}`` reads as ``{0: (0.0, 10.0)}``."""
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for key, interval in value.items():
+            if isinstance(key, str) and key.strip().isdigit():
+                key = int(key)
+            if isinstance(interval, list | tuple) and len(interval) == 2:
+                interval = tuple(float(v) if type(v) in (int, float) else v for v in interval)
+            out[key] = interval
+        return out
+
+    @field_validator("cluster_bounds")
+    @classmethod
+    def _bounds_are_intervals(cls, value: dict[int, tuple[float, float]]) -> dict[int, tuple[float, float]]:
+        for cid, (low, high) in value.items():
+            if cid < 0 or not (math.isfinite(low) and math.isfinite(high) and low <= high):
+                raise ValueError(f"cluster_bounds: cluster {cid}'s [{low}, {high}] is not a finite [low, high]")
+        return value
+
+    def interval(self, cluster_id: int) -> tuple[float, float]:
+        """``[low, high]`` (logits) a delta of ``cluster_id`` must lie in."""
+        return self.cluster_bounds.get(cluster_id, (-self.delta_bound, self.delta_bound))
 
 
 class ServerSettings(Section):

@@ -111,3 +111,17 @@ def test_a_failing_reflector_keeps_the_finished_iterations(tiny, tmp_path):
     assert (run_dir / "reflector_message_001.txt").exists()  # the message was written before the call
     resumed = _evolve(tiny, run_dir)
     assert resumed.status == "finished" and resumed.history[0] == history[0]
+
+
+def test_cluster_bounds_hold_in_every_iteration_and_in_the_run_file(tiny, tmp_path):
+    """``cluster_bounds = {0: [1, 3]}``: iteration 0 starts at the bound nearest zero (1.0), every
+    evaluated and proposed delta of cluster 0 stays in [1, 3], and the bounds are a run parameter."""
+    bounded = EvolutionSettings(iterations=3, minibatch_size=2, max_new_tokens=6, cluster_bounds={0: (1.0, 3.0)})
+    outcome = _evolve(tiny, tmp_path / "run", settings=bounded, reflector=OfflineReflector(step=5.0, seed=3))
+    assert outcome.history[0]["deltas"]["0"] == 1.0
+    for entry in outcome.history:
+        assert 1.0 <= entry["deltas"]["0"] <= 3.0 and 1.0 <= entry["proposed"]["0"] <= 3.0
+        assert all(-10.0 <= v <= 10.0 for v in entry["proposed"].values())
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["cluster_bounds"] == {"0": [1.0, 3.0]}
+    with pytest.raises(EvolutionError, match=r"cluster_bounds names cluster id\(s\) \[99\]"):
+        _evolve(tiny, tmp_path / "other", settings=EvolutionSettings(iterations=1, cluster_bounds={99: (0.0, 1.0)}))

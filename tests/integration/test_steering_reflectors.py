@@ -42,7 +42,7 @@ def _request() -> ReflectionRequest:
         summary="",
         trials=(Trial(zero, 0.6571),),
         cluster_ids=IDS,
-        bound=2.0,
+        bounds=dict.fromkeys(IDS, (-2.0, 2.0)),
         scale=100.0,
     )
 

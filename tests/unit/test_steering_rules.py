@@ -3,6 +3,7 @@ minibatch sampling and the offline and CMA-ES reflectors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from types import SimpleNamespace
@@ -102,6 +103,13 @@ def test_validate_deltas_refuses(raw, match):
         validate_deltas(raw, IDS, bound=10)
 
 
+def test_validate_deltas_with_per_cluster_bounds():
+    bounds = {0: (0.0, 4.0), 1: (-1.0, 1.0), 2: (-1.0, 1.0), 3: (-1.0, 1.0)}
+    assert validate_deltas({"0": 4, "1": -1, "2": 0, "3": 1}, IDS, bounds)[0] == 4.0
+    with pytest.raises(SteeringError, match=r"cluster 0's value -0.5 is outside \[0.0, 4.0\]"):
+        validate_deltas({"0": -0.5, "1": 0, "2": 0, "3": 0}, IDS, bounds)
+
+
 def test_reflection_schema_names_every_cluster_id_as_required():
     schema = reflection_schema(IDS)
     deltas = schema["properties"]["deltas"]
@@ -198,7 +206,7 @@ def _request(trials, bound=5.0):
         summary="",
         trials=tuple(trials),
         cluster_ids=IDS,
-        bound=bound,
+        bounds=dict.fromkeys(IDS, (-bound, bound)),
         scale=100.0,
     )
 
@@ -222,6 +230,22 @@ def test_offline_reflector_moves_to_a_better_trial_and_stays_in_bounds():
     assert all(abs(worse.deltas[c]) < 0.2 for c in IDS) and "rejected" in worse.summary
     huge = OfflineReflector(step=100.0, seed=0).reflect(_request([Trial(zero, 0.5)], bound=2.0), [])
     assert all(abs(v) <= 2.0 for v in huge.deltas.values())
+
+
+@pytest.mark.parametrize("make", [lambda: OfflineReflector(step=3.0, seed=1), lambda: CMAReflector(step=3.0, seed=1)])
+def test_reflectors_keep_each_cluster_within_its_own_bounds(make):
+    """``cluster_bounds = {0: [0, 6]}`` (EOS only up): over 30 proposals cluster 0 never goes negative,
+    the others stay within [-2, 2], and cluster 0 uses its wider range."""
+    request = _request([Trial(dict.fromkeys(IDS, 0.0), 0.5)])
+    bounds = {0: (0.0, 6.0), **{c: (-2.0, 2.0) for c in IDS[1:]}}
+    trials, seen = [Trial(dict.fromkeys(IDS, 0.0), 0.5)], []
+    for k in range(30):
+        request = dataclasses.replace(_request(trials), bounds=bounds)
+        deltas = make().reflect(request, []).deltas
+        assert 0.0 <= deltas[0] <= 6.0 and all(-2.0 <= deltas[c] <= 2.0 for c in IDS[1:])
+        seen.append(deltas[0])
+        trials.append(Trial(deltas, 0.5 + 0.1 * deltas[0] - 0.01 * k))
+    assert max(seen) > 2.0
 
 
 def test_cma_reflector_is_a_pure_seeded_function_of_the_trials_and_leaves_numpy_alone():

@@ -41,6 +41,8 @@ def test_values_and_relative_pool(tmp_path):
         ({"server": {"start": "serve {steering}"}}, "server.start needs server.health_url"),
         ({"server": {"start": "s", "health_url": "http://h/", "stop_signal": "TERM"}}, "stop_signal"),
         ({"server": {"ready_timeout_s": 0}}, "ready_timeout_s"),
+        ({"cluster_bounds": {"0": [5, 1]}}, r"cluster 0's \[5.0, 1.0\] is not a finite \[low, high\]"),
+        ({"cluster_bounds": {"0": [0]}}, "cluster_bounds"),
     ],
 )
 def test_invalid(section, match, tmp_path):
@@ -71,3 +73,18 @@ def test_the_server_answers_at_its_health_urls_origin_unless_base_url_is_set(tmp
     other = config_from_dict({"steering": {"server": {**server, "base_url": "http://h:9/api/v1"}}}, base=tmp_path)
     assert other.steering.server.chat_base_url() == "http://h:9/api/v1"
     assert config_from_dict({}, base=None).steering.server.start == ""  # answered in process by default
+
+
+def test_cluster_bounds_from_the_file_and_the_flags(tmp_path):
+    """TOML keys are strings; ``--cluster-bound`` adds to (and overrides) the file's bounds."""
+    from learnerd.cmd._common import CommandError
+    from learnerd.cmd.evolve import steering_settings
+    from learnerd.cmd.main import build_parser
+
+    base = config_from_dict({"steering": {"delta_bound": 3, "cluster_bounds": {"2": [-1, 0]}}}, base=tmp_path).steering
+    assert base.interval(2) == (-1.0, 0.0) and base.interval(0) == (-3.0, 3.0)
+    args = build_parser().parse_args(["evolve", "doc.dlm", "--cluster-bound", "0=0,8", "--cluster-bound", "2=-2,2"])
+    settings = steering_settings(base, args)
+    assert settings.cluster_bounds == {0: (0.0, 8.0), 2: (-2.0, 2.0)}
+    with pytest.raises(CommandError, match="expected ID=LOW,HIGH"):
+        steering_settings(base, build_parser().parse_args(["evolve", "doc.dlm", "--cluster-bound", "0:0:8"]))
