@@ -373,14 +373,7 @@ def start_daemon(
     (root / "state").mkdir()
     (root / "state" / "models").symlink_to(root.parent / "state" / "models")
     if adapter is not None:
-        document, version_dir = adapter
-        (root / "docs").mkdir()
-        shutil.copyfile(document, root / "docs" / document.name)
-        store = AdapterStore(root / "state" / "adapters")
-        with store.stage(read_document(document).frontmatter.dlm_id) as staging:
-            shutil.copytree(version_dir, staging.path, dirs_exist_ok=True, ignore=shutil.ignore_patterns(VERDICT_FILE))
-            metadata = AdapterVersion(staging.doc_key, 0, version_dir).metadata()
-            store.promote(store.commit(staging, metadata))
+        install_adapter(root, *adapter)
     openai_port, search_port = free_port(), free_port()
     pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # this checkout's
     env = {**os.environ, "LEARNERD_OPENAI_TOKEN": TOKEN, "LEARNERD_SEARCH_TOKEN": TOKEN, "PYTHONPATH": pythonpath}
@@ -394,6 +387,19 @@ def start_daemon(
     )  # fmt: skip
     api = openai.OpenAI(base_url=f"http://127.0.0.1:{openai_port}/v1", api_key=TOKEN, max_retries=0)
     return daemon, api, f"http://127.0.0.1:{search_port}/search"
+
+
+def install_adapter(root: Path, document: Path, version_dir: Path) -> AdapterVersion:
+    """Copy ``document`` into ``<root>/docs`` and a copy of its adapter ``version_dir`` (its gate verdict left out)
+    into ``<root>/state/adapters``, committed and promoted as the document's current version."""
+    (root / "docs").mkdir()
+    shutil.copyfile(document, root / "docs" / document.name)
+    store = AdapterStore(root / "state" / "adapters")
+    with store.stage(read_document(document).frontmatter.dlm_id) as staging:
+        shutil.copytree(version_dir, staging.path, dirs_exist_ok=True, ignore=shutil.ignore_patterns(VERDICT_FILE))
+        version = store.commit(staging, AdapterVersion(staging.doc_key, 0, version_dir).metadata())
+    store.promote(version)
+    return version
 
 
 def greedy_answer(api: openai.OpenAI, model: str, question: str, max_tokens: int) -> str:
