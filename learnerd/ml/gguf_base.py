@@ -75,8 +75,10 @@ class GGUFBaseError(ValueError):
 
 
 def base_gguf_file(base_model: str, model_dir: Path, identity: str, relative_to: Path, cache_dir: Path) -> Path:
-    """The GGUF file llama.cpp should load for a resolved base: the file it came from
-    (:func:`~learnerd.ml.gguf_lora.source_gguf`), else its conversion in the model cache (:func:`ensure_base_gguf`).
+    """The GGUF file llama.cpp should load for a resolved base (``base_model`` as written, resolved against
+    ``relative_to`` to the directory ``model_dir`` of identity ``identity``): the file it came from
+    (:func:`~learnerd.ml.gguf_lora.source_gguf`), else its float16 conversion in the model cache ``cache_dir``
+    (:func:`ensure_base_gguf`).
 
     Raises:
         GGUFBaseError: the base came from no GGUF file and cannot be converted (the reason).
@@ -92,8 +94,12 @@ def ensure_base_gguf(model_dir: Path, identity: str, cache_dir: str | os.PathLik
     written first if missing: in a temporary file beside it, fsynced and renamed into place, under the process's
     model-loading lock (:func:`learnerd.ml.loader.loading`), so a crash leaves no half-written file at the name.
 
+    Args:
+        outtype: ``"f16"`` or ``"f32"`` (:func:`write_base_gguf`).
+
     Raises:
         GGUFBaseError: the directory cannot be converted (see the module docstring).
+        ValueError: ``outtype`` is neither.
         OSError: the cache cannot be written.
     """
     if outtype not in OUTTYPES:
