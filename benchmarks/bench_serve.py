@@ -252,7 +252,8 @@ def main() -> None:
     model = str(Path(model).expanduser().resolve()) if Path(model).expanduser().is_dir() else model
     prompts = (PROMPTS * (args.prompts // len(PROMPTS) + 1))[: args.prompts]
     rows = training_rows(read_document(args.probes))
-    questions = [row.question for row in rows if isinstance(row, ChatRow) and row.probe]
+    probes = {row.question: row.answer for row in rows if isinstance(row, ChatRow) and row.probe}
+    questions = list(probes)
     adapter = (args.probes.resolve(), args.adapter.resolve()) if args.adapter else None
     answering = args.probes.stem if adapter else model  # the document served with the adapter, or the base
 
@@ -296,9 +297,12 @@ def main() -> None:
                         llama.append(bare.once(p, args.max_tokens))
                         llama_served.append(stream_once(llama_api, model, p, args.max_tokens))
             differ: list[tuple[str, str, str]] = []
+            exact = [0, 0]  # answers equal to the document's own, per backend
             if llama_api is not None:
                 for question in questions:
                     answers = [greedy_answer(a, answering, question, args.max_tokens) for a in (api, llama_api)]
+                    for i, answer in enumerate(answers):
+                        exact[i] += answer.strip() == probes[question].strip()
                     if answers[0] != answers[1]:
                         differ.append((question, *answers))
 
@@ -345,7 +349,8 @@ def main() -> None:
         agree = len(questions) - len(differ)
         by = f"adapter {args.adapter}" if adapter else "the base model"
         print(f"greedy agreement of the two backends on {args.probes.name}'s probes ({by}): "
-              f"{agree}/{len(questions)} = {100 * agree / max(1, len(questions)):.0f} % (goal >= 90 %)")  # fmt: skip
+              f"{agree}/{len(questions)} = {100 * agree / max(1, len(questions)):.0f} % (goal >= 90 %); "
+              f"the document's own answer: transformers {exact[0]}, llama.cpp {exact[1]}")  # fmt: skip
         for question, transformers_answer, llama_answer in differ:
             print(
                 f"  differs: {question!r}\n    transformers {transformers_answer!r}\n    llama.cpp    {llama_answer!r}"
