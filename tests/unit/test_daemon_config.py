@@ -1,6 +1,7 @@
 """The TOML config: defaults, path resolution, refusals, and per-controller defaults kept."""
 
 import tomllib
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -98,11 +99,12 @@ def _fields(model: type[BaseModel], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _keys(table: dict[str, Any], prefix: str = "") -> set[str]:
+def _keys(table: dict[str, Any], tables: set[str], prefix: str = "") -> set[str]:
+    """The setting names of a TOML document; ``tables``: settings whose value is itself a table."""
     keys: set[str] = set()
     for key, value in table.items():
-        if isinstance(value, dict) and key != "by_language":
-            keys |= _keys(value, f"{prefix}{key}.")
+        if isinstance(value, dict) and f"{prefix}{key}" not in tables:
+            keys |= _keys(value, tables, f"{prefix}{key}.")
         else:
             keys.add(f"{prefix}{key}")
     return keys
@@ -110,7 +112,8 @@ def _keys(table: dict[str, Any], prefix: str = "") -> set[str]:
 
 def test_the_reference_is_generated_from_every_field_and_its_docstring():
     fields = _fields(Config)
-    assert _keys(tomllib.loads(reference())) == set(fields), "one line per setting, nothing else"
+    tables = {key for key, info in fields.items() if typing.get_origin(info.annotation) is dict}
+    assert _keys(tomllib.loads(reference()), tables) == set(fields), "one line per setting, nothing else"
     undocumented = sorted(key for key, info in fields.items() if not info.description)
     assert undocumented == [], "each setting's docstring is its description in the reference"
     for key, info in fields.items():
