@@ -20,7 +20,11 @@ correctness, the held-out unsteered and best values as lines), ``bench_steering.
 run directory.
 
 Run: ``python benchmarks/bench_steering.py [--iterations 30] [--minibatch-size 16] [--threads 1]``;
-a smoke run: ``--base learnerd/tiny-llama --iterations 2 --questions 8 --max-new-tokens 8``.
+a smoke run: ``--base learnerd/tiny-llama --iterations 2 --questions 8 --max-new-tokens 8 --no-rest``.
+
+With ``--questions N`` the evolution uses N pool rows; the rows it leaves out were never tuned on either,
+so the best deltas answer them too (``rest.jsonl``, a second held-out table and both sets together;
+``--no-rest`` skips it).
 """
 
 from __future__ import annotations
@@ -121,6 +125,21 @@ def render_png(history: list[dict], held_out: dict[str, dict], path: Path) -> No
     FigureCanvasAgg(fig).print_png(str(path))
 
 
+def print_rest(beyond: dict, applied: dict) -> None:
+    """The second held-out set (the pool rows ``--questions`` left out), and both held-out sets together."""
+    for title, parts in (("the rest of the pool", [beyond]), ("all held out", [applied, beyond])):
+        n = sum(len(p["unsteered"]["answers"]) for p in parts)
+        print(f"{title + ' (' + str(n) + ')':<22} {'mean length (tokens)':>21} {'correct':>9}")
+        lengths = {}
+        for label, key in (("unsteered", "unsteered"), ("best deltas", "steered")):
+            answers = [a for p in parts for a in p[key]["answers"]]
+            lengths[key] = sum(a["tokens"] for a in answers) / n
+            print(f"{label:<22} {lengths[key]:>21.1f} {sum(a['correct'] for a in answers):>4}/{n:<4}")
+        pairs = [moved(p["steered"]["answers"], p["unsteered"]["answers"]) for p in parts]
+        gained, lost = sum(g for g, _ in pairs), sum(lo for _, lo in pairs)
+        print(f"shorter by {1 - lengths['steered'] / lengths['unsteered']:.0%}; moved: {gained} gained, {lost} lost")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=INPUT)
     parser.add_argument("--base", default="smollm2-135m-instruct", help="the document's base model")
@@ -139,6 +158,7 @@ def main() -> None:
     parser.add_argument("--questions", type=int, help="use only this many pool rows (a smoke run)")
     parser.add_argument("--held-out", type=float, default=0.3, help="fraction of the pool kept for the test")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-rest", action="store_true", help="with --questions: skip the rows it leaves out")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: the machine is shared)")
     parser.add_argument("--nl2bash", type=Path, default=NL2BASH)
     parser.add_argument("--out", type=Path, help="output directory (default: a new temporary one)")
@@ -151,10 +171,10 @@ def main() -> None:
 
     rows = pool_rows(args.nl2bash, args.shell, args.seed)
     random.Random(args.seed).shuffle(rows)
-    rows = rows[: args.questions] if args.questions else rows
+    rows, rest = (rows[: args.questions], rows[args.questions :]) if args.questions else (rows, [])
     cut = max(1, round(len(rows) * args.held_out))
     held, tuning = rows[:cut], rows[cut:]
-    for name, part in (("tuning", tuning), ("held_out", held)):
+    for name, part in (("tuning", tuning), ("held_out", held), ("rest", rest)):
         (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part), encoding="utf-8")
     doc = out / "bench.dlm"
     doc.write_text(DOCUMENT.format(base=args.base), encoding="utf-8")
@@ -178,6 +198,13 @@ def main() -> None:
         args.threads,
     )  # fmt: skip
     held_out_s = time.monotonic() - started
+    beyond = None  # the pool rows --questions left out: never tuned on either, a second held-out set
+    if rest and not args.no_rest:
+        beyond = learnerd(
+            ["evolve", str(doc), "--pool", str(out / "rest.jsonl"), "--run-dir", str(out / "rest"),
+             "--apply-best", "--steering", str(run_dir / "deltas_best.json"), *knobs, *common],
+            args.threads,
+        )  # fmt: skip
     history = json.loads((run_dir / "history.json").read_text(encoding="utf-8"))["iterations"]
     render_png(history, applied, out / "bench_steering.png")
 
@@ -193,6 +220,8 @@ def main() -> None:
         right = sum(a["correct"] for a in r["answers"])
         print(f"{label:<22} {r['mean_len']:>21.1f} {right:>4}/{n:<4}")
     print(f"shorter by {shorter:.0%}; answers moved: {gained} wrong → right, {lost} right → wrong")
+    if beyond is not None:
+        print_rest(beyond, applied)
     print(f"{outcome['iterations']} iterations in {evolve_s:.0f} s; held-out answered twice in {held_out_s:.0f} s")
     example = next(
         (
@@ -229,6 +258,10 @@ def main() -> None:
         "shorter": shorter,
         "wrong_to_right": gained,
         "right_to_wrong": lost,
+        "rest": None
+        if beyond is None
+        else {k: {m: beyond[k][m] for m in ("mean_len", "correctness")} for k in ("unsteered", "steered")}
+        | {"questions": len(rest), "moved": moved(beyond["steered"]["answers"], beyond["unsteered"]["answers"])},
         "best": outcome["best"],
     }
     (out / "bench_steering.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
