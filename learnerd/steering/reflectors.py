@@ -105,6 +105,11 @@ class ReflectionRequest:
         low, high = zip(*(self.bounds[c] for c in self.cluster_ids), strict=True)
         return np.array(low, dtype=np.float64), np.array(high, dtype=np.float64)
 
+    def widest_half(self) -> float:
+        """Half the widest cluster's ``high - low`` (logits): the largest step a search takes."""
+        low, high = self.limits()
+        return float(np.max(high - low)) / 2
+
 
 @dataclass(frozen=True)
 class Reflection:
@@ -269,7 +274,7 @@ class OfflineReflector:
     def reflect(self, request: ReflectionRequest, messages: Sequence[dict[str, str]]) -> Reflection:
         ids = request.cluster_ids
         low, high = request.limits()
-        widest = float(np.max(high - low)) / 2 or self.step
+        widest = request.widest_half() or self.step
         trials = request.trials
         parent, sigma, accepted, against = trials[0], self.step, None, trials[0].composite
         for trial in trials[1:]:
@@ -343,7 +348,7 @@ class CMAReflector:
             options = {"seed": self.seed + 1, "bounds": [low.tolist(), high.tolist()], "verbose": -9}
             if self.popsize:
                 options["popsize"] = self.popsize
-            step = min(self.step, float(np.max(high - low)) / 2 or self.step)
+            step = min(self.step, request.widest_half() or self.step)
             es = cma.CMAEvolutionStrategy(np.clip(np.zeros(len(ids)), low, high), step, options)
             generation, fitness = es.ask(), []
             for trial in request.trials[1:]:
