@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from learnerd.sections import ConfigError, Section
 
@@ -107,15 +107,6 @@ class ServeConfig(Section):
     """or "llamacpp": generate with llama.cpp on the base's GGUF file and the version's GGUF LoRA (docs/export.md)"""
 
     _listen = field_validator("listen")(_host_port_or_empty("serve"))
-
-    @model_validator(mode="after")
-    def _llamacpp_has_no_steering(self) -> ServeConfig:
-        if self.backend == "llamacpp" and self.steering:
-            raise ValueError(
-                "serve.steering is not available with serve.backend = 'llamacpp' (learnerd's steering deltas are "
-                "applied by the transformers backend only): set one of them back"
-            )
-        return self
 
     @field_validator("base_models")
     @classmethod

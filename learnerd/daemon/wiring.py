@@ -25,14 +25,11 @@ log = structlog.get_logger(__name__)
 
 def served_models(cfg: Config) -> ServedModels:
     """The served-model manager of ``[serve]``: adapters from the store; with ``backend = "llamacpp"``,
-    :class:`~learnerd.ml.llamacpp_serving.LlamaCppServedModels` (no steering: the configuration refuses it),
-    else the transformers one with ``learnerd evolve``'s best deltas of a document
-    (``<steering_dir>/runs/<dlm_id>/deltas_best.json``) when ``steering`` is on."""
-    if cfg.serve.backend == "llamacpp":
-        return LlamaCppServedModels(
-            adapter_store(cfg), cfg.layout.models_dir, capacity=cfg.serve.queue_size, num_threads=cfg.serve.num_threads
-        )
-    return ServedModels(
+    :class:`~learnerd.ml.llamacpp_serving.LlamaCppServedModels`, else the transformers one; either applies
+    ``learnerd evolve``'s best deltas of a document (``<steering_dir>/runs/<dlm_id>/deltas_best.json``) when
+    ``steering`` is on (llama.cpp: as a logit bias)."""
+    manager = LlamaCppServedModels if cfg.serve.backend == "llamacpp" else ServedModels
+    return manager(
         adapter_store(cfg),
         cfg.layout.models_dir,
         capacity=cfg.serve.queue_size,

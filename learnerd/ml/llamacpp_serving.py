@@ -26,9 +26,14 @@ adapters are. No known-answer check is made on llama.cpp loads. Every job evalua
 computed with whatever adapter was set then, and re-evaluate the last prompt token alone, so an answer
 would depend on the requests before it.
 
-Sampling. ``temperature`` 0 is llama.cpp's greedy sampler; otherwise temperature, ``top_p`` nucleus, no
-top-k or min-p cut (as the transformers backend), seeded with ``seed`` (random when None). No steering:
-the configuration refuses ``[serve] steering`` with this backend (:mod:`learnerd.api.settings`).
+Sampling. Each job builds its own llama.cpp sampler chain and decodes token by token (``Llama.eval``):
+with ``[serve] steering``, first a logit-bias sampler adding the document's best ``learnerd evolve`` deltas
+to each token's logit (``llama_sampler_init_logit_bias``: the per-cluster deltas of
+:class:`~learnerd.steering.processor.ClusterBiasProcessor` as one bias per token id, exactly what the
+transformers backend adds); then ``temperature`` 0 is the greedy sampler, otherwise temperature, ``top_p``
+nucleus and a draw seeded with ``seed`` (random when None), in transformers' order and with no top-k or min-p
+cut, as the transformers backend. (llama-cpp-python's own ``logits_processor`` path goes through a Python
+callback its source marks as probably broken; ``Llama.generate`` takes no logit bias.)
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import ctypes
 import functools
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +60,7 @@ from learnerd.ml.serving import (
     Finished,
     Job,
     PromptTooLong,
+    SamplingParams,
     ServedModel,
     ServedModels,
     _TextTracker,
@@ -94,8 +101,10 @@ class _LlamaBase:
 class LlamaCppServedModels(ServedModels):
     """:class:`~learnerd.ml.serving.ServedModels` generating through llama.cpp (see the module docstring).
 
-    Args: those of :class:`~learnerd.ml.serving.ServedModels` but ``steering``; ``num_threads`` is
-    llama.cpp's ``n_threads`` and ``n_threads_batch`` (0: the usable cores minus one, at least 1).
+    Args: those of :class:`~learnerd.ml.serving.ServedModels`; ``steering`` gives a
+    :class:`~learnerd.steering.processor.ClusterBiasProcessor`, applied as llama.cpp's logit bias;
+    ``num_threads`` is llama.cpp's ``n_threads`` and ``n_threads_batch`` (0: the usable cores minus one, at
+    least 1).
     """
 
     def __init__(
@@ -104,12 +113,14 @@ class LlamaCppServedModels(ServedModels):
         models_dir: str | os.PathLike[str],
         *,
         capacity: int = 16,
+        steering: Callable[[str, Any], Any] | None = None,
         num_threads: int = 0,
         reload_after_s: float = 30.0,
     ) -> None:
         super().__init__(
-            adapters, models_dir, capacity=capacity, num_threads=num_threads, reload_after_s=reload_after_s
-        )
+            adapters, models_dir, capacity=capacity, steering=steering, num_threads=num_threads,
+            reload_after_s=reload_after_s,
+        )  # fmt: skip
         self.lora_dir = self.models_dir / LORA_CACHE
 
     # ------------------------------------------------------------------ worker thread
@@ -217,10 +228,11 @@ class LlamaCppServedModels(ServedModels):
             log.info("adapter unloaded from llama.cpp", adapter=name)
 
     def _generate(self, job: Job, base: _LlamaBase, view: Any) -> Finished:
-        """Generate ``job`` token by token through ``Llama.generate``, emitting text deltas as they come.
+        """Generate ``job`` token by token with its own sampler chain, emitting text deltas as they come.
 
         Raises:
             PromptTooLong: the rendered prompt fills llama.cpp's context.
+            ValueError: the document's steering deltas are for more token ids than llama.cpp's vocabulary.
         """
         llm, params = base.llm, job.params
         ids = render_chat(base.tokenizer, job.messages, add_generation_prompt=True)
@@ -228,19 +240,17 @@ class LlamaCppServedModels(ServedModels):
         if len(ids) >= context:
             raise PromptTooLong(f"the prompt is {len(ids)} tokens; the model's context is {context} tokens")
         max_new = min(params.max_tokens, context - len(ids))
-        if params.temperature > 0:
-            llm.set_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little"))
-            sampling = {"temp": params.temperature, "top_p": params.top_p, "top_k": 0, "min_p": 0.0}
-        else:
-            sampling = {"temp": 0.0, "top_p": 1.0, "top_k": 1, "min_p": 0.0}
-        llm.reset()  # no prefix reuse: see the module docstring
+        sampler = self._sampler(llm, params, self._steering_for(job.model, base.tokenizer))
         text = _TextTracker(base.tokenizer, params.stop)
         emitted: list[str] = []
         reason = "length"
-        for token in llm.generate(ids, repeat_penalty=1.0, **sampling):
+        llm.reset()  # no prefix reuse: see the module docstring
+        llm.eval(ids)
+        while len(text.tokens) < max_new:
             if job.cancelled.is_set():
                 reason = "cancelled"
                 break
+            token = sampler.sample(llm._ctx, -1)  # the last position's logits; the chain accepts the token
             if token in base.eos_ids:
                 reason = "stop"
                 break
@@ -251,11 +261,57 @@ class LlamaCppServedModels(ServedModels):
             if text.stopped:
                 reason = "stop"
                 break
-            if len(text.tokens) >= max_new:
-                break
+            llm.eval([token])
         delta = text.flush()
         if delta:
             emitted.append(delta)
             job.emit(Delta(delta))
         version = job.version.name if job.version is not None else None
         return Finished(reason, len(ids), len(text.tokens), version, 0.0, text="".join(emitted))
+
+    @staticmethod
+    def _sampler(llm: Any, params: SamplingParams, steering: Any) -> Any:
+        """A llama.cpp sampler chain (``llama_cpp._internals.LlamaSampler``) for ``params``, with ``steering``'s
+        deltas (a :class:`~learnerd.steering.processor.ClusterBiasProcessor`, or None) as a logit bias first.
+
+        Raises:
+            ValueError: the deltas cover more token ids than ``llm``'s vocabulary.
+        """
+        import llama_cpp
+        from llama_cpp._internals import LlamaSampler
+
+        sampler = LlamaSampler()
+        if steering is not None:
+            n_vocab = llm.n_vocab()
+            biases = _logit_biases(steering, n_vocab)
+            chained = llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(biases), biases)
+            llama_cpp.llama_sampler_chain_add(sampler.sampler, chained)  # llama.cpp copies the biases
+        if params.temperature > 0:
+            seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little")
+            sampler.add_temp(params.temperature)
+            sampler.add_top_p(params.top_p, 1)
+            sampler.add_dist(seed)
+        else:
+            sampler.add_greedy()
+        return sampler
+
+
+@functools.lru_cache(maxsize=8)
+def _logit_biases(steering: Any, n_vocab: int) -> Any:
+    """``steering``'s non-zero per-token deltas as a ctypes array of ``llama_logit_bias`` (token id, bias),
+    built once per steering processor (the daemon re-reads a steering file only when it changes).
+
+    Raises:
+        ValueError: the processor's cluster map covers more than ``n_vocab`` token ids.
+    """
+    import llama_cpp
+    import numpy as np
+
+    bias = steering.token_bias()
+    if bias.shape[0] > n_vocab:
+        raise ValueError(f"the steering deltas cover {bias.shape[0]} token ids, llama.cpp's vocabulary {n_vocab}")
+    tokens = np.flatnonzero(bias)
+    array = (llama_cpp.llama_logit_bias * len(tokens))()
+    for i, token in enumerate(tokens.tolist()):
+        array[i].token, array[i].bias = token, float(bias[token])
+    return array

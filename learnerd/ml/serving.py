@@ -522,10 +522,14 @@ class ServedModels:
         except Exception as exc:  # a preload is an optimisation: the request that needs it reports the error
             log.warning("preloading a model failed", model=model.id, error=str(exc))
 
-    def _logits_processor(self, model: ServedModel, tokenizer: Any) -> Any:
+    def _steering_for(self, model: ServedModel, tokenizer: Any) -> Any:
+        """The document's steering processor (``steering``'s), None for a base model or without one."""
         if self._steering is None or model.doc_key is None:
             return None
-        processor = self._steering(model.doc_key, tokenizer)
+        return self._steering(model.doc_key, tokenizer)
+
+    def _logits_processor(self, model: ServedModel, tokenizer: Any) -> Any:
+        processor = self._steering_for(model, tokenizer)
         if processor is None:
             return None
         from transformers import LogitsProcessorList

