@@ -159,3 +159,21 @@ async def test_steering_deltas_are_applied_as_llama_cpp_logit_bias(versions, tmp
         assert base == plain
     finally:
         served.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@needs_llama_cpp
+@needs_smollm2
+async def test_a_seeded_sampled_answer_is_the_same_for_the_same_seed(versions, tmp_path: Path):
+    """``temperature`` > 0 draws through the job's own sampler chain (temperature, top_p, a draw seeded with
+    ``seed``): the same seed gives the same answer."""
+    state, _ = versions
+    served = wiring.served_models(config(tmp_path / "state", state / "models"))
+    sampled = SamplingParams(max_tokens=24, temperature=0.9, top_p=0.95, seed=7)
+    try:
+        first, done = await answer(served.submit(BASE, RAMBLING, sampled).events())
+        again, _ = await answer(served.submit(BASE, RAMBLING, sampled).events())
+        assert done.completion_tokens > 0 and first and again == first
+    finally:
+        served.close()
