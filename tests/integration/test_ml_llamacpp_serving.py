@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-import numpy as np
 import pytest
 from transformers import AutoTokenizer, GenerationConfig
 
@@ -22,10 +21,9 @@ from learnerd.ml.gguf_import import find_smollm2_gguf
 from learnerd.ml.llamacpp_serving import LORA_CACHE, LlamaCppServedModels
 from learnerd.ml.rows import ChatMessage
 from learnerd.ml.serving import Delta, Finished, SamplingParams, ServedModel
-from learnerd.steering.clusters import VocabularyClusters, eos_token_ids, save_clusters, tokenizer_identity
-from learnerd.steering.evolve import BEST_FILE
-from learnerd.steering.processor import write_steering
+from learnerd.steering.clusters import eos_token_ids
 from learnerd.store.adapters import AdapterStore, AdapterVersion
+from tests.support.steering import write_eos_split_deltas
 from tests.support.tied_model import commit_noise_adapter
 
 pytestmark = pytest.mark.anyio
@@ -123,11 +121,7 @@ RAMBLING = [ChatMessage("user", "Which shell command does this? List all process
 
 def write_deltas(cfg: Config, tokenizer, eos: tuple[int, ...], deltas: dict[int, float]) -> None:
     """``STEERED``'s best deltas over three clusters: 0 the EOS ids, 1 (numbers) empty, 2 every other token."""
-    token_clusters = np.full(len(tokenizer), 2, dtype=np.int32)
-    token_clusters[list(eos)] = 0
-    clusters = VocabularyClusters(token_clusters, 1, tokenizer_identity(tokenizer), "none", 0, 1, eos, {})
-    run = cfg.layout.steering_dir / "runs" / STEERED.doc_key
-    write_steering(run / BEST_FILE, deltas, save_clusters(clusters, run))
+    write_eos_split_deltas(cfg.layout.steering_dir / "runs" / STEERED.doc_key, tokenizer, eos, deltas)
 
 
 @pytest.mark.slow

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from learnerd.api.settings import ServeConfig
@@ -24,9 +23,8 @@ from learnerd.ml.serving import (
     longest_token_chars,
     min_tokens,
 )
-from learnerd.steering.clusters import VocabularyClusters, eos_token_ids, save_clusters, tokenizer_identity
-from learnerd.steering.evolve import BEST_FILE
-from learnerd.steering.processor import write_steering
+from learnerd.steering.clusters import eos_token_ids
+from tests.support.steering import write_eos_split_deltas
 
 pytestmark = pytest.mark.anyio
 
@@ -58,13 +56,7 @@ def end_of_sequence_deltas(cfg: Config, tiny_model_dir: Path) -> Path:
     """A steering file whose only non-zero delta makes EOS certain (cluster 0 = the EOS ids, +50 logits)."""
     model, tokenizer = load_model_directory(tiny_model_dir)
     eos = eos_token_ids(tokenizer, model.generation_config)
-    token_clusters = np.full(len(tokenizer), 2, dtype=np.int32)
-    token_clusters[list(eos)] = 0
-    clusters = VocabularyClusters(token_clusters, 1, tokenizer_identity(tokenizer), "none", 0, 1, eos, {})
-    run = cfg.layout.steering_dir / "runs" / DOC_KEY
-    clusters = save_clusters(clusters, run)
-    write_steering(run / BEST_FILE, {0: 50.0, 1: 0.0, 2: 0.0}, clusters)
-    return run / BEST_FILE
+    return write_eos_split_deltas(cfg.layout.steering_dir / "runs" / DOC_KEY, tokenizer, eos, {0: 50.0, 1: 0.0, 2: 0.0})
 
 
 async def test_steering_applies_the_documents_best_deltas(tmp_path: Path, models_dir: Path, tiny_model_dir: Path):

@@ -79,3 +79,19 @@ def one_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def write_eos_split_deltas(run: Path, tokenizer, eos: tuple[int, ...], deltas: dict[int, float]) -> Path:
+    """``<run>/deltas_best.json`` over a three-cluster map of ``tokenizer``'s vocabulary (saved beside it):
+    0 the ``eos`` ids, 1 (numbers) empty, 2 every other token; returns the steering file's path."""
+    import numpy as np
+
+    from learnerd.steering.clusters import VocabularyClusters, save_clusters, tokenizer_identity
+    from learnerd.steering.evolve import BEST_FILE
+    from learnerd.steering.processor import write_steering
+
+    token_clusters = np.full(len(tokenizer), 2, dtype=np.int32)
+    token_clusters[list(eos)] = 0
+    clusters = VocabularyClusters(token_clusters, 1, tokenizer_identity(tokenizer), "none", 0, 1, eos, {})
+    write_steering(run / BEST_FILE, deltas, save_clusters(clusters, run))
+    return run / BEST_FILE
