@@ -110,7 +110,15 @@ def run(args: argparse.Namespace) -> int:
                 done += 1
                 display.update(task, done, total, after=step)
 
-            report = evaluate_version(document, version, base, options=options, progress=advance, placement=placement)
+            report = evaluate_version(
+                document,
+                version,
+                base,
+                options=options,
+                progress=advance,
+                placement=placement,
+                answer_cache_dir=cfg.layout.models_dir,
+            )
     except (BaseModelError, DeviceError, DocumentError, ModelCheckError) as exc:
         raise CommandError(str(exc)) from None
     targets = [report_path(version), *([args.output] if args.output else [])]

@@ -32,10 +32,12 @@ import inspect
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from learnerd.eval.base_answers import Answers, BaseAnswerStore
 from learnerd.ml.base_model import BaseModelRef, load_model_directory
 from learnerd.ml.device import Placement
 from learnerd.ml.divergence import TokenDist
@@ -67,12 +69,22 @@ class DifferentialBackend:
         model: a ``PeftModel`` (eval mode) whose adapter is the one under evaluation.
         tokenizer: its tokenizer.
         cancel: when set (from any thread), the next batch raises :class:`EvaluationCancelled`.
+        answer_store: where the base view's ``answers(..., persist=True)`` are kept between evaluations (None:
+            not kept).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, cancel: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        cancel: threading.Event | None = None,
+        answer_store: BaseAnswerStore | None = None,
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.cancel = cancel or threading.Event()
+        self.answer_store = answer_store
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.batch_tokens = max(1, min(MAX_BATCH_TOKENS, LOGITS_BATCH_BYTES // (4 * self.vocab_size)))
         generation = getattr(model, "generation_config", None)
@@ -99,10 +111,12 @@ class DifferentialBackend:
         placement: Placement | None = None,
         *,
         cancel: threading.Event | None = None,
+        answer_cache_dir: Path | None = None,
     ) -> DifferentialBackend:
         """Load ``base`` (offline; on ``placement``, default CPU float32) and attach ``version``'s adapter,
         through the process's one loader (:mod:`learnerd.ml.loader`: one lock, a known-answer check after
-        each load).
+        each load). With ``answer_cache_dir`` (the model cache), the base's persisted answers are kept there
+        (:class:`~learnerd.eval.base_answers.BaseAnswerStore` of ``base.identity``).
 
         Raises:
             BaseModelError: the base cannot be loaded.
@@ -110,7 +124,8 @@ class DifferentialBackend:
             OSError / ValueError: peft cannot load the adapter directory.
         """
         model, tokenizer = load_model_directory(base.path, name=base.name, placement=placement)
-        return cls(load_adapter(model, version), tokenizer, cancel=cancel)
+        store = BaseAnswerStore(answer_cache_dir, base.identity) if answer_cache_dir is not None else None
+        return cls(load_adapter(model, version), tokenizer, cancel=cancel, answer_store=store)
 
     def check_cancelled(self) -> None:
         """Raise :class:`EvaluationCancelled` when the cancel event is set (checked before every batch)."""
@@ -357,18 +372,41 @@ class View:
         return self.answers(prompts, max_new_tokens)[0]
 
     def answers(
-        self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], top_k: int = 256
-    ) -> tuple[list[list[int]], list[TokenDist]]:
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: Sequence[int],
+        top_k: int = 256,
+        *,
+        persist: bool = False,
+    ) -> Answers:
         """:meth:`generate_many`, and the ``top_k`` next-token distribution after each prompt that its first
         decoding step computes anyway — :meth:`next_token_dist`'s, up to float32 summation order (≈ 1e-6).
 
-        Raises:
-            as :meth:`generate_many`.
-        """
-        import torch
+        ``persist`` (for a fixed pool of prompts, not a document's): on the base view of a backend with an
+        :attr:`~DifferentialBackend.answer_store`, the answers are read from that store when this base, device
+        and dtype answered exactly these prompts, budgets and ``top_k`` before, and stored after generating
+        them otherwise; elsewhere it changes nothing.
 
+        Raises:
+            as :meth:`generate_many`; OSError: the store cannot be written.
+        """
         if len(prompts) != len(max_new_tokens) or any(not p for p in prompts):
             raise ValueError("generate_many needs one non-empty prompt per token budget")
+        store = self.backend.answer_store if persist and self.name == "base" and prompts else None
+        if store is None:
+            return self._answers(prompts, max_new_tokens, top_k)
+        model = self.backend.model
+        digest = store.key((str(model.device), str(model.dtype)), prompts, max_new_tokens, top_k)
+        stored = store.load(digest)
+        if stored is not None:
+            return stored
+        answers = self._answers(prompts, max_new_tokens, top_k)
+        store.save(digest, answers)
+        return answers
+
+    def _answers(self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], top_k: int) -> Answers:
+        import torch
+
         out: list[list[int]] = [[] for _ in prompts]
         dists: dict[int, TokenDist] = {}
         lengths = [len(p) + b for p, b in zip(prompts, max_new_tokens, strict=True)]

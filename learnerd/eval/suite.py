@@ -21,6 +21,7 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from learnerd import __version__
@@ -112,9 +113,12 @@ def evaluate_version(
     progress: Callable[[str], None] | None = None,
     cancel: threading.Event | None = None,
     placement: Placement | None = None,
+    answer_cache_dir: Path | None = None,
 ) -> Report:
     """Load ``base`` (on ``placement``; default CPU float32) with ``version``'s adapter and :func:`evaluate`
-    it on ``document``; setting ``cancel`` (from another thread) stops it at the next batch. A version that
+    it on ``document``; setting ``cancel`` (from another thread) stops it at the next batch. With
+    ``answer_cache_dir`` (the model cache), the base's answers to ``answer_retention``'s pool are kept there
+    for the next evaluation on this base (:mod:`learnerd.eval.base_answers`). A version that
     trained too little (:func:`learnerd.ml.recipes.undertrained_reason` on its metadata's steps, final loss
     and vocabulary size) gets an ``undertrained: ...`` finding first.
 
@@ -123,7 +127,7 @@ def evaluate_version(
         DocumentError: as :func:`evaluate`.
         EvaluationCancelled: ``cancel`` was set.
     """
-    backend = DifferentialBackend.load(base, version, placement, cancel=cancel)
+    backend = DifferentialBackend.load(base, version, placement, cancel=cancel, answer_cache_dir=answer_cache_dir)
     backend.check_cancelled()
     extra = {
         "learnerd": {

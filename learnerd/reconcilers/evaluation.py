@@ -364,7 +364,14 @@ class EvaluationReconciler:
 
         try:
             report = evaluate_version(
-                document, version, base, options=self.options, progress=progress, cancel=cancel, placement=placement
+                document,
+                version,
+                base,
+                options=self.options,
+                progress=progress,
+                cancel=cancel,
+                placement=placement,
+                answer_cache_dir=self._models_dir,
             )
             failure = evaluation_failure(report)
             if failure is not None:

@@ -10,7 +10,9 @@ each question rendered as training renders one (:meth:`~learnerd.eval.inputs.Enc
 
 The base's answers decide which items count (those it answers right); the adapter answers only those (one
 token for the others: a generation's first step is the next-token distribution the divergence needs,
-:meth:`~learnerd.eval.backend.View.answers`, so each view runs the pool's prompts once).
+:meth:`~learnerd.eval.backend.View.answers`, so each view runs the pool's prompts once). The base's answers
+are kept in the model cache when the backend has an answer store (:mod:`learnerd.eval.base_answers`): the
+next evaluation on the same base only runs the adapter's side.
 ``raw`` and ``score`` are the fraction the adapter still answers right (``kept / base_right``); the verdict
 passes when it is at least ``retention_min_kept`` (default 0.95). Evidence: ``pool_size``, ``base_right``,
 ``kept``, ``kept_fraction``, ``by_category`` (``{category: {"base_right", "kept"}}``), ``lost`` (the first 5
@@ -107,7 +109,7 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
     prompts = [encoder.prompt(item.prompt) for item in pool]
     budget = opts.retention_max_new_tokens
     with ctx.backend.as_base() as base:
-        base_ids, base_dists = base.answers(prompts, [budget] * len(prompts), opts.top_k)
+        base_ids, base_dists = base.answers(prompts, [budget] * len(prompts), opts.top_k, persist=True)
     base_answers = [encoder.decode(ids) for ids in base_ids]
     right = [i for i, item in enumerate(pool) if contains(base_answers[i], item.gold)]
     if not right:
