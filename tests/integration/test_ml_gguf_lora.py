@@ -110,7 +110,8 @@ async def test_the_gguf_lora_answers_a_trained_probe_through_llama_cpp(tmp_path:
     from learnerd.ml.generate import chat_turns
     from learnerd.ml.rows import render_chat
 
-    training = {"learning_rate": 3e-3, "max_steps": 30, "micro_batch_size": 2}
+    # no general replay: no replay answers to generate first
+    training = {"learning_rate": 3e-3, "max_steps": 30, "micro_batch_size": 2, "general_replay": 0}
     doc = qa_document(
         tmp_path / "docs" / "ops.dlm", SMOLLM2_PAIRS, training=training, base_model="smollm2-135m-instruct"
     )
