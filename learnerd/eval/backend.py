@@ -388,7 +388,7 @@ class View:
         them otherwise; elsewhere it changes nothing.
 
         Raises:
-            as :meth:`generate_many`; OSError: the store cannot be written.
+            as :meth:`generate_many`.
         """
         if len(prompts) != len(max_new_tokens) or any(not p for p in prompts):
             raise ValueError("generate_many needs one non-empty prompt per token budget")

@@ -14,7 +14,8 @@ budgets, top_k]``, stored whole in the file and checked on reading. Arrays: ``di
 ``dist_ids`` int64 ``(N, k)`` and ``dist_logprobs`` float64 ``(N, k)`` (the top-k next-token distribution after
 each prompt, nats), ``vocab_size`` int64. A prompt set is one file per base and document system prompt (the
 prompts are rendered ids), about 4 KB a prompt at ``top_k`` 256. A file that cannot be read, or holds
-another key, is a miss: logged, generated again and replaced.
+another key, is a miss: logged, generated again and replaced; one that cannot be written is logged and
+skipped (a cache never fails an evaluation).
 """
 
 from __future__ import annotations
@@ -82,11 +83,8 @@ class BaseAnswerStore:
         return answers, dists
 
     def save(self, digest: str, answers: Answers) -> None:
-        """Keep ``answers`` under ``digest``, atomically.
-
-        Raises:
-            OSError: the directory cannot be created or written.
-        """
+        """Keep ``answers`` under ``digest``, atomically. A store that cannot be written (no space, a read-only
+        model cache) is logged as ``base_answers.unwritable`` and skipped: the evaluation goes on without it."""
         ids, dists = answers
         buffer = io.BytesIO()
         np.savez(
@@ -98,5 +96,8 @@ class BaseAnswerStore:
             dist_logprobs=np.stack([d.logprobs for d in dists]).astype(np.float64),
             vocab_size=np.array(dists[0].vocab_size if dists else 0, dtype=np.int64),
         )
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        atomic_write_bytes(self.path(digest), buffer.getvalue())
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            atomic_write_bytes(self.path(digest), buffer.getvalue())
+        except OSError as exc:
+            log.warning("base_answers.unwritable", path=str(self.path(digest)), error=str(exc))

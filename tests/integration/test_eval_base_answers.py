@@ -1,7 +1,8 @@
 """The base's answers kept in the model cache (:mod:`learnerd.eval.base_answers`), on the built-in tiny model
 with a real LoRA adapter: stored once, read back by a later backend without a forward pass and equal to what
 it would generate; keyed by budgets and ``top_k``; never stored for the fine-tuned view; an unreadable file is
-generated again. ``answer_retention`` on a second backend runs only the adapter's side."""
+generated again; a store that cannot be written is skipped. ``answer_retention`` on a second backend runs only
+the adapter's side."""
 
 from __future__ import annotations
 
@@ -111,3 +112,14 @@ def test_a_second_answer_retention_runs_only_the_adapters_side(tiny_model_dir, n
     }
     assert second.evidence["mean_js_nats"] == pytest.approx(first.evidence["mean_js_nats"], abs=1e-6)
     assert 0 < second_passes < first_passes
+
+
+def test_a_store_that_cannot_be_written_is_skipped_and_the_answers_still_come(tiny_model_dir, noisy, tmp_path):
+    blocked = tmp_path / "models"
+    blocked.write_text("a file where the model cache should be")  # mkdir fails, as root too
+    b = backend(tiny_model_dir, noisy, blocked)
+    with b.as_base() as base:
+        ids, dists = base.answers(prompts(b), [4] * len(QUESTIONS), 16, persist=True)
+        fresh_ids, fresh_dists = base.answers(prompts(b), [4] * len(QUESTIONS), 16)
+    assert ids == fresh_ids and len(ids) == len(QUESTIONS) and blocked.is_file()
+    assert [d.token_ids.tolist() for d in dists] == [d.token_ids.tolist() for d in fresh_dists]
