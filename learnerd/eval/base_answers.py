@@ -72,6 +72,8 @@ class BaseAnswerStore:
                     raise ValueError("stored for another key")
                 lengths, tokens = data["lengths"], data["tokens"]
                 ids, logprobs, vocab = data["dist_ids"], data["dist_logprobs"], int(data["vocab_size"])
+            if int(lengths.sum()) != tokens.size or not len(lengths) == len(ids) == len(logprobs):
+                raise ValueError("arrays of inconsistent shapes")
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError) as exc:

@@ -83,10 +83,13 @@ def test_an_unreadable_entry_is_generated_again_and_replaced(tiny_model_dir, noi
     store.directory.mkdir(exist_ok=True)
     store.path(digest).write_bytes(b"not an npz file")
     with b.as_base() as base:
-        ids, _ = base.answers(prompts(b), budgets, 16, persist=True)
+        ids, dists = base.answers(prompts(b), budgets, 16, persist=True)
     assert b.forward_passes > 0
     reread = store.load(digest)
     assert reread is not None and reread[0] == ids
+
+    store.save(digest, (ids[:-1], dists))  # one answer short of its distributions: inconsistent
+    assert store.load(digest) is None
 
 
 def test_a_second_answer_retention_runs_only_the_adapters_side(tiny_model_dir, noisy, tmp_path):
