@@ -82,7 +82,8 @@ def trained(tmp_path_factory, smollm2_models: Path) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("smollm2")
     doc = root / "commands.dlm"
     shipped = (REPO_ROOT / "examples" / "commands.dlm").read_text()
-    doc.write_text(shipped.replace("base_model: smollm2-135m-instruct\n", NO_REPLAY, 1))
+    assert shipped.count("base_model: smollm2-135m-instruct\n") == 1, "the block goes after the base_model line"
+    doc.write_text(shipped.replace("base_model: smollm2-135m-instruct\n", NO_REPLAY))
     state = root / "state"
     state.mkdir(mode=0o700)
     (state / "models").symlink_to(smollm2_models)
