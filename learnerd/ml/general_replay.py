@@ -10,7 +10,10 @@ item of the ``answer_retention`` probe's pool, which a test pins), the answers a
 
 They are generated once per base and pool and cached as JSON in the model cache (``<state_dir>/models/``,
 :func:`cache_path`: keyed by a hash of the base's identity and of the pool file; written atomically), so every
-later cycle on that base reads the file. A cycle of ``training.general_replay`` r mixes in
+later cycle on that base reads the file. The file is derived data, kept as the evaluation's base answers are
+(:mod:`learnerd.eval.base_answers`): one that cannot be read, or that holds another pool, is a miss (logged,
+generated again and replaced), and one that cannot be written is logged and skipped; a cache never fails a
+cycle. A cycle of ``training.general_replay`` r mixes in
 ``round(r × document rows)`` replay rows (:func:`replay_rows`: the pool's answers in a seeded order, cycling
 when more are asked for than the pool holds), section id ``general-replay:<n>``: single-turn chat rows with
 the document's system prompt, whose answer tokens carry the loss (and, with ``training.replay_kl_weight``, a
@@ -29,6 +32,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from learnerd.ml.rows import TrainingRow
 from learnerd.store.atomic import atomic_write_text
 
@@ -40,9 +45,7 @@ SECTION_PREFIX = "general-replay:"
 """The section id prefix of a replay row (``general-replay:<pool index>``)."""
 CACHE_VERSION = 1
 
-
-class ReplayCacheError(ValueError):
-    """A replay cache file that is not what :func:`cached_answers` writes (named in the message)."""
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -86,35 +89,49 @@ def cache_path(models_dir: Path, base_identity: str, system: str | None = None) 
 def cached_answers(
     path: Path | None, model: Any, tokenizer: Any, system: str | None = None
 ) -> tuple[ReplayAnswer, ...]:
-    """The base's greedy answers to the pool: read from ``path`` when it exists, else generated with ``model``
-    (the base: a plain causal LM, or a ``PeftModel`` inside ``disable_adapter()``) and written there atomically
-    (``path`` None: generated and not cached).
+    """The base's greedy answers to the pool: read from ``path`` when it holds them, else generated with
+    ``model`` (the base: a plain causal LM, or a ``PeftModel`` inside ``disable_adapter()``) and written there
+    atomically (``path`` None: generated and not cached). A ``path`` that cannot be read or holds another
+    pool is logged (``general_replay.cache_unreadable``) and replaced; one that cannot be written is logged
+    (``general_replay.cache_unwritable``) and the answers are returned all the same.
 
     Raises:
-        ReplayCacheError: ``path`` exists but is not a cache of this pool.
         RowEncodingError: the tokenizer has no chat template.
-        OSError: the cache cannot be written (its directory must exist).
     """
     prompts = replay_prompts()
-    if path is not None and path.exists():
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-            answers = tuple(ReplayAnswer(a["prompt"], a["answer"]) for a in raw["answers"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ReplayCacheError(f"{path}: not a replay cache ({exc})") from None
-        if tuple(a.prompt for a in answers) != prompts:
-            raise ReplayCacheError(f"{path}: cached for another prompt pool; delete it to regenerate")
-        return answers
+    cached = _read_cache(path, prompts) if path is not None else None
+    if cached is not None:
+        return cached
     from learnerd.ml.generate import chat_turns, greedy_replies
 
     replies = greedy_replies(
         model, tokenizer, [chat_turns(p, system=system) for p in prompts], max_new_tokens=MAX_NEW_TOKENS
     )
     answers = tuple(ReplayAnswer(p, r.text.strip()) for p, r in zip(prompts, replies, strict=True))
-    payload = {"version": CACHE_VERSION, "system": system, "answers": [a.__dict__ for a in answers]}
     if path is not None:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(payload, ensure_ascii=False, indent=1) + "\n")
+        payload = {"version": CACHE_VERSION, "system": system, "answers": [a.__dict__ for a in answers]}
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            atomic_write_text(path, json.dumps(payload, ensure_ascii=False, indent=1) + "\n")
+        except OSError as exc:
+            log.warning("general_replay.cache_unwritable", path=str(path), error=str(exc))
+    return answers
+
+
+def _read_cache(path: Path, prompts: tuple[str, ...]) -> tuple[ReplayAnswer, ...] | None:
+    """The answers cached at ``path`` for ``prompts``; None when there is no file, or (logged) when it cannot
+    be read or was written for another pool."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        answers = tuple(ReplayAnswer(a["prompt"], a["answer"]) for a in raw["answers"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("general_replay.cache_unreadable", path=str(path), error=str(exc))
+        return None
+    if tuple(a.prompt for a in answers) != prompts:
+        log.warning("general_replay.cache_unreadable", path=str(path), error="written for another prompt pool")
+        return None
     return answers
 
 

@@ -128,7 +128,6 @@ def retention_rows(model: Any, tokenizer: Any, request: TrainingRequest) -> list
     and cached there), both seeded with ``training.seed`` and asked under the rows' system prompt.
 
     Raises:
-        ReplayCacheError: the cache file is not a cache of the pool.
         RowEncodingError: the tokenizer has no chat template.
     """
     from pathlib import Path
@@ -199,11 +198,10 @@ def _preload() -> None:
 def _is_permanent(exc: Exception) -> bool:
     from learnerd.ml.base_model import BaseModelError
     from learnerd.ml.device import DeviceError
-    from learnerd.ml.general_replay import ReplayCacheError
     from learnerd.ml.rows import RowEncodingError
     from learnerd.store.dlm import TrainingConfigError
 
-    return isinstance(exc, BaseModelError | DeviceError | RowEncodingError | TrainingConfigError | ReplayCacheError)
+    return isinstance(exc, BaseModelError | DeviceError | RowEncodingError | TrainingConfigError)
 
 
 def _private_stdout() -> IO[str]:

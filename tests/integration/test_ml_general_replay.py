@@ -11,7 +11,7 @@ import torch
 from learnerd.eval.probes.retention import general_pool
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
 from learnerd.ml.cycle import train_cycle
-from learnerd.ml.general_replay import SECTION_PREFIX, cache_path, replay_prompts
+from learnerd.ml.general_replay import SECTION_PREFIX, cache_path, cached_answers, replay_prompts
 from learnerd.ml.lora import train_lora
 from learnerd.ml.rows import MULTI_TURN_PAIRS, TrainingRow, multi_turn_rows
 from learnerd.ml.train_worker import TrainingRequest, retention_rows
@@ -71,6 +71,21 @@ def test_replay_answers_are_generated_once_and_cached_per_base(models_dir, tmp_p
     outcome = cycle(QA_ROWS[:5])
     assert outcome.version is not None and path.stat().st_ino == inode
     assert list(cache_dir.glob("replay-*.json")) == [path]
+
+
+def test_an_unreadable_cache_is_generated_again_and_an_unwritable_one_skipped(tiny_model_dir, tmp_path):
+    """The cache is derived data: a torn file, or one of another pool, is replaced by fresh answers (equal
+    to those of no cache at all); a cache path that cannot be written still gives the answers."""
+    model, tokenizer = load_model_directory(tiny_model_dir)
+    fresh = cached_answers(None, model, tokenizer)
+    path = tmp_path / "replay-torn.json"
+    for bad in ('{"answers": [{"prompt": "What is', json.dumps({"answers": [{"prompt": "other", "answer": "x"}]})):
+        path.write_text(bad)
+        assert cached_answers(path, model, tokenizer) == fresh
+        assert [a["answer"] for a in json.loads(path.read_text())["answers"]] == [a.answer for a in fresh]
+    blocked = tmp_path / "a-file" / "replay.json"
+    blocked.parent.write_text("not a directory")
+    assert cached_answers(blocked, model, tokenizer) == fresh
 
 
 def test_the_kl_term_changes_what_the_adapter_learns(tiny_model_dir):
