@@ -22,7 +22,8 @@ policy refuses (e.g. ``rm -rf``) is never chosen, so every learned pair is one l
 
 Conditions, each a greedy answer (at most 48 new tokens; batches of 16, left-padded): **base** zero-shot;
 **base+RAG**: the k = 3 examples learnerd's search returns for the prompt (the state's stored vectors, as
-``learnerd search``) as earlier user / assistant turns (foyle's agent style); the **adapter** served after each
+``learnerd search``), best first, quoted in the system message as the OpenAI-compatible endpoint serves them
+(``learnerd.api.openai_app.with_examples``, ``rag_k``); the **adapter** served after each
 of ``--cycles`` unattended ``learnerd run --once`` runs with ``[evaluation] auto_harvest = true`` (train →
 evaluate → promotion gate → harvest failing probes → retrain); **adapter+RAG** after the last cycle.
 
@@ -296,19 +297,21 @@ class Retriever:
         self.embedder = make_embedder(cfg.embeddings)
         self.index = load_index(self.conn, self.embedder.name, self.embedder.dim or None)
 
-    def shots(self, text: str) -> list[tuple[str, str]]:
+    def hits(self, text: str) -> list[dict]:
+        """The :data:`RAG_K` learned examples nearest to ``text``, best first (``query``, ``answer``, ...)."""
         from learnerd.store.retrieval import describe_hits, nearest
 
-        hits = describe_hits(self.conn, nearest(self.embedder, self.index, text, RAG_K), RAG_K)
-        return [(h["query"], h["answer"]) for h in reversed(list(hits))]  # the best example nearest the prompt
+        return [dict(h) for h in describe_hits(self.conn, nearest(self.embedder, self.index, text, RAG_K), RAG_K)]
 
 
 def answer_all(model, tokenizer, items: list[Item], retriever: Retriever | None = None) -> Scores:
-    """Greedy answers to ``items`` (with the retrieved shots when ``retriever`` is given), in batches."""
+    """Greedy answers to ``items`` (with the retrieved examples, as the endpoint quotes them, when
+    ``retriever`` is given), in batches."""
+    from learnerd.api.openai_app import with_examples
     from learnerd.ml.generate import chat_turns, greedy_replies
 
     conversations = [
-        chat_turns(it.prompt, shots=retriever.shots(it.prompt) if retriever is not None else ()) for it in items
+        with_examples(chat_turns(it.prompt), retriever.hits(it.prompt) if retriever is not None else []) for it in items
     ]
     scores = Scores()
     for it, reply in zip(

@@ -36,14 +36,9 @@ def generation_eos_ids(model: Any) -> set[int]:
     return set(eos if isinstance(eos, list) else [eos]) - {None}
 
 
-def chat_turns(prompt: str, *, system: str | None = None, shots: Sequence[tuple[str, str]] = ()) -> list[ChatMessage]:
-    """The messages of one question: ``system`` first when given, then each ``(question, answer)`` of
-    ``shots`` as an earlier user / assistant turn (few-shot examples, the way foyle's agent passes
-    retrieved examples), then ``prompt`` as the last user turn."""
-    messages = [ChatMessage("system", system)] if system else []
-    for question, answer in shots:
-        messages += [ChatMessage("user", question), ChatMessage("assistant", answer)]
-    return [*messages, ChatMessage("user", prompt)]
+def chat_turns(prompt: str, *, system: str | None = None) -> list[ChatMessage]:
+    """The messages of one question: ``system`` first when given, then ``prompt`` as the user turn."""
+    return [*([ChatMessage("system", system)] if system else []), ChatMessage("user", prompt)]
 
 
 def greedy_reply(
@@ -55,7 +50,6 @@ def greedy_reply(
     max_new_tokens: int = 64,
     logits_processor: Any = None,
     stopping_criteria: Any = None,
-    shots: Sequence[tuple[str, str]] = (),
 ) -> Reply:
     """The model's greedy reply to a single user turn (:func:`chat_turns`), rendered through the chat
     template as the trainer renders chat rows; stops at the generation config's EOS ids or after
@@ -65,12 +59,11 @@ def greedy_reply(
         model: a causal LM or a ``PeftModel`` (inside ``disable_adapter()`` it answers as the base).
         logits_processor: an optional ``transformers.LogitsProcessorList`` applied at every step.
         stopping_criteria: an optional ``transformers.StoppingCriteriaList`` (e.g. to stop on a signal).
-        shots: ``(question, answer)`` pairs put before ``prompt`` as earlier user / assistant turns.
 
     Raises:
         RowEncodingError: the tokenizer has no chat template.
     """
-    conversation = chat_turns(prompt, system=system, shots=shots)
+    conversation = chat_turns(prompt, system=system)
     return greedy_replies(
         model,
         tokenizer,
