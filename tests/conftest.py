@@ -11,6 +11,26 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``-n N``), share the cores among the workers: each worker, and every CLI
+    subprocess it starts, runs torch and OpenMP on ``cores // N`` threads (at least 1) unless
+    ``$OMP_NUM_THREADS`` is set already. N workers each spinning every core's OpenMP threads run several
+    times slower than N single-threaded ones."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers and workers.isdigit():
+        from learnerd.ml.device import usable_cores
+
+        threads = str(max(1, usable_cores() // int(workers)))
+        os.environ.setdefault("OMP_NUM_THREADS", threads)
+        os.environ.setdefault("MKL_NUM_THREADS", threads)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules marked ``longest`` first (in their own order; the rest keep theirs): in a parallel run a module
+    of many minutes handed out last would run alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("longest") is None)
+
+
 def peer_data_dir() -> Path | None:
     """``../shared/peer-data`` beside the checkout (or $LEARNERD_PEER_DATA), None when absent."""
     override = os.environ.get("LEARNERD_PEER_DATA")

