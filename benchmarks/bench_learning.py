@@ -297,11 +297,12 @@ class Retriever:
         self.embedder = make_embedder(cfg.embeddings)
         self.index = load_index(self.conn, self.embedder.name, self.embedder.dim or None)
 
-    def hits(self, text: str) -> list[dict]:
-        """The :data:`RAG_K` learned examples nearest to ``text``, best first (``query``, ``answer``, ...)."""
+    def hits(self, text: str) -> list:
+        """The :data:`RAG_K` learned examples nearest to ``text``, best first (``SearchHit`` dicts: ``query``,
+        ``answer``, ...)."""
         from learnerd.store.retrieval import describe_hits, nearest
 
-        return [dict(h) for h in describe_hits(self.conn, nearest(self.embedder, self.index, text, RAG_K), RAG_K)]
+        return describe_hits(self.conn, nearest(self.embedder, self.index, text, RAG_K), RAG_K)
 
 
 def answer_all(model, tokenizer, items: list[Item], retriever: Retriever | None = None) -> Scores:
