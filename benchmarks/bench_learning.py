@@ -27,7 +27,9 @@ Conditions, each a greedy answer (at most 48 new tokens; batches of 16, left-pad
 of ``--cycles`` unattended ``learnerd run --once`` runs with ``[evaluation] auto_harvest = true`` (train →
 evaluate → promotion gate → harvest failing probes → retrain); **adapter+RAG** after the last cycle.
 
-Metrics: **exact** match (whitespace collapsed) and **command-name** match (first token). Prints the table and
+Metrics, on the command an answer suggests (the body of its first fenced code block, else the whole answer:
+what learnerd records as a served answer's suggestion, :func:`learnerd.store.suggestions.command_of`): **exact**
+match (whitespace collapsed) and **command-name** match (first token). Prints the table and
 every cycle's wall time and gate verdicts; writes a PNG (``--png``: the matches, and beside them each served
 version's retention probes) and a JSON (``--json``: the arguments, the sets, every answer, the per-cycle
 versions, verdicts and wall times, the retention probes' results).
@@ -64,6 +66,7 @@ from learnerd.privacy.policy import CommandPolicy
 from learnerd.reconcilers.examples import judge
 from learnerd.reconcilers.settings import ExamplesConfig
 from learnerd.store.blocks import Block, Cell
+from learnerd.store.suggestions import command_of, normalize_command
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_MODEL = "smollm2-135m-instruct"
@@ -109,12 +112,15 @@ class Sets:
     items: dict[str, list[Item]]
 
 
-def normalize(text: str) -> str:
-    return " ".join(text.split())
+def suggested(answer: str) -> str:
+    """The command ``answer`` suggests, whitespace collapsed: the body of its first fenced code block, else the
+    whole answer — what learnerd records as a served answer's suggestion
+    (:func:`learnerd.store.suggestions.command_of`)."""
+    return normalize_command(command_of(answer).text)
 
 
-def first_token(text: str) -> str:
-    parts = text.strip().strip("`").split()
+def first_token(command: str) -> str:
+    parts = command.strip("`").split()
     return parts[0] if parts else ""
 
 
@@ -320,8 +326,9 @@ def answer_all(model, tokenizer, items: list[Item], retriever: Retriever | None 
     ):
         text = reply.text.strip()
         scores.answers.append(text)
-        scores.exact += normalize(text) == normalize(it.command)
-        scores.command_name += first_token(text) == first_token(it.command)
+        command, gold = suggested(text), normalize_command(it.command)
+        scores.exact += command == gold
+        scores.command_name += first_token(command) == first_token(gold)
     return scores
 
 

@@ -11,13 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_learning import choose_sets, training_overrides, write_inputs
+from benchmarks.bench_learning import choose_sets, suggested, training_overrides, write_inputs
 from learnerd.store.dlm import read_document
 from learnerd.store.dlm.qa import question_text
 from learnerd.store.dlm.training import TrainingConfigError
 from tests.conftest import REPO_ROOT, cli_env
 
 SCRIPT = REPO_ROOT / "benchmarks" / "bench_learning.py"
+
+
+def test_an_answer_is_scored_on_the_command_it_suggests_the_fenced_block_when_it_has_one() -> None:
+    """Quoted examples come in fenced blocks, and a model answers in kind: the command is the block's body
+    (as learnerd records a served answer's suggestion), not the answer's first characters."""
+    fenced = "```bash\nfind . -name '*.foo'   -exec cat {} \\;\n```\n\nThis prints every file that matches."
+    assert suggested(fenced) == "find . -name '*.foo' -exec cat {} \\;"
+    assert suggested("  ls   -la \n") == "ls -la"
+    assert suggested("Use `ls` to list files.") == "Use `ls` to list files."
 
 
 def test_the_learned_set_is_nl2bash_first_descriptions_and_tldr_first_examples_the_paraphrases_the_others(
