@@ -56,7 +56,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -67,6 +67,9 @@ from learnerd.reconcilers.examples import judge
 from learnerd.reconcilers.settings import ExamplesConfig
 from learnerd.store.blocks import Block, Cell
 from learnerd.store.suggestions import command_of, normalize_command
+
+if TYPE_CHECKING:
+    from learnerd.store.retrieval import SearchHit
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_MODEL = "smollm2-135m-instruct"
@@ -303,9 +306,8 @@ class Retriever:
         self.embedder = make_embedder(cfg.embeddings)
         self.index = load_index(self.conn, self.embedder.name, self.embedder.dim or None)
 
-    def hits(self, text: str) -> list:
-        """The :data:`RAG_K` learned examples nearest to ``text``, best first (``SearchHit`` dicts: ``query``,
-        ``answer``, ...)."""
+    def hits(self, text: str) -> list[SearchHit]:
+        """The :data:`RAG_K` learned examples nearest to ``text``, best first (``query``, ``answer``, ...)."""
         from learnerd.store.retrieval import describe_hits, nearest
 
         return describe_hits(self.conn, nearest(self.embedder, self.index, text, RAG_K), RAG_K)
