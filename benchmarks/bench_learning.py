@@ -23,9 +23,10 @@ policy refuses (e.g. ``rm -rf``) is never chosen, so every learned pair is one l
 Conditions, each a greedy answer (at most 48 new tokens; batches of 16, left-padded): **base** zero-shot;
 **base+RAG**: the k = 3 examples learnerd's search returns for the prompt (the state's stored vectors, as
 ``learnerd search``), best first, quoted in the system message as the OpenAI-compatible endpoint serves them
-(``learnerd.api.openai_app.with_examples``, ``rag_k``); the **adapter** served after each
+(``learnerd.ml.retrieved_examples.with_examples``, ``rag_k``); the **adapter** served after each
 of ``--cycles`` unattended ``learnerd run --once`` runs with ``[evaluation] auto_harvest = true`` (train →
-evaluate → promotion gate → harvest failing probes → retrain); **adapter+RAG** after the last cycle.
+evaluate → promotion gate → harvest failing probes → retrain), or the candidate the gate rejected in that
+cycle (its row says ``rejected``: not served, measured all the same); **adapter+RAG** after the last cycle.
 
 Metrics, on the command an answer suggests (the body of its first fenced code block, else the whole answer:
 what learnerd records as a served answer's suggestion, :func:`learnerd.store.suggestions.command_of`): **exact**
@@ -316,8 +317,8 @@ class Retriever:
 def answer_all(model, tokenizer, items: list[Item], retriever: Retriever | None = None) -> Scores:
     """Greedy answers to ``items`` (with the retrieved examples, as the endpoint quotes them, when
     ``retriever`` is given), in batches."""
-    from learnerd.api.openai_app import with_examples
     from learnerd.ml.generate import chat_turns, greedy_replies
+    from learnerd.ml.retrieved_examples import with_examples
 
     conversations = [
         with_examples(chat_turns(it.prompt), retriever.hits(it.prompt) if retriever is not None else []) for it in items
@@ -461,17 +462,21 @@ def main() -> int:
             retriever = Retriever(config)
             results["base+RAG"] = {k: answer_all(model, tokenizer, v, retriever) for k, v in items.items()}
             print("base+RAG answered", flush=True)
-        if current is None:
+        newest = max(store.list_versions(doc_key), key=lambda v: v.number, default=None)
+        if newest is None:
             continue
-        name = f"adapter c{cycle} ({current.name})"
-        if served is not None and served[0] == current.number:  # the same adapter, greedy: the same answers
+        # the newest version answers, served or not: a candidate the gate rejected is measured too (its row says
+        # so), for the benchmark asks what training learned; the daemon serves `current` all the same
+        rejected = current is None or newest.number != current.number
+        name = f"adapter c{cycle} ({newest.name}{', rejected' if rejected else ''})"
+        if served is not None and served[0] == newest.number:  # the same adapter, greedy: the same answers
             results[name], probes[name] = results[served[1]], probes[served[1]]
             continue
         fresh, _ = load_model_directory(base_ref.path, name=base, placement=placement)
-        adapted = load_adapter(fresh, current)
+        adapted = load_adapter(fresh, newest)
         results[name] = {k: answer_all(adapted, tokenizer, v) for k, v in items.items()}
-        probes[name] = retention_probes(current)
-        served = (current.number, name)
+        probes[name] = retention_probes(newest)
+        served = (newest.number, name)
         print(f"{name} answered", flush=True)
     if adapted is not None and retriever is not None:
         results["adapter+RAG"] = {k: answer_all(adapted, tokenizer, v, retriever) for k, v in items.items()}

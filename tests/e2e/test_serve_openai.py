@@ -17,9 +17,9 @@ import aiohttp
 import openai
 import pytest
 
-from learnerd.api.openai_app import with_examples
 from learnerd.client import SEARCH_TOKEN_ENV, AsyncLearnerdClient, LearnerdClient
 from learnerd.ml.base_model import load_model_directory
+from learnerd.ml.retrieved_examples import with_examples
 from learnerd.ml.rows import ChatMessage, render_chat
 from learnerd.store.dlm import read_document
 from tests.conftest import REPO_ROOT, cli_env, learnerd_command

@@ -18,9 +18,10 @@ import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from learnerd.api.openai_app import openai_app, quote_example, with_examples
+from learnerd.api.openai_app import openai_app
 from learnerd.api.settings import ServeConfig
 from learnerd.ml import serving
+from learnerd.ml.retrieved_examples import quote_example, with_examples
 from learnerd.ml.rows import ChatMessage
 from learnerd.ml.serving import ModelCatalog, ServedModels
 from learnerd.store.adapters import AdapterStore

@@ -22,9 +22,9 @@ import pytest
 import structlog
 
 from learnerd.api.http import ServerLimits
-from learnerd.api.openai_app import EXAMPLES_HEADER
 from learnerd.api.settings import ServeConfig
 from learnerd.daemon.service import ServiceOptions
+from learnerd.ml.retrieved_examples import EXAMPLES_HEADER
 from tests.qa_pairs import QA_PAIRS
 from tests.support.daemon import append_blocks, daemon_config, eventually, running_service
 from tests.support.documents import qa_document

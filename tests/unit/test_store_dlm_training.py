@@ -20,6 +20,7 @@ def test_defaults_are_dlms():
     assert cfg.target_modules == "auto" and cfg.peft_target_modules() == "all-linear"
     assert cfg.max_steps is None and cfg == TrainingConfig()
     assert (cfg.general_replay, cfg.replay_kl_weight, cfg.multi_turn_rows) == (0.0, 0.0, 0)  # learnerd's: off
+    assert cfg.retrieval_k == 0  # learnerd's: off
 
 
 def test_mapping_overrides_and_round_trips():
@@ -64,6 +65,8 @@ def test_dlm_only_keys_are_kept_and_trainable():
         ({"general_replay": True}, "training.general_replay"),
         ({"replay_kl_weight": float("inf")}, "training.replay_kl_weight"),
         ({"multi_turn_rows": 0.5}, "training.multi_turn_rows"),
+        ({"retrieval_k": True}, "training.retrieval_k"),
+        ({"retrieval_k": 1.5}, "training.retrieval_k"),
     ],
 )
 def test_bad_values_are_refused_with_the_key(raw, needle):
@@ -111,6 +114,7 @@ def test_total_steps_from_epochs_or_budget():
         ("num_epochs", 10**9, "1..1000"),
         ("max_steps", 10**9, "1..1000000"),
         ("multi_turn_rows", 10**9, "0..10000"),
+        ("retrieval_k", 17, "0..16"),
         ("lora_alpha", 10**21, "1..1024"),
         ("seed", 2**64, "0..4294967295"),
         ("seed", -1, "0..4294967295"),

@@ -8,7 +8,9 @@ LoRA rank ``lora_r`` 8 (1..256), ``lora_alpha`` 16, ``lora_dropout`` 0.05 (0..0.
 ``grad_accum`` ``"auto"`` (8 rows and 1 micro-batch per step on learnerd, which trains on CPU).
 
 learnerd adds keys dlm does not have: ``max_steps``, a budget of optimizer steps per training cycle
-that replaces ``num_epochs`` when set (``None`` by default); and three that keep the base's abilities
+that replaces ``num_epochs`` when set (``None`` by default); ``retrieval_k`` (0..16, examples quoted in each
+retrieval-augmented row: every Q/A pair trained once more under the block of retrieved examples the endpoint
+serves, ``learnerd.ml.retrieved_examples``; 0, off, by default); and three that keep the base's abilities
 (``learnerd.ml.general_replay``, docs/retention.md), all off by default here (the per-base recipe of
 ``learnerd.ml.recipes`` may turn them on): ``general_replay`` (0..10, replay rows per document row: the
 base's own cached greedy answers to a general prompt pool), ``replay_kl_weight`` (0..100, the weight of a
@@ -54,6 +56,7 @@ class TrainingConfigError(ValueError):
 
 _NUMBERS = ("lora_r", "lora_alpha", "lora_dropout", "sequence_len", "learning_rate", "num_epochs")
 _NUMBERS += ("warmup_ratio", "seed", "max_steps", "general_replay", "replay_kl_weight", "multi_turn_rows")
+_NUMBERS += ("retrieval_k",)
 
 
 class TrainingConfig(BaseModel):
@@ -90,6 +93,7 @@ class TrainingConfig(BaseModel):
     general_replay: float = Field(0.0, ge=0.0, le=10.0)
     replay_kl_weight: float = Field(0.0, ge=0.0, le=100.0)
     multi_turn_rows: int = Field(0, ge=0, le=10_000)
+    retrieval_k: int = Field(0, ge=0, le=16)
     extra: dict[str, Any] = Field(default_factory=dict)
 
     def __init__(self, **data: Any) -> None:
