@@ -68,8 +68,8 @@ def retrieval_rows(
     rows: Sequence[TrainingRow], k: int, embed: Callable[[Sequence[str]], np.ndarray], *, seed: int
 ) -> list[TrainingRow]:
     """One retrieval-augmented row per single-turn Q/A pair of ``rows``: the pair's own messages, with ``k``
-    other pairs of ``rows`` quoted in its system message exactly as the endpoint quotes retrieved examples
-    (:func:`with_examples`), the loss on its answer as before.
+    pairs of ``rows`` quoted in its system message as the endpoint quotes retrieved examples
+    (:func:`with_examples`; the fences carry no language tag: a pair has none), the loss on its answer as before.
 
     The quoted pairs are those whose questions are nearest to the pair's question (cosine similarity of
     ``embed``'s vectors, best first, each answer once, as ``learnerd.store.retrieval.describe_hits`` serves
