@@ -14,10 +14,12 @@ steering delta applies to (:mod:`learnerd.steering.processor`).
   ``"("`` and ``"x"`` are not. An EOS id is in cluster 0 whatever it decodes to.
 * **Clusters 2 … K+1 — k-means.** Every other token is decoded alone; its text stripped of surrounding
   whitespace and of a leading ``##`` (or, when that leaves nothing, its raw vocabulary string such as
-  ``Ċ``) is embedded with the configured embedder (unit rows; each distinct text once), reduced by PCA
-  (numpy SVD of the centred vectors, the first ``pca_dim`` right singular vectors), and clustered with
-  ``faiss.Kmeans`` (``seed``, 25 iterations); each token joins its nearest centroid. Numbering follows
-  faiss's centroid order, plus 2.
+  ``Ċ``) is embedded with the configured embedder (unit rows). The *distinct* texts, each once, are
+  reduced by PCA (numpy SVD of the centred vectors, the first ``pca_dim`` right singular vectors) and
+  clustered with ``faiss.Kmeans`` (``seed``, 25 iterations); each token joins the centroid nearest its text.
+  Numbering follows faiss's centroid order, plus 2. (Rule version 2; version 1 clustered one vector per
+  token, so a text many byte tokens decode to — 152 of the tiny model's 238 — outweighed the rest and could
+  leave a centroid with no token.)
 
 Two files describe a clustering (both JSON, written atomically):
 
@@ -48,7 +50,7 @@ import numpy as np
 
 from learnerd.store.atomic import atomic_write_bytes, atomic_write_text
 
-RULE_VERSION = 1
+RULE_VERSION = 2
 """Version of the rules above (fixed clusters, embedded texts); bumped when they change (a new cache key)."""
 
 EOS_CLUSTER = 0
@@ -208,7 +210,8 @@ def build_clusters(
         on_progress: called with ``(texts embedded, distinct texts to embed)`` after each chunk.
 
     Raises:
-        ClusterError: ``k`` < 1, an EOS id outside the vocabulary, or fewer tokens left for k-means than ``k``.
+        ClusterError: ``k`` < 1, an EOS id outside the vocabulary, or fewer tokens (or distinct token texts)
+            left for k-means than ``k``.
     """
     import faiss
 
@@ -231,14 +234,16 @@ def build_clusters(
     inputs = [embedding_text(texts[i], str(raw_token)) for i, raw_token in zip(rest, raw, strict=True)]
     unique = list(dict.fromkeys(inputs))
     row = {text: n for n, text in enumerate(unique)}
-    vectors = _embed(embedder, unique, on_progress)[[row[t] for t in inputs]]
-    reduced = _pca(vectors, pca_dim)
+    if len(unique) < k:
+        raise ClusterError(f"only {len(unique)} distinct token texts are left for k-means, fewer than k = {k}")
+    reduced = _pca(_embed(embedder, unique, on_progress), pca_dim)
     kmeans = faiss.Kmeans(
         reduced.shape[1], k, niter=KMEANS_ITERATIONS, seed=seed, verbose=False, min_points_per_centroid=1
     )
     kmeans.train(reduced)
     distances, nearest = kmeans.index.search(reduced, 1)
-    assignment[rest] = nearest[:, 0].astype(np.int32) + FIRST_KMEANS_CLUSTER
+    rows = [row[t] for t in inputs]
+    assignment[rest] = nearest[rows, 0].astype(np.int32) + FIRST_KMEANS_CLUSTER
     identity = tokenizer_identity(tokenizer)
     clusters = VocabularyClusters(
         token_clusters=assignment,
@@ -251,7 +256,7 @@ def build_clusters(
         descriptions={},
     )
     closeness = np.full(n, np.inf, dtype=np.float64)
-    closeness[rest] = distances[:, 0]
+    closeness[rest] = distances[rows, 0]
     return replace(clusters, descriptions=_describe(clusters, texts, closeness))
 
 
