@@ -162,3 +162,19 @@ def test_minilm_tokenizer_partition(minilm, minilm_clusters):
         assert minilm_clusters.token_clusters[vocab[word]] >= 2, word
     for symbol in ("$", "%", "+", "=", "##5", "½"):
         assert minilm_clusters.token_clusters[vocab[symbol]] == 1, symbol
+
+
+def test_more_clusters_than_distinct_token_texts_is_refused(tiny, minilm, tmp_path):
+    """The tiny model leaves 238 tokens for k-means but only 111 distinct texts (byte tokens decode alike):
+    k-means runs over the texts, so k = 200 cannot have a member in every cluster and is refused."""
+    model, tokenizer = tiny
+    with pytest.raises(ClusterError, match=r"distinct token texts are left for k-means, fewer than k = 200"):
+        load_or_build_clusters(
+            tokenizer,
+            embedder_name=minilm.name,
+            make_embedder=lambda: minilm,
+            k=200,
+            seed=0,
+            eos_ids=eos_token_ids(tokenizer, model.generation_config),
+            cache_root=tmp_path,
+        )
