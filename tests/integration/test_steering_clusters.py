@@ -136,14 +136,22 @@ def test_changed_cluster_map_is_refused(tiny_clusters, tmp_path):
         load_clusters(copy, expected_sha256=tiny_clusters.map_sha256)
 
 
-def test_more_clusters_than_tokens_is_refused(tiny, minilm, tmp_path):
+@pytest.mark.parametrize(
+    ("k", "message"),
+    [
+        (1000, r"tokens are left for k-means, fewer than k = 1000"),
+        # 238 tokens are left, but byte tokens decode alike: only 111 distinct texts, and k-means runs over those
+        (200, r"distinct token texts are left for k-means, fewer than k = 200"),
+    ],
+)
+def test_more_clusters_than_tokens_or_distinct_texts_is_refused(tiny, minilm, tmp_path, k, message):
     model, tokenizer = tiny
-    with pytest.raises(ClusterError, match="fewer than k = 1000"):
+    with pytest.raises(ClusterError, match=message):
         load_or_build_clusters(
             tokenizer,
             embedder_name=minilm.name,
             make_embedder=lambda: minilm,
-            k=1000,
+            k=k,
             seed=0,
             eos_ids=eos_token_ids(tokenizer, model.generation_config),
             cache_root=tmp_path,
@@ -162,19 +170,3 @@ def test_minilm_tokenizer_partition(minilm, minilm_clusters):
         assert minilm_clusters.token_clusters[vocab[word]] >= 2, word
     for symbol in ("$", "%", "+", "=", "##5", "½"):
         assert minilm_clusters.token_clusters[vocab[symbol]] == 1, symbol
-
-
-def test_more_clusters_than_distinct_token_texts_is_refused(tiny, minilm, tmp_path):
-    """The tiny model leaves 238 tokens for k-means but only 111 distinct texts (byte tokens decode alike):
-    k-means runs over the texts, so k = 200 cannot have a member in every cluster and is refused."""
-    model, tokenizer = tiny
-    with pytest.raises(ClusterError, match=r"distinct token texts are left for k-means, fewer than k = 200"):
-        load_or_build_clusters(
-            tokenizer,
-            embedder_name=minilm.name,
-            make_embedder=lambda: minilm,
-            k=200,
-            seed=0,
-            eos_ids=eos_token_ids(tokenizer, model.generation_config),
-            cache_root=tmp_path,
-        )
