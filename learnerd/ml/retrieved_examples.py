@@ -93,17 +93,17 @@ def retrieval_rows(
         return []
     questions = [next(m.content for m in messages if m.role == "user") for _, messages in pairs]
     answers = [next(m.content for m in messages if m.role == "assistant") for _, messages in pairs]
+    folded = [" ".join(answer.split()) for answer in answers]  # whitespace folded, as describe_hits compares
     vectors = np.asarray(embed(questions), dtype=np.float32)
     similarity = vectors @ vectors.T
     in_store = set(random.Random(seed).sample(range(len(pairs)), (len(pairs) + 1) // 2))
     out = []
     for i, (section_id, messages) in enumerate(pairs):
-        seen = set() if i in in_store else {" ".join(answers[i].split())}
+        seen = set() if i in in_store else {folded[i]}
         hits: list[dict[str, Any]] = []
         for j in np.argsort(-similarity[i], kind="stable"):
-            answer = " ".join(answers[j].split())
-            if answer not in seen:
-                seen.add(answer)
+            if folded[j] not in seen:
+                seen.add(folded[j])
                 hits.append({"query": questions[j], "answer": answers[j], "language": ""})
             if len(hits) == k:
                 break
