@@ -114,8 +114,9 @@ class OwnedReconciler:
         try:
             return await self.inner.reconcile(key)
         finally:
+            finished = time.time()  # before the unlock: another replica may take the key the moment after
             fleet.unlock(self.name, key)
-            fleet.audit(self.name, [key], started)
+            fleet.audit(self.name, [key], started, finished)
 
 
 class OwnedBatchReconciler(OwnedReconciler):
@@ -149,9 +150,10 @@ class OwnedBatchReconciler(OwnedReconciler):
         try:
             outcomes.update(await self.inner.reconcile_batch(locked))
         finally:
+            finished = time.time()
             for key in locked:
                 fleet.unlock(self.name, key)
-            fleet.audit(self.name, locked, started)
+            fleet.audit(self.name, locked, started, finished)
         fleet.announce_vectors([k for k in locked if isinstance(outcomes.get(k), Result)])
         return outcomes
 
@@ -273,11 +275,10 @@ class Fleet:
         with contextlib.suppress(psycopg.Error):
             self._lock_conn.execute("SELECT pg_advisory_unlock(?)", (lock_id(queue, key),))
 
-    def audit(self, queue: str, keys: Sequence[str], started: float) -> None:
-        """Record the reconcile of ``keys`` (``[fleet] audit``); a failure is logged, never raised."""
-        self._record(queue, keys, started, time.time())
-
-    def _record(self, queue: str, keys: Sequence[str], started: float, finished: float) -> None:
+    def audit(self, queue: str, keys: Sequence[str], started: float, finished: float) -> None:
+        """Record ``keys`` of ``queue`` in ``reconcile_log`` from ``started`` to ``finished`` (Unix seconds;
+        for a reconcile both taken while the keys' advisory locks were held) when ``[fleet] audit`` is on;
+        a failure is logged, never raised."""
         if not self._audit:
             return
         try:
@@ -374,7 +375,7 @@ class Fleet:
         self._read_at = time.monotonic()
         for dead in view.expired:
             log.warning("fleet.lease_expired", replica=dead.id, after_s=round(dead.deleted - dead.renewed, 3))
-            self._record(REPLICAS_QUEUE, [dead.id], dead.renewed, dead.deleted)
+            self.audit(REPLICAS_QUEUE, [dead.id], dead.renewed, dead.deleted)
         members = {role: [r.id for r in self.replicas if role in r.roles] for role in (PIPELINE_ROLE, TRAIN_ROLE)}
         for role in self.roles:  # this replica always counts itself, even before its row is visible
             if self.replica_id not in members[role]:

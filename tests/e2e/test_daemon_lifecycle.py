@@ -24,11 +24,17 @@ BLOCKS = SAMPLE_BLOCKS
 
 
 @pytest.fixture
-def root():
+def empty_root():
     with short_tmp_dir() as path:
         (path / "learnerd.toml").write_text(CONFIG)
-        append_blocks(path / "logs" / "a.jsonl", BLOCKS)
+        (path / "logs").mkdir()
         yield path
+
+
+@pytest.fixture
+def root(empty_root: Path):
+    append_blocks(empty_root / "logs" / "a.jsonl", BLOCKS)
+    return empty_root
 
 
 def _counts(root: Path) -> tuple[int, int]:
@@ -42,7 +48,8 @@ def _counts(root: Path) -> tuple[int, int]:
         conn.close()
 
 
-def test_ready_and_stopping_notifications_socket_mode_and_sigterm_drain(root: Path):
+def test_ready_and_stopping_notifications_socket_mode_and_sigterm_drain(empty_root: Path):
+    root = empty_root
     socket_path = root / "state" / "learnerd.sock"
     modes: set[int] = set()
     watching = threading.Event()
@@ -69,6 +76,7 @@ def test_ready_and_stopping_notifications_socket_mode_and_sigterm_drain(root: Pa
             client = daemon.client()
             assert client.call("GET", "/status")["state"] == "running"
             client.call("POST", "/pause", {"controller": "embeddings"})
+            append_blocks(root / "logs" / "a.jsonl", BLOCKS)  # after the pause: no embedding can come first
             wait_until(lambda: _counts(root) == (3, 0), what="examples written, embeddings paused")
             client.call("POST", "/resume", {"controller": "embeddings"})  # a paused controller would start nothing
 

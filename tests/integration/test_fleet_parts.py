@@ -5,6 +5,7 @@ vector changes reaching another replica's index."""
 from __future__ import annotations
 
 import json
+import time
 
 import anyio
 import numpy as np
@@ -14,6 +15,7 @@ from learnerd.daemon.controllers import MODEL_QUEUES
 from learnerd.fleet import membership, notify
 from learnerd.fleet.fleet import PIPELINE_ROLE, TRAIN_ROLE, Fleet
 from learnerd.fleet.ownership import owner
+from learnerd.runtime.reconcile import Result
 from learnerd.store import db
 from learnerd.store.embeddings import put_vectors
 from learnerd.store.vector_index import VectorIndex
@@ -212,3 +214,35 @@ async def test_a_dead_replicas_keys_are_taken_over_when_its_lease_ends_not_a_hea
     [(replica, last_renewal, deleted)] = [tuple(r) for r in rows]
     assert replica == survivor.replica_id
     assert TAKEOVER_TTL_S <= deleted - last_renewal <= TAKEOVER_TTL_S + TAKEOVER_SLACK_S
+
+
+@pytest.mark.anyio
+async def test_an_audited_reconcile_ends_before_its_lock_is_released(url, tmp_path):
+    """The audit's ``finished`` is taken while the key is still locked: a replica that takes the lock the
+    moment it is released starts no earlier than the recorded end (else the log shows two at once)."""
+    taken_at: list[float] = []
+
+    class Watched(Fleet):
+        def unlock(self, queue: str, key: str) -> None:
+            super().unlock(queue, key)
+            assert other.try_lock(queue, key), "released: the other replica takes the key at once"
+            taken_at.append(time.time())
+            other.unlock(queue, key)
+
+    class Inner:
+        name, changes = "examples", {}
+
+        async def reconcile(self, key):
+            return Result()
+
+    conns = [db.connect(url) for _ in range(2)]
+    other = Fleet(url, conns[1], state_dir=tmp_path / "other")
+    fleet = Watched(url, conns[0], state_dir=tmp_path / "audited", audit=True)
+    try:
+        await fleet.own(Inner()).reconcile("b1")
+        [(started, finished)] = conns[0].execute("SELECT started, finished FROM reconcile_log").fetchall()
+    finally:
+        for f, conn in ((fleet, conns[0]), (other, conns[1])):
+            f.close()
+            conn.close()
+    assert started <= finished <= taken_at[0]

@@ -20,17 +20,24 @@ def _closed_port_url() -> str:
         return f"http://127.0.0.1:{s.getsockname()[1]}/health"
 
 
-def _running_in_group(pgid: int) -> list[int]:
-    """Pids of processes of group ``pgid`` that are not zombies (Linux /proc/PID/stat: state, ppid, pgrp)."""
-    found = []
+def _running_in_group(pgid: int) -> dict[int, dict[str, str]]:
+    """``{pid: fields of /proc/PID/status}`` of the processes of group ``pgid`` that are not zombies
+    (Linux /proc/PID/stat: state, ppid, pgrp)."""
+    found = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
+            status = (stat.parent / "status").read_text()
         except OSError:
             continue
         if int(fields[2]) == pgid and fields[0] != "Z":
-            found.append(int(stat.parent.name))
+            found[int(stat.parent.name)] = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
     return found
+
+
+def _handles_sighup_by_default(status: dict[str, str]) -> bool:
+    """Whether SIGHUP (bit 0 of the masks) is neither blocked nor ignored in a /proc/PID/status."""
+    return not any(int(status[mask], 16) & 1 for mask in ("SigBlk", "SigIgn"))
 
 
 def test_a_server_that_exits_before_it_is_ready_is_an_error(tmp_path):
@@ -57,14 +64,18 @@ def test_a_stop_request_ends_the_wait_and_stop_signals_the_process_group(tmp_pat
     server.restart(tmp_path / "deltas.json", stop)  # returns at once: the run is stopping
     process = server.process
     assert process is not None and process.poll() is None
-    deadline = time.monotonic() + 30.0  # the shell forks its background sleep a moment after it starts
-    while len(_running_in_group(process.pid)) < 2 and time.monotonic() < deadline:
+    deadline = time.monotonic() + 30.0  # the shell forks its background sleep, then execs the other one
+    while time.monotonic() < deadline:
+        group = _running_in_group(process.pid)
+        if len(group) == 2 and all(status["Name"].strip() == "sleep" for status in group.values()):
+            break
         time.sleep(0.02)
-    assert len(_running_in_group(process.pid)) == 2  # the shell's background sleep and the exec'd one
+    assert [status["Name"].strip() for status in group.values()] == ["sleep", "sleep"]
+    assert all(map(_handles_sighup_by_default, group.values())), f"SIGHUP blocked or ignored: {group}"
     server.stop()
     assert process.returncode == -1  # SIGHUP, to the whole group (the background sleep too)
     for _ in range(200):  # the background sleep gets the signal at once, but may need a moment to exit
         if not _running_in_group(process.pid):
             break
         time.sleep(0.05)
-    assert _running_in_group(process.pid) == []
+    assert _running_in_group(process.pid) == {}
