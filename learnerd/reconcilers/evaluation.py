@@ -206,8 +206,14 @@ class EvaluationReconciler:
 
     async def reconcile(self, key: str) -> Result:
         cancel, finished = threading.Event(), threading.Event()
+        # Whoever takes this token first decides: the thread (the evaluation runs, ``finished`` comes) or a
+        # cancellation that arrived before the thread began (waiting for a thread limiter, queued to a worker:
+        # then the work never runs and there is nothing to wait for).
+        begun = threading.Lock()
 
         def work() -> None:
+            if not begun.acquire(blocking=False):
+                return  # cancelled before it began
             try:
                 self.reconcile_sync(key, cancel=cancel)
             finally:
@@ -219,9 +225,10 @@ class EvaluationReconciler:
                     await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
                 except anyio.get_cancelled_exc_class():
                     cancel.set()  # the thread stops at its next batch; wait for it, so nothing outlives us
-                    with anyio.CancelScope(shield=True):
-                        while not finished.is_set():
-                            await anyio.sleep(CANCEL_POLL_S)
+                    if not begun.acquire(blocking=False):
+                        with anyio.CancelScope(shield=True):
+                            while not finished.is_set():
+                                await anyio.sleep(CANCEL_POLL_S)
                     log.info("evaluation.cancelled", path=key)
                     raise
         except DocumentError as exc:

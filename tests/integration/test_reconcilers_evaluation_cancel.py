@@ -64,3 +64,23 @@ async def test_a_cancelled_evaluation_stops_before_the_reconcile_returns(trained
     assert names[-1] == "evaluation.cancelled"  # logged once the thread stopped: nothing ran after it
     assert len(events(logs, "evaluation.progress")) < total_steps(reconciler.options)
     assert not events(logs, "evaluation.finished") and not report_path(version).exists()
+
+
+@pytest.mark.timeout(120)  # before the fix, the reconcile waited forever for a thread that never began
+async def test_a_reconcile_cancelled_before_its_thread_began_returns_and_evaluates_nothing(trained):
+    config, doc, version = trained
+    reconciler = evaluation_reconciler(config)
+    threads = anyio.to_thread.current_default_thread_limiter()  # this event loop's worker threads
+    threads.total_tokens = 1
+    await threads.acquire()  # the only one taken: the reconcile's work waits for a worker thread
+    try:
+        with structlog.testing.capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(reconciler.reconcile, str(doc))
+                await anyio.wait_all_tasks_blocked()
+                tg.cancel_scope.cancel()
+    finally:
+        threads.release()
+    await anyio.to_thread.run_sync(lambda: None)  # a worker thread ran after the release: the work was not queued
+    assert [e["event"] for e in logs] == ["evaluation.cancelled"]
+    assert not report_path(version).exists() and reconciler.changes == {}
