@@ -14,7 +14,7 @@ cache), CPU or CUDA (``auto``), from the peer data beside the checkout:
 * **retention** and **dialogue**: learnerd's own evaluation of each served version (the report the daemon's
   gate wrote beside it, ``versions/vNNNN/eval.json``): ``answer_retention`` (kept / the base's right answers),
   ``calibration_drift`` (fraction of sway's items regressed) and ``multi_turn_coherence_decay`` (half-life in
-  turns).
+  turns, and how many of its dialogues of the document's questions answer exactly at each turn).
 
 Every pair goes through learnerd's own example judge (:func:`learnerd.reconcilers.examples.judge`, default
 privacy policy): a prompt is the text learnerd builds from the block's markdown cells, and a command the
@@ -487,7 +487,8 @@ def main() -> int:
 
 def probe_cells(found: dict[str, dict[str, Any]]) -> list[str]:
     """``answer_retention`` as kept/base-right, ``calibration_drift``'s fraction regressed, the half-life in
-    turns; each with its verdict, ``-`` where the report has none."""
+    turns with the dialogues answered exactly at each turn (``0.96 (4/0/0/0)``); each with its verdict, ``-``
+    where the report has none."""
     cells = []
     for kind in PROBES:
         probe = found.get(kind)
@@ -499,7 +500,9 @@ def probe_cells(found: dict[str, dict[str, Any]]) -> list[str]:
         elif kind == "calibration_drift":
             cells.append(f"{100 * probe['raw']:.1f} % {probe['verdict']}")
         else:
-            cells.append(f"{probe['raw']:.2f} {probe['verdict']}")
+            answered = probe["evidence"].get("answered_per_turn")
+            per_turn = f" ({'/'.join(map(str, answered))})" if answered else ""
+            cells.append(f"{probe['raw']:.2f}{per_turn} {probe['verdict']}")
     return cells
 
 

@@ -79,6 +79,18 @@ def test_the_adapter_recalls_its_probes_and_stands_far_above_noise(memorised):
     assert len(mt.evidence["sparkline"]) == 3 and mt.evidence["fit_status"] in ("ok", "stable", "non_monotonic")
 
 
+def test_the_dialogues_ask_the_documents_questions_and_count_the_answers_per_turn(memorised):
+    probes = memorised.report.probes
+    (mt,) = [p for p in probes if p.kind == "multi_turn_coherence_decay"]
+    recall = {p.name: p for p in probes if p.kind == "probe_recall"}
+    answered = mt.evidence["answered_per_turn"]
+    assert mt.evidence["num_prompts"] == 4 and len(answered) == 4  # 4 dialogues of the first 4 pairs, 4 turns
+    # turn 1 asks each of the 4 questions alone, as probe_recall does: the same exact answers
+    assert answered[0] == sum(recall[probe_name(q, a)].evidence["exact_match"] for q, a in QA_PAIRS[:4])
+    lost = min(answered[1:]) < answered[0] - 1
+    assert ("at a later turn" in mt.message) == lost and (mt.verdict == "fail" or not lost)
+
+
 def test_the_report_is_schema_1_and_harvest_reads_it(memorised):
     path = report_path(memorised.version)
     path.write_text(dump_report(memorised.report))

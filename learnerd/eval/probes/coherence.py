@@ -1,23 +1,40 @@
 """``multi_turn_coherence_decay``: does the adapter's influence survive a dialogue, or fade turn by turn?
 
-After sway's probe of the same name. For each of the first ``dialogue_prompts`` questions of the document (all
-dialogues in one batch per turn), the fine-tuned view rolls a dialogue through the chat template: it answers
-the question greedily, then a follow-up (cycled from ``follow_ups``) is asked, and so on up to ``max_turns``
-user turns. At each turn ``t = 2..max_turns``, before the model answers, the divergence KL(ft ‖ base) of the
-next-token distributions is measured on the same history (both views see the fine-tuned model's own earlier
-answers); ``calibration = "sway-exact"`` completes the top-k tails as sway does. The per-turn means are
-fitted with :func:`~learnerd.eval.half_life.fit_half_life`; ``raw`` is the half-life in turns.
+After the seed's probe of this name (sway 0.1.0 ships none; its ``prompt_collapse`` fits the same
+exponential over context length instead of turns). A dialogue chains the document's own questions, as a
+person asks a copilot one thing after another. Of the document's first ``k = min(dialogue_prompts, pairs)``
+Q/A pairs, dialogue ``d`` (``0..k-1``) asks pair ``(d + t - 1) mod k`` at user turn ``t``, up to ``max_turns``
+user turns — a Latin square: every turn asks the same ``k`` questions, so the per-turn means differ by the
+depth of the dialogue, not by which questions were asked; with ``k = max_turns`` (the defaults, 4) each
+dialogue asks each question once. The fine-tuned view answers each turn greedily (at most the reference's
+token count + 8 new tokens, ``max_answer_tokens`` at most). At each turn ``t = 2..max_turns``, before the
+model answers, the divergence KL(ft ‖ base) of the next-token distributions is measured on the same history
+(both views see the fine-tuned model's own earlier answers); ``calibration = "sway-exact"`` completes the
+top-k tails as sway does. The per-turn means are fitted with :func:`~learnerd.eval.half_life.fit_half_life`;
+``raw`` is the half-life in turns. ``evidence.answered_per_turn[t - 1]`` counts the dialogues whose answer at
+turn ``t`` equals its reference (whitespace collapsed): whether the adapter still answers at turn 3.
+
+Why the document's questions, not generic follow-ups ("Please go on."): a generic follow-up asks for
+something no document teaches, and an adapter that keeps the base's abilities (``calibration_drift``,
+``answer_retention``) answers it as the base does by design — the divergence falls, and the probe read the
+retention it asked for as decay. The document's questions are where the adapter should differ from the
+base at every turn (docs/retention.md, "Multi-turn rows", has both measured).
 
 Verdicts: ``ok`` passes when the half-life is at least ``half_life_target`` (default 2 turns; score
 ``half_life / target`` capped at 1); ``stable`` passes (score 1, the saturated half-life); ``non_monotonic``
-warns (score 0.5); ``degenerate`` fails (score 0: a likely no-op adapter). A base without a chat template
-skips the probe. No null calibration: a noise adapter's dialogue has no coherence to decay (sway's reasoning).
+warns (score 0.5); ``degenerate`` fails (score 0: a likely no-op adapter). Whatever the fit, the probe fails
+when a later turn answers more than one dialogue fewer than turn 1 (the gate's tolerance on small sets): a
+divergence that lasts is no use when the answers behind it are wrong (score at most the fraction kept, the
+later turns' fewest answers over turn 1's). A base without a chat template skips the probe, and so does a
+document without a Q/A pair. No null calibration: a noise adapter's dialogue has no coherence to decay
+(sway's reasoning for ``prompt_collapse``).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pydantic import Field
@@ -25,6 +42,7 @@ from pydantic import Field
 from learnerd.eval.backend import View
 from learnerd.eval.half_life import fit_half_life, sparkline
 from learnerd.eval.probes.common import NotApplicable, ProbeOptions, errored, result, skipped
+from learnerd.eval.probes.recall import ANSWER_SLACK_TOKENS, normalize
 from learnerd.eval.report import ProbeResult, Verdict
 from learnerd.ml.divergence import divergence
 from learnerd.ml.rows import ChatMessage
@@ -34,75 +52,85 @@ if TYPE_CHECKING:
 
 KIND = "multi_turn_coherence_decay"
 CATEGORY = "adherence"  # sway's score category
-FOLLOW_UPS: tuple[str, ...] = (
-    "Please go on.",
-    "Say more about that.",
-    "Why is that?",
-    "Can you give an example?",
-    "What follows from that?",
-    "Anything else?",
-    "Summarise what you said.",
-)
-"""The user turns the probe cycles through after the first answer."""
 
 
 class Options(ProbeOptions):
     """``multi_turn_coherence_decay``'s knobs (``max_turns`` and ``half_life_target`` are ``[evaluation]``
     settings)."""
 
-    dialogue_prompts: int = Field(2, ge=1)
-    """dialogues rolled, one per question of the document"""
-    turn_max_new_tokens: int = Field(48, ge=1)
-    """new tokens of each answer in a dialogue at most"""
-    follow_ups: tuple[str, ...] = Field(FOLLOW_UPS, min_length=1)
-    """the user turns after the first answer, cycled"""
+    dialogue_prompts: int = Field(4, ge=1)
+    """dialogues rolled (``k``): each opens with one of the document's first ``k`` Q/A pairs and asks the
+    others in turn"""
 
 
 NO_CHAT_TEMPLATE = "the base model's tokenizer has no chat template; a multi-turn dialogue needs one"
 
 
-def per_turn(ctx: ProbeContext) -> tuple[list[float], int]:
-    """Mean KL(ft ‖ base) in nats at turns 2..max_turns, and the number of dialogues rolled.
+@dataclass(frozen=True)
+class Dialogues:
+    """The probe's measurements: ``kls[i]`` the mean KL(ft ‖ base) in nats before the answer at turn
+    ``i + 2``; ``answered[i]`` how many of the ``count`` dialogues answered turn ``i + 1`` exactly."""
+
+    kls: list[float]
+    answered: list[int]
+    count: int
+
+
+def per_turn(ctx: ProbeContext) -> Dialogues:
+    """Roll the dialogues (see the module docstring) and measure them.
 
     Raises:
-        NotApplicable: no chat template, or the document has no question to open a dialogue with.
+        NotApplicable: no chat template, or the document has no Q/A pair to open a dialogue with.
     """
     encoder, backend, opts = ctx.inputs.encoder, ctx.backend, ctx.options
     completion = opts.top_k_completion
     if not encoder.chat:
         raise NotApplicable(NO_CHAT_TEMPLATE)
-    questions = [p.text for p in ctx.inputs.prompts if p.source != "prose"][: opts.dialogue_prompts]
-    if not questions:
-        raise NotApplicable("the document has no question to open a dialogue with")
-    curves: list[list[float]] = []
-    dialogues = [[ChatMessage("user", q)] for q in questions]
+    pairs = ctx.inputs.pairs
+    if not pairs:
+        raise NotApplicable("the document has no Q/A pair to open a dialogue with")
+    k = min(opts.dialogue_prompts, len(pairs))
+    starts = range(k)
+    budgets = [min(opts.max_answer_tokens, len(encoder.pair(q, a).target) + ANSWER_SLACK_TOKENS) for q, a in pairs[:k]]
+    dialogues: list[list[ChatMessage]] = [[] for _ in starts]
+    kls: list[float] = []
+    answered: list[int] = []
 
-    def reply(ft: View, prompts: list[tuple[int, ...]]) -> None:
-        answers = ft.generate_many(prompts, [opts.turn_max_new_tokens] * len(prompts))
-        for messages, ids in zip(dialogues, answers, strict=True):
-            messages.append(ChatMessage("assistant", encoder.decode(ids)))
+    def asked(d: int, turn: int) -> int:  # the pair dialogue d asks at user turn ``turn`` (1-based)
+        return (d + turn - 1) % k
 
-    with backend.as_finetuned() as ft:
-        reply(ft, [encoder.prompt(q) for q in questions])
-    for i, turn in enumerate(range(2, opts.max_turns + 1)):
-        for messages in dialogues:
-            messages.append(ChatMessage("user", opts.follow_ups[i % len(opts.follow_ups)]))
+    def reply(ft: View, prompts: list[tuple[int, ...]], turn: int) -> None:
+        asks = [asked(d, turn) for d in starts]
+        answers = ft.generate_many(prompts, [budgets[i] for i in asks])
+        right = 0
+        for messages, ids, i in zip(dialogues, answers, asks, strict=True):
+            text = encoder.decode(ids)
+            messages.append(ChatMessage("assistant", text))
+            right += normalize(text) == normalize(pairs[i][1])
+        answered.append(right)
+
+    for turn in range(1, opts.max_turns + 1):
+        for d, messages in zip(starts, dialogues, strict=True):
+            messages.append(ChatMessage("user", pairs[asked(d, turn)][0]))
         prompts = [encoder.dialogue(messages) for messages in dialogues]
-        with backend.as_base() as base:
-            base_dists = base.next_token_dists(prompts, opts.top_k)
+        if turn > 1:
+            with backend.as_base() as base:
+                base_dists = base.next_token_dists(prompts, opts.top_k)
         with backend.as_finetuned() as ft:
-            ft_dists = ft.next_token_dists(prompts, opts.top_k)
-            curves.append([divergence(b, f, "kl", completion) for b, f in zip(base_dists, ft_dists, strict=True)])
-            if turn < opts.max_turns:
-                reply(ft, prompts)
-    return [statistics.fmean(c) for c in curves], len(questions)
+            if turn > 1:
+                ft_dists = ft.next_token_dists(prompts, opts.top_k)
+                pairs_of_dists = zip(base_dists, ft_dists, strict=True)
+                kls.append(statistics.fmean(divergence(b, f, "kl", completion) for b, f in pairs_of_dists))
+            reply(ft, prompts, turn)
+    return Dialogues(kls, answered, len(dialogues))
 
 
 def run(ctx: ProbeContext) -> ProbeResult:
     started = time.perf_counter()
     opts = ctx.options
     try:
-        curve, dialogues = per_turn(ctx)
+        measured = per_turn(ctx)
+        curve = measured.kls
         turns = list(range(2, opts.max_turns + 1))
         fit = fit_half_life(turns, curve, max_turns=opts.max_turns)
     except NotApplicable as exc:
@@ -123,6 +151,10 @@ def run(ctx: ProbeContext) -> ProbeResult:
         passed = fit.half_life >= target
         verdict, score = (Verdict.PASS if passed else Verdict.FAIL), min(1.0, fit.half_life / target)
         message = f"half-life {fit.half_life:.2f} turns ({'>=' if passed else '<'} {target:g}) {spark}"
+    first, fewest = measured.answered[0], min(measured.answered[1:])
+    if fewest < first - 1:
+        verdict, score = Verdict.FAIL, min(score, fewest / first)
+        message += f"; answers {first}/{measured.count} at turn 1, {fewest}/{measured.count} at a later turn"
     evidence = {
         "per_turn_kls": curve,
         "turns_axis": turns,
@@ -133,7 +165,8 @@ def run(ctx: ProbeContext) -> ProbeResult:
         "half_life_target": target,
         "divergence_kind": "kl",
         "max_turns": opts.max_turns,
-        "num_prompts": dialogues,
+        "num_prompts": measured.count,
+        "answered_per_turn": measured.answered,
         "sparkline": spark,
         "weight": 1.0,
     }
