@@ -159,6 +159,8 @@ class TrainingReconciler:
         clock: monotonic seconds, for durations.
         db_path: the store (SQLite path or PostgreSQL URL) a version's manifest looks its learned examples up in
             (:func:`learnerd.store.manifest.document_origins`; None: recorded by their marker alone).
+        served_rag_k: ``[serve] rag_k``; above 0, a document whose ``training`` block sets no ``retrieval_k``
+            trains with that many retrieved examples (:func:`learnerd.ml.recipes.recipe_for`).
 
     ``spare`` (a running :class:`~learnerd.ml.train_runner.WarmSpare`, or None) may be set while the
     daemon runs, so cycles skip the training process's start-up.
@@ -178,8 +180,10 @@ class TrainingReconciler:
         on_cycle: Callable[[CycleReport], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         db_path: str | Path | None = None,
+        served_rag_k: int = 0,
     ) -> None:
         self.store = store
+        self._served_rag_k = served_rag_k
         self._db_path = db_path
         self.settings = settings
         self.models_dir = models_dir
@@ -311,7 +315,7 @@ class TrainingReconciler:
         base = await anyio.to_thread.run_sync(
             lambda: resolve_base_model(fm.base_model, cache_dir=self.models_dir, relative_to=path.parent)
         )
-        training = document_training(fm.raw.get("training"), builtin=base.builtin)
+        training = document_training(fm.raw.get("training"), builtin=base.builtin, served_rag_k=self._served_rag_k)
         config = check_trainable(training.config)
         self._claim(document, path)
         key = str(path)
@@ -422,7 +426,7 @@ def training_reconciler(
     """The training reconciler of ``cfg`` (the daemon's :class:`~learnerd.daemon.config.Config`): the
     adapter store (crash leftovers removed first) and the journal of injected probes under the state
     directory, whose probes may name only documents under ``docs_dirs`` or the ``[rpc] document``
-    (``on_committed``, ``on_cycle``: its hooks).
+    (``on_committed``, ``on_cycle``: its hooks); documents train for ``[serve] rag_k``.
 
     Raises:
         JournalError: the probe journal is damaged, or names a document out of that scope.
@@ -442,6 +446,7 @@ def training_reconciler(
         on_committed=on_committed,  # type: ignore[arg-type]
         on_cycle=on_cycle,
         db_path=layout.store_target,
+        served_rag_k=cfg.serve.rag_k,
     )
 
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from learnerd.daemon.config import config_from_dict
 from learnerd.ml.settings import TrainingSettings
-from learnerd.reconcilers.training import TrainingReconciler
+from learnerd.reconcilers.training import TrainingReconciler, training_reconciler
 from learnerd.runtime.reconcile import Result, TerminalError
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
@@ -200,3 +201,30 @@ def test_stop_cancels_a_cycle_in_flight(env):
 
 async def _record(coro, into: list) -> None:
     into.append(await coro)
+
+
+@pytest.mark.parametrize("own_block", [{}, {"retrieval_k": 0}], ids=["learnerds-default", "the-documents-own"])
+def test_a_daemon_serving_retrieved_examples_trains_under_them_unless_the_document_says_otherwise(
+    tmp_path: Path, models_dir: Path, own_block: dict
+):
+    """``[serve] rag_k = 3``: each of a document's 4 pairs is trained once more under its 3 nearest pairs, so a
+    cycle has twice the rows (and steps) of the same document under a daemon that serves none — unless the
+    document's own block sets ``retrieval_k``."""
+    steps = {}
+    for rag_k in (0, 3):
+        root = tmp_path / f"rag{rag_k}"
+        (root / "state").mkdir(parents=True)
+        (root / "state" / "models").symlink_to(models_dir)
+        cfg = config_from_dict(
+            {"state_dir": "state", "docs_dirs": ["docs"], "serve": {"rag_k": rag_k}, "training": {"num_threads": 1}},
+            base=root,
+        )
+        doc = qa_document(root / "docs" / "notes.dlm", QA_PAIRS[:4], training={"num_epochs": 2, **own_block})
+        reconciler = training_reconciler(cfg)
+        try:
+            assert reconcile(reconciler, doc) == Result()
+        finally:
+            reconciler.journal.close()
+        steps[rag_k] = reconciler.store.latest(read_document(doc).frontmatter.dlm_id).metadata().steps
+    assert steps[0] == 2  # 4 rows, micro-batch 4, 2 epochs
+    assert steps[3] == (2 * steps[0] if not own_block else steps[0])

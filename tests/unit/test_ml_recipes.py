@@ -15,7 +15,7 @@ from learnerd.ml.recipes import (
     document_training,
     undertrained_reason,
 )
-from learnerd.store.dlm import TrainingConfig, TrainingConfigError
+from learnerd.store.dlm import MAX_RETRIEVAL_K, TrainingConfig, TrainingConfigError
 
 DLM_DEFAULTS = {k: v for k, v in TrainingConfig().to_dict().items() if v is not None}
 """dlm's whole block spelled out: what ``learnerd init`` used to write."""
@@ -105,3 +105,12 @@ def test_the_documents_own_keys_are_named_with_their_fix():
     )
     flat = undertrained_reason(60, 12.0, 49152, training=document_training(None, builtin=False), rows=20)
     assert flat is not None and "learnerd's default learning_rate 0.001 did not fit these rows" in flat
+
+
+def test_a_served_rag_k_trains_retrieved_examples_unless_the_document_says_otherwise():
+    served = document_training({"seed": 7}, builtin=False, served_rag_k=3)
+    assert served.config.retrieval_k == 3 and served.own_keys == {"seed"}  # learnerd's value, not the document's
+    assert served.recipe().retrieval_k == 3 and document_training({}, builtin=False).config.retrieval_k == 0
+    own = document_training({"retrieval_k": 0}, builtin=False, served_rag_k=3)
+    assert own.config.retrieval_k == 0 and own.own_keys == {"retrieval_k"}
+    assert document_training(None, builtin=True, served_rag_k=40).config.retrieval_k == MAX_RETRIEVAL_K

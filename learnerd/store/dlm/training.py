@@ -42,6 +42,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 AUTO_MICRO_BATCH_SIZE = 8
 """Rows per forward pass when ``micro_batch_size`` is ``"auto"`` (dlm asks its hardware doctor)."""
 
+MAX_RETRIEVAL_K = 16
+"""``retrieval_k``'s upper bound (examples quoted per retrieval-augmented row)."""
 DLM_BLOCK_KEYS = frozenset({"preference", "cpt", "gate", "cache", "audio", "adapters", "sources", "sources_policy"})
 """Keys of dlm's training block that are not single-adapter fields: kept in ``extra``, not acted on."""
 
@@ -93,7 +95,7 @@ class TrainingConfig(BaseModel):
     general_replay: float = Field(0.0, ge=0.0, le=10.0)
     replay_kl_weight: float = Field(0.0, ge=0.0, le=100.0)
     multi_turn_rows: int = Field(0, ge=0, le=10_000)
-    retrieval_k: int = Field(0, ge=0, le=16)
+    retrieval_k: int = Field(0, ge=0, le=MAX_RETRIEVAL_K)
     extra: dict[str, Any] = Field(default_factory=dict)
 
     def __init__(self, **data: Any) -> None:
