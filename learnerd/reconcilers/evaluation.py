@@ -73,7 +73,7 @@ from learnerd.eval.harvest import HarvestResult, auto_harvest
 from learnerd.eval.history import adapter_documents, adapter_key, report_path, version_reports
 from learnerd.eval.probes.base import EvalOptions
 from learnerd.eval.probes.recall import KIND as RECALL
-from learnerd.eval.probes.recall import normalize
+from learnerd.eval.probes.recall import exact_match
 from learnerd.eval.report import Report, ReportError, Verdict, load_report, write_report
 from learnerd.eval.settings import EvaluationSettings
 from learnerd.eval.suite import evaluate_version, total_steps
@@ -458,7 +458,7 @@ def exact_recall(report: Report) -> tuple[int, int, int]:
     """``(base, adapter, probes)``: how many of ``report``'s recall probes the base and the adapter answer
     exactly (whitespace collapsed), out of how many were answered."""
     answered = [p.evidence for p in report.probes if p.kind == RECALL and "generated" in p.evidence]
-    base = sum(normalize(str(e.get("base_generated", ""))) == normalize(str(e["reference"])) for e in answered)
+    base = sum(exact_match(str(e.get("base_generated", "")), str(e["reference"])) for e in answered)
     return base, sum(bool(e.get("exact_match")) for e in answered), len(answered)
 
 

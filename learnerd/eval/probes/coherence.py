@@ -42,7 +42,7 @@ from pydantic import Field
 from learnerd.eval.backend import View
 from learnerd.eval.half_life import fit_half_life, sparkline
 from learnerd.eval.probes.common import NotApplicable, ProbeOptions, errored, result, skipped
-from learnerd.eval.probes.recall import ANSWER_SLACK_TOKENS, normalize
+from learnerd.eval.probes.recall import answer_budget, exact_match
 from learnerd.eval.report import ProbeResult, Verdict
 from learnerd.ml.divergence import divergence
 from learnerd.ml.rows import ChatMessage
@@ -91,7 +91,7 @@ def per_turn(ctx: ProbeContext) -> Dialogues:
         raise NotApplicable("the document has no Q/A pair to open a dialogue with")
     k = min(opts.dialogue_prompts, len(pairs))
     starts = range(k)
-    budgets = [min(opts.max_answer_tokens, len(encoder.pair(q, a).target) + ANSWER_SLACK_TOKENS) for q, a in pairs[:k]]
+    budgets = [answer_budget(ctx, q, a) for q, a in pairs[:k]]
     dialogues: list[list[ChatMessage]] = [[] for _ in starts]
     kls: list[float] = []
     answered: list[int] = []
@@ -106,21 +106,23 @@ def per_turn(ctx: ProbeContext) -> Dialogues:
         for messages, ids, i in zip(dialogues, answers, asks, strict=True):
             text = encoder.decode(ids)
             messages.append(ChatMessage("assistant", text))
-            right += normalize(text) == normalize(pairs[i][1])
+            right += exact_match(text, pairs[i][1])
         answered.append(right)
+
+    def mean_kl(prompts: list[tuple[int, ...]]) -> float:  # KL(ft ‖ base) before the answer, in nats
+        with backend.as_base() as base:
+            base_dists = base.next_token_dists(prompts, opts.top_k)
+        with backend.as_finetuned() as ft:
+            ft_dists = ft.next_token_dists(prompts, opts.top_k)
+        return statistics.fmean(divergence(b, f, "kl", completion) for b, f in zip(base_dists, ft_dists, strict=True))
 
     for turn in range(1, opts.max_turns + 1):
         for d, messages in zip(starts, dialogues, strict=True):
             messages.append(ChatMessage("user", pairs[asked(d, turn)][0]))
         prompts = [encoder.dialogue(messages) for messages in dialogues]
         if turn > 1:
-            with backend.as_base() as base:
-                base_dists = base.next_token_dists(prompts, opts.top_k)
+            kls.append(mean_kl(prompts))
         with backend.as_finetuned() as ft:
-            if turn > 1:
-                ft_dists = ft.next_token_dists(prompts, opts.top_k)
-                pairs_of_dists = zip(base_dists, ft_dists, strict=True)
-                kls.append(statistics.fmean(divergence(b, f, "kl", completion) for b, f in pairs_of_dists))
             reply(ft, prompts, turn)
     return Dialogues(kls, answered, len(dialogues))
 

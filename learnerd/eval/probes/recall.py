@@ -50,6 +50,18 @@ def normalize(text: str) -> str:
     return " ".join(text.split())
 
 
+def exact_match(generated: str, reference: str) -> bool:
+    """The texts are equal once whitespace is collapsed (:func:`normalize`)."""
+    return normalize(generated) == normalize(reference)
+
+
+def answer_budget(ctx: ProbeContext, question: str, answer: str) -> int:
+    """New tokens a greedy answer to ``question`` may take: the reference ``answer``'s token count +
+    :data:`ANSWER_SLACK_TOKENS`, at most ``max_answer_tokens``."""
+    reference_tokens = len(ctx.inputs.encoder.pair(question, answer).target)
+    return min(ctx.options.max_answer_tokens, reference_tokens + ANSWER_SLACK_TOKENS)
+
+
 def similarity(a: str, b: str) -> float:
     """Character-level similarity of the normalized texts in [0, 1] (1: identical)."""
     return difflib.SequenceMatcher(None, normalize(a), normalize(b), autojunk=False).ratio()
@@ -67,9 +79,7 @@ def run(ctx: ProbeContext) -> list[ProbeResult]:
     asks: list[tuple[ProbePair, tuple[int, ...], int]] = []
     for probe in ctx.inputs.probes:
         try:
-            reference_tokens = len(encoder.pair(probe.question, probe.answer).target)
-            budget = min(ctx.options.max_answer_tokens, reference_tokens + ANSWER_SLACK_TOKENS)
-            asks.append((probe, encoder.prompt(probe.question), budget))
+            asks.append((probe, encoder.prompt(probe.question), answer_budget(ctx, probe.question, probe.answer)))
         except Exception as exc:  # one broken probe must not sink the others
             out[probe.name] = errored(probe.name, KIND, exc, started)
     prompts, budgets = [a[1] for a in asks], [a[2] for a in asks]
@@ -90,7 +100,7 @@ def run(ctx: ProbeContext) -> list[ProbeResult]:
 def _judge(
     ctx: ProbeContext, probe: ProbePair, generated: str, base_generated: str, weight: float, started: float, n: int
 ) -> ProbeResult:
-    exact = normalize(generated) == normalize(probe.answer)
+    exact = exact_match(generated, probe.answer)
     sim = 1.0 if exact else similarity(generated, probe.answer)
     base_sim = similarity(base_generated, probe.answer)
     passed = exact or sim >= ctx.options.min_similarity
