@@ -63,7 +63,9 @@ class TrainingResult:
 
     ``start_loss`` and ``final_loss`` are the mean loss per loss-carrying token (nats) over all the
     rows trained on, measured without dropout before the first step and after the last one.
-    ``tokens_trained`` counts input tokens (padding excluded) over every step; ``train_s`` is the
+    ``tokens_trained`` counts input tokens (padding excluded) over every step, ``tokens_computed`` the
+    positions the forward passes computed (padding included: micro-batch rows × its longest row, summed over
+    every step; ``group_by_length`` lowers it); ``train_s`` is the
     wall time of the steps alone. ``dropped`` lists section ids of rows left without a loss token by
     truncation to ``sequence_len``. ``vocab_size`` is the base's vocabulary size (tokens; 0: unknown), for
     the uniform-guess loss ln(vocab_size) of :func:`learnerd.ml.recipes.undertrained_reason`.
@@ -77,6 +79,7 @@ class TrainingResult:
     dropped: tuple[str, ...]
     train_s: float
     vocab_size: int = 0
+    tokens_computed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "dropped": list(self.dropped)}
@@ -176,9 +179,9 @@ def train_lora(
         num_training_steps=total_steps,
     )
     order = torch.Generator().manual_seed(config.seed)
-    batches = _micro_batches(encoded, batch_size, order)
+    batches = _micro_batches(encoded, batch_size, order, by_length=config.group_by_length)
     peft_model.train()
-    tokens = 0
+    tokens = computed = 0
     started = time.perf_counter()
     for step in range(1, total_steps + 1):
         group = [next(batches) for _ in range(accumulation)]
@@ -199,6 +202,7 @@ def train_lora(
             loss.backward()
             step_loss += float(out.loss.detach())
             tokens += int(attention_mask.sum())
+            computed += attention_mask.numel()
         torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
         optimizer.step()
         scheduler.step()
@@ -226,6 +230,7 @@ def train_lora(
         dropped=tuple(dropped),
         train_s=train_s,
         vocab_size=vocab_size,
+        tokens_computed=computed,
     )
     return peft_model, result
 
@@ -290,12 +295,24 @@ def budget_rows(rows: Sequence[TrainingRow], config: TrainingConfig) -> Sequence
     return [rows[i] for i in sorted(random.Random(config.seed).sample(range(len(rows)), reached))]
 
 
-def _micro_batches(encoded: Sequence[EncodedRow], batch_size: int, generator: Any) -> Iterator[list[EncodedRow]]:
-    """Endless micro-batches: each epoch a fresh permutation of the rows, cut into ``batch_size`` slices."""
-    import torch
+def _micro_batches(
+    encoded: Sequence[EncodedRow], batch_size: int, generator: Any, *, by_length: bool = False
+) -> Iterator[list[EncodedRow]]:
+    """Endless micro-batches: each epoch a fresh permutation of the rows, cut into ``batch_size`` slices.
 
+    With ``by_length`` the permutation is transformers' ``get_length_grouped_indices`` (what the Trainer's
+    ``group_by_length`` samples): the permuted rows are cut into at least four mega-batches (at most 50
+    micro-batches each), each sorted by token count, longest first, so a micro-batch holds rows of similar length
+    and pads less. Every row is still trained once per epoch; only which rows share a micro-batch changes."""
+    import torch
+    from transformers.trainer_pt_utils import get_length_grouped_indices
+
+    lengths = [len(row.input_ids) for row in encoded]
     while True:
-        perm = torch.randperm(len(encoded), generator=generator).tolist()
+        if by_length:
+            perm = get_length_grouped_indices(lengths, batch_size, generator=generator)
+        else:
+            perm = torch.randperm(len(encoded), generator=generator).tolist()
         for i in range(0, len(perm), batch_size):
             yield [encoded[j] for j in perm[i : i + batch_size]]
 

@@ -201,7 +201,7 @@ async def _run(
         result = TrainingResult.from_dict({k: v for k, v in outcome.items() if k != "kind"})
         bound.info("training.finished", steps=result.steps, start_loss=round(result.start_loss, 4),
                    final_loss=round(result.final_loss, 4), tokens=result.tokens_trained,
-                   train_s=round(result.train_s, 2))  # fmt: skip
+                   tokens_computed=result.tokens_computed, train_s=round(result.train_s, 2))  # fmt: skip
         return result
     if outcome.get("kind") == "error":
         message = f"{outcome.get('type')}: {outcome.get('message')}"

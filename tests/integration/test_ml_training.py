@@ -114,6 +114,29 @@ def test_a_budget_within_one_epoch_tokenises_only_the_rows_it_trains(tiny_model_
     assert lora.budget_rows(QA_ROWS, TrainingConfig(num_epochs=1)) == QA_ROWS  # no budget: every row
 
 
+def test_group_by_length_trains_every_row_each_epoch_and_computes_less_padding(tiny_model_dir):
+    from learnerd.ml import lora
+    from learnerd.ml.rows import encode_rows, multi_turn_rows
+
+    # single-turn pairs and 3-pair conversations: 64 rows, four mega-batches of 16 (transformers' default)
+    rows = QA_ROWS + multi_turn_rows(QA_ROWS, 44, seed=0)
+    _, tokenizer = load_model_directory(tiny_model_dir)
+    encoded, _ = encode_rows(tokenizer, rows, 2048)
+    batches = lora._micro_batches(encoded, 4, torch.Generator().manual_seed(0), by_length=True)
+    epoch = [next(batches) for _ in range(len(encoded) // 4)]
+    assert sorted(r.section_id for b in epoch for r in b) == sorted(r.section_id for r in encoded)
+
+    def train(group_by_length):
+        config = TrainingConfig(learning_rate=1e-2, num_epochs=2, micro_batch_size=4, group_by_length=group_by_length)
+        model, tokenizer = load_model_directory(tiny_model_dir)
+        return train_lora(model, tokenizer, rows, config)[1]
+
+    grouped, shuffled = train(True), train(False)
+    assert grouped.steps == shuffled.steps == 32 and grouped.tokens_trained == shuffled.tokens_trained
+    assert shuffled.tokens_computed >= grouped.tokens_computed >= grouped.tokens_trained
+    assert grouped.tokens_computed < shuffled.tokens_computed  # the same rows, less padding computed
+
+
 def test_incremental_cycle_resumes_and_replays(trained, tmp_path):
     store = _copy_store(trained, tmp_path)
     rows = QA_ROWS + EXTRA_ROWS

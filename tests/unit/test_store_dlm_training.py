@@ -20,7 +20,7 @@ def test_defaults_are_dlms():
     assert cfg.target_modules == "auto" and cfg.peft_target_modules() == "all-linear"
     assert cfg.max_steps is None and cfg == TrainingConfig()
     assert (cfg.general_replay, cfg.replay_kl_weight, cfg.multi_turn_rows) == (0.0, 0.0, 0)  # learnerd's: off
-    assert cfg.retrieval_k == 0  # learnerd's: off
+    assert cfg.retrieval_k == 0 and cfg.group_by_length is False  # learnerd's: off
 
 
 def test_mapping_overrides_and_round_trips():
@@ -67,6 +67,8 @@ def test_dlm_only_keys_are_kept_and_trainable():
         ({"multi_turn_rows": 0.5}, "training.multi_turn_rows"),
         ({"retrieval_k": True}, "training.retrieval_k"),
         ({"retrieval_k": 1.5}, "training.retrieval_k"),
+        ({"group_by_length": "yes"}, "training.group_by_length"),
+        ({"group_by_length": 1}, "training.group_by_length"),
     ],
 )
 def test_bad_values_are_refused_with_the_key(raw, needle):

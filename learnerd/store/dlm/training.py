@@ -15,7 +15,9 @@ serves, ``learnerd.ml.retrieved_examples``; 0, off, by default); and three that 
 ``learnerd.ml.recipes`` may turn them on): ``general_replay`` (0..10, replay rows per document row: the
 base's own cached greedy answers to a general prompt pool), ``replay_kl_weight`` (0..100, the weight of a
 KL(base ‖ adapted) term on the replay rows' answer tokens) and ``multi_turn_rows`` (0..10,000
-conversations chaining several of the document's Q/A pairs).
+conversations chaining several of the document's Q/A pairs). ``group_by_length`` (a boolean, off by default) batches
+rows of similar length together, as the transformers Trainer's ``group_by_length`` does: the same rows and
+steps, less padding computed (``learnerd.ml.lora``).
 
 learnerd bounds what dlm leaves open, so a hostile or mistyped document cannot hold the one training worker
 for days or commit a garbage adapter: ``lora_alpha`` 1..1024 (at most 4 × the largest rank), ``num_epochs``
@@ -96,6 +98,7 @@ class TrainingConfig(BaseModel):
     replay_kl_weight: float = Field(0.0, ge=0.0, le=100.0)
     multi_turn_rows: int = Field(0, ge=0, le=10_000)
     retrieval_k: int = Field(0, ge=0, le=MAX_RETRIEVAL_K)
+    group_by_length: bool = Field(False, strict=True)
     extra: dict[str, Any] = Field(default_factory=dict)
 
     def __init__(self, **data: Any) -> None:
