@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from learnerd.ml.base_model import BUILTIN_BASE_MODELS
-from learnerd.store.dlm import MAX_RETRIEVAL_K, TrainingConfig
+from learnerd.store.dlm import LEARNERD_KEYS, MAX_RETRIEVAL_K, TrainingConfig
 
 RANDOM_BASE_RECIPE: dict[str, Any] = {
     "lora_r": 16,
@@ -93,8 +93,12 @@ def recipe_for(builtin: bool, served_rag_k: int = 0) -> dict[str, Any]:
 
 
 def default_training(base_model: str) -> dict[str, Any]:
-    """The explicit ``training`` block learnerd writes into a document it creates for ``base_model``."""
-    return recipe_for(base_model.strip() in BUILTIN_BASE_MODELS)
+    """The explicit ``training`` block learnerd writes into a document it creates for ``base_model``: the
+    recipe's keys that dlm knows, so the released dlm trains the document as learnerd does and still loads it
+    (it refuses learnerd's own keys, :data:`~learnerd.store.dlm.LEARNERD_KEYS`). learnerd fills those from the
+    recipe all the same (:func:`document_training`: a key the block leaves out is the recipe's)."""
+    recipe = recipe_for(base_model.strip() in BUILTIN_BASE_MODELS)
+    return {k: v for k, v in recipe.items() if k not in LEARNERD_KEYS}
 
 
 def document_training(raw_block: Mapping[str, Any] | None, *, builtin: bool, served_rag_k: int = 0) -> DocumentTraining:

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from learnerd.daemon.config import config_from_dict
+from learnerd.ml.recipes import default_training
 from learnerd.reconcilers.examples import judge
 from learnerd.reconcilers.probes import probes_reconciler
 from learnerd.reconcilers.settings import ExamplesConfig
 from learnerd.store.blocks import Block, Cell
 from learnerd.store.db import connect, transaction
-from learnerd.store.dlm import read_document
+from learnerd.store.dlm import LEARNERD_KEYS, TrainingConfig, read_document
 from learnerd.store.examples import Example, put_example
 from tests.conftest import cli_env, learnerd_command
 
@@ -37,8 +38,15 @@ def example_of(block_id: str, cells: list[str], answer: str, at: float) -> Examp
     return Example(example.id, example.query, example.answer, example.language, at)
 
 
-def test_probe_sections_learnerd_writes_train_and_probe_in_the_released_dlm(dlm_release, tmp_path: Path) -> None:
-    cfg = config_from_dict({"state_dir": "state", "docs_dirs": ["docs"]}, base=tmp_path)
+# the base of the document learnerd creates: a built-in random model's recipe has only dlm's keys, a pretrained
+# base's has learnerd's own too (general replay), which the released dlm refuses in a frontmatter
+@pytest.mark.parametrize("base_model", ["learnerd/tiny-llama", "smollm2-135m-instruct"])
+def test_probe_sections_learnerd_writes_train_and_probe_in_the_released_dlm(
+    dlm_release, tmp_path: Path, base_model: str
+) -> None:
+    cfg = config_from_dict(
+        {"state_dir": "state", "docs_dirs": ["docs"], "probes": {"base_model": base_model}}, base=tmp_path
+    )
     conn = connect(cfg.layout.db_path)
     examples = [
         # two markdown cells, one with two paragraphs: the query dlm 0.10.0 refused (blank lines)
@@ -65,7 +73,12 @@ def test_probe_sections_learnerd_writes_train_and_probe_in_the_released_dlm(dlm_
         f.write("\n::instruction::\n### Q\nWhat does `df -h` show?\n\n### A\nFree space per file system.\n")
 
     ours = read_document(doc)
-    dlm = dlm_release.rows(doc)
+    written = ours.frontmatter.training  # the recipe of the base, not dlm's defaults
+    assert (
+        ours.frontmatter.base_model == base_model
+        and written.learning_rate == default_training(base_model)["learning_rate"]
+    )
+    dlm = dlm_release.rows(doc)  # fails with dlm's traceback where it refuses the frontmatter
     assert dlm["section_ids"] == [s.section_id for s in ours.sections]
     learned = [
         (p.question, p.answer, s.section_id) for s in ours.sections if s.type == "instruction" for p in s.qa_pairs()
@@ -75,6 +88,16 @@ def test_probe_sections_learnerd_writes_train_and_probe_in_the_released_dlm(dlm_
     probes = [(q, a, sid) for s in ours.auto_sections("learnerd/") for q, a, sid in learned if sid == s.section_id]
     # explicit `!probe` pairs come first; dlm fills up to k with other instruction pairs
     assert [tuple(p) for p in dlm["probes"]][: len(probes)] == probes and len(probes) == 3
+
+
+def test_learnerd_keys_are_the_fields_the_released_dlm_does_not_have(dlm_release) -> None:
+    done = dlm_release.run(
+        "-c",
+        "import json; from dlm.doc.schema import TrainingConfig; print(json.dumps(list(TrainingConfig.model_fields)))",
+    )
+    assert done.returncode == 0, done.stderr
+    ours = TrainingConfig.model_fields.keys() - {"extra"}
+    assert ours - set(json.loads(done.stdout)) == LEARNERD_KEYS
 
 
 def learnerd_harvest(*args: str | Path) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,7 @@ from learnerd.ml.recipes import (
     document_training,
     undertrained_reason,
 )
-from learnerd.store.dlm import MAX_RETRIEVAL_K, TrainingConfig, TrainingConfigError
+from learnerd.store.dlm import LEARNERD_KEYS, MAX_RETRIEVAL_K, TrainingConfig, TrainingConfigError
 
 DLM_DEFAULTS = {k: v for k, v in TrainingConfig().to_dict().items() if v is not None}
 """dlm's whole block spelled out: what ``learnerd init`` used to write."""
@@ -45,10 +45,19 @@ def test_own_keys_are_those_that_differ_from_the_recipe():
     assert "sequence_len" not in old_init and "adapter" not in old_init  # dlm's default, not the recipe's either
 
 
-def test_new_documents_get_the_recipe_of_their_base():
+def test_new_documents_get_the_recipe_of_their_base_in_keys_dlm_knows():
     assert default_training("learnerd/tiny-llama") == RANDOM_BASE_RECIPE
-    assert default_training("smollm2-135m-instruct") == PRETRAINED_RECIPE
     assert default_training("learnerd/tiny-llama") is not RANDOM_BASE_RECIPE  # a copy
+    written = default_training("smollm2-135m-instruct")
+    assert {"general_replay", "replay_kl_weight"} <= PRETRAINED_RECIPE.keys()
+    assert written == {k: v for k, v in PRETRAINED_RECIPE.items() if k not in LEARNERD_KEYS} and written
+    # learnerd still trains the document with the whole recipe, and none of it counts as the document's own
+    training = document_training(written, builtin=False)
+    assert training.config == TrainingConfig.from_mapping(PRETRAINED_RECIPE) and training.own_keys == frozenset()
+
+
+def test_learnerd_keys_are_fields_of_the_block():
+    assert TrainingConfig.model_fields.keys() > LEARNERD_KEYS
 
 
 def test_the_recipes_train_at_least_min_steps_on_twenty_pairs():

@@ -38,11 +38,12 @@ from learnerd.store.dlm.errors import DocumentError
 from learnerd.store.dlm.frontmatter import CURRENT_DLM_VERSION, Frontmatter, new_ulid
 from learnerd.store.dlm.qa import QAPair, parse_qa
 from learnerd.store.dlm.rows import ChatRow, TextRow, training_rows
-from learnerd.store.dlm.training import MAX_RETRIEVAL_K, TrainingConfig, TrainingConfigError
+from learnerd.store.dlm.training import LEARNERD_KEYS, MAX_RETRIEVAL_K, TrainingConfig, TrainingConfigError
 
 __all__ = [
     "CURRENT_DLM_VERSION",
     "HARVEST_MARKER_RE",
+    "LEARNERD_KEYS",
     "MAX_RETRIEVAL_K",
     "MEDIA_TYPES",
     "SECTION_TYPES",

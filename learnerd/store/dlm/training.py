@@ -48,6 +48,11 @@ MAX_RETRIEVAL_K = 16
 """``retrieval_k``'s upper bound (examples quoted per retrieval-augmented row)."""
 DLM_BLOCK_KEYS = frozenset({"preference", "cpt", "gate", "cache", "audio", "adapters", "sources", "sources_policy"})
 """Keys of dlm's training block that are not single-adapter fields: kept in ``extra``, not acted on."""
+LEARNERD_KEYS = frozenset(
+    {"max_steps", "retrieval_k", "general_replay", "replay_kl_weight", "multi_turn_rows", "group_by_length"}
+)
+"""The fields learnerd adds to dlm's block: the released dlm (0.10.0, ``extra="forbid"``) refuses a document
+that sets one (``training.<key>: Extra inputs are not permitted``)."""
 
 
 class TrainingConfigError(ValueError):
