@@ -241,17 +241,26 @@ def replay_kl(
     """KL(base ‖ adapted) of the next-token distributions, in nats, summed over the loss-carrying tokens of the
     batch's general replay rows (a 0-d float tensor with gradient through ``logits``; 0 when the batch has
     none). ``input_ids`` / ``attention_mask`` / ``labels``: the batch as :func:`_collate` lays it out,
-    ``(rows, length)`` int64; ``logits``: the adapted model's output on it, ``(rows, length, vocab)``."""
+    ``(rows, length)`` int64; ``logits``: the adapted model's output on it, ``(rows, length, vocab)``.
+
+    The base's forward pass sees the replay rows alone, cut to the longest of them: the other rows of the
+    batch (document, multi-turn and retrieval rows, often longer) carry no KL term, and right padding changes
+    no logit of a causal model at a real position, so the result is the whole batch's up to float rounding."""
     import torch
     import torch.nn.functional as F
 
     replay = torch.tensor([is_replay(row.section_id) for row in batch], device=labels.device)
-    mask = (labels[:, 1:] != IGNORE_INDEX) & replay[:, None]
+    if not bool(replay.any()):
+        return logits.sum() * 0.0
+    width = max(len(row.input_ids) for row in batch if is_replay(row.section_id))
+    mask = labels[replay, 1:width] != IGNORE_INDEX
     if not bool(mask.any()):
         return logits.sum() * 0.0
     with torch.no_grad(), peft_model.disable_adapter():
-        base_logits = peft_model(input_ids=input_ids, attention_mask=attention_mask).logits
-    log_adapted = F.log_softmax(logits[:, :-1][mask].float(), dim=-1)
+        base_logits = peft_model(
+            input_ids=input_ids[replay, :width], attention_mask=attention_mask[replay, :width]
+        ).logits
+    log_adapted = F.log_softmax(logits[replay, : width - 1][mask].float(), dim=-1)
     log_base = F.log_softmax(base_logits[:, :-1][mask].float(), dim=-1)
     return F.kl_div(log_adapted, log_base, log_target=True, reduction="sum")
 

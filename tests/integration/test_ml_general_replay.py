@@ -110,3 +110,52 @@ def test_multi_turn_rows_chain_the_document_pairs():
         turns = list(zip(row.messages[::2], row.messages[1::2], strict=True))
         assert {(u.content, a.content) for u, a in turns} <= pairs and len(set(turns)) == MULTI_TURN_PAIRS
     assert multi_turn_rows(QA_ROWS[:1], 5, seed=1) == []
+
+
+def test_the_kl_term_runs_the_base_on_the_replay_rows_alone_and_equals_the_whole_batchs(tiny_model_dir):
+    """The base's forward pass of the KL term sees only the replay rows, cut to the longest of them, and gives
+    the KL the whole padded batch gives (float32 rounding apart): the other rows carry no KL term."""
+    import torch.nn.functional as F
+
+    from learnerd.ml.lora import _collate, attach_lora, replay_kl
+    from learnerd.ml.rows import IGNORE_INDEX, encode_rows
+
+    model, tokenizer = load_model_directory(tiny_model_dir)
+    peft_model = attach_lora(model, TrainingConfig(lora_dropout=0.0), None)
+    with torch.no_grad():  # an adapter that changes something, so the KL is not zero
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(len(name)))
+    long_question = " and then ".join(q for q, _ in QA_PAIRS[:6])
+    rows = [
+        TrainingRow.chat(f"{SECTION_PREFIX}0", "What is 2 + 2?", "4"),
+        TrainingRow.chat("qa-long", long_question, QA_PAIRS[0][1]),
+        TrainingRow.chat(f"{SECTION_PREFIX}1", "Name a primary colour.", "Red is a primary colour."),
+        TrainingRow.chat("qa-short", "ls?", "ls"),
+    ]
+    batch, _ = encode_rows(tokenizer, rows, 512)
+    input_ids, attention_mask, labels = _collate(batch, tokenizer.pad_token_id or 0)
+    replay_width = max(len(batch[0].input_ids), len(batch[2].input_ids))
+    assert input_ids.shape[1] > replay_width  # the document row is the longest
+    seen = []
+    hook = peft_model.get_base_model().register_forward_pre_hook(
+        lambda _module, _args, kwargs: seen.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        with torch.no_grad():
+            logits = peft_model(input_ids=input_ids, attention_mask=attention_mask).logits
+            seen.clear()
+            kl = replay_kl(peft_model, batch, input_ids, attention_mask, labels, logits)
+            with peft_model.disable_adapter():
+                whole = peft_model(input_ids=input_ids, attention_mask=attention_mask).logits
+    finally:
+        hook.remove()
+    assert seen[0] == (2, replay_width)
+    mask = (labels[:, 1:] != IGNORE_INDEX) & torch.tensor([True, False, True, False])[:, None]
+    expected = F.kl_div(
+        F.log_softmax(logits[:, :-1][mask], -1),
+        F.log_softmax(whole[:, :-1][mask], -1),
+        log_target=True,
+        reduction="sum",
+    )
+    assert float(kl) > 0 and torch.allclose(kl, expected, rtol=1e-4)
