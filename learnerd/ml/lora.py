@@ -249,10 +249,11 @@ def replay_kl(
     import torch
     import torch.nn.functional as F
 
-    replay = torch.tensor([is_replay(row.section_id) for row in batch], device=labels.device)
-    if not bool(replay.any()):
+    flags = [is_replay(row.section_id) for row in batch]
+    if not any(flags):
         return logits.sum() * 0.0
-    width = max(len(row.input_ids) for row in batch if is_replay(row.section_id))
+    replay = torch.tensor(flags, device=labels.device)
+    width = max(len(row.input_ids) for row, flag in zip(batch, flags, strict=True) if flag)
     mask = labels[replay, 1:width] != IGNORE_INDEX
     if not bool(mask.any()):
         return logits.sum() * 0.0
