@@ -42,11 +42,12 @@ executions at once never resolve one suggestion twice.
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from markdown_it import MarkdownIt
 
 from learnerd.store.blocks import BlockEvent, Cell, apply_event, get_block
 
@@ -56,8 +57,6 @@ SOURCE = "served"
 SERVED, ACCEPTED, EDITED, FAILED = "served", "accepted", "edited", "failed"
 OUTCOMES = (SERVED, ACCEPTED, EDITED, FAILED)
 """The ``outcome`` label values of ``learnerd_suggestions_total``, in display order."""
-
-_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+-]*)[^\n]*\n(.*?)^[ \t]*\1[ \t]*$", re.S | re.M)
 
 
 @dataclass(frozen=True)
@@ -98,13 +97,17 @@ class Suggestion:
 
 
 def command_of(answer: str) -> Cell:
-    """The command an answer suggests, as a code cell: the body of its first fenced code block (CommonMark
-    backtick or tilde fences, the info string's first word as the language), else the whole answer,
-    surrounding whitespace stripped."""
-    match = _FENCE.search(answer)
-    if match is None:
+    """The command an answer suggests, as a code cell: the body of its first fenced code block, else the
+    whole answer, surrounding whitespace stripped; the fence's info string's first word is the language.
+
+    The answer is parsed as CommonMark 0.31 (markdown-it-py): backtick or tilde fences, also inside a list
+    or block quote, closed by a fence at least as long; a fence never closed runs to the end of the answer
+    (section 4.5), as a model's answer does when it stops, or is cut at ``max_tokens``, before closing it.
+    """
+    fence = next((t for t in MarkdownIt("commonmark").parse(answer) if t.type == "fence"), None)
+    if fence is None:
         return Cell("code", answer.strip())
-    return Cell("code", match.group(3).strip(), match.group(2))
+    return Cell("code", fence.content.strip(), next(iter(fence.info.split()), ""))
 
 
 def normalize_command(text: str) -> str:

@@ -176,6 +176,12 @@ def test_pruning_removes_old_suggestions_and_their_unrun_blocks_but_keeps_counts
         ("  git status\n", Cell("code", "git status")),
         ("Run:\n```sh\nmake test\n```\nthen\n```\nmake\n```", Cell("code", "make test", "sh")),
         ("~~~bash\nfind . -name '*.py'\n~~~", Cell("code", "find . -name '*.py'", "bash")),
+        # CommonMark 0.31, 4.5: a fence never closed runs to the end (a model stopped, or was cut, before closing it)
+        ("```bash\nsudo chown -R `whoami` /usr/local", Cell("code", "sudo chown -R `whoami` /usr/local", "bash")),
+        ("````sh\necho '```'\n``````\nafter", Cell("code", "echo '```'", "sh")),  # closed by a longer fence only
+        ("Steps:\n\n- first\n\n  ```bash\n  make\n  ```", Cell("code", "make", "bash")),  # inside a list item
+        ("> ```\n> uptime\n> ```", Cell("code", "uptime")),  # inside a block quote
+        ("    ls -la\n", Cell("code", "ls -la")),  # an indented code block is not a fence: the whole answer
     ],
 )
 def test_the_suggested_command_is_the_first_fenced_block_else_the_whole_answer(answer, cell):
