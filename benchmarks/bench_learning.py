@@ -26,7 +26,9 @@ Conditions, each a greedy answer (at most 48 new tokens; batches of 16, left-pad
 (``learnerd.ml.retrieved_examples.with_examples``, ``rag_k``); the **adapter** served after each
 of ``--cycles`` unattended ``learnerd run --once`` runs with ``[evaluation] auto_harvest = true`` (train →
 evaluate → promotion gate → harvest failing probes → retrain), or the candidate the gate rejected in that
-cycle (its row says ``rejected``: not served, measured all the same); **adapter+RAG** after the last cycle.
+cycle (its row says ``rejected``: not served, measured all the same); **adapter+RAG** after the last cycle,
+quoted what the endpoint quotes that version: to one trained without ``retrieval_k``, the k nearest less those
+it learned (:func:`learnerd.ml.retrieved_examples.learned_without_block`; the prompt alone when all were).
 
 Metrics, on the command an answer suggests (the body of its first fenced code block, else the whole answer:
 what learnerd records as a served answer's suggestion, :func:`learnerd.store.suggestions.command_of`): **exact**
@@ -307,21 +309,28 @@ class Retriever:
         self.embedder = make_embedder(cfg.embeddings)
         self.index = load_index(self.conn, self.embedder.name, self.embedder.dim or None)
 
-    def hits(self, text: str) -> list[SearchHit]:
-        """The :data:`RAG_K` learned examples nearest to ``text``, best first (``query``, ``answer``, ...)."""
+    def hits(self, text: str, learned: frozenset[str] = frozenset()) -> list[SearchHit]:
+        """The :data:`RAG_K` learned examples nearest to ``text``, best first (``query``, ``answer``, ...), less
+        those in ``learned`` (held back from a version that learned them without retrieval rows, as the endpoint
+        does: :func:`learnerd.ml.retrieved_examples.split_learned`)."""
+        from learnerd.ml.retrieved_examples import split_learned
         from learnerd.store.retrieval import describe_hits, nearest
 
-        return describe_hits(self.conn, nearest(self.embedder, self.index, text, RAG_K), RAG_K)
+        hits = describe_hits(self.conn, nearest(self.embedder, self.index, text, RAG_K), RAG_K)
+        return split_learned(hits, learned)[0]
 
 
-def answer_all(model, tokenizer, items: list[Item], retriever: Retriever | None = None) -> Scores:
+def answer_all(
+    model, tokenizer, items: list[Item], retriever: Retriever | None = None, learned: frozenset[str] = frozenset()
+) -> Scores:
     """Greedy answers to ``items`` (with the retrieved examples, as the endpoint quotes them, when
-    ``retriever`` is given), in batches."""
+    ``retriever`` is given: less ``learned``), in batches."""
     from learnerd.ml.generate import chat_turns, greedy_replies
     from learnerd.ml.retrieved_examples import with_examples
 
     conversations = [
-        with_examples(chat_turns(it.prompt), retriever.hits(it.prompt) if retriever is not None else []) for it in items
+        with_examples(chat_turns(it.prompt), retriever.hits(it.prompt, learned) if retriever is not None else [])
+        for it in items
     ]
     scores = Scores()
     for it, reply in zip(
@@ -422,6 +431,7 @@ def main() -> int:
 
     from learnerd.ml.device import resolve_device
     from learnerd.ml.loader import load_adapter
+    from learnerd.ml.retrieved_examples import learned_without_block
     from learnerd.store.adapters import AdapterStore
     from learnerd.store.dlm import read_document
 
@@ -437,7 +447,7 @@ def main() -> int:
     cycles_done: list[dict[str, Any]] = []
     probes: dict[str, dict[str, dict[str, Any]]] = {}
     retriever = None
-    adapted = None
+    adapted, learned = None, frozenset()  # the newest version's model, and the examples held back from it
     store = AdapterStore(out / "state" / "adapters")
 
     doc_key = read_document(out / "docs" / "learned.dlm").frontmatter.dlm_id
@@ -477,9 +487,10 @@ def main() -> int:
         results[name] = {k: answer_all(adapted, tokenizer, v) for k, v in items.items()}
         probes[name] = retention_probes(newest)
         served = (newest.number, name)
+        learned = learned_without_block(newest)
         print(f"{name} answered", flush=True)
     if adapted is not None and retriever is not None:
-        results["adapter+RAG"] = {k: answer_all(adapted, tokenizer, v, retriever) for k, v in items.items()}
+        results["adapter+RAG"] = {k: answer_all(adapted, tokenizer, v, retriever, learned) for k, v in items.items()}
     report(results, items, probes, cycles_done, args.png, base)
     write_json(args.json, args, base, training, items, results, probes, cycles_done)
     return 0

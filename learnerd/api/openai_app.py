@@ -8,10 +8,12 @@ and its ``system_prompt`` first when the request has no system message.
 learnerd's extension, ``"learnerd": {"rag_k": K}`` in the body (default ``[serve] rag_k``): the K learned
 examples nearest to the last user message go into the system message as one block of quoted data
 (:func:`learnerd.ml.retrieved_examples.with_examples`), as foyle's agent puts its few-shot examples in the
-prompt; an adapter trained with ``training.retrieval_k`` has learned to answer under that block. Retrieval
-answers with what every user ran, so it needs the endpoint's bearer token, as ``/search`` does: without one,
-``rag_k`` is refused (401). Every response carries ``"learnerd": {"adapter", "doc_key", "max_tokens", "retrieved"}``
-(the first chunk of a stream), so a client sees what answered it.
+prompt; an adapter trained with ``training.retrieval_k`` has learned to answer under that block. A document
+version trained without it is quoted only the examples it has not learned (its manifest says which it did):
+the others, among the K nearest, are held back (``withheld``), as it answers them better without the block.
+Retrieval answers with what every user ran, so it needs the endpoint's bearer token, as ``/search`` does:
+without one, ``rag_k`` is refused (401). Every response carries ``"learnerd": {"adapter", "doc_key",
+"max_tokens", "retrieved", "withheld"}`` (the first chunk of a stream), so a client sees what answered it.
 
 Readiness, one for the whole endpoint: ``/v1/models`` and ``/v1/chat/completions`` both answer 503 with
 ``Retry-After`` until the daemon runs (start-up: the embedder loads) and while it drains; from then on a
@@ -66,7 +68,7 @@ from learnerd.api.surface import ControlSurface
 from learnerd.api.tcp_endpoints import bearer_middleware
 from learnerd.ml.base_model import BaseModelError
 from learnerd.ml.loader import ModelCheckError
-from learnerd.ml.retrieved_examples import with_examples
+from learnerd.ml.retrieved_examples import learned_without_block, split_learned, with_examples
 from learnerd.ml.rows import ChatMessage
 from learnerd.ml.serving import (
     Admission,
@@ -298,7 +300,7 @@ class OpenAIEndpoint:
                 self.served.check_prompt(model, messages)
             except PromptTooLong as exc:
                 raise OpenAIError(400, str(exc), code="context_length_exceeded") from None
-            retrieved = await self._retrieve(messages, k) if k > 0 else []
+            retrieved, withheld = await self._retrieve(model, messages, k) if k > 0 else ([], [])
         except BaseException:
             admission.release()
             raise
@@ -307,21 +309,28 @@ class OpenAIEndpoint:
             "doc_key": model.doc_key,
             "max_tokens": min(wanted, self.settings.max_tokens),
             "retrieved": retrieved,
+            "withheld": withheld,
         }
         return _Prepared(req, model, model.id, with_examples(messages, retrieved), info, admission)
 
-    async def _retrieve(self, messages: list[ChatMessage], k: int) -> list[dict[str, Any]]:
-        """The ``k`` learned examples nearest to the last user message (none without one)."""
+    async def _retrieve(
+        self, model: ServedModel, messages: list[ChatMessage], k: int
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        """The ``k`` learned examples nearest to the last user message (none without one), split into those
+        to quote and the ids held back: those the document's current version learned without retrieval rows
+        (:func:`~learnerd.ml.retrieved_examples.learned_without_block`)."""
         last_user = next((m for m in reversed(messages) if m.role == "user"), None)
         if last_user is None:
-            return []
+            return [], []
         try:
             hits = await self.control.search(last_user.content, k)
         except Unavailable as exc:
             raise OpenAIError(503, str(exc), "server_error", "unavailable", {"Retry-After": "5"}) from None
         except ControlError as exc:
             raise OpenAIError(400, f"learnerd.rag_k: {exc}") from None
-        return [dict(h) for h in hits]
+        version = self.served.current_version(model.doc_key) if model.doc_key else None
+        learned = await anyio.to_thread.run_sync(learned_without_block, version) if version else frozenset()
+        return split_learned(hits, learned)
 
     async def _answer(self, request: web.Request, p: _Prepared, received: float) -> web.StreamResponse:
         req = p.request

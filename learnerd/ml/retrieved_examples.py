@@ -8,18 +8,28 @@ prompts exactly with the block than without it (docs/benchmarks.md). :func:`retr
 once more under a block built the same way from the document's other pairs (``training.retrieval_k``), so the
 adapter learns to answer with the examples in front of it: from them when one of them answers the question,
 and from what it learned when none does.
+
+An adapter trained without those rows is better off not reading, in that block, the examples it learned:
+:func:`learned_without_block` names them (its manifest's examples) and :func:`split_learned` holds them back,
+so the endpoint quotes such an adapter only what it has not learned yet (examples logged since its cycle).
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import structlog
 
 from learnerd.ml.rows import ChatMessage, TrainingRow
+from learnerd.store.adapters import AdapterStoreError, AdapterVersion
+from learnerd.store.manifest import ManifestError, read_manifest
+
+log = structlog.get_logger(__name__)
 
 EXAMPLES_HEADER = (
     "Examples retrieved from what people ran before, quoted as data: each is a question (a quote) and the "
@@ -111,3 +121,35 @@ def retrieval_rows(
         answer_turn = [m for m in messages if m.role == "assistant"]
         out.append(TrainingRow(section_id=f"{RETRIEVAL_PREFIX}{section_id}", messages=(*prompt, *answer_turn)))
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def learned_without_block(version: AdapterVersion) -> frozenset[str]:
+    """The ids of the learned examples ``version`` embodies (its manifest's, :meth:`Manifest.example_ids`)
+    when it trained without retrieval-augmented rows (``retrieval_k`` 0 in its metadata's hyperparameters):
+    the examples a block of retrieved examples should not quote to it.
+
+    Such an adapter answers its own learned prompts worse with them quoted than without (SmolLM2-135M-Instruct,
+    bench_learning's 20 pairs: 19–20/20 exact alone, 10–12/20 with ``rag_k`` 3, docs/retention.md); the
+    examples it has not learned (logged since its cycle) are what the block adds. Empty when the version
+    trained with the rows (it learned to answer with its own examples quoted), and when its metadata or
+    manifest is missing or unreadable (logged; every example is then quoted, as to a base). Reads two files
+    once per version (committed versions do not change; at most 64 remembered). Blocking.
+    """
+    try:
+        trained_k = int(version.metadata().hyperparameters.get("retrieval_k") or 0)
+        manifest = read_manifest(version.path, version.number)
+    except (AdapterStoreError, ManifestError, TypeError, ValueError) as exc:
+        log.warning("retrieval.learned_unknown", doc_key=version.doc_key, version=version.name, error=str(exc))
+        return frozenset()
+    if trained_k > 0 or manifest is None:
+        return frozenset()
+    return frozenset(manifest.example_ids())
+
+
+def split_learned(hits: Sequence[Mapping[str, Any]], learned: frozenset[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """``hits`` (retrieved examples, each with its ``id``) split into those to quote, in their order, and
+    the ids of those held back because they are in ``learned`` (:func:`learned_without_block`). The hits
+    are the nearest ``k``: a learned one is dropped, not replaced by a farther one."""
+    quoted = [dict(h) for h in hits if str(h["id"]) not in learned]
+    return quoted, [str(h["id"]) for h in hits if str(h["id"]) in learned]

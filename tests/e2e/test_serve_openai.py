@@ -18,9 +18,10 @@ import openai
 import pytest
 
 from learnerd.client import SEARCH_TOKEN_ENV, AsyncLearnerdClient, LearnerdClient
-from learnerd.ml.base_model import load_model_directory
+from learnerd.ml.base_model import load_model_directory, resolve_base_model
 from learnerd.ml.retrieved_examples import with_examples
 from learnerd.ml.rows import ChatMessage, render_chat
+from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.conftest import REPO_ROOT, cli_env, learnerd_command
 from tests.qa_pairs import QA_PAIRS
@@ -28,6 +29,7 @@ from tests.support.daemon import append_blocks
 from tests.support.daemon_process import free_port, wait_until
 from tests.support.documents import qa_document
 from tests.support.serving import TOKEN, client, serving_daemon, write_config
+from tests.support.tied_model import commit_noise_adapter
 
 pytestmark = pytest.mark.slow
 
@@ -208,6 +210,43 @@ def test_retrieved_examples_are_quoted_in_the_system_message_and_not_logged(serv
     logged = [e for e in events if e.get("event") == "chat completion" and e.get("retrieved")]
     assert logged[-1]["retrieved"] == [hit["id"] for hit in retrieved] and "prompt" not in logged[-1]
     assert question not in json.dumps(events) and BLOCKS[retrieved[0]["id"]][0] not in json.dumps(logged)
+
+
+def test_a_version_trained_without_retrieval_rows_is_quoted_only_what_it_has_not_learned(
+    tmp_path: Path, models_dir: Path, tiny_model_dir: Path
+):
+    """The document's v0001 learned example A (its manifest) without retrieval rows: among the 2 examples nearest
+    to the question, A is held back (``withheld``) and only the other is quoted; the base is quoted both."""
+    write_config(tmp_path, models_dir, "[serve]\nmax_tokens = 2\n")
+    doc = qa_document(tmp_path / "docs" / "notes.dlm", QA_PAIRS[:2])
+    append_blocks(tmp_path / "logs" / "blocks.jsonl", BLOCKS)
+    base = resolve_base_model("learnerd/tiny-llama", cache_dir=tmp_path / "state" / "models")
+    learned = "01HSERVEAAAAAAAAAAAAAAAAAA"
+    commit_noise_adapter(
+        AdapterStore(tmp_path / "state" / "adapters"), read_document(doc).frontmatter.dlm_id, base, learned=[learned]
+    )
+    question = [{"role": "user", "content": "list all files in this directory"}]
+    with serving_daemon(tmp_path) as (process, url):
+        admin = process.client()
+        wait_until(
+            lambda: len(admin.call("POST", "/search", {"text": "x", "k": 3})) == 3, what="three examples indexed"
+        )
+        rag = {"learnerd": {"rag_k": 2}}
+        to_base = client(url).chat.completions.create(
+            model="learnerd/tiny-llama", messages=question, max_tokens=1, temperature=0, extra_body=rag
+        )
+        to_adapter = client(url).chat.completions.create(
+            model="notes", messages=question, max_tokens=1, temperature=0, extra_body=rag
+        )
+    nearest = to_base.model_extra["learnerd"]["retrieved"]
+    assert [h["id"] for h in nearest][:1] == [learned] and len(nearest) == 2
+    assert to_base.model_extra["learnerd"]["withheld"] == []
+    served = to_adapter.model_extra["learnerd"]
+    assert to_adapter.system_fingerprint.endswith("@v0001")
+    assert served["withheld"] == [learned] and served["retrieved"] == nearest[1:]
+    _, tokenizer = load_model_directory(tiny_model_dir)
+    prompt = with_examples([ChatMessage("user", question[0]["content"])], nearest[1:])
+    assert to_adapter.usage.prompt_tokens == len(render_chat(tokenizer, prompt, add_generation_prompt=True))
 
 
 def test_the_learnerd_client_searches_and_chats_sync_and_async(served):

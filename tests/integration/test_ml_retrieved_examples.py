@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from learnerd.ml.base_model import load_model_directory
-from learnerd.ml.retrieved_examples import EXAMPLES_HEADER, RETRIEVAL_PREFIX, quote_example, retrieval_rows
+from learnerd.ml.base_model import load_model_directory, resolve_base_model
+from learnerd.ml.retrieved_examples import (
+    EXAMPLES_HEADER,
+    RETRIEVAL_PREFIX,
+    learned_without_block,
+    quote_example,
+    retrieval_rows,
+    split_learned,
+)
 from learnerd.ml.rows import ChatMessage, TrainingRow, encode_rows
 from learnerd.ml.train_worker import TrainingRequest, retention_rows
+from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import TrainingConfig
 from tests.qa_pairs import QA_PAIRS
+from tests.support.tied_model import commit_noise_adapter
 
 QA_ROWS = [TrainingRow.chat(f"qa{i:02d}", q, a) for i, (q, a) in enumerate(QA_PAIRS)]
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -68,3 +79,29 @@ def test_the_train_worker_adds_them_after_the_document_rows_and_they_encode_whol
     plain, augmented = encoded[0], encoded[20]
     assert len(augmented.input_ids) > len(plain.input_ids)
     assert augmented.loss_tokens == plain.loss_tokens, "the loss covers the answer only, as in the plain row"
+
+
+def test_the_examples_a_version_learned_without_retrieval_rows_are_held_back_from_its_block(
+    models_dir: Path, tmp_path: Path
+):
+    """A version trained without retrieval rows is quoted only the hits its manifest does not list (in their
+    order, none replaced); one trained with them, or whose manifest or metadata is missing, is quoted all."""
+    base = resolve_base_model("learnerd/tiny-llama", cache_dir=models_dir)
+    store = AdapterStore(tmp_path / "adapters")
+    plain = commit_noise_adapter(store, "doc", base, learned=["ex-a", "ex-b"])
+    hits = [
+        {"id": i, "query": f"q {i}", "answer": f"a {i}", "language": "", "score": 0.9}
+        for i in ("ex-c", "ex-a", "ex-d", "ex-b")
+    ]
+    assert learned_without_block(plain) == {"ex-a", "ex-b"}
+    quoted, withheld = split_learned(hits, learned_without_block(plain))
+    assert [h["id"] for h in quoted] == ["ex-c", "ex-d"] and withheld == ["ex-a", "ex-b"]
+    assert quoted[0] == hits[0]
+
+    with_rows = commit_noise_adapter(store, "doc", base, learned=["ex-a"], hyperparameters={"retrieval_k": 3})
+    no_manifest = commit_noise_adapter(store, "doc", base)
+    broken = commit_noise_adapter(store, "doc", base, learned=["ex-a"])
+    (broken.path / "metadata.json").write_text("{", encoding="utf-8")
+    for version in (with_rows, no_manifest, broken):
+        assert learned_without_block(version) == frozenset()
+        assert split_learned(hits, learned_without_block(version)) == (hits, [])

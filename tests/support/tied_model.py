@@ -8,13 +8,16 @@ load that skips that step goes unnoticed on it; these tests load the tied copy i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from learnerd.ml.base_model import BaseModelRef, load_model_directory
 from learnerd.ml.loader import loading
 from learnerd.ml.lora import attach_lora
 from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersion
 from learnerd.store.dlm import TrainingConfig
+from learnerd.store.manifest import Manifest, SectionOrigin, write_manifest
 
 
 def build_tied_tiny_model(tiny_model_dir: Path, target: Path) -> Path:
@@ -35,13 +38,29 @@ def build_tied_tiny_model(tiny_model_dir: Path, target: Path) -> Path:
 
 
 def commit_noise_adapter(
-    store: AdapterStore, doc_key: str, base: BaseModelRef, *, scale: float = 0.5, promote: bool = True
+    store: AdapterStore,
+    doc_key: str,
+    base: BaseModelRef,
+    *,
+    scale: float = 0.5,
+    promote: bool = True,
+    learned: Sequence[str] = (),
+    hyperparameters: dict[str, Any] | None = None,
 ) -> AdapterVersion:
     """Commit an adapter of ``base`` written by :func:`save_noise_adapter` as the next version of ``doc_key``,
-    promoted unless ``promote`` is False."""
+    promoted unless ``promote`` is False; with ``learned`` (example ids) its manifest says it embodies those
+    examples, one section each; ``hyperparameters`` go into its metadata."""
     with store.stage(doc_key) as staging:
         save_noise_adapter(base, staging.path, scale=scale)
-        meta = AdapterMetadata(base.name, base.identity, (), (), (), None, 0, 0.0, 0.0, 0, 42, {}, {}, "2026-01-01")
+        meta = AdapterMetadata(
+            base.name, base.identity, (), (), (), None, 0, 0.0, 0.0, 0, 42, hyperparameters or {}, {}, "2026-01-01"
+        )
+        if learned:
+            sections = tuple(SectionOrigin(f"s{i}", 1, example_id=e) for i, e in enumerate(learned))
+            manifest = Manifest(
+                doc_key, "2026-01-01", "fresh", "test", base.name, None, None, 0, 0.0, 0.0, (), sections, (), (), ()
+            )
+            write_manifest(staging.path, manifest)
         version = store.commit(staging, meta)
     if promote:
         store.promote(version)
