@@ -92,7 +92,8 @@ def recipe_for(builtin: bool, served_rag_k: int = 0) -> dict[str, Any]:
     With ``served_rag_k`` > 0 (``[serve] rag_k``: the endpoint quotes that many retrieved examples in every
     request's system message) the recipe adds ``retrieval_k`` = that k (at most :data:`MAX_RETRIEVAL_K`), so
     the adapter learns to answer under the block it is served with (docs/retention.md, "Retrieval-augmented
-    rows": without it SmolLM2's adapter answers 12 of its 20 learned prompts with the block, 19 without)."""
+    rows": without it SmolLM2's adapter answers 12 of its 20 learned prompts with the block, 19 without, so the
+    endpoint holds back from such a version the examples it learned)."""
     recipe = dict(RANDOM_BASE_RECIPE if builtin else PRETRAINED_RECIPE)
     if served_rag_k > 0:
         recipe["retrieval_k"] = min(served_rag_k, MAX_RETRIEVAL_K)
