@@ -4,20 +4,23 @@ GeRe (Zhang et al., "GeRe: Towards Efficient Anti-Forgetting in Continual Learni
 Samples Replay", arXiv 2508.04676) keeps an LLM's general abilities through continual fine-tuning by replaying
 a small fixed set of general samples. learnerd replays self-distilled ones — no download, no other model's
 text: the prompts are :data:`POOL` (``learnerd/ml/packs/replay_prompts.jsonl``, one JSON object a line with
-``category`` and ``prompt``; 82 general questions — knowledge, arithmetic, writing, code — none of them an
+``category`` and ``prompt``; 388 general questions — knowledge, arithmetic, writing, code — none of them an
 item of the ``answer_retention`` probe's pool, which a test pins), the answers are the base's greedy replies
 (at most :data:`MAX_NEW_TOKENS` new tokens, :func:`learnerd.ml.generate.greedy_replies`).
 
-They are generated once per base and pool and cached as JSON in the model cache (``<state_dir>/models/``,
-:func:`cache_path`: keyed by a hash of the base's identity and of the pool file; written atomically), so every
-later cycle on that base reads the file. The file is derived data, kept as the evaluation's base answers are
-(:mod:`learnerd.eval.base_answers`): one that cannot be read, or that holds another pool, is a miss (logged,
-generated again and replaced), and one that cannot be written is logged and skipped; a cache never fails a
-cycle. A cycle of ``training.general_replay`` r mixes in
-``round(r × document rows)`` replay rows (:func:`replay_rows`: the pool's answers in a seeded order, cycling
-when more are asked for than the pool holds), section id ``general-replay:<n>``: single-turn chat rows with
-the document's system prompt, whose answer tokens carry the loss (and, with ``training.replay_kl_weight``, a
-KL term to the base: :func:`learnerd.ml.lora.train_lora`).
+A cycle of ``training.general_replay`` r mixes in ``round(r × document rows)`` replay rows: :func:`drawn_prompts`
+takes that many distinct prompts of the pool in an order seeded with ``training.seed`` (all of them when more
+are asked for), and :func:`replay_rows` cycles through their answers to the count, section id
+``general-replay:<pool index>``: single-turn chat rows with the document's system prompt, whose answer tokens
+carry the loss (and, with ``training.replay_kl_weight``, a KL term to the base: :func:`learnerd.ml.lora.train_lora`).
+A large document rehearses more distinct prompts, not the same ones more often.
+
+Answers are generated only for the prompts a cycle draws and cached as JSON in the model cache
+(``<state_dir>/models/``, :func:`cache_path`: keyed by a hash of the base's identity and the system prompt;
+written atomically), prompt by prompt, so a later cycle on that base generates only the prompts no earlier
+cycle drew. The file is derived data, kept as the evaluation's base answers are
+(:mod:`learnerd.eval.base_answers`): one that cannot be read is a miss (logged, generated again and replaced),
+and one that cannot be written is logged and skipped; a cache never fails a cycle.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ MAX_NEW_TOKENS = 64
 """New tokens of each cached greedy answer at most."""
 SECTION_PREFIX = "general-replay:"
 """The section id prefix of a replay row (``general-replay:<pool index>``)."""
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 log = structlog.get_logger(__name__)
 
@@ -57,19 +60,15 @@ class ReplayAnswer:
 
 
 @functools.cache
-def pool_text() -> str:
-    """The pool file's text (UTF-8)."""
-    return resources.files("learnerd.ml").joinpath(POOL).read_text(encoding="utf-8")
-
-
 def replay_prompts() -> tuple[str, ...]:
-    """The pool's prompts, in file order.
+    """The pool's prompts, in file order (the file is read once).
 
     Raises:
         ValueError: a line is not a JSON object with a non-empty ``prompt`` string (file and line named).
     """
+    text = resources.files("learnerd.ml").joinpath(POOL).read_text(encoding="utf-8")
     prompts = []
-    for number, line in enumerate(pool_text().splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         entry = json.loads(line)
         prompt = entry.get("prompt") if isinstance(entry, dict) else None
         if not isinstance(prompt, str) or not prompt:
@@ -79,60 +78,76 @@ def replay_prompts() -> tuple[str, ...]:
 
 
 def cache_path(models_dir: Path, base_identity: str, system: str | None = None) -> Path:
-    """Where the answers of the base ``base_identity`` to the pool (asked under ``system``, the document's
-    system prompt, or none) are cached: ``models_dir/replay-<sha256(identity, system, pool, budget)[:16]>.json``
-    (``budget``: :data:`MAX_NEW_TOKENS`)."""
-    key = json.dumps([CACHE_VERSION, base_identity, system, pool_text(), MAX_NEW_TOKENS])
+    """Where the answers of the base ``base_identity`` to the pool's prompts (asked under ``system``, the
+    document's system prompt, or none) are cached:
+    ``models_dir/replay-<sha256(version, identity, system, budget)[:16]>.json`` (``budget``:
+    :data:`MAX_NEW_TOKENS`)."""
+    key = json.dumps([CACHE_VERSION, base_identity, system, MAX_NEW_TOKENS])
     return models_dir / f"replay-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
+def drawn_prompts(count: int, seed: int) -> tuple[int, ...]:
+    """The pool indices a cycle of ``count`` replay rows rehearses: the first ``min(count, pool size)`` of a
+    ``random.Random(seed)`` permutation of the pool (:func:`replay_prompts`)."""
+    size = len(replay_prompts())
+    return tuple(random.Random(seed).sample(range(size), size)[: max(0, min(count, size))])
+
+
 def cached_answers(
-    path: Path | None, model: Any, tokenizer: Any, system: str | None = None
+    path: Path | None, model: Any, tokenizer: Any, indices: Sequence[int], system: str | None = None
 ) -> tuple[ReplayAnswer, ...]:
-    """The base's greedy answers to the pool: read from ``path`` when it holds them, else generated with
-    ``model`` (the base: a plain causal LM, or a ``PeftModel`` inside ``disable_adapter()``) and written there
-    atomically (``path`` None: generated and not cached). A ``path`` that cannot be read or holds another
-    pool is logged (``general_replay.cache_unreadable``) and replaced; one that cannot be written is logged
+    """The base's greedy answers to the pool's prompts ``indices`` (:func:`drawn_prompts`), in that order:
+    read from ``path`` for the prompts it holds, generated with ``model`` (the base: a plain causal LM, or a
+    ``PeftModel`` inside ``disable_adapter()``) for the others, which are then added to ``path`` atomically
+    (``path`` None: all generated, nothing cached). A ``path`` that cannot be read is logged
+    (``general_replay.cache_unreadable``) and replaced; one that cannot be written is logged
     (``general_replay.cache_unwritable``) and the answers are returned all the same.
 
     Raises:
+        IndexError: an index is outside the pool.
         RowEncodingError: the tokenizer has no chat template.
     """
     prompts = replay_prompts()
-    cached = _read_cache(path, prompts) if path is not None else None
-    if cached is not None:
-        return cached
-    from learnerd.ml.generate import chat_turns, greedy_replies
+    wanted = [prompts[i] for i in indices]
+    known = _read_cache(path, system) if path is not None else {}
+    missing = list(dict.fromkeys(p for p in wanted if p not in known))
+    if missing:
+        from learnerd.ml.generate import chat_turns, greedy_replies
 
-    replies = greedy_replies(
-        model, tokenizer, [chat_turns(p, system=system) for p in prompts], max_new_tokens=MAX_NEW_TOKENS
-    )
-    answers = tuple(ReplayAnswer(p, r.text.strip()) for p, r in zip(prompts, replies, strict=True))
-    if path is not None:
-        payload = {"version": CACHE_VERSION, "system": system, "answers": [a.__dict__ for a in answers]}
-        try:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            atomic_write_text(path, json.dumps(payload, ensure_ascii=False, indent=1) + "\n")
-        except OSError as exc:
-            log.warning("general_replay.cache_unwritable", path=str(path), error=str(exc))
-    return answers
+        replies = greedy_replies(
+            model, tokenizer, [chat_turns(p, system=system) for p in missing], max_new_tokens=MAX_NEW_TOKENS
+        )
+        known.update({p: r.text.strip() for p, r in zip(missing, replies, strict=True)})
+        if path is not None:
+            _write_cache(path, system, {p: known[p] for p in prompts if p in known})
+    return tuple(ReplayAnswer(p, known[p]) for p in wanted)
 
 
-def _read_cache(path: Path, prompts: tuple[str, ...]) -> tuple[ReplayAnswer, ...] | None:
-    """The answers cached at ``path`` for ``prompts``; None when there is no file, or (logged) when it cannot
-    be read or was written for another pool."""
+def _read_cache(path: Path, system: str | None) -> dict[str, str]:
+    """The answers cached at ``path``, by prompt; empty when there is no file, or (logged) when it cannot be
+    read or was written for another system prompt or cache version."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-        answers = tuple(ReplayAnswer(a["prompt"], a["answer"]) for a in raw["answers"])
+        if raw["version"] != CACHE_VERSION or raw["system"] != system:
+            raise ValueError(f"written as version {raw['version']} for system prompt {raw['system']!r}")
+        answers = raw["answers"]
+        if not isinstance(answers, dict) or not all(isinstance(a, str) for a in answers.values()):
+            raise TypeError("answers is not an object of strings")
     except FileNotFoundError:
-        return None
+        return {}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.warning("general_replay.cache_unreadable", path=str(path), error=str(exc))
-        return None
-    if tuple(a.prompt for a in answers) != prompts:
-        log.warning("general_replay.cache_unreadable", path=str(path), error="written for another prompt pool")
-        return None
-    return answers
+        return {}
+    return dict(answers)
+
+
+def _write_cache(path: Path, system: str | None, answers: dict[str, str]) -> None:
+    payload = {"version": CACHE_VERSION, "system": system, "answers": answers}
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(payload, ensure_ascii=False, indent=1) + "\n")
+    except OSError as exc:
+        log.warning("general_replay.cache_unwritable", path=str(path), error=str(exc))
 
 
 def replay_count(ratio: float, document_rows: int) -> int:
@@ -141,15 +156,14 @@ def replay_count(ratio: float, document_rows: int) -> int:
 
 
 def replay_rows(
-    answers: Sequence[ReplayAnswer], count: int, *, seed: int, system: str | None = None
+    indices: Sequence[int], answers: Sequence[ReplayAnswer], count: int, *, system: str | None = None
 ) -> list[TrainingRow]:
-    """``count`` replay rows from ``answers``: a ``random.Random(seed)`` permutation of them, cycled; an
-    empty answer (the base said nothing) is skipped."""
-    usable = [(i, a) for i, a in enumerate(answers) if a.answer]
+    """``count`` replay rows: the ``answers`` to the pool's prompts ``indices`` (:func:`drawn_prompts`,
+    :func:`cached_answers`), in their order, cycled; an empty answer (the base said nothing) is skipped."""
+    usable = [(i, a) for i, a in zip(indices, answers, strict=True) if a.answer]
     if not usable or count <= 0:
         return []
-    order = random.Random(seed).sample(usable, len(usable))
-    picked = [order[n % len(order)] for n in range(count)]
+    picked = [usable[n % len(usable)] for n in range(count)]
     return [TrainingRow.chat(f"{SECTION_PREFIX}{i}", a.prompt, a.answer, system=system) for i, a in picked]
 
 

@@ -11,7 +11,15 @@ import torch
 from learnerd.eval.probes.retention import general_pool
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
 from learnerd.ml.cycle import train_cycle
-from learnerd.ml.general_replay import SECTION_PREFIX, cache_path, cached_answers, replay_prompts
+from learnerd.ml.general_replay import (
+    SECTION_PREFIX,
+    ReplayAnswer,
+    cache_path,
+    cached_answers,
+    drawn_prompts,
+    replay_prompts,
+    replay_rows,
+)
 from learnerd.ml.lora import train_lora
 from learnerd.ml.rows import MULTI_TURN_PAIRS, TrainingRow, multi_turn_rows
 from learnerd.ml.train_worker import TrainingRequest, retention_rows
@@ -43,49 +51,75 @@ def test_replay_rows_are_mixed_at_the_ratio_after_the_document_rows(tiny_model_d
     assert all(r.messages[0].content in replay_prompts() for r in replay)
 
 
+def test_a_cycle_draws_distinct_prompts_before_it_repeats_one():
+    """A large document rehearses more of the pool, not the same prompts more often: every prompt once before
+    any twice, in an order that depends on the seed alone."""
+    size = len(replay_prompts())
+    few, everything = drawn_prompts(10, seed=3), drawn_prompts(size + 5, seed=3)
+    assert len(set(few)) == 10 and few == everything[:10]
+    assert sorted(everything) == list(range(size)) and drawn_prompts(10, seed=4) != few
+    answers = [ReplayAnswer(f"q{i}", "" if i == everything[1] else f"a{i}") for i in everything]
+    rows = replay_rows(everything, answers, size + 5)
+    ids = [int(r.section_id.removeprefix(SECTION_PREFIX)) for r in rows]
+    assert len(rows) == size + 5 and everything[1] not in ids  # the empty answer is skipped
+    assert ids[: size - 1] == [i for i in everything if i != everything[1]] and len(set(ids[: size - 1])) == size - 1
+
+
 def test_replay_answers_are_generated_once_and_cached_per_base(models_dir, tmp_path):
-    """The first cycle writes the base's answers into the model cache; the second reads that file (a
-    changed answer in the file is what it trains on) and does not rewrite it."""
+    """The first cycle writes the base's answers to the prompts it drew into the model cache; the next cycle
+    of the same rows reads that file (a changed answer in the file is what it trains on) and does not rewrite
+    it; a cycle that draws more prompts generates only the new ones and adds them to the file."""
     base = resolve_base_model(DEFAULT_BASE_MODEL, cache_dir=models_dir)
     cache_dir = tmp_path / "models"
     config = TrainingConfig(learning_rate=1e-2, max_steps=2, general_replay=1.0)
     store = AdapterStore(tmp_path / "adapters")
 
-    def cycle(rows):
-        run = train_cycle(store, "qa", base, rows, config, num_threads=1, replay_cache_dir=cache_dir)
+    def cycle(doc_key, rows):
+        run = train_cycle(store, doc_key, base, rows, config, num_threads=1, replay_cache_dir=cache_dir)
         return anyio.run(lambda: run)
 
-    cycle(QA_ROWS[:4])
+    cycle("a", QA_ROWS[:4])
     path = cache_path(cache_dir, base.identity)
     cached = json.loads(path.read_text())
-    assert [a["prompt"] for a in cached["answers"]] == list(replay_prompts())
-    for answer in cached["answers"]:
-        answer["answer"] = "cached " + answer["prompt"]
+    drawn = [replay_prompts()[i] for i in drawn_prompts(4, config.seed)]
+    assert sorted(cached["answers"]) == sorted(drawn)
+    cached["answers"] = {p: "cached " + p for p in cached["answers"]}
     path.write_text(json.dumps(cached))
     inode = path.stat().st_ino
 
     model, tokenizer = load_model_directory(base.path)
     request = TrainingRequest(str(base.path), str(tmp_path), tuple(QA_ROWS[:4]), config, replay_cache=str(path))
     replay = retention_rows(model, tokenizer, request)[4:]
-    assert len(replay) == 4 and all(r.messages[-1].content.startswith("cached ") for r in replay)
-    outcome = cycle(QA_ROWS[:5])
+    assert [r.messages[-1].content for r in replay] == ["cached " + p for p in drawn]
+    outcome = cycle("b", QA_ROWS[:4])
     assert outcome.version is not None and path.stat().st_ino == inode
+
+    cycle("c", QA_ROWS[:6])
+    grown = json.loads(path.read_text())["answers"]
+    more = [replay_prompts()[i] for i in drawn_prompts(6, config.seed)]
+    assert sorted(grown) == sorted(more) and all(grown[p] == "cached " + p for p in drawn)
+    assert not any(grown[p].startswith("cached ") for p in more[4:])
     assert list(cache_dir.glob("replay-*.json")) == [path]
 
 
 def test_an_unreadable_cache_is_generated_again_and_an_unwritable_one_skipped(tiny_model_dir, tmp_path):
-    """The cache is derived data: a torn file, or one of another pool, is replaced by fresh answers (equal
-    to those of no cache at all); a cache path that cannot be written still gives the answers."""
+    """The cache is derived data: a torn file, one of another cache version or one of another system prompt
+    is replaced by fresh answers (equal to those of no cache at all); a cache path that cannot be written
+    still gives the answers."""
     model, tokenizer = load_model_directory(tiny_model_dir)
-    fresh = cached_answers(None, model, tokenizer)
+    drawn = drawn_prompts(5, seed=0)
+    fresh = cached_answers(None, model, tokenizer, drawn)
+    assert [a.prompt for a in fresh] == [replay_prompts()[i] for i in drawn]
     path = tmp_path / "replay-torn.json"
-    for bad in ('{"answers": [{"prompt": "What is', json.dumps({"answers": [{"prompt": "other", "answer": "x"}]})):
+    other_system = {"version": 2, "system": "Be terse.", "answers": {a.prompt: "x" for a in fresh}}
+    old_version = {"version": 1, "system": None, "answers": [{"prompt": a.prompt, "answer": "x"} for a in fresh]}
+    for bad in ('{"answers": [{"prompt": "What is', json.dumps(other_system), json.dumps(old_version)):
         path.write_text(bad)
-        assert cached_answers(path, model, tokenizer) == fresh
-        assert [a["answer"] for a in json.loads(path.read_text())["answers"]] == [a.answer for a in fresh]
+        assert cached_answers(path, model, tokenizer, drawn) == fresh
+        assert json.loads(path.read_text())["answers"] == {a.prompt: a.answer for a in fresh}
     blocked = tmp_path / "a-file" / "replay.json"
     blocked.parent.write_text("not a directory")
-    assert cached_answers(blocked, model, tokenizer) == fresh
+    assert cached_answers(blocked, model, tokenizer, drawn) == fresh
 
 
 def test_the_kl_term_changes_what_the_adapter_learns(tiny_model_dir):
