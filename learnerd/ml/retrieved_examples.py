@@ -123,7 +123,6 @@ def retrieval_rows(
     return out
 
 
-@functools.lru_cache(maxsize=64)
 def learned_without_block(version: AdapterVersion) -> frozenset[str]:
     """The ids of the learned examples ``version`` embodies (its manifest's, :meth:`Manifest.example_ids`)
     when it trained without retrieval-augmented rows (``retrieval_k`` 0 in its metadata's hyperparameters):
@@ -134,14 +133,22 @@ def learned_without_block(version: AdapterVersion) -> frozenset[str]:
     examples it has not learned (logged since its cycle) are what the block adds. Empty when the version
     trained with the rows (it learned to answer with its own examples quoted), and when its metadata or
     manifest is missing or unreadable (logged; every example is then quoted, as to a base). Reads two files
-    once per version (committed versions do not change; at most 64 remembered). Blocking.
+    once per version (committed versions do not change; at most 64 remembered); a read that failed is tried
+    again on the next call, so a passing fault is not remembered. Blocking.
     """
     try:
-        trained_k = int(version.metadata().hyperparameters.get("retrieval_k") or 0)
-        manifest = read_manifest(version.path, version.number)
+        return _learned_ids(version)
     except (AdapterStoreError, ManifestError, TypeError, ValueError) as exc:
         log.warning("retrieval.learned_unknown", doc_key=version.doc_key, version=version.name, error=str(exc))
         return frozenset()
+
+
+@functools.lru_cache(maxsize=64)
+def _learned_ids(version: AdapterVersion) -> frozenset[str]:
+    """:func:`learned_without_block`'s answer, remembered per version; raises what reading the files raises
+    (``functools.lru_cache`` remembers no exception)."""
+    trained_k = int(version.metadata().hyperparameters.get("retrieval_k") or 0)
+    manifest = read_manifest(version.path, version.number)
     if trained_k > 0 or manifest is None:
         return frozenset()
     return frozenset(manifest.example_ids())

@@ -105,3 +105,6 @@ def test_the_examples_a_version_learned_without_retrieval_rows_are_held_back_fro
     for version in (with_rows, no_manifest, broken):
         assert learned_without_block(version) == frozenset()
         assert split_learned(hits, learned_without_block(version)) == (hits, [])
+
+    (broken.path / "metadata.json").write_text((plain.path / "metadata.json").read_text("utf-8"), "utf-8")
+    assert learned_without_block(broken) == {"ex-a"}, "a failed read is not remembered: the repaired version is read"
