@@ -37,12 +37,19 @@ every cycle's wall time and gate verdicts; writes a PNG (``--png``: the matches,
 version's retention probes) and a JSON (``--json``: the arguments, the sets, every answer, the per-cycle
 versions, verdicts and wall times, the retention probes' results).
 
+The JSON is written after every cycle as well, a checkpoint: ``--resume`` goes on from the cycles the ``--json``
+of an earlier run in the same ``--out`` recorded, up to ``--cycles`` (each cycle is a ``learnerd run --once`` on
+the state in ``--out``, so the next one needs nothing else), reusing its rows; it refuses (exit 2) a file that
+is missing, unreadable, or from another base, seed, size, training block or peer data. A run at full size
+takes hours on two cores: an interrupted one loses the cycle in progress, not the ones before it.
+
 ``--training KEY=VALUE`` (repeatable; VALUE is JSON or a plain string, e.g. ``learning_rate=5e-4``) goes
 into the learned document's ``training`` frontmatter, so any training recipe can be measured; a key or value
 learnerd does not accept is refused before anything runs (exit 2).
 
     python benchmarks/bench_learning.py [--pairs 50] [--cycles 3] [--threads 2] [--training KEY=VALUE ...]
     python benchmarks/bench_learning.py --smoke   # the built-in tiny model, 2 pairs, 2 cycles: a functional check
+    python benchmarks/bench_learning.py --out DIR --json FILE --cycles 3 --resume   # on from FILE's cycles
 
 Exits 2 when the tldr pages, nl2bash or the model are absent.
 """
@@ -266,6 +273,46 @@ def write_inputs(out: Path, blocks: list[Block], base: str, training: dict[str, 
     return config
 
 
+@dataclass
+class Checkpoint:
+    """What a run has measured so far: the rows (condition → set → scores), the retention probes per adapter
+    row, the cycles, and the version number each adapter row measured (``measured``, in order)."""
+
+    results: dict[str, dict[str, Scores]] = field(default_factory=dict)
+    probes: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    cycles: list[dict[str, Any]] = field(default_factory=list)
+    measured: dict[str, int] = field(default_factory=dict)
+
+
+class CheckpointError(Exception):
+    """The ``--json`` a ``--resume`` reads is missing, unreadable, or from another run."""
+
+
+def load_checkpoint(path: Path, expected: dict[str, Any]) -> Checkpoint:
+    """The :class:`Checkpoint` the JSON at ``path`` holds (as :func:`write_json` writes it), less the last
+    ``adapter+RAG`` row (measured again after the cycles to come). ``expected`` holds what must be equal in it
+    (``base``, ``pairs``, ``seed``, ``training``, ``sets``).
+
+    Raises:
+        CheckpointError: ``path`` is missing or unreadable, lacks a field, or one of ``expected`` differs.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        for key, want in expected.items():
+            if data[key] != want:
+                raise CheckpointError(f"{path}: recorded with another {key}; run without --resume to start over")
+        results = {
+            name: {s: Scores(v["answers"], v["exact"], v["command_name"]) for s, v in by_set.items()}
+            for name, by_set in data["conditions"].items()
+            if name != "adapter+RAG"
+        }
+        return Checkpoint(results, data["probes"], data["cycles"], dict(data["measured"]))
+    except OSError as exc:
+        raise CheckpointError(f"cannot read the run to resume: {exc}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{path}: not a bench_learning result ({type(exc).__name__}: {exc})") from None
+
+
 def run_cycle(config: Path, threads: int) -> tuple[float, dict]:
     """One ``learnerd run --once`` (ingest, probes, train, evaluate, gate, harvest): wall seconds and summary."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
@@ -401,6 +448,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="working directory (default: a temporary one)")
     parser.add_argument("--png", type=Path, default=Path("bench_learning.png"), help="the plot")
     parser.add_argument("--json", type=Path, default=Path("bench_learning.json"), help="the results")
+    parser.add_argument(
+        "--resume", action="store_true", help="go on from the cycles --json recorded in --out, up to --cycles"
+    )
     args = parser.parse_args()
     base = args.base or (SMOKE_BASE if args.smoke else BASE_MODEL)
     pairs = args.pairs or (2 if args.smoke else 50)
@@ -418,6 +468,22 @@ def main() -> int:
         print(f"{parser.prog}: --training: {exc}", file=sys.stderr)
         return 2
     sets = choose_sets(args.tldr, args.nl2bash, pairs, args.seed)
+    done = Checkpoint()
+    if args.resume:
+        expected = {
+            "base": base,
+            "pairs": len(sets.items["learned"]) // 2,
+            "seed": args.seed,
+            "training": training,
+            "sets": sets_json(sets.items),
+        }
+        try:
+            if args.out is None:
+                raise CheckpointError("--resume needs the --out of the run it goes on from")
+            done = load_checkpoint(args.json, expected)
+        except CheckpointError as exc:
+            print(f"{parser.prog}: --resume: {exc}", file=sys.stderr)
+            return 2
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-learning-"))
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -425,7 +491,7 @@ def main() -> int:
     except BaseModelError as exc:
         print(f"{parser.prog}: {exc}", file=sys.stderr)
         return 2
-    config = write_inputs(out, sets.blocks, base, training, args.threads)
+    config = out / "learnerd.toml" if args.resume else write_inputs(out, sets.blocks, base, training, args.threads)
 
     import torch
 
@@ -442,18 +508,21 @@ def main() -> int:
     print(f"{base} on {placement.device}; prompts: {sizes}; training {training or 'default'}; in {out}", flush=True)
 
     model, tokenizer = load_model_directory(base_ref.path, name=base, placement=placement)
-    results: dict[str, dict[str, Scores]] = {"base": {k: answer_all(model, tokenizer, v) for k, v in items.items()}}
-    print("base answered", flush=True)
-    cycles_done: list[dict[str, Any]] = []
-    probes: dict[str, dict[str, dict[str, Any]]] = {}
+    results, probes, cycles_done, measured = done.results, done.probes, done.cycles, done.measured
+    if "base" not in results:
+        results["base"] = {k: answer_all(model, tokenizer, v) for k, v in items.items()}
+        print("base answered", flush=True)
     retriever = None
-    adapted, learned = None, frozenset()  # the newest version's model, and the examples held back from it
+    adapted = None  # the newest version's model, once loaded
     store = AdapterStore(out / "state" / "adapters")
 
     doc_key = read_document(out / "docs" / "learned.dlm").frontmatter.dlm_id
-    seen: set[int] = set()
-    served: tuple[int, str] | None = None  # the version answered last, and its row
-    for cycle in range(1, cycles + 1):
+    seen: set[int] = {int(c["version"][1:]) for cycle in cycles_done for c in cycle["committed"]}
+
+    def checkpoint() -> None:
+        write_json(args.json, args, base, training, items, results, probes, cycles_done, measured)
+
+    for cycle in range(len(cycles_done) + 1, cycles + 1):
         wall, summary = run_cycle(config, args.threads)
         committed = cycle_versions(store, doc_key, seen)
         current = store.current(doc_key)
@@ -470,29 +539,39 @@ def main() -> int:
         print(f"cycle {cycle}: {wall:.0f} s, {verdicts}; serving {current.name if current else 'none'}", flush=True)
         if retriever is None:
             retriever = Retriever(config)
+        if "base+RAG" not in results:
             results["base+RAG"] = {k: answer_all(model, tokenizer, v, retriever) for k, v in items.items()}
             print("base+RAG answered", flush=True)
         newest = max(store.list_versions(doc_key), key=lambda v: v.number, default=None)
         if newest is None:
+            checkpoint()
             continue
         # the newest version answers, served or not: a candidate the gate rejected is measured too (its row says
         # so), for the benchmark asks what training learned; the daemon serves `current` all the same
         rejected = current is None or newest.number != current.number
         name = f"adapter c{cycle} ({newest.name}{', rejected' if rejected else ''})"
-        if served is not None and served[0] == newest.number:  # the same adapter, greedy: the same answers
-            results[name], probes[name] = results[served[1]], probes[served[1]]
-            continue
-        fresh, _ = load_model_directory(base_ref.path, name=base, placement=placement)
-        adapted = load_adapter(fresh, newest)
-        results[name] = {k: answer_all(adapted, tokenizer, v) for k, v in items.items()}
-        probes[name] = retention_probes(newest)
-        served = (newest.number, name)
+        last = next(reversed(measured.items()), None)
+        if last is not None and last[1] == newest.number:  # the same adapter, greedy: the same answers
+            results[name], probes[name] = results[last[0]], probes[last[0]]
+        else:
+            fresh, _ = load_model_directory(base_ref.path, name=base, placement=placement)
+            adapted = load_adapter(fresh, newest)
+            results[name] = {k: answer_all(adapted, tokenizer, v) for k, v in items.items()}
+            probes[name] = retention_probes(newest)
+            print(f"{name} answered", flush=True)
+        measured[name] = newest.number
+        checkpoint()
+    last = next(reversed(measured.items()), None)
+    if last is not None:
+        newest = next(v for v in store.list_versions(doc_key) if v.number == last[1])
+        if adapted is None:  # resumed after its row: load it again
+            adapted = load_adapter(load_model_directory(base_ref.path, name=base, placement=placement)[0], newest)
+        retriever = retriever or Retriever(config)
         learned = learned_without_block(newest)
-        print(f"{name} answered", flush=True)
-    if adapted is not None and retriever is not None:
         results["adapter+RAG"] = {k: answer_all(adapted, tokenizer, v, retriever, learned) for k, v in items.items()}
     report(results, items, probes, cycles_done, args.png, base)
-    write_json(args.json, args, base, training, items, results, probes, cycles_done)
+    checkpoint()
+    print(f"results: {args.json}")
     return 0
 
 
@@ -590,7 +669,13 @@ def retention_panel(ax, probes: dict[str, dict[str, dict[str, Any]]]) -> None:
     ax.legend(fontsize=8)
 
 
-def write_json(path: Path, args, base, training, items, results, probes, cycles_done) -> None:
+def sets_json(items: dict[str, list[Item]]) -> dict[str, list[dict[str, str]]]:
+    """The prompt sets as the JSON records them."""
+    return {k: [asdict(it) for it in v] for k, v in items.items()}
+
+
+def write_json(path: Path, args, base, training, items, results, probes, cycles_done, measured) -> None:
+    """The run so far, atomically (a checkpoint :func:`load_checkpoint` reads back)."""
     from learnerd.store.atomic import atomic_write_text
 
     data = {
@@ -599,7 +684,7 @@ def write_json(path: Path, args, base, training, items, results, probes, cycles_
         "seed": args.seed,
         "threads": args.threads,
         "training": training,
-        "sets": {k: [asdict(it) for it in v] for k, v in items.items()},
+        "sets": sets_json(items),
         "conditions": {
             name: {
                 s: {"exact": sc.exact, "command_name": sc.command_name, "answers": sc.answers} for s, sc in r.items()
@@ -608,9 +693,9 @@ def write_json(path: Path, args, base, training, items, results, probes, cycles_
         },
         "probes": probes,
         "cycles": cycles_done,
+        "measured": measured,
     }
     atomic_write_text(path, json.dumps(data, indent=1, default=str) + "\n")
-    print(f"results: {path}")
 
 
 if __name__ == "__main__":

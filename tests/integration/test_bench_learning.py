@@ -84,25 +84,63 @@ def test_a_refused_training_override_exits_2_before_anything_is_written(tmp_path
     assert not out.exists()
 
 
+def test_a_resume_from_a_missing_or_another_runs_json_exits_2(peer_data, tmp_path: Path) -> None:
+    """``--resume`` reads the checkpoint before anything runs: none there, or one from another seed, is refused
+    with the reason, and nothing is written."""
+    out, results = tmp_path / "run", tmp_path / "learning.json"
+    command = [sys.executable, str(SCRIPT), "--smoke", "--out", str(out), "--json", str(results), "--resume"]
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*command, *extra], env=cli_env(), capture_output=True, text=True, timeout=300)
+
+    missing = run()
+    assert missing.returncode == 2 and "cannot read the run to resume" in missing.stderr
+    sets = choose_sets(peer_data / "tldr", peer_data / "nl2bash" / "paraphrases.jsonl", pairs=2, seed=0)
+    recorded = {"base": "learnerd/tiny-llama", "pairs": 2, "seed": 0, "training": {}, "sets": {}}
+    recorded["sets"] = {k: [vars(it) for it in v] for k, v in sets.items.items()}
+    results.write_text(json.dumps(recorded), encoding="utf-8")
+    other_seed = run("--seed", "1")
+    assert other_seed.returncode == 2 and "recorded with another seed" in other_seed.stderr
+    incomplete = run()
+    assert incomplete.returncode == 2 and "not a bench_learning result" in incomplete.stderr
+    assert "Traceback" not in missing.stderr + other_seed.stderr + incomplete.stderr and not out.exists()
+
+
 @pytest.mark.slow
-def test_the_smoke_size_trains_evaluates_and_reports_every_condition(peer_data, tmp_path: Path) -> None:
+def test_the_smoke_size_trains_evaluates_and_reports_every_condition_and_resumes_a_cycle_later(
+    peer_data, tmp_path: Path
+) -> None:
+    """One cycle, then ``--resume`` to the smoke size's two: the second run goes on from the first's checkpoint
+    (the base's answers and cycle 1 reused, not measured again) and ends as a two-cycle run does."""
     png, results = tmp_path / "learning.png", tmp_path / "learning.json"
     command = [sys.executable, str(SCRIPT), "--smoke", "--pairs", "1", "--threads", "1", "--out", str(tmp_path / "run")]
-    done = subprocess.run(
-        [*command, "--png", str(png), "--json", str(results)],
-        env=cli_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [*command, "--png", str(png), "--json", str(results), *extra],
+            env=cli_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    first_run = run("--cycles", "1")
+    first = json.loads(results.read_text())
+    assert list(first["conditions"]) == ["base", "base+RAG", "adapter c1 (v0001)", "adapter+RAG"]
+    assert first["measured"] == {"adapter c1 (v0001)": 1} and "base answered" in first_run.stdout
+    resumed = run("--resume")
+    assert "base answered" not in resumed.stdout
     assert png.read_bytes().startswith(b"\x89PNG")
     data = json.loads(results.read_text())
     conditions = data["conditions"]
     assert list(conditions) == ["base", "base+RAG", "adapter c1 (v0001)", "adapter c2 (v0001)", "adapter+RAG"]
-    (first,), second = (cycle["committed"] for cycle in data["cycles"])
-    assert second == [] and first["probes"] == data["probes"]["adapter c1 (v0001)"]
-    assert {k: first[k] for k in ("version", "outcome", "reasons")} == {
+    assert {k: conditions[k] for k in ("base", "base+RAG")} == {k: first["conditions"][k] for k in ("base", "base+RAG")}
+    assert data["cycles"][0] == first["cycles"][0] and len(data["cycles"]) == 2
+    (first_cycle,), second = (cycle["committed"] for cycle in data["cycles"])
+    assert second == [] and first_cycle["probes"] == data["probes"]["adapter c1 (v0001)"]
+    assert {k: first_cycle[k] for k in ("version", "outcome", "reasons")} == {
         "version": "v0001",
         "outcome": "promoted",
         "reasons": [],
@@ -115,4 +153,4 @@ def test_the_smoke_size_trains_evaluates_and_reports_every_condition(peer_data, 
         "calibration_drift",
         "multi_turn_coherence_decay",
     }
-    assert "cycle 1:" in done.stdout and "adapter+RAG" in done.stdout
+    assert "cycle 2:" in resumed.stdout and "adapter+RAG" in resumed.stdout
