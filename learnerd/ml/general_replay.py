@@ -86,11 +86,21 @@ def cache_path(models_dir: Path, base_identity: str, system: str | None = None) 
     return models_dir / f"replay-{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
+CORE_PROMPTS = 82
+"""The pool's first prompts, its core: the 82 composed before 2026-11-27 to cover the four kinds evenly
+(28 knowledge, 18 each arithmetic, writing and code); a cycle draws all of them before any of the others."""
+
+
 def drawn_prompts(count: int, seed: int) -> tuple[int, ...]:
-    """The pool indices a cycle of ``count`` replay rows rehearses: the first ``min(count, pool size)`` of a
-    ``random.Random(seed)`` permutation of the pool (:func:`replay_prompts`)."""
+    """The pool indices a cycle of ``count`` replay rows rehearses: the first ``min(count, pool size)`` of an
+    order seeded with ``seed`` (``random.Random``) that permutes the :data:`CORE_PROMPTS` first and the rest of
+    the pool (:func:`replay_prompts`) after them — a document of up to about 20 rows at the recipe's ratio
+    rehearses the core, a larger one the core and as many of the others as it needs (docs/retention.md)."""
     size = len(replay_prompts())
-    return tuple(random.Random(seed).sample(range(size), size)[: max(0, min(count, size))])
+    core = min(CORE_PROMPTS, size)
+    rng = random.Random(seed)
+    order = rng.sample(range(core), core) + rng.sample(range(core, size), size - core)
+    return tuple(order[: max(0, min(count, size))])
 
 
 def cached_answers(

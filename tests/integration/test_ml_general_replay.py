@@ -12,6 +12,7 @@ from learnerd.eval.probes.retention import general_pool
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
 from learnerd.ml.cycle import train_cycle
 from learnerd.ml.general_replay import (
+    CORE_PROMPTS,
     SECTION_PREFIX,
     ReplayAnswer,
     cache_path,
@@ -53,11 +54,12 @@ def test_replay_rows_are_mixed_at_the_ratio_after_the_document_rows(tiny_model_d
 
 def test_a_cycle_draws_distinct_prompts_before_it_repeats_one():
     """A large document rehearses more of the pool, not the same prompts more often: every prompt once before
-    any twice, in an order that depends on the seed alone."""
+    any twice, the core's before the others', in an order that depends on the seed alone."""
     size = len(replay_prompts())
     few, everything = drawn_prompts(10, seed=3), drawn_prompts(size + 5, seed=3)
     assert len(set(few)) == 10 and few == everything[:10]
     assert sorted(everything) == list(range(size)) and drawn_prompts(10, seed=4) != few
+    assert sorted(everything[:CORE_PROMPTS]) == list(range(CORE_PROMPTS))
     answers = [ReplayAnswer(f"q{i}", "" if i == everything[1] else f"a{i}") for i in everything]
     rows = replay_rows(everything, answers, size + 5)
     ids = [int(r.section_id.removeprefix(SECTION_PREFIX)) for r in rows]
