@@ -82,7 +82,7 @@ from learnerd.ml.serving import (
     ServedModel,
     ServedModels,
 )
-from learnerd.store.adapters import AdapterStoreError
+from learnerd.store.adapters import AdapterStoreError, AdapterVersion
 from learnerd.store.suggestions import ServedAnswer
 
 log = structlog.get_logger(__name__)
@@ -177,6 +177,7 @@ class _Prepared:
     messages: list[ChatMessage]
     info: dict[str, Any]
     admission: Admission
+    version: AdapterVersion | None
 
 
 class OpenAIEndpoint:
@@ -300,7 +301,8 @@ class OpenAIEndpoint:
                 self.served.check_prompt(model, messages)
             except PromptTooLong as exc:
                 raise OpenAIError(400, str(exc), code="context_length_exceeded") from None
-            retrieved, withheld = await self._retrieve(model, messages, k) if k > 0 else ([], [])
+            version = self.served.current_version(model.doc_key) if model.doc_key else None
+            retrieved, withheld = await self._retrieve(messages, k, version) if k > 0 else ([], [])
         except BaseException:
             admission.release()
             raise
@@ -311,14 +313,14 @@ class OpenAIEndpoint:
             "retrieved": retrieved,
             "withheld": withheld,
         }
-        return _Prepared(req, model, model.id, with_examples(messages, retrieved), info, admission)
+        return _Prepared(req, model, model.id, with_examples(messages, retrieved), info, admission, version)
 
     async def _retrieve(
-        self, model: ServedModel, messages: list[ChatMessage], k: int
+        self, messages: list[ChatMessage], k: int, version: AdapterVersion | None
     ) -> tuple[list[dict[str, Any]], list[str]]:
         """The ``k`` learned examples nearest to the last user message (none without one), split into those
-        to quote and the ids held back: those the document's current version learned without retrieval rows
-        (:func:`~learnerd.ml.retrieved_examples.learned_without_block`)."""
+        to quote and the ids held back: those ``version`` (the one the job will run on) learned without
+        retrieval rows (:func:`~learnerd.ml.retrieved_examples.learned_without_block`)."""
         last_user = next((m for m in reversed(messages) if m.role == "user"), None)
         if last_user is None:
             return [], []
@@ -328,7 +330,6 @@ class OpenAIEndpoint:
             raise OpenAIError(503, str(exc), "server_error", "unavailable", {"Retry-After": "5"}) from None
         except ControlError as exc:
             raise OpenAIError(400, f"learnerd.rag_k: {exc}") from None
-        version = self.served.current_version(model.doc_key) if model.doc_key else None
         learned = await anyio.to_thread.run_sync(learned_without_block, version) if version else frozenset()
         return split_learned(hits, learned)
 
@@ -336,7 +337,7 @@ class OpenAIEndpoint:
         req = p.request
         try:
             params = SamplingParams(p.info["max_tokens"], req.temperature, req.top_p, req.stop_strings(), req.seed)
-            job = self.served.submit(p.model, p.messages, params, p.admission)
+            job = self.served.submit(p.model, p.messages, params, p.admission, p.version)
         finally:
             p.admission.release()  # a no-op once the job holds the place
         self.metrics.pending.set(self.served.pending)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import functools
 import math
 import os
@@ -65,6 +66,16 @@ from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVers
 log = structlog.get_logger(__name__)
 LOAD_ATTEMPTS = 2
 """Loads of a model per request when a load fails its known-answer check: the first and one reload."""
+
+
+class _Current(enum.Enum):
+    """The type of :data:`CURRENT`."""
+
+    VERSION = enum.auto()
+
+
+CURRENT = _Current.VERSION
+""":meth:`ServedModels.submit`'s default version: the document's current one when the job is submitted."""
 
 
 class ModelUnavailable(Exception):
@@ -358,16 +369,20 @@ class ServedModels:
         messages: Sequence[ChatMessage],
         params: SamplingParams,
         admission: Admission | None = None,
+        version: AdapterVersion | _Current | None = CURRENT,
     ) -> Job:
-        """Queue a chat completion bound to ``model``'s current adapter version, in ``admission``'s place
-        (None: :meth:`admit` one now).
+        """Queue a chat completion bound to ``version`` of ``model``'s adapter (:data:`CURRENT`: the version
+        :meth:`current_version` gives now; None: the base), in ``admission``'s place (None: :meth:`admit` one
+        now). A request prepared for one version (its retrieval block) passes that version, so a promotion
+        between preparing and submitting cannot pair the block with the next version.
 
         Must be called on the event loop. Raises :class:`QueueFull` when ``capacity`` jobs are pending.
         """
         if admission is None:
             admission = self.admit()
         admission.take()
-        version = self.current_version(model.doc_key) if model.doc_key else None
+        if version is CURRENT:
+            version = self.current_version(model.doc_key) if model.doc_key else None
         job = Job(model, tuple(messages), params, version, asyncio.get_running_loop())
         if version is not None:
             with self._lock:

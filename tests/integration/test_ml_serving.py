@@ -1,7 +1,7 @@
 """The served-model manager in process, on the built-in tiny model: ``[serve] steering`` applies the
 document's best ``learnerd evolve`` deltas; a full queue refuses; an admission holds
 its place until submitted or released; a prompt surely longer than the context is refused from its length;
-a version is bound at admission."""
+a version is bound at admission; a job runs on the version its request was prepared for."""
 
 from __future__ import annotations
 
@@ -12,19 +12,23 @@ import pytest
 from learnerd.api.settings import ServeConfig
 from learnerd.daemon import wiring
 from learnerd.daemon.config import Config
-from learnerd.ml.base_model import load_model_directory
+from learnerd.ml.base_model import load_model_directory, resolve_base_model
 from learnerd.ml.rows import ChatMessage
 from learnerd.ml.serving import (
+    CURRENT,
     Delta,
     PromptTooLong,
     QueueFull,
     SamplingParams,
     ServedModel,
+    ServedModels,
     longest_token_chars,
     min_tokens,
 )
 from learnerd.steering.clusters import eos_token_ids
+from learnerd.store.adapters import AdapterStore
 from tests.support.steering import write_eos_split_deltas
+from tests.support.tied_model import commit_noise_adapter
 
 pytestmark = pytest.mark.anyio
 
@@ -41,8 +45,8 @@ def config(tmp_path: Path, models_dir: Path, **serve) -> Config:
     return cfg
 
 
-async def answer(served, model=MODEL, params=GREEDY):
-    job = served.submit(model, QUESTION, params)
+async def answer(served, model=MODEL, params=GREEDY, version=CURRENT):
+    job = served.submit(model, QUESTION, params, version=version)
     text, done = [], None
     async for event in job.events():
         if isinstance(event, Delta):
@@ -152,5 +156,26 @@ async def test_generation_runs_on_the_serve_thread_count(tmp_path: Path, models_
     try:
         text, _ = await answer(served)
         assert text and seen and set(seen) == {3}
+    finally:
+        served.close()
+
+
+async def test_a_job_runs_on_the_version_its_request_was_prepared_for(tmp_path: Path, models_dir: Path):
+    """The endpoint reads the current version once, holds back that version's learned examples from the
+    retrieval block, and submits the job with it: a version promoted in between serves the next request,
+    never this one's block."""
+    ref = resolve_base_model(MODEL.base_model, cache_dir=models_dir)
+    store = AdapterStore(tmp_path / "adapters")
+    v1 = commit_noise_adapter(store, DOC_KEY, ref, scale=0.5)
+    served = ServedModels(store, models_dir, num_threads=1)
+    try:
+        prepared = served.current_version(DOC_KEY)
+        assert prepared == v1
+        v2 = commit_noise_adapter(store, DOC_KEY, ref, scale=1.0)
+        served.adapter_promoted(v2)  # between preparing the request and submitting its job
+        _, pinned = await answer(served, version=prepared)
+        _, current = await answer(served)
+        _, base = await answer(served, version=None)
+        assert (pinned.adapter, current.adapter, base.adapter) == ("v0001", "v0002", None)
     finally:
         served.close()
