@@ -186,3 +186,18 @@ def test_pruning_removes_old_suggestions_and_their_unrun_blocks_but_keeps_counts
 )
 def test_the_suggested_command_is_the_first_fenced_block_else_the_whole_answer(answer, cell):
     assert command_of(answer) == cell
+
+
+def test_forget_deletes_the_named_blocks_and_every_answer_or_command_holding_the_text(conn):
+    by_id = serve(conn, answer="Run `ls -la` there.")
+    in_answer = serve(conn, answer="Token ghp_SECRET123 then:\n```bash\nls\n```")
+    in_command = serve(conn, answer="```bash\nexport KEY=ghp_SECRET123\n```")
+    kept = serve(conn, answer="Token GHP_secret123 is another case:\n```bash\nls\n```")
+    with db.transaction(conn):
+        assert suggestions.forget(conn, [by_id, "no-such-block"], "ghp_SECRET123", dry_run=True) == 3
+    assert all(get_suggestion(conn, b) is not None for b in (by_id, in_answer, in_command, kept))
+    with db.transaction(conn):
+        assert suggestions.forget(conn, [by_id], "ghp_SECRET123") == 3
+        assert suggestions.forget(conn, [], "") == 0  # no ids, no text: nothing
+    assert [get_suggestion(conn, b) is None for b in (by_id, in_answer, in_command, kept)] == [True, True, True, False]
+    assert totals(conn)["served"] == 4  # the counts hold no text and stay
