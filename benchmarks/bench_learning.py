@@ -625,7 +625,7 @@ def report(results, items, probes, cycles_done, png: Path, base: str) -> None:
     from learnerd.store.atomic import atomic_write_bytes
 
     metrics = [(s, m) for s in SETS for m in ("exact", "command_name")]
-    fig, (ax, kept_ax) = plt.subplots(1, 2, figsize=(14, 4.5), width_ratios=(3, 1))
+    fig, (ax, kept_ax) = plt.subplots(1, 2, figsize=(14, 5.5), width_ratios=(3, 1))
     width = 0.8 / len(results)
     for i, (name, by_set) in enumerate(results.items()):
         values = [100 * getattr(by_set[s], m) / n[s] for s, m in metrics]
@@ -635,7 +635,7 @@ def report(results, items, probes, cycles_done, png: Path, base: str) -> None:
     ax.set_ylabel("% of prompts")
     ax.set_ylim(0, 100)
     ax.set_title(f"learnerd on {base}: nl2bash + tldr answers per condition")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4)  # below: bars reach 100 %
     retention_panel(kept_ax, probes)
     fig.tight_layout()
     buffer = io.BytesIO()
@@ -660,13 +660,13 @@ def retention_panel(ax, probes: dict[str, dict[str, dict[str, Any]]]) -> None:
     for name in names:
         half_life = probes[name].get("multi_turn_coherence_decay", {}).get("raw")
         turns = f"\nhalf-life {half_life:.1f}" if half_life is not None else ""
-        labels.append(name.removeprefix("adapter ") + turns)
+        labels.append(name.removeprefix("adapter ").replace(" (", "\n(", 1) + turns)
     ax.set_xticks([i + 0.2 for i in range(len(names))])
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_ylabel("%")
     ax.set_ylim(0, 100)
     ax.set_title("retention (the gate's evaluation)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22))
 
 
 def sets_json(items: dict[str, list[Item]]) -> dict[str, list[dict[str, str]]]:
