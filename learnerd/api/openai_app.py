@@ -239,7 +239,7 @@ class OpenAIEndpoint:
         rejected = await anyio.to_thread.run_sync(self._rejected, [m.doc_key for m in models if m.doc_key])
         cards = []
         for m in models:
-            version = self.served.current_version(m.doc_key) if m.doc_key else None
+            version = self.served.current_version(m)
             extra: dict[str, Any] = {"kind": "document" if m.doc_key else "base", "base_model": m.base_model}
             if m.doc_key:
                 extra.update(
@@ -301,7 +301,7 @@ class OpenAIEndpoint:
                 self.served.check_prompt(model, messages)
             except PromptTooLong as exc:
                 raise OpenAIError(400, str(exc), code="context_length_exceeded") from None
-            version = self.served.current_version(model.doc_key) if model.doc_key else None
+            version = self.served.current_version(model)
             retrieved, withheld = await self._retrieve(messages, k, version) if k > 0 else ([], [])
         except BaseException:
             admission.release()

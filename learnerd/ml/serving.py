@@ -320,8 +320,12 @@ class ServedModels:
         if tokens >= context:
             raise PromptTooLong(f"the prompt is at least {tokens} tokens; the model's context is {context} tokens")
 
-    def current_version(self, doc_key: str) -> AdapterVersion | None:
-        """The version new requests for ``doc_key`` get: the hook's latest, else the store's ``current``."""
+    def current_version(self, model: ServedModel) -> AdapterVersion | None:
+        """The version new requests for ``model`` get: None for a base model (no document), else its document's
+        latest from the hook, else the store's ``current``."""
+        doc_key = model.doc_key
+        if not doc_key:
+            return None
         with self._lock:
             if doc_key in self._current:
                 return self._current[doc_key]
@@ -382,7 +386,7 @@ class ServedModels:
             admission = self.admit()
         admission.take()
         if version is CURRENT:
-            version = self.current_version(model.doc_key) if model.doc_key else None
+            version = self.current_version(model)
         job = Job(model, tuple(messages), params, version, asyncio.get_running_loop())
         if version is not None:
             with self._lock:
@@ -396,7 +400,7 @@ class ServedModels:
 
     async def warm(self, model: ServedModel) -> None:
         """Load ``model``'s base (and current adapter) now rather than on its first request."""
-        version = self.current_version(model.doc_key) if model.doc_key else None
+        version = self.current_version(model)
         await asyncio.wrap_future(self._executor.submit(self._preload, model, version, None))
 
     def close(self) -> None:
@@ -472,7 +476,7 @@ class ServedModels:
         """Load ``model`` (its base and current adapter) again in the worker thread ``reload_after_s`` from now."""
 
         def reload() -> None:
-            version = self.current_version(model.doc_key) if model.doc_key else None
+            version = self.current_version(model)
             with self._lock:  # close() sets _closed under the lock before it shuts the executor down
                 self._reloads.pop(model.id, None)
                 if not self._closed:

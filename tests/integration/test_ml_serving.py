@@ -169,7 +169,7 @@ async def test_a_job_runs_on_the_version_its_request_was_prepared_for(tmp_path: 
     v1 = commit_noise_adapter(store, DOC_KEY, ref, scale=0.5)
     served = ServedModels(store, models_dir, num_threads=1)
     try:
-        prepared = served.current_version(DOC_KEY)
+        prepared = served.current_version(MODEL)
         assert prepared == v1
         v2 = commit_noise_adapter(store, DOC_KEY, ref, scale=1.0)
         served.adapter_promoted(v2)  # between preparing the request and submitting its job
