@@ -17,6 +17,11 @@ per epoch; ``max_steps`` cycles through as many epochs as it needs. A ``max_step
 within the first epoch trains a seeded sample of the rows it reaches (:func:`budget_rows`), and only those
 are tokenised and scored: a large document costs a small-budget cycle its budget, not its size.
 
+An incremental cycle rehearses its document's unchanged rows on a budget (``rehearsal`` and
+``rehearsal_per_epoch``): each epoch holds every row of ``rows`` and the next ``rehearsal_per_epoch`` of
+the rehearsal rows, taken in turn from seeded permutations of them, so the budget's passes are spread over
+all of them (each seen about ``epochs × per_epoch / len(rehearsal)`` times) rather than spent on a few.
+
 Runs wherever it is called; :mod:`learnerd.ml.train_worker` calls it in a child process so the
 daemon's event loop never waits on it.
 """
@@ -132,8 +137,11 @@ def train_lora(
     *,
     resume_from: str | Path | None = None,
     on_progress: ProgressCallback | None = None,
+    rehearsal: Sequence[TrainingRow] = (),
+    rehearsal_per_epoch: int = 0,
 ) -> tuple[Any, TrainingResult]:
-    """Train a LoRA adapter on ``rows`` for one cycle of ``config.total_steps(len(rows))`` steps.
+    """Train a LoRA adapter on ``rows`` (and a share of ``rehearsal`` each epoch) for one cycle of
+    ``config.total_steps(len(rows) + rehearsal_per_epoch)`` steps.
 
     Args:
         model: a transformers causal LM on any device (batches follow its parameters); it is wrapped
@@ -145,6 +153,10 @@ def train_lora(
             ``max_position_embeddings`` when shorter); ``seed`` fixes everything random.
         resume_from: a saved adapter directory to continue from, or None for a fresh adapter.
         on_progress: called after every optimizer step with a :class:`ProgressEvent`.
+        rehearsal: rows of which each epoch trains the next ``rehearsal_per_epoch`` in turn (the module
+            docstring); at most ``len(rehearsal)`` an epoch, so a budget as large as they are trains all of them
+            every epoch, as ``rows`` are.
+        rehearsal_per_epoch: rehearsal rows per epoch (>= 0).
 
     Returns:
         ``(peft_model, result)``: the adapted model (in eval mode; ``save_pretrained`` writes the adapter).
@@ -161,14 +173,17 @@ def train_lora(
 
     max_length = min(config.sequence_len, getattr(model.config, "max_position_embeddings", None) or config.sequence_len)
     encoded, dropped = encode_rows(tokenizer, budget_rows(rows, config), max_length)
+    rehearsed, dropped_rehearsal = encode_rows(tokenizer, rehearsal, max_length)
     if not encoded:
         raise RowEncodingError("no training row has a token to learn (no rows, or all truncated away)")
+    per_epoch = min(max(rehearsal_per_epoch, 0), len(rehearsed))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
     vocab_size = int(getattr(model.config, "vocab_size", 0) or 0)
     peft_model = attach_lora(model, config, resume_from)
     batch_size, accumulation = config.batch_size(), config.accumulation()
-    total_steps = config.total_steps(len(encoded))
-    start_loss = mean_loss(peft_model, encoded, pad_id, batch_size)
+    total_steps = config.total_steps(len(encoded) + per_epoch)
+    scored = [*encoded, *rehearsed] if per_epoch else encoded
+    start_loss = mean_loss(peft_model, scored, pad_id, batch_size)
 
     params = [p for p in peft_model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
@@ -179,7 +194,9 @@ def train_lora(
         num_training_steps=total_steps,
     )
     order = torch.Generator().manual_seed(config.seed)
-    batches = _micro_batches(encoded, batch_size, order, by_length=config.group_by_length)
+    batches = _micro_batches(
+        encoded, batch_size, order, by_length=config.group_by_length, rehearsal=rehearsed, per_epoch=per_epoch
+    )
     peft_model.train()
     tokens = computed = 0
     started = time.perf_counter()
@@ -220,14 +237,14 @@ def train_lora(
             )
     train_s = time.perf_counter() - started
     peft_model.eval()
-    final_loss = mean_loss(peft_model, encoded, pad_id, batch_size)
+    final_loss = mean_loss(peft_model, scored, pad_id, batch_size)
     result = TrainingResult(
         steps=total_steps,
         start_loss=start_loss,
         final_loss=final_loss,
         tokens_trained=tokens,
-        rows=len(encoded),
-        dropped=tuple(dropped),
+        rows=len(encoded) + per_epoch,
+        dropped=tuple(dropped) + (tuple(dropped_rehearsal) if per_epoch else ()),
         train_s=train_s,
         vocab_size=vocab_size,
         tokens_computed=computed,
@@ -306,9 +323,19 @@ def budget_rows(rows: Sequence[TrainingRow], config: TrainingConfig) -> Sequence
 
 
 def _micro_batches(
-    encoded: Sequence[EncodedRow], batch_size: int, generator: Any, *, by_length: bool = False
+    encoded: Sequence[EncodedRow],
+    batch_size: int,
+    generator: Any,
+    *,
+    by_length: bool = False,
+    rehearsal: Sequence[EncodedRow] = (),
+    per_epoch: int = 0,
 ) -> Iterator[list[EncodedRow]]:
     """Endless micro-batches: each epoch a fresh permutation of the rows, cut into ``batch_size`` slices.
+
+    With ``per_epoch`` > 0 an epoch's rows are ``encoded`` and the next ``per_epoch`` of ``rehearsal``
+    (``per_epoch`` <= ``len(rehearsal)``), read in turn from permutations of ``rehearsal`` drawn from
+    ``generator`` (a new one when the last is used up), so every rehearsal row comes round before any comes twice.
 
     With ``by_length`` the permutation is transformers' ``get_length_grouped_indices`` (what the Trainer's
     ``group_by_length`` samples): the permuted rows are cut into at least four mega-batches (at most 50
@@ -317,14 +344,19 @@ def _micro_batches(
     import torch
     from transformers.trainer_pt_utils import get_length_grouped_indices
 
-    lengths = [len(row.input_ids) for row in encoded]
+    turn: list[int] = []
     while True:
+        rows = list(encoded)
+        while len(rows) < len(encoded) + per_epoch:
+            if not turn:
+                turn = torch.randperm(len(rehearsal), generator=generator).tolist()
+            rows.append(rehearsal[turn.pop(0)])
         if by_length:
-            perm = get_length_grouped_indices(lengths, batch_size, generator=generator)
+            perm = get_length_grouped_indices([len(row.input_ids) for row in rows], batch_size, generator=generator)
         else:
-            perm = torch.randperm(len(encoded), generator=generator).tolist()
+            perm = torch.randperm(len(rows), generator=generator).tolist()
         for i in range(0, len(perm), batch_size):
-            yield [encoded[j] for j in perm[i : i + batch_size]]
+            yield [rows[j] for j in perm[i : i + batch_size]]
 
 
 def _loss_tokens(batch: Sequence[EncodedRow]) -> int:

@@ -170,3 +170,55 @@ def test_without_replay_old_rows_are_forgotten(trained):
     peft_model, _ = train_lora(model, tokenizer, EXTRA_ROWS, config, resume_from=trained.outcome.version.path)
     assert rows_loss(peft_model, tokenizer, EXTRA_ROWS) < 0.5
     assert rows_loss(peft_model, tokenizer, QA_ROWS) > 2 * trained.outcome.result.final_loss + 0.5
+
+
+def test_rehearsal_epochs_hold_every_row_and_the_next_share_of_the_rehearsal_rows():
+    from learnerd.ml.lora import _micro_batches
+    from learnerd.ml.rows import EncodedRow
+
+    def encoded(name, n):
+        return [EncodedRow(f"{name}{i}", (1,) * (i + 1), (1,) * (i + 1)) for i in range(n)]
+
+    every, rehearsal = encoded("n", 3), encoded("r", 10)
+    batches = _micro_batches(every, 4, torch.Generator().manual_seed(0), rehearsal=rehearsal, per_epoch=5)
+    epochs = [[r.section_id for _ in range(2) for r in next(batches)] for _ in range(4)]  # 8 rows: 2 batches each
+    for epoch in epochs:
+        assert sorted(i for i in epoch if i.startswith("n")) == ["n0", "n1", "n2"]
+        assert len([i for i in epoch if i.startswith("r")]) == 5
+    for pair in (epochs[0] + epochs[1], epochs[2] + epochs[3]):  # each rehearsal row once in every 10 taken
+        assert sorted(i for i in pair if i.startswith("r")) == sorted(r.section_id for r in rehearsal)
+
+
+def test_spread_rehearsal_keeps_the_rows_a_replay_sample_leaves_out(trained):
+    """dlm's replay draws k unchanged rows and rehearses only those: the others fade. The same budget spread
+    over every unchanged row (k an epoch, in turn) keeps them, at the same number of steps."""
+    model, tokenizer = load_model_directory(trained.base.path)
+    config = TrainingConfig(learning_rate=1e-2, num_epochs=20)
+    sample, left_out = QA_ROWS[:5], QA_ROWS[5:]
+    resume = trained.outcome.version.path
+    spread, spread_result = train_lora(
+        model, tokenizer, EXTRA_ROWS, config, resume_from=resume, rehearsal=QA_ROWS, rehearsal_per_epoch=5
+    )
+    spread_loss = rows_loss(spread, tokenizer, left_out)
+    model, tokenizer = load_model_directory(trained.base.path)
+    drawn, drawn_result = train_lora(model, tokenizer, [*EXTRA_ROWS, *sample], config, resume_from=resume)
+    drawn_loss = rows_loss(drawn, tokenizer, left_out)
+    assert spread_result.steps == drawn_result.steps and spread_result.rows == drawn_result.rows
+    print(f"left-out rows' loss: spread {spread_loss:.3f}, drawn {drawn_loss:.3f} nats/token")
+    assert spread_loss < 0.5 * drawn_loss
+
+
+def test_an_incremental_cycle_over_budget_rehearses_every_unchanged_row_in_the_child(trained, tmp_path):
+    """Through the training process: a budget of 4 rows an epoch over 20 unchanged ones trains the new rows and 4
+    rehearsed ones an epoch (the rehearsal rows reach the child), and the version records all 20 as replayed."""
+    store = _copy_store(trained, tmp_path)
+    config = TrainingConfig(learning_rate=1e-2, num_epochs=20)
+    cycle = train_cycle(
+        store, "qa", trained.base, QA_ROWS + EXTRA_ROWS, config, replay=ReplayPolicy(0.0, 4), num_threads=THREADS
+    )
+    outcome = anyio.run(lambda: cycle)
+    assert outcome.plan.rehearsal_per_epoch == 4 and outcome.result.rows == len(EXTRA_ROWS) + 4
+    assert outcome.version.metadata().replay_section_ids == tuple(r.section_id for r in QA_ROWS)
+    assert "20 rows rehearsed, 4 an epoch" in outcome.plan.reason
+    model, tokenizer = load_model_directory(trained.base.path)
+    assert rows_loss(load_adapter(model, outcome.version), tokenizer, EXTRA_ROWS) < 0.5

@@ -46,8 +46,9 @@ def test_sections_with_several_rows_keep_them_all(tmp_path):
     added = [TrainingRow.chat("sec2", "new q", "new a"), TrainingRow.chat("sec2", "q2", "a2")]
     step = plan_cycle([*qa, *rows("p"), *added], TrainingConfig(), BASE, current, replay=ReplayPolicy(1.0, 3))
     assert step.mode == "incremental" and step.new_section_ids == ("sec2",)
-    assert step.rows[:2] == tuple(added) and len(step.rows) == 2 + 3  # k counts rows: max(3, 1.0 × 2)
-    assert set(step.replay_section_ids) <= {"sec1", "p"}
+    assert step.rows == (*added, *qa, *rows("p")) and step.replay_section_ids == ("sec1", "p")
+    assert step.rehearsal_per_epoch == 3  # k counts rows: max(3, 1.0 × 2) of the 4 unchanged
+    assert step.training_rows() == (tuple(added), (*qa, *rows("p")))
 
 
 def test_unchanged_rows_train_nothing(tmp_path):
@@ -57,23 +58,25 @@ def test_unchanged_rows_train_nothing(tmp_path):
     assert plan_cycle([], TrainingConfig(), BASE, current).mode == "none"
 
 
-def test_new_rows_resume_with_a_seeded_replay_sample(tmp_path):
+def test_new_rows_resume_and_every_unchanged_row_shares_the_rehearsal_budget(tmp_path):
     old = [f"s{i:03d}" for i in range(100)]
     current = commit(AdapterStore(tmp_path), old)
     policy = ReplayPolicy(ratio=2.0, min_rows=10)
     plan = plan_cycle(rows(*old, "n1", "n2"), TrainingConfig(), BASE, current, replay=policy)
     assert plan.mode == "incremental" and plan.parent == current
-    assert plan.new_section_ids == ("n1", "n2")
-    assert len(plan.replay_section_ids) == 10 and set(plan.replay_section_ids) <= set(old)
-    assert [r.section_id for r in plan.rows] == ["n1", "n2", *plan.replay_section_ids]
+    assert plan.new_section_ids == ("n1", "n2") and plan.replay_section_ids == tuple(old)
+    assert [r.section_id for r in plan.rows] == ["n1", "n2", *old]
     assert plan.section_ids == (*old, "n1", "n2")
-    again = plan_cycle(rows(*old, "n1", "n2"), TrainingConfig(), BASE, current, replay=policy)
-    assert again.replay_section_ids == plan.replay_section_ids  # deterministic
-    other_seed = plan_cycle(rows(*old, "n1", "n2"), TrainingConfig(seed=1), BASE, current, replay=policy)
-    assert other_seed.replay_section_ids != plan.replay_section_ids
+    assert plan.rehearsal_per_epoch == 10 and "100 rows rehearsed, 10 an epoch" in plan.reason
+    every_epoch, rehearsed = plan.training_rows()
+    assert [r.section_id for r in every_epoch] == ["n1", "n2"] and [r.section_id for r in rehearsed] == old
     many_new = plan_cycle(rows(*old, *[f"n{i}" for i in range(30)]), TrainingConfig(), BASE, current, replay=policy)
-    assert len(many_new.replay_section_ids) == 60  # ratio × new
-    assert len(plan_cycle(rows(*old, "n1"), TrainingConfig(), BASE, current).replay_section_ids) == 32  # default
+    assert many_new.rehearsal_per_epoch == 60  # ratio × new
+    assert plan_cycle(rows(*old, "n1"), TrainingConfig(), BASE, current).rehearsal_per_epoch == 32  # default
+    # A budget that covers every unchanged row trains them all every epoch, as new ones.
+    small = plan_cycle(rows(*old[:20], "n1"), TrainingConfig(), BASE, commit(AdapterStore(tmp_path / "s"), old[:20]))
+    assert small.rehearsal_per_epoch == 0 and small.replay_section_ids == tuple(old[:20])
+    assert small.training_rows() == (small.rows, ()) and "20 rows replayed" in small.reason
 
 
 @pytest.mark.parametrize(
