@@ -62,7 +62,7 @@ class TrainingSettings(Section):
     enabled: bool = True
     """false: the daemon never trains (run and run --once: the pipeline only)"""
     replay_ratio: float = Field(2.0, ge=0, le=100)
-    """an incremental cycle replays ceil(ratio × new rows) unchanged rows ..."""
+    """an incremental cycle rehearses ceil(ratio × new rows) unchanged rows an epoch, every one in turn ..."""
     replay_min_rows: int = Field(32, ge=0)
     """... but at least this many (when the document has them); dlm's budget"""
     num_threads: int = Field(0, ge=0)
