@@ -70,10 +70,10 @@ class TrainingResult:
     rows trained on, measured without dropout before the first step and after the last one.
     ``tokens_trained`` counts input tokens (padding excluded) over every step, ``tokens_computed`` the
     positions the forward passes computed (padding included: micro-batch rows × its longest row, summed over
-    every step; ``group_by_length`` lowers it); ``train_s`` is the
-    wall time of the steps alone; ``rows`` the rows an epoch trains (rehearsed ones included). ``dropped`` lists
-    section ids of rows left without a loss token by truncation to ``sequence_len``. ``vocab_size`` is the base's vocabulary size (tokens; 0: unknown), for
-    the uniform-guess loss ln(vocab_size) of :func:`learnerd.ml.recipes.undertrained_reason`.
+    every step; ``group_by_length`` lowers it); ``train_s`` is the wall time of the steps alone; ``rows`` the
+    rows an epoch trains (rehearsed ones included). ``dropped`` lists section ids of rows left without a loss
+    token by truncation to ``sequence_len``. ``vocab_size`` is the base's vocabulary size (tokens; 0: unknown),
+    for the uniform-guess loss ln(vocab_size) of :func:`learnerd.ml.recipes.undertrained_reason`.
     """
 
     steps: int
