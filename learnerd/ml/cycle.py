@@ -186,11 +186,10 @@ def plan_cycle(
     new_rows = [r for r in unique if r.section_id not in previous]
     unchanged = [r for r in unique if r.section_id in previous]
     k = min(len(unchanged), max(replay.min_rows, math.ceil(replay.ratio * len(new_rows))))
-    if k == len(unchanged):
-        reason = f"{len(new)} new section(s) ({len(new_rows)} rows), {k} rows replayed"
-        return plan("incremental", reason, new_rows, unchanged)
-    reason = f"{len(new)} new section(s) ({len(new_rows)} rows), {len(unchanged)} rows rehearsed, {k} an epoch"
-    return plan("incremental", reason, new_rows, unchanged, k)
+    per_epoch = k if k < len(unchanged) else 0  # 0: the budget covers them all, every epoch
+    rehearsed = f"{len(unchanged)} rows rehearsed, {k} an epoch" if per_epoch else f"{k} rows replayed"
+    reason = f"{len(new)} new section(s) ({len(new_rows)} rows), {rehearsed}"
+    return plan("incremental", reason, new_rows, unchanged, per_epoch)
 
 
 async def train_cycle(

@@ -153,14 +153,15 @@ def retention_rows(model: Any, tokenizer: Any, request: TrainingRequest) -> tupl
     from learnerd.ml.rows import multi_turn_rows, system_prompt
 
     config, rows, rehearsal = request.config, list(request.rows), list(request.rehearsal)
-    system = system_prompt(rows + rehearsal)
-    out = rows + multi_turn_rows(rows + rehearsal, config.multi_turn_rows, seed=config.seed)
+    pairs = rows + rehearsal
+    system = system_prompt(pairs)
+    out = rows + multi_turn_rows(pairs, config.multi_turn_rows, seed=config.seed)
     if config.retrieval_k:
         from learnerd.ml.embedders import MiniLMEmbedder
         from learnerd.ml.retrieved_examples import RETRIEVAL_PREFIX, retrieval_rows
 
         rehearsed = {f"{RETRIEVAL_PREFIX}{r.section_id}" for r in rehearsal}
-        augmented = retrieval_rows(rows + rehearsal, config.retrieval_k, MiniLMEmbedder().embed, seed=config.seed)
+        augmented = retrieval_rows(pairs, config.retrieval_k, MiniLMEmbedder().embed, seed=config.seed)
         out += [r for r in augmented if r.section_id not in rehearsed]
         rehearsal += [r for r in augmented if r.section_id in rehearsed]
     count = replay_count(config.general_replay, len(rows) + min(request.rehearsal_per_epoch, len(request.rehearsal)))
