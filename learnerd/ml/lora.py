@@ -173,10 +173,10 @@ def train_lora(
 
     max_length = min(config.sequence_len, getattr(model.config, "max_position_embeddings", None) or config.sequence_len)
     encoded, dropped = encode_rows(tokenizer, budget_rows(rows, config), max_length)
-    rehearsed, dropped_rehearsal = encode_rows(tokenizer, rehearsal, max_length)
+    rehearsed, dropped_rehearsal = encode_rows(tokenizer, rehearsal if rehearsal_per_epoch > 0 else (), max_length)
     if not encoded:
         raise RowEncodingError("no training row has a token to learn (no rows, or all truncated away)")
-    per_epoch = min(max(rehearsal_per_epoch, 0), len(rehearsed))
+    per_epoch = min(rehearsal_per_epoch, len(rehearsed)) if rehearsed else 0  # dropped rows leave the share
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
     vocab_size = int(getattr(model.config, "vocab_size", 0) or 0)
     peft_model = attach_lora(model, config, resume_from)
@@ -244,7 +244,7 @@ def train_lora(
         final_loss=final_loss,
         tokens_trained=tokens,
         rows=len(encoded) + per_epoch,
-        dropped=tuple(dropped) + (tuple(dropped_rehearsal) if per_epoch else ()),
+        dropped=tuple(dropped) + tuple(dropped_rehearsal),
         train_s=train_s,
         vocab_size=vocab_size,
         tokens_computed=computed,

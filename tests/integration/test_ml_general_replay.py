@@ -45,8 +45,8 @@ def test_replay_rows_are_mixed_at_the_ratio_after_the_document_rows(tiny_model_d
     model, tokenizer = load_model_directory(tiny_model_dir)
     config = TrainingConfig(general_replay=0.5, multi_turn_rows=3)
     request = TrainingRequest(str(tiny_model_dir), str(tmp_path), tuple(QA_ROWS), config, replay_cache=None)
-    rows, rehearsal = retention_rows(model, tokenizer, request)
-    assert rows[:20] == QA_ROWS and rehearsal == []
+    rows, rehearsal, per_epoch = retention_rows(model, tokenizer, request)
+    assert rows[:20] == QA_ROWS and rehearsal == [] and per_epoch == 0
     assert [r.section_id for r in rows[20:23]] == ["multi-turn:0", "multi-turn:1", "multi-turn:2"]
     replay = rows[23:]
     assert len(replay) == 10 and all(r.section_id.startswith(SECTION_PREFIX) for r in replay)
@@ -54,8 +54,8 @@ def test_replay_rows_are_mixed_at_the_ratio_after_the_document_rows(tiny_model_d
     # An incremental cycle rehearsing 6 of 16 unchanged rows an epoch: replay at the ratio of the rows an epoch
     # trains (4 + 6), conversations drawn from all 20 pairs.
     request = dataclasses.replace(request, rows=tuple(QA_ROWS[:4]), rehearsal=tuple(QA_ROWS[4:]), rehearsal_per_epoch=6)
-    rows, rehearsal = retention_rows(model, tokenizer, request)
-    assert rows[:4] == QA_ROWS[:4] and rehearsal == QA_ROWS[4:]
+    rows, rehearsal, per_epoch = retention_rows(model, tokenizer, request)
+    assert rows[:4] == QA_ROWS[:4] and rehearsal == QA_ROWS[4:] and per_epoch == 6
     conversations = [r for r in rows if r.section_id.startswith("multi-turn:")]
     assert len(conversations) == 3 and len([r for r in rows if r.section_id.startswith(SECTION_PREFIX)]) == 5
     questions = {m.content for r in conversations for m in r.messages if m.role == "user"}
@@ -101,7 +101,7 @@ def test_replay_answers_are_generated_once_and_cached_per_base(models_dir, tmp_p
 
     model, tokenizer = load_model_directory(base.path)
     request = TrainingRequest(str(base.path), str(tmp_path), tuple(QA_ROWS[:4]), config, replay_cache=str(path))
-    replay = retention_rows(model, tokenizer, request)[0][4:]
+    replay = retention_rows(model, tokenizer, request).every_epoch[4:]
     assert [r.messages[-1].content for r in replay] == ["cached " + p for p in drawn]
     outcome = cycle("b", QA_ROWS[:4])
     assert outcome.version is not None and path.stat().st_ino == inode

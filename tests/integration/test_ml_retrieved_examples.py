@@ -72,14 +72,15 @@ def test_the_train_worker_adds_them_after_the_document_rows_and_they_encode_whol
     model, tokenizer = load_model_directory(tiny_model_dir)
     config = TrainingConfig(retrieval_k=3)
     request = TrainingRequest(str(tiny_model_dir), str(tmp_path), tuple(QA_ROWS), config, replay_cache=None)
-    rows, rehearsal = retention_rows(model, tokenizer, request)
+    rows, rehearsal, _ = retention_rows(model, tokenizer, request)
     assert rows[:20] == QA_ROWS and len(rows) == 40 and rehearsal == []
     assert all(r.section_id.startswith(RETRIEVAL_PREFIX) for r in rows[20:])
-    # Rehearsed pairs are rehearsed with their retrieval rows; neighbours come from all the pairs.
+    # Rehearsed pairs are rehearsed with their retrieval rows, and an epoch's share counts the rows they bring
+    # (4 pairs an epoch: 8 rows, as 4 new pairs would be); neighbours come from all the pairs.
     split = dataclasses.replace(request, rows=tuple(QA_ROWS[:5]), rehearsal=tuple(QA_ROWS[5:]), rehearsal_per_epoch=4)
-    every, rehearsed = retention_rows(model, tokenizer, split)
+    every, rehearsed, per_epoch = retention_rows(model, tokenizer, split)
     assert [r.section_id for r in every] == [*(r.section_id for r in QA_ROWS[:5]), *(r.section_id for r in rows[20:25])]
-    assert rehearsed == [*QA_ROWS[5:], *rows[25:]]
+    assert rehearsed == [*QA_ROWS[5:], *rows[25:]] and per_epoch == 8
     encoded, skipped = encode_rows(tokenizer, rows, config.sequence_len)
     assert skipped == [] and len(encoded) == 40
     plain, augmented = encoded[0], encoded[20]
