@@ -60,6 +60,7 @@ def print_summary(summary: RunSummary, as_json: bool, title: str) -> None:
         table.add_row("probes: examples refused (see --json)", str(len(summary.refused_examples)))
     for path, r in sorted(summary.recall.items()):
         name = path.rsplit("/", 1)[-1]
+        table.add_row(f"probes passed {name} {r['version']} (as the gate counts)", f"{r['passed']}/{r['probes']}")
         table.add_row(
             f"probe recall {name} {r['version']} (base → adapter)",
             f"{r['before']}/{r['probes']} → {r['after']}/{r['probes']}",

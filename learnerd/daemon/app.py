@@ -111,7 +111,8 @@ class RunSummary:
     ``refused_examples``: the examples the probes reconciler wrote no section for, each
     ``{"example_id", "document", "reason"}`` (:meth:`~learnerd.reconcilers.probes.ProbesReconciler.refusals`);
     ``recall``: per evaluated document, its current adapter version and the probes the base and the
-    adapter answer exactly (``{"version", "before", "after", "probes"}``); ``undertrained``: per document
+    adapter answer exactly, and how many pass the recall probe (exact or similar enough, as the gate counts)
+    (``{"version", "before", "after", "probes", "passed"}``); ``undertrained``: per document
     whose last training cycle trained too little, the ``undertrained: <cause>; <fix>`` line;
     ``refused_by_policy``: the blocks the privacy policy kept from becoming examples, by reason
     (:mod:`learnerd.privacy.policy`)."""

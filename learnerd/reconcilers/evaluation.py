@@ -74,7 +74,7 @@ from learnerd.eval.history import adapter_documents, adapter_key, report_path, v
 from learnerd.eval.probes.base import EvalOptions
 from learnerd.eval.probes.recall import KIND as RECALL
 from learnerd.eval.probes.recall import exact_match
-from learnerd.eval.report import Report, ReportError, Verdict, load_report, write_report
+from learnerd.eval.report import ProbeResult, Report, ReportError, Verdict, load_report, write_report
 from learnerd.eval.settings import EvaluationSettings
 from learnerd.eval.suite import evaluate_version, total_steps
 from learnerd.eval.threads import set_torch_threads
@@ -184,7 +184,7 @@ class EvaluationReconciler:
         self._limiter = anyio.CapacityLimiter(1)
         self.changes: Counter[str] = Counter()  # versions evaluated, promoted, rejected, sections harvested, ...
         self.stuck: dict[str, tuple[str, ...]] = {}  # document key -> stuck probe names, as of its last reconcile
-        self.recall: dict[str, dict[str, int | str]] = {}  # document key -> exact_recall() of its newest report
+        self.recall: dict[str, dict[str, int | str]] = {}  # document key -> its newest report's RunSummary.recall
         self.failed: dict[str, FailedAttempt] = {}  # document key -> its failed attempts since its last report
         #: The steps of every evaluation in flight (:meth:`progress`), updated from the evaluation's thread.
         self.board = ProgressBoard()
@@ -268,7 +268,8 @@ class EvaluationReconciler:
         before, after, probes = exact_recall(report)
         version = (report.extra.get("learnerd") or {}).get("adapter_version")
         name = version_name(version) if isinstance(version, int) else ""
-        self.recall[key] = {"version": name, "before": before, "after": after, "probes": probes}
+        passed = passed_recall(report)
+        self.recall[key] = {"version": name, "before": before, "after": after, "probes": probes, "passed": passed}
         if self.settings.auto_harvest:
             self._harvest(path, report)
         return report
@@ -457,9 +458,19 @@ class EvaluationReconciler:
 def exact_recall(report: Report) -> tuple[int, int, int]:
     """``(base, adapter, probes)``: how many of ``report``'s recall probes the base and the adapter answer
     exactly (whitespace collapsed), out of how many were answered."""
-    answered = [p.evidence for p in report.probes if p.kind == RECALL and "generated" in p.evidence]
+    answered = [p.evidence for p in _answered_recall(report)]
     base = sum(exact_match(str(e.get("base_generated", "")), str(e["reference"])) for e in answered)
     return base, sum(bool(e.get("exact_match")) for e in answered), len(answered)
+
+
+def passed_recall(report: Report) -> int:
+    """How many of ``report``'s answered recall probes pass (an exact answer, or one similar enough: the
+    probe's verdict, which the gate's ``probe_recall`` counts) — at least :func:`exact_recall`'s adapter count."""
+    return sum(p.verdict == Verdict.PASS for p in _answered_recall(report))
+
+
+def _answered_recall(report: Report) -> list[ProbeResult]:
+    return [p for p in report.probes if p.kind == RECALL and "generated" in p.evidence]
 
 
 def stuck_probes(store: AdapterStore, doc_key: str, report: Report, max_failing_cycles: int) -> tuple[str, ...]:

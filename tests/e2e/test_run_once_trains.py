@@ -38,6 +38,7 @@ def test_run_once_trains_the_learned_document_once(tmp_path: Path, models_dir: P
     recall = first["recall"][str(state / "docs" / "learned.dlm")]
     assert recall["version"] == "v0001" and recall["probes"] == 20
     assert recall["before"] == 0 and recall["after"] >= 18, recall
+    assert recall["after"] <= recall["passed"] <= recall["probes"], "an exact answer passes its probe"
 
     second = run_once(state, logs, train=True)
     assert second["changes"]["training"] == {} and second["controllers"]["training"]["failures"] == 0
