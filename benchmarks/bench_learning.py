@@ -517,7 +517,7 @@ def main() -> int:
     store = AdapterStore(out / "state" / "adapters")
 
     doc_key = read_document(out / "docs" / "learned.dlm").frontmatter.dlm_id
-    seen: set[int] = {int(c["version"][1:]) for cycle in cycles_done for c in cycle["committed"]}
+    seen = {v.number for v in store.list_versions(doc_key)}  # a resumed run's earlier cycles committed these
 
     def checkpoint() -> None:
         write_json(args.json, args, base, training, items, results, probes, cycles_done, measured)
