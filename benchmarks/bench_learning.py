@@ -32,10 +32,11 @@ it learned (:func:`learnerd.ml.retrieved_examples.learned_without_block`; the pr
 
 Metrics, on the command an answer suggests (the body of its first fenced code block, else the whole answer:
 what learnerd records as a served answer's suggestion, :func:`learnerd.store.suggestions.command_of`): **exact**
-match (whitespace collapsed) and **command-name** match (first token). Prints the table and
-every cycle's wall time and gate verdicts; writes a PNG (``--png``: the matches, and beside them each served
-version's retention probes) and a JSON (``--json``: the arguments, the sets, every answer, the per-cycle
-versions, verdicts and wall times, the retention probes' results).
+match (whitespace collapsed) and **command-name** match (first token). Prints each cycle's progress while it
+runs (from learnerd's log: the training's steps a tenth at a time, the evaluation's steps, the gate's verdict),
+then the table and every cycle's wall time and gate verdicts; writes a PNG (``--png``: the matches, and beside
+them each served version's retention probes) and a JSON (``--json``: the arguments, the sets, every answer,
+the per-cycle versions, verdicts and wall times, the retention probes' results).
 
 The JSON is written after every cycle as well, a checkpoint: ``--resume`` goes on from the cycles the ``--json``
 of an earlier run in the same ``--out`` recorded, up to ``--cycles`` (each cycle is a ``learnerd run --once`` on
@@ -64,6 +65,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -314,32 +316,73 @@ def load_checkpoint(path: Path, expected: dict[str, Any]) -> Checkpoint:
 
 
 def run_cycle(config: Path, threads: int) -> tuple[float, dict]:
-    """One ``learnerd run --once`` (ingest, probes, train, evaluate, gate, harvest): wall seconds and summary."""
+    """One ``learnerd run --once`` (ingest, probes, train, evaluate, gate, harvest): wall seconds and summary.
+    Its log (JSON lines on stderr, info level) is relayed as it comes (:func:`relayed`), so an hour's cycle
+    shows where it is; its last lines are in the error when it fails."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    command = [
+        sys.executable,
+        "-m",
+        "learnerd",
+        "run",
+        "--once",
+        "--json",
+        "--config",
+        str(config),
+        "--log-level",
+        "info",
+    ]
+    tail: deque[str] = deque(maxlen=40)
     started = time.perf_counter()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "learnerd",
-            "run",
-            "--once",
-            "--json",
-            "--config",
-            str(config),
-            "--log-level",
-            "warning",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise SystemExit(f"learnerd run --once failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return wall, json.loads(proc.stdout)
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as out:  # a file, not a pipe: stderr is read until the end
+        with subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.PIPE, text=True) as proc:
+            assert proc.stderr is not None
+            shown: dict[str, int] = {}
+            for line in proc.stderr:
+                tail.append(line)
+                if (text := relayed(line, shown)) is not None:
+                    print(f"  {time.perf_counter() - started:6.0f} s  {text}", flush=True)
+        wall = time.perf_counter() - started
+        if proc.returncode != 0:
+            raise SystemExit(f"learnerd run --once failed ({proc.returncode}):\n{''.join(tail)[-3000:]}")
+        out.seek(0)
+        return wall, json.load(out)
+
+
+def relayed(line: str, shown: dict[str, int]) -> str | None:
+    """What the bench prints of one line of learnerd's JSON log: the training's progress each tenth of its steps
+    (``shown`` remembers the tenths printed, per document), a cycle's outcome, an evaluation's start and each of its
+    steps, the gate's verdict; None for anything else (and for a line that is not JSON)."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    name = event.get("event") if isinstance(event, dict) else None
+    if name == "training.progress":
+        step, total = int(event.get("step", 0)), max(1, int(event.get("total_steps", 1)))
+        tenth = step * 10 // total
+        if tenth <= shown.get("training", 0):
+            return None
+        shown["training"] = tenth
+        return f"training step {step}/{total}, loss {event.get('loss')}"
+    if name == "training.cycle":
+        shown.pop("training", None)
+        if event.get("outcome") != "committed":
+            return f"training: {event.get('outcome')}"
+        losses = f"loss {event.get('start_loss', 0):.2f} -> {event.get('final_loss', 0):.2f}"
+        return (
+            f"training: {event.get('version')} committed, {event.get('steps')} steps, {losses} ({event.get('reason')})"
+        )
+    if name == "evaluation.started":
+        return f"evaluating {event.get('version')} ({event.get('steps')} steps)"
+    if name == "evaluation.progress":
+        return f"evaluation step {event.get('step')}/{event.get('of')}: {event.get('done')}"
+    if name == "evaluation.gate":
+        reasons = "; ".join(event.get("reasons") or [])
+        return f"gate: {event.get('version')} {event.get('outcome')}" + (f" ({reasons})" if reasons else "")
+    return None
 
 
 class Retriever:

@@ -130,6 +130,9 @@ def test_the_smoke_size_trains_evaluates_and_reports_every_condition_and_resumes
     first = json.loads(results.read_text())
     assert list(first["conditions"]) == ["base", "base+RAG", "adapter c1 (v0001)", "adapter+RAG"]
     assert first["measured"] == {"adapter c1 (v0001)": 1} and "base answered" in first_run.stdout
+    relayed = first_run.stdout  # the cycle's log, relayed while it runs
+    assert "training step" in relayed and "training: v0001 committed" in relayed
+    assert "evaluating v0001" in relayed and "gate: v0001 promoted" in relayed
     resumed = run("--resume")
     assert "base answered" not in resumed.stdout
     assert png.read_bytes().startswith(b"\x89PNG")
