@@ -317,7 +317,7 @@ def load_checkpoint(path: Path, expected: dict[str, Any]) -> Checkpoint:
 
 def run_cycle(config: Path, threads: int) -> tuple[float, dict]:
     """One ``learnerd run --once`` (ingest, probes, train, evaluate, gate, harvest): wall seconds and summary.
-    Its log (JSON lines on stderr, info level) is relayed as it comes (:func:`relayed`), so an hour's cycle
+    Its log (JSON lines on stderr, info level) is relayed as it comes (:class:`LogRelay`), so an hour's cycle
     shows where it is; its last lines are in the error when it fails."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -339,10 +339,10 @@ def run_cycle(config: Path, threads: int) -> tuple[float, dict]:
     with tempfile.TemporaryFile("w+", encoding="utf-8") as out:  # a file, not a pipe: stderr is read until the end
         with subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.PIPE, text=True) as proc:
             assert proc.stderr is not None
-            shown: dict[str, int] = {}
+            relay = LogRelay()
             for line in proc.stderr:
                 tail.append(line)
-                if (text := relayed(line, shown)) is not None:
+                if (text := relay.relayed(line)) is not None:
                     print(f"  {time.perf_counter() - started:6.0f} s  {text}", flush=True)
         wall = time.perf_counter() - started
         if proc.returncode != 0:
@@ -351,38 +351,43 @@ def run_cycle(config: Path, threads: int) -> tuple[float, dict]:
         return wall, json.load(out)
 
 
-def relayed(line: str, shown: dict[str, int]) -> str | None:
-    """What the bench prints of one line of learnerd's JSON log: the training's progress each tenth of its steps
-    (``shown`` remembers the tenths printed, per document), a cycle's outcome, an evaluation's start and each of its
-    steps, the gate's verdict; None for anything else (and for a line that is not JSON)."""
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return None
-    name = event.get("event") if isinstance(event, dict) else None
-    if name == "training.progress":
-        step, total = int(event.get("step", 0)), max(1, int(event.get("total_steps", 1)))
-        tenth = step * 10 // total
-        if tenth <= shown.get("training", 0):
+@dataclass
+class LogRelay:
+    """What the bench prints of a cycle's JSON log lines: the training's progress each tenth of its steps
+    (``tenths``: those printed of the training under way; the bench's one document trains one cycle at a time),
+    a cycle's outcome, an evaluation's start and each of its steps, the gate's verdict."""
+
+    tenths: int = 0
+
+    def relayed(self, line: str) -> str | None:
+        """The text to print for ``line``; None for anything else (and for a line that is not JSON)."""
+        try:
+            event = json.loads(line)
+        except ValueError:
             return None
-        shown["training"] = tenth
-        return f"training step {step}/{total}, loss {event.get('loss')}"
-    if name == "training.cycle":
-        shown.pop("training", None)
-        if event.get("outcome") != "committed":
-            return f"training: {event.get('outcome')}"
-        losses = f"loss {event.get('start_loss', 0):.2f} -> {event.get('final_loss', 0):.2f}"
-        return (
-            f"training: {event.get('version')} committed, {event.get('steps')} steps, {losses} ({event.get('reason')})"
-        )
-    if name == "evaluation.started":
-        return f"evaluating {event.get('version')} ({event.get('steps')} steps)"
-    if name == "evaluation.progress":
-        return f"evaluation step {event.get('step')}/{event.get('of')}: {event.get('done')}"
-    if name == "evaluation.gate":
-        reasons = "; ".join(event.get("reasons") or [])
-        return f"gate: {event.get('version')} {event.get('outcome')}" + (f" ({reasons})" if reasons else "")
-    return None
+        name = event.get("event") if isinstance(event, dict) else None
+        if name == "training.progress":
+            step, total = int(event.get("step", 0)), max(1, int(event.get("total_steps", 1)))
+            tenth = step * 10 // total
+            if tenth <= self.tenths:
+                return None
+            self.tenths = tenth
+            return f"training step {step}/{total}, loss {event.get('loss')}"
+        if name == "training.cycle":
+            self.tenths = 0
+            if event.get("outcome") != "committed":
+                return f"training: {event.get('outcome')}"
+            losses = f"loss {event.get('start_loss', 0):.2f} -> {event.get('final_loss', 0):.2f}"
+            steps = f"{event.get('steps')} steps"
+            return f"training: {event.get('version')} committed, {steps}, {losses} ({event.get('reason')})"
+        if name == "evaluation.started":
+            return f"evaluating {event.get('version')} ({event.get('steps')} steps)"
+        if name == "evaluation.progress":
+            return f"evaluation step {event.get('step')}/{event.get('of')}: {event.get('done')}"
+        if name == "evaluation.gate":
+            reasons = "; ".join(event.get("reasons") or [])
+            return f"gate: {event.get('version')} {event.get('outcome')}" + (f" ({reasons})" if reasons else "")
+        return None
 
 
 class Retriever:
