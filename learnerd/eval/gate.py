@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from learnerd.eval.probes.calibration_drift import KIND as CALIBRATION_DRIFT
-from learnerd.eval.probes.recall import KIND as RECALL
+from learnerd.eval.probes.recall import judged
 from learnerd.eval.probes.retention import KIND as ANSWER_RETENTION
 from learnerd.eval.report import ProbeResult, Report, Verdict
 from learnerd.eval.settings import GateSettings
@@ -108,11 +108,7 @@ def _complete(report: Report) -> GateCheck:
 
 
 def _judged_recall(report: Report) -> dict[str, bool]:
-    return {
-        p.name: p.verdict == Verdict.PASS
-        for p in report.probes
-        if p.kind == RECALL and p.verdict in (Verdict.PASS, Verdict.FAIL)
-    }
+    return {p.name: p.verdict == Verdict.PASS for p in judged(report)}
 
 
 def _recall(candidate: Report, current: Report | None, settings: GateSettings) -> GateCheck:

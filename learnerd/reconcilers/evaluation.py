@@ -73,8 +73,8 @@ from learnerd.eval.harvest import HarvestResult, auto_harvest
 from learnerd.eval.history import adapter_documents, adapter_key, report_path, version_reports
 from learnerd.eval.probes.base import EvalOptions
 from learnerd.eval.probes.recall import KIND as RECALL
-from learnerd.eval.probes.recall import exact_match
-from learnerd.eval.report import ProbeResult, Report, ReportError, Verdict, load_report, write_report
+from learnerd.eval.probes.recall import exact_match, judged
+from learnerd.eval.report import Report, ReportError, Verdict, load_report, write_report
 from learnerd.eval.settings import EvaluationSettings
 from learnerd.eval.suite import evaluate_version, total_steps
 from learnerd.eval.threads import set_torch_threads
@@ -458,7 +458,7 @@ class EvaluationReconciler:
 def exact_recall(report: Report) -> tuple[int, int, int]:
     """``(base, adapter, probes)``: how many of ``report``'s recall probes the base and the adapter answer
     exactly (whitespace collapsed), out of how many were answered."""
-    answered = [p.evidence for p in _answered_recall(report)]
+    answered = [p.evidence for p in judged(report)]
     base = sum(exact_match(str(e.get("base_generated", "")), str(e["reference"])) for e in answered)
     return base, sum(bool(e.get("exact_match")) for e in answered), len(answered)
 
@@ -466,11 +466,7 @@ def exact_recall(report: Report) -> tuple[int, int, int]:
 def passed_recall(report: Report) -> int:
     """How many of ``report``'s answered recall probes pass (an exact answer, or one similar enough: the
     probe's verdict, which the gate's ``probe_recall`` counts) — at least :func:`exact_recall`'s adapter count."""
-    return sum(p.verdict == Verdict.PASS for p in _answered_recall(report))
-
-
-def _answered_recall(report: Report) -> list[ProbeResult]:
-    return [p for p in report.probes if p.kind == RECALL and "generated" in p.evidence]
+    return sum(p.verdict == Verdict.PASS for p in judged(report))
 
 
 def stuck_probes(store: AdapterStore, doc_key: str, report: Report, max_failing_cycles: int) -> tuple[str, ...]:

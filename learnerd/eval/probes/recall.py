@@ -26,7 +26,7 @@ from pydantic import Field
 
 from learnerd.eval.inputs import ProbePair
 from learnerd.eval.probes.common import ProbeOptions, errored, result, skipped
-from learnerd.eval.report import ProbeResult, Verdict
+from learnerd.eval.report import ProbeResult, Report, Verdict
 
 if TYPE_CHECKING:
     from learnerd.eval.probes.base import ProbeContext
@@ -53,6 +53,12 @@ def normalize(text: str) -> str:
 def exact_match(generated: str, reference: str) -> bool:
     """The texts are equal once whitespace is collapsed (:func:`normalize`)."""
     return normalize(generated) == normalize(reference)
+
+
+def judged(report: Report) -> list[ProbeResult]:
+    """``report``'s recall results that judged an answer (pass or fail: not skipped, not errored), in report
+    order — what the gate pairs and the summaries count."""
+    return [p for p in report.probes if p.kind == KIND and p.verdict in (Verdict.PASS, Verdict.FAIL)]
 
 
 def answer_budget(ctx: ProbeContext, question: str, answer: str) -> int:
