@@ -61,6 +61,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -340,10 +341,14 @@ def run_cycle(config: Path, threads: int) -> tuple[float, dict]:
         with subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.PIPE, text=True) as proc:
             assert proc.stderr is not None
             relay = LogRelay()
-            for line in proc.stderr:
-                tail.append(line)
-                if (text := relay.relayed(line)) is not None:
-                    print(f"  {time.perf_counter() - started:6.0f} s  {text}", flush=True)
+            try:
+                for line in proc.stderr:
+                    tail.append(line)
+                    if (text := relay.relayed(line)) is not None:
+                        print(f"  {time.perf_counter() - started:6.0f} s  {text}", flush=True)
+            except BaseException:  # the bench stopped (Ctrl-C, SIGTERM): its cycle stops with it, not left training
+                proc.terminate()  # learnerd drains on SIGTERM; leaving the with-block waits for it
+                raise
         wall = time.perf_counter() - started
         if proc.returncode != 0:
             raise SystemExit(f"learnerd run --once failed ({proc.returncode}):\n{''.join(tail)[-3000:]}")
@@ -476,6 +481,10 @@ def cycle_versions(store, doc_key: str, seen: set[int]) -> list[dict[str, Any]]:
     return new
 
 
+def _stopped(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=INPUT)
     parser.add_argument("--tldr", type=Path, default=PEER_TLDR)
@@ -500,6 +509,7 @@ def main() -> int:
         "--resume", action="store_true", help="go on from the cycles --json recorded in --out, up to --cycles"
     )
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, _stopped)  # unwinds like Ctrl-C, so a cycle under way is stopped too
     base = args.base or (SMOKE_BASE if args.smoke else BASE_MODEL)
     pairs = args.pairs or (2 if args.smoke else 50)
     cycles = args.cycles or (2 if args.smoke else 3)
@@ -566,6 +576,7 @@ def main() -> int:
 
     doc_key = read_document(out / "docs" / "learned.dlm").frontmatter.dlm_id
     seen = {v.number for v in store.list_versions(doc_key)}  # a resumed run's earlier cycles committed these
+    last = next(reversed(measured.items()), None)  # the newest adapter row: its name and version number
 
     def checkpoint() -> None:
         write_json(args.json, args, base, training, items, results, probes, cycles_done, measured)
@@ -598,7 +609,6 @@ def main() -> int:
         # so), for the benchmark asks what training learned; the daemon serves `current` all the same
         rejected = current is None or newest.number != current.number
         name = f"adapter c{cycle} ({newest.name}{', rejected' if rejected else ''})"
-        last = next(reversed(measured.items()), None)
         if last is not None and last[1] == newest.number:  # the same adapter, greedy: the same answers
             results[name], probes[name] = results[last[0]], probes[last[0]]
         else:
@@ -608,8 +618,8 @@ def main() -> int:
             probes[name] = retention_probes(newest)
             print(f"{name} answered", flush=True)
         measured[name] = newest.number
+        last = name, newest.number
         checkpoint()
-    last = next(reversed(measured.items()), None)
     if last is not None:
         newest = next(v for v in store.list_versions(doc_key) if v.number == last[1])
         if adapted is None:  # resumed after its row: load it again

@@ -157,3 +157,41 @@ def test_the_smoke_size_trains_evaluates_and_reports_every_condition_and_resumes
         "multi_turn_coherence_decay",
     }
     assert "cycle 2:" in resumed.stdout and "adapter+RAG" in resumed.stdout
+
+
+@pytest.mark.slow
+def test_a_bench_stopped_with_sigterm_mid_cycle_stops_its_learnerd_run_too(peer_data, tmp_path: Path) -> None:
+    """SIGTERM to the bench while its cycle trains: the bench exits 143 only once its ``learnerd run --once``
+    has exited — no daemon left training alone (it drains on SIGTERM and is waited for)."""
+    out = tmp_path / "run"
+    command = [sys.executable, str(SCRIPT), "--smoke", "--pairs", "1", "--cycles", "1", "--threads", "1"]
+    command += ["--out", str(out), "--png", str(tmp_path / "p.png"), "--json", str(tmp_path / "r.json")]
+    env = cli_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as bench:
+        assert bench.stdout is not None
+        seen = []
+        for line in bench.stdout:  # the relay prints a training step once the cycle's learnerd run trains
+            seen.append(line)
+            if "training step" in line:
+                break
+        assert any("training step" in line for line in seen), "".join(seen)[-3000:]
+        cycle = _learnerd_runs(out / "learnerd.toml")
+        assert cycle, "no learnerd run --once while the bench trains"
+        bench.terminate()
+        rest = bench.stdout.read()
+        assert bench.wait(timeout=300) == 143, rest[-3000:]
+    assert not _learnerd_runs(out / "learnerd.toml") and not (tmp_path / "r.json").exists()
+
+
+def _learnerd_runs(config: Path) -> list[int]:
+    """Process ids of live ``learnerd run`` processes reading ``config`` (from ``/proc``)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if b"learnerd" in argv and b"run" in argv and str(config).encode() in argv and state != "Z":
+            found.append(int(proc.name))
+    return found
