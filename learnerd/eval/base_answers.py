@@ -31,7 +31,7 @@ import numpy as np
 import structlog
 
 from learnerd.ml.divergence import TokenDist
-from learnerd.store.atomic import atomic_write_bytes
+from learnerd.store.atomic import write_cache_file
 
 log = structlog.get_logger(__name__)
 
@@ -98,8 +98,4 @@ class BaseAnswerStore:
             dist_logprobs=np.stack([d.logprobs for d in dists]).astype(np.float64),
             vocab_size=np.array(dists[0].vocab_size if dists else 0, dtype=np.int64),
         )
-        try:
-            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            atomic_write_bytes(self.path(digest), buffer.getvalue())
-        except OSError as exc:
-            log.warning("base_answers.unwritable", path=str(self.path(digest)), error=str(exc))
+        write_cache_file(self.path(digest), buffer.getvalue(), "base_answers.unwritable")

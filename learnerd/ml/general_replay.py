@@ -38,7 +38,7 @@ from typing import Any
 import structlog
 
 from learnerd.ml.rows import TrainingRow
-from learnerd.store.atomic import atomic_write_text
+from learnerd.store.atomic import write_cache_file
 
 POOL = "packs/replay_prompts.jsonl"
 """The prompt pool's file, relative to the ``learnerd.ml`` package."""
@@ -153,11 +153,8 @@ def _read_cache(path: Path, system: str | None) -> dict[str, str]:
 
 def _write_cache(path: Path, system: str | None, answers: dict[str, str]) -> None:
     payload = {"version": CACHE_VERSION, "system": system, "answers": answers}
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(payload, ensure_ascii=False, indent=1) + "\n")
-    except OSError as exc:
-        log.warning("general_replay.cache_unwritable", path=str(path), error=str(exc))
+    text = json.dumps(payload, ensure_ascii=False, indent=1) + "\n"
+    write_cache_file(path, text.encode("utf-8"), "general_replay.cache_unwritable")
 
 
 def replay_count(ratio: float, document_rows: int) -> int:

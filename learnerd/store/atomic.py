@@ -10,6 +10,10 @@ import os
 import tempfile
 from pathlib import Path
 
+import structlog
+
+log = structlog.get_logger(__name__)
+
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
     """fsync a directory so a rename or a new entry inside it survives a power loss."""
@@ -134,6 +138,19 @@ def _unlink_quietly(path: str) -> None:
 def atomic_write_text(path: str | os.PathLike[str], text: str, mode: int | None = None) -> None:
     """:func:`atomic_write_bytes` for UTF-8 text (no newline translation)."""
     atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
+
+
+def write_cache_file(path: Path, data: bytes, event: str) -> bool:
+    """:func:`atomic_write_bytes` of ``data`` to ``path`` for a cache, which never fails its caller: the
+    directory is created first (mode 0700); an ``OSError`` (no space, a read-only cache) is logged as a
+    warning named ``event`` (with ``path`` and ``error``) and False returned. True once written."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        atomic_write_bytes(path, data)
+    except OSError as exc:
+        log.warning(event, path=str(path), error=str(exc))
+        return False
+    return True
 
 
 def fsync_tree(root: str | os.PathLike[str]) -> None:
