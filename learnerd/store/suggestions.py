@@ -255,10 +255,16 @@ def forget(
     """Delete the suggestions of the served blocks ``block_ids`` and, with ``text``, every suggestion whose
     answer or command contains it (case-sensitive, as ``learnerd forget --match``); returns how many went
     (with ``dry_run``: how many would, nothing deleted). The counts are kept (they hold no text). Call it
-    inside a transaction."""
-    wanted = set(block_ids)
-    rows = conn.execute("SELECT block_id, command, answer FROM suggestions").fetchall()
-    doomed = [r[0] for r in rows if r[0] in wanted or (text and (text in r[1] or text in r[2]))]
+    inside a transaction. The ids are looked up by primary key; only a ``text`` reads every row (a substring
+    match no index serves); an empty ``text`` matches nothing."""
+    doomed = {
+        block_id
+        for block_id in dict.fromkeys(block_ids)
+        if conn.execute("SELECT 1 FROM suggestions WHERE block_id = ?", (block_id,)).fetchone() is not None
+    }
+    if text:
+        rows = conn.execute("SELECT block_id, command, answer FROM suggestions").fetchall()
+        doomed.update(r[0] for r in rows if text in r[1] or text in r[2])
     if not dry_run:
         for block_id in doomed:
             conn.execute("DELETE FROM suggestions WHERE block_id = ?", (block_id,))
