@@ -38,11 +38,14 @@ then the table and every cycle's wall time and gate verdicts; writes a PNG (``--
 them each served version's retention probes) and a JSON (``--json``: the arguments, the sets, every answer,
 the per-cycle versions, verdicts and wall times, the retention probes' results).
 
-The JSON is written after every cycle as well, a checkpoint: ``--resume`` goes on from the cycles the ``--json``
-of an earlier run in the same ``--out`` recorded, up to ``--cycles`` (each cycle is a ``learnerd run --once`` on
-the state in ``--out``, so the next one needs nothing else), reusing its rows; it refuses (exit 2) a file that
-is missing, unreadable, or from another base, seed, size, training block or peer data. A run at full size
-takes hours on two cores: an interrupted one loses the cycle in progress, not the ones before it.
+The JSON is written once the base has answered and after every cycle, a checkpoint: ``--resume`` goes on from
+the cycles the ``--json`` of an earlier run in the same ``--out`` recorded, up to ``--cycles`` (each cycle is a
+``learnerd run --once`` on the state in ``--out``, so the next one needs nothing else), reusing its rows; it
+refuses (exit 2) a file that is missing, unreadable, or from another base, seed, size, training block or peer
+data. A run at full size takes hours on two cores: an interrupted one loses at most the training in progress. A
+cycle stopped after it trained its version (SIGTERM or Ctrl-C stop its ``learnerd run`` too) left that candidate
+undecided; the resumed cycle's ``learnerd run --once`` evaluates and decides it instead of training again, and
+its record says so (``continued``: the version; its wall time is then the evaluation's, not the training's).
 
 ``--training KEY=VALUE`` (repeatable; VALUE is JSON or a plain string, e.g. ``learning_rate=5e-4``) goes
 into the learned document's ``training`` frontmatter, so any training recipe can be measured; a key or value
@@ -567,21 +570,29 @@ def main() -> int:
 
     model, tokenizer = load_model_directory(base_ref.path, name=base, placement=placement)
     results, probes, cycles_done, measured = done.results, done.probes, done.cycles, done.measured
+
+    def checkpoint() -> None:
+        write_json(args.json, args, base, training, items, results, probes, cycles_done, measured)
+
     if "base" not in results:
         results["base"] = {k: answer_all(model, tokenizer, v) for k, v in items.items()}
         print("base answered", flush=True)
+        checkpoint()  # a run stopped in its first cycle resumes from here
     retriever = None
     adapted = None  # the newest version's model, once loaded
     store = AdapterStore(out / "state" / "adapters")
 
     doc_key = read_document(out / "docs" / "learned.dlm").frontmatter.dlm_id
-    seen = {v.number for v in store.list_versions(doc_key)}  # a resumed run's earlier cycles committed these
+    # a resumed run's earlier cycles committed and decided these; a candidate without a verdict was trained by a
+    # cycle the interruption cut short, and is the next cycle's: learnerd evaluates it instead of training again
+    seen = {v.number for v in store.list_versions(doc_key) if v.verdict() is not None}
     last = next(reversed(measured.items()), None)  # the newest adapter row: its name and version number
 
-    def checkpoint() -> None:
-        write_json(args.json, args, base, training, items, results, probes, cycles_done, measured)
-
     for cycle in range(len(cycles_done) + 1, cycles + 1):
+        pending = store.candidate(doc_key)
+        continued = pending.name if pending is not None and pending.verdict() is None else None
+        if continued:
+            print(f"cycle {cycle}: {continued} was trained before the run stopped; its wall time is its evaluation's")
         wall, summary = run_cycle(config, args.threads)
         committed = cycle_versions(store, doc_key, seen)
         current = store.current(doc_key)
@@ -591,6 +602,7 @@ def main() -> int:
                 "wall_s": wall,
                 "committed": committed,
                 "current": current.name if current else None,
+                "continued": continued,
                 "summary": summary,
             }
         )

@@ -160,27 +160,37 @@ def test_the_smoke_size_trains_evaluates_and_reports_every_condition_and_resumes
 
 
 @pytest.mark.slow
-def test_a_bench_stopped_with_sigterm_mid_cycle_stops_its_learnerd_run_too(peer_data, tmp_path: Path) -> None:
-    """SIGTERM to the bench while its cycle trains: the bench exits 143 only once its ``learnerd run --once``
-    has exited — no daemon left training alone (it drains on SIGTERM and is waited for)."""
-    out = tmp_path / "run"
+def test_a_bench_stopped_mid_cycle_stops_its_learnerd_run_and_resumes_with_the_candidate_it_trained(
+    peer_data, tmp_path: Path
+) -> None:
+    """SIGTERM to the bench while its first cycle evaluates the version it trained: the bench exits 143 only once
+    its ``learnerd run --once`` has exited (no daemon left running alone). ``--resume`` then goes on from the
+    base's answers, and its cycle 1 evaluates that candidate instead of training it again."""
+    out, results = tmp_path / "run", tmp_path / "r.json"
     command = [sys.executable, str(SCRIPT), "--smoke", "--pairs", "1", "--cycles", "1", "--threads", "1"]
-    command += ["--out", str(out), "--png", str(tmp_path / "p.png"), "--json", str(tmp_path / "r.json")]
+    command += ["--out", str(out), "--png", str(tmp_path / "p.png"), "--json", str(results)]
     env = cli_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as bench:
         assert bench.stdout is not None
         seen = []
-        for line in bench.stdout:  # the relay prints a training step once the cycle's learnerd run trains
+        for line in bench.stdout:  # relayed from the cycle's log while its learnerd run evaluates
             seen.append(line)
-            if "training step" in line:
+            if "evaluating v0001" in line:
                 break
-        assert any("training step" in line for line in seen), "".join(seen)[-3000:]
-        cycle = _learnerd_runs(out / "learnerd.toml")
-        assert cycle, "no learnerd run --once while the bench trains"
+        assert any("evaluating v0001" in line for line in seen), "".join(seen)[-3000:]
+        assert _learnerd_runs(out / "learnerd.toml"), "no learnerd run --once while the bench's cycle runs"
         bench.terminate()
         rest = bench.stdout.read()
         assert bench.wait(timeout=300) == 143, rest[-3000:]
-    assert not _learnerd_runs(out / "learnerd.toml") and not (tmp_path / "r.json").exists()
+    assert not _learnerd_runs(out / "learnerd.toml")
+    assert json.loads(results.read_text())["cycles"] == []  # the base's answers were kept
+
+    resumed = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "base answered" not in resumed.stdout and "v0001 was trained before the run stopped" in resumed.stdout
+    (cycle,) = json.loads(results.read_text())["cycles"]
+    assert cycle["continued"] == "v0001" and [c["version"] for c in cycle["committed"]] == ["v0001"]
+    assert "training step" not in resumed.stdout  # evaluated and decided, not trained again
 
 
 def _learnerd_runs(config: Path) -> list[int]:
