@@ -34,7 +34,8 @@ Metrics, on the command an answer suggests (the body of its first fenced code bl
 what learnerd records as a served answer's suggestion, :func:`learnerd.store.suggestions.command_of`): **exact**
 match (whitespace collapsed) and **command-name** match (first token). Prints each cycle's progress while it
 runs (from learnerd's log: the training's steps a tenth at a time, the evaluation's steps, the gate's verdict),
-then the table and every cycle's wall time and gate verdicts; writes a PNG (``--png``: the matches, and beside
+then the table, every cycle's wall time and gate verdicts, and per set how often a prompt's own command is among
+the examples retrieved for it (:func:`retrieval_reach`); writes a PNG (``--png``: the matches, and beside
 them each served version's retention probes) and a JSON (``--json``: the arguments, the sets, every answer,
 the per-cycle versions, verdicts and wall times, the retention probes' results).
 
@@ -423,6 +424,21 @@ class Retriever:
         return split_learned(hits, learned)[0]
 
 
+def retrieval_reach(retriever: Retriever, items: dict[str, list[Item]]) -> dict[str, dict[str, int]]:
+    """Per set: how many prompts' own command is the first of the :data:`RAG_K` examples learnerd retrieves for
+    them (``first``), and how many have it among them (``among``), compared as the matches are — how far an
+    answer that takes a retrieved example's command could reach, every example quoted."""
+    reach = {}
+    for name, its in items.items():
+        found = [[suggested(h["answer"]) for h in retriever.hits(it.prompt)] for it in its]
+        gold = [normalize_command(it.command) for it in its]
+        reach[name] = {
+            "first": sum(bool(f) and f[0] == g for f, g in zip(found, gold, strict=True)),
+            "among": sum(g in f for f, g in zip(found, gold, strict=True)),
+        }
+    return reach
+
+
 def answer_all(
     model, tokenizer, items: list[Item], retriever: Retriever | None = None, learned: frozenset[str] = frozenset()
 ) -> Scores:
@@ -639,8 +655,9 @@ def main() -> int:
         retriever = retriever or Retriever(config)
         learned = learned_without_block(newest)
         results["adapter+RAG"] = {k: answer_all(adapted, tokenizer, v, retriever, learned) for k, v in items.items()}
-    report(results, items, probes, cycles_done, args.png, base)
-    checkpoint()
+    reach = retrieval_reach(retriever, items) if retriever is not None else {}
+    report(results, items, probes, cycles_done, args.png, base, reach)
+    write_json(args.json, args, base, training, items, results, probes, cycles_done, measured, reach)
     print(f"results: {args.json}")
     return 0
 
@@ -666,7 +683,7 @@ def probe_cells(found: dict[str, dict[str, Any]]) -> list[str]:
     return cells
 
 
-def report(results, items, probes, cycles_done, png: Path, base: str) -> None:
+def report(results, items, probes, cycles_done, png: Path, base: str, reach: dict[str, dict[str, int]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -684,6 +701,9 @@ def report(results, items, probes, cycles_done, png: Path, base: str) -> None:
     for c in cycles_done:
         verdicts = "; ".join(f"{v['version']} {v['outcome']} {' '.join(v['reasons'])}".strip() for v in c["committed"])
         console.print(f"cycle {c['cycle']}: {c['wall_s']:.0f} s — {verdicts or 'nothing trained'}")
+    if reach:
+        shown = "; ".join(f"{s} {r['first']}/{n[s]} first, {r['among']}/{n[s]} among them" for s, r in reach.items())
+        console.print(f"the prompt's own command in the {RAG_K} examples retrieved for it: {shown}")
 
     import io
 
@@ -744,8 +764,9 @@ def sets_json(items: dict[str, list[Item]]) -> dict[str, list[dict[str, str]]]:
     return {k: [asdict(it) for it in v] for k, v in items.items()}
 
 
-def write_json(path: Path, args, base, training, items, results, probes, cycles_done, measured) -> None:
-    """The run so far, atomically (a checkpoint :func:`load_checkpoint` reads back)."""
+def write_json(path: Path, args, base, training, items, results, probes, cycles_done, measured, reach=None) -> None:
+    """The run so far, atomically (a checkpoint :func:`load_checkpoint` reads back); at the end with ``reach``
+    (:func:`retrieval_reach`) as ``retrieval``."""
     from learnerd.store.atomic import atomic_write_text
 
     data = {
@@ -765,6 +786,8 @@ def write_json(path: Path, args, base, training, items, results, probes, cycles_
         "cycles": cycles_done,
         "measured": measured,
     }
+    if reach is not None:
+        data["retrieval"] = reach
     atomic_write_text(path, json.dumps(data, indent=1, default=str) + "\n")
 
 

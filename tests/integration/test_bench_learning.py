@@ -157,6 +157,10 @@ def test_the_smoke_size_trains_evaluates_and_reports_every_condition_and_resumes
         "multi_turn_coherence_decay",
     }
     assert "cycle 2:" in resumed.stdout and "adapter+RAG" in resumed.stdout
+    reach = data["retrieval"]  # a learned prompt is its own example's query: retrieved first
+    assert reach["learned"] == {"first": learned, "among": learned}
+    assert all(0 <= r["first"] <= r["among"] <= len(data["sets"][s]) for s, r in reach.items())
+    assert "in the 3 examples retrieved for it: learned 2/2 first" in resumed.stdout
 
 
 @pytest.mark.slow
