@@ -41,6 +41,7 @@ import anyio
 import structlog
 
 from learnerd.ml.base_model import BaseModelRef
+from learnerd.ml.checkpoint import CHECKPOINT_DIR, DEFAULT_EVERY_S, remove_checkpoint
 from learnerd.ml.general_replay import cache_path
 from learnerd.ml.lora import ProgressEvent, TrainingResult
 from learnerd.ml.recipes import DocumentTraining, undertrained_reason
@@ -210,6 +211,7 @@ async def train_cycle(
     spare: WarmSpare | None = None,
     origins: Mapping[str, SectionOrigin] | None = None,
     replay_cache_dir: Path | None = None,
+    checkpoint_every_s: float = DEFAULT_EVERY_S,
 ) -> CycleOutcome:
     """Plan and run one cycle for ``doc_key``; commit the new adapter version as a candidate (not current),
     with its ``manifest.json`` (:mod:`learnerd.store.manifest`).
@@ -231,6 +233,10 @@ async def train_cycle(
             (:func:`learnerd.store.manifest.section_origins`); a section without one is recorded as a person's.
         replay_cache_dir: where the base's general replay answers are cached (the model cache,
             ``<state_dir>/models``; :func:`learnerd.ml.general_replay.cache_path`); None: not cached.
+        checkpoint_every_s: seconds of training between two checkpoints, kept in the document's adapter directory
+            (``training-checkpoint/``, :mod:`learnerd.ml.checkpoint`) until the version is committed: a cycle
+            stopped part-way (a restart, a crash, a cancellation) goes on from its last one when the same
+            training is asked for again.
 
     Returns:
         the outcome; ``version`` is None when the plan was ``none`` (nothing to train).
@@ -255,6 +261,7 @@ async def train_cycle(
             on_progress(event)
 
     train_rows, rehearsal = plan.training_rows()
+    checkpoint_dir = store.doc_dir(doc_key) / CHECKPOINT_DIR
     with store.stage(doc_key) as staging:
         request = TrainingRequest(
             base_model_path=str(base.path),
@@ -270,6 +277,8 @@ async def train_cycle(
             replay_cache=str(cache_path(replay_cache_dir, base.identity, system_prompt(plan.rows)))
             if replay_cache_dir is not None and config.general_replay
             else None,
+            checkpoint_dir=str(checkpoint_dir),
+            checkpoint_every_s=checkpoint_every_s,
         )
         result = await run_training(request, on_progress=stepped, on_start=on_start, spare=spare)
         metadata = AdapterMetadata(
@@ -292,6 +301,7 @@ async def train_cycle(
                 "reason": plan.reason,
                 "dropped_section_ids": list(result.dropped),
                 "vocab_size": result.vocab_size,
+                "resumed_at_step": result.resumed_at_step,
             },
         )
         per_section = Counter(r.section_id for r in dict.fromkeys(rows))
@@ -305,6 +315,7 @@ async def train_cycle(
             log.warning("training.undertrained", doc_key=doc_key, reason=reason)
         # fsync of a large adapter can take a while: keep it off the event loop.
         version = await anyio.to_thread.run_sync(store.commit, staging, metadata)
+    await anyio.to_thread.run_sync(remove_checkpoint, checkpoint_dir)  # committed: nothing left to go on from
     return CycleOutcome(plan=plan, version=version, result=result, undertrained=reason)
 
 

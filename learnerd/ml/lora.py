@@ -37,11 +37,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import structlog
+
+from learnerd.ml.checkpoint import TrainingCheckpoint
 from learnerd.ml.general_replay import is_replay
 from learnerd.ml.hyperparams import check_trainable
 from learnerd.ml.loader import load_adapter, loading
 from learnerd.ml.rows import IGNORE_INDEX, EncodedRow, RowEncodingError, TrainingRow, encode_rows
 from learnerd.store.dlm import TrainingConfig
+
+log = structlog.get_logger(__name__)
 
 MAX_GRAD_NORM = 1.0
 
@@ -85,6 +90,8 @@ class TrainingResult:
     train_s: float
     vocab_size: int = 0
     tokens_computed: int = 0
+    resumed_at_step: int = 0
+    """the step of the checkpoint this run went on from (0: it trained from its first step)"""
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "dropped": list(self.dropped)}
@@ -139,6 +146,7 @@ def train_lora(
     on_progress: ProgressCallback | None = None,
     rehearsal: Sequence[TrainingRow] = (),
     rehearsal_per_epoch: int = 0,
+    checkpoint: TrainingCheckpoint | None = None,
 ) -> tuple[Any, TrainingResult]:
     """Train a LoRA adapter on ``rows`` (and a share of ``rehearsal`` each epoch) for one cycle of
     ``config.total_steps(len(rows) + rehearsal_per_epoch)`` steps.
@@ -157,6 +165,9 @@ def train_lora(
             docstring); at most ``len(rehearsal)`` an epoch, so a budget as large as they are trains all of them
             every epoch, as ``rows`` are.
         rehearsal_per_epoch: rehearsal rows per epoch (>= 0).
+        checkpoint: where to save this training's state every ``checkpoint.every_s`` seconds, and whence to go on
+            when it holds this training's (:mod:`learnerd.ml.checkpoint`: the saved progress events are passed to
+            ``on_progress`` again first); None: no checkpoints.
 
     Returns:
         ``(peft_model, result)``: the adapted model (in eval mode; ``save_pretrained`` writes the adapter).
@@ -183,9 +194,10 @@ def train_lora(
     batch_size, accumulation = config.batch_size(), config.accumulation()
     total_steps = config.total_steps(len(encoded) + per_epoch)
     scored = [*encoded, *rehearsed] if per_epoch else encoded
-    start_loss = mean_loss(peft_model, scored, pad_id, batch_size)
+    saved = checkpoint.load() if checkpoint is not None else None
 
-    params = [p for p in peft_model.parameters() if p.requires_grad]
+    named = [(n, p) for n, p in peft_model.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
     scheduler = get_scheduler(
         config.lr_scheduler,
@@ -198,9 +210,23 @@ def train_lora(
         encoded, batch_size, order, by_length=config.group_by_length, rehearsal=rehearsed, per_epoch=per_epoch
     )
     peft_model.train()
-    tokens = computed = 0
-    started = time.perf_counter()
-    for step in range(1, total_steps + 1):
+    tokens = computed = done = 0
+    events: list[dict[str, Any]] = []
+    if saved is not None:
+        try:
+            done, tokens, computed, events = _restore(saved, named, optimizer, scheduler, batches, accumulation)
+        except ValueError as exc:  # refused before anything was loaded: train from the first step
+            log.warning(
+                "training.checkpoint_unreadable", path=str(checkpoint.path if checkpoint else ""), error=str(exc)
+            )
+            saved = None
+    start_loss = float(saved["start_loss"]) if saved is not None else mean_loss(peft_model, scored, pad_id, batch_size)
+    if on_progress is not None:
+        for event in events:
+            on_progress(ProgressEvent(**event))
+    started = time.perf_counter() - (events[-1]["elapsed_s"] if events else 0.0)
+    last_saved = time.perf_counter()
+    for step in range(done + 1, total_steps + 1):
         group = [next(batches) for _ in range(accumulation)]
         num_items = sum(_loss_tokens(b) for b in group)
         step_loss = 0.0
@@ -224,17 +250,32 @@ def train_lora(
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
+        event = ProgressEvent(
+            step=step,
+            total_steps=total_steps,
+            loss=step_loss,
+            learning_rate=float(scheduler.get_last_lr()[0]),
+            tokens=tokens,
+            elapsed_s=time.perf_counter() - started,
+        )
+        events.append(dataclasses.asdict(event))
         if on_progress is not None:
-            on_progress(
-                ProgressEvent(
-                    step=step,
-                    total_steps=total_steps,
-                    loss=step_loss,
-                    learning_rate=float(scheduler.get_last_lr()[0]),
-                    tokens=tokens,
-                    elapsed_s=time.perf_counter() - started,
-                )
+            on_progress(event)
+        if checkpoint is not None and step < total_steps and time.perf_counter() - last_saved >= checkpoint.every_s:
+            checkpoint.save(
+                {
+                    "step": step,
+                    "tokens": tokens,
+                    "computed": computed,
+                    "start_loss": start_loss,
+                    "events": events,
+                    "params": {n: p.detach().cpu().clone() for n, p in named},
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "rng": torch.get_rng_state(),
+                }
             )
+            last_saved = time.perf_counter()
     train_s = time.perf_counter() - started
     peft_model.eval()
     final_loss = mean_loss(peft_model, scored, pad_id, batch_size)
@@ -248,8 +289,42 @@ def train_lora(
         train_s=train_s,
         vocab_size=vocab_size,
         tokens_computed=computed,
+        resumed_at_step=done,
     )
     return peft_model, result
+
+
+def _restore(
+    saved: dict[str, Any],
+    named: Sequence[tuple[str, Any]],
+    optimizer: Any,
+    scheduler: Any,
+    batches: Iterator[list[EncodedRow]],
+    accumulation: int,
+) -> tuple[int, int, int, list[dict[str, Any]]]:
+    """Load a checkpoint's state into the run (the module :mod:`learnerd.ml.checkpoint`): parameters, optimizer,
+    schedule, torch's CPU generator, and the micro-batches its steps drew skipped. Returns ``(step, tokens,
+    computed, events)``.
+
+    Raises:
+        ValueError: the checkpoint's parameters or optimizer groups are not this run's; nothing was loaded.
+    """
+    import torch
+
+    by_name, params = dict(named), saved["params"]
+    if set(params) != set(by_name) or any(params[n].shape != p.shape for n, p in named):
+        raise ValueError("the checkpoint's parameters are not this adapter's")
+    # raises ValueError on groups of other sizes, before it changes anything
+    optimizer.load_state_dict(saved["optimizer"])
+    with torch.no_grad():
+        for name, value in params.items():
+            by_name[name].copy_(value)
+    scheduler.load_state_dict(saved["scheduler"])
+    step = int(saved["step"])
+    for _ in range(step * accumulation):
+        next(batches)
+    torch.set_rng_state(saved["rng"])
+    return step, int(saved["tokens"]), int(saved["computed"]), list(saved["events"])
 
 
 def replay_kl(

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from learnerd.ml.checkpoint import DEFAULT_EVERY_S
 from learnerd.sections import ConfigError, Section
 
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -69,6 +70,8 @@ class TrainingSettings(Section):
     """torch threads in the training process; 0 = torch's default"""
     niceness: int = Field(10, ge=0, le=19)
     """added to the training process's nice value: the event loop keeps its CPU"""
+    checkpoint_every_s: float = Field(DEFAULT_EVERY_S, ge=0)
+    """seconds of training between two checkpoints: a cycle stopped part-way goes on from its last (0: every step)"""
     warm_spare: bool = True
     """keep one training process started ahead of need (learnerd run)"""
     debounce_s: float = Field(2.0, gt=0)

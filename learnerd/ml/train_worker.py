@@ -31,8 +31,10 @@ import os
 import sys
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any, NamedTuple
 
+from learnerd.ml.checkpoint import DEFAULT_EVERY_S, TrainingCheckpoint, fingerprint
 from learnerd.ml.rows import TrainingRow
 from learnerd.store.dlm import TrainingConfig
 
@@ -50,7 +52,9 @@ class TrainingRequest:
     a daemon's event loop keeps its CPU while the worker trains; ``device``: where to train
     (``auto``, ``cpu``, ``cuda``, ``cuda:N``; :func:`learnerd.ml.device.resolve_device`); ``rehearsal``: the
     unchanged rows an incremental cycle rehearses, ``rehearsal_per_epoch`` of them each epoch
-    (:func:`learnerd.ml.lora.train_lora`).
+    (:func:`learnerd.ml.lora.train_lora`); ``checkpoint_dir``: where the training saves its state every
+    ``checkpoint_every_s`` seconds and whence a request for the same training goes on (:mod:`learnerd.ml.checkpoint`;
+    None: no checkpoints).
     """
 
     base_model_path: str
@@ -64,23 +68,38 @@ class TrainingRequest:
     replay_cache: str | None = None
     rehearsal: tuple[TrainingRow, ...] = ()
     rehearsal_per_epoch: int = 0
+    checkpoint_dir: str | None = None
+    checkpoint_every_s: float = DEFAULT_EVERY_S
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "base_model_path": self.base_model_path,
+            "output_dir": self.output_dir,
+            "rows": [r.to_dict() for r in self.rows],
+            "config": self.config.to_dict(),
+            "resume_from": self.resume_from,
+            "num_threads": self.num_threads,
+            "niceness": self.niceness,
+            "device": self.device,
+            "replay_cache": self.replay_cache,
+            "rehearsal": [r.to_dict() for r in self.rehearsal],
+            "rehearsal_per_epoch": self.rehearsal_per_epoch,
+            "checkpoint_dir": self.checkpoint_dir,
+            "checkpoint_every_s": self.checkpoint_every_s,
+        }
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "base_model_path": self.base_model_path,
-                "output_dir": self.output_dir,
-                "rows": [r.to_dict() for r in self.rows],
-                "config": self.config.to_dict(),
-                "resume_from": self.resume_from,
-                "num_threads": self.num_threads,
-                "niceness": self.niceness,
-                "device": self.device,
-                "replay_cache": self.replay_cache,
-                "rehearsal": [r.to_dict() for r in self.rehearsal],
-                "rehearsal_per_epoch": self.rehearsal_per_epoch,
-            }
-        )
+        return json.dumps(self.to_dict())
+
+    def checkpoint(self) -> TrainingCheckpoint | None:
+        """Its :class:`~learnerd.ml.checkpoint.TrainingCheckpoint` (None without ``checkpoint_dir``): the
+        fingerprint covers every field but where the adapter and checkpoint go, and the process's threads and
+        niceness — what decides the adapter."""
+        if self.checkpoint_dir is None:
+            return None
+        skipped = ("output_dir", "num_threads", "niceness", "checkpoint_dir", "checkpoint_every_s")
+        decides = {k: v for k, v in self.to_dict().items() if k not in skipped}
+        return TrainingCheckpoint(Path(self.checkpoint_dir), fingerprint(decides), self.checkpoint_every_s)
 
     @classmethod
     def from_json(cls, line: str) -> TrainingRequest:
@@ -97,6 +116,8 @@ class TrainingRequest:
             replay_cache=raw.get("replay_cache"),
             rehearsal=tuple(TrainingRow.from_dict(r) for r in raw.get("rehearsal", ())),
             rehearsal_per_epoch=raw.get("rehearsal_per_epoch", 0),
+            checkpoint_dir=raw.get("checkpoint_dir"),
+            checkpoint_every_s=raw.get("checkpoint_every_s", DEFAULT_EVERY_S),
         )
 
 
@@ -126,6 +147,7 @@ def run(request: TrainingRequest, emit: Any) -> dict[str, Any]:
         on_progress=lambda event: emit({"event": "progress", **dataclasses.asdict(event)}),
         rehearsal=rows.rehearsal,
         rehearsal_per_epoch=rows.rehearsal_per_epoch,
+        checkpoint=request.checkpoint(),
     )
     peft_model.save_pretrained(request.output_dir)
     return {"event": "result", **result.to_dict()}

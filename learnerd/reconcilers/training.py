@@ -349,6 +349,7 @@ class TrainingReconciler:
             spare=self.spare,
             replay_cache_dir=self.models_dir,
             origins=origins,
+            checkpoint_every_s=self.settings.checkpoint_every_s,
         )
         return CycleReport(path, fm.dlm_id, outcome, probes_written, self._clock() - started)
 
