@@ -482,7 +482,7 @@ def retention_probes(version) -> dict[str, dict[str, Any]]:
 
 def cycle_versions(store, doc_key: str, seen: set[int]) -> list[dict[str, Any]]:
     """The versions a cycle committed (not in ``seen``, which it extends): name, the gate's outcome and reasons,
-    and the retention probes of its evaluation (a rejected candidate's too)."""
+    the retention probes of its evaluation (a rejected candidate's too), and the step its training resumed at."""
     new = []
     for version in store.list_versions(doc_key):
         if version.number in seen:
@@ -495,6 +495,8 @@ def cycle_versions(store, doc_key: str, seen: set[int]) -> list[dict[str, Any]]:
                 "outcome": verdict.outcome if verdict else "undecided",
                 "reasons": list(verdict.reasons) if verdict else [],
                 "probes": retention_probes(version),
+                # > 0: its training went on from a checkpoint of a run stopped part-way (the wall time is the rest's)
+                "resumed_at_step": int(version.metadata().extra.get("resumed_at_step", 0)),
             }
         )
     return new
@@ -622,7 +624,14 @@ def main() -> int:
                 "summary": summary,
             }
         )
-        verdicts = ", ".join(f"{c['version']} {c['outcome']}" for c in committed) or "nothing trained"
+        verdicts = (
+            ", ".join(
+                f"{c['version']} {c['outcome']}"
+                + (f" (trained from step {c['resumed_at_step']})" if c["resumed_at_step"] else "")
+                for c in committed
+            )
+            or "nothing trained"
+        )
         print(f"cycle {cycle}: {wall:.0f} s, {verdicts}; serving {current.name if current else 'none'}", flush=True)
         if retriever is None:
             retriever = Retriever(config)

@@ -143,6 +143,7 @@ def test_the_smoke_size_trains_evaluates_and_reports_every_condition_and_resumes
     assert data["cycles"][0] == first["cycles"][0] and len(data["cycles"]) == 2
     (first_cycle,), second = (cycle["committed"] for cycle in data["cycles"])
     assert second == [] and first_cycle["probes"] == data["probes"]["adapter c1 (v0001)"]
+    assert first_cycle["resumed_at_step"] == 0  # trained from its first step: no checkpoint to go on from
     assert {k: first_cycle[k] for k in ("version", "outcome", "reasons")} == {
         "version": "v0001",
         "outcome": "promoted",
