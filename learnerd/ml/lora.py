@@ -56,7 +56,9 @@ class ProgressEvent:
     """Reported after every optimizer step.
 
     ``loss`` is that step's mean loss (nats/token); ``tokens`` the input tokens (padding excluded)
-    trained on so far in this run; ``elapsed_s`` wall seconds since the first step started.
+    trained on so far in this run; ``elapsed_s`` wall seconds since the first step started. ``restored``: a step
+    an earlier run trained, reported again from the checkpoint this one went on from (all of them first, at once:
+    a pace or an ETA counts only the others).
     """
 
     step: int
@@ -65,6 +67,7 @@ class ProgressEvent:
     learning_rate: float
     tokens: int
     elapsed_s: float
+    restored: bool = False
 
 
 @dataclass(frozen=True)
@@ -223,7 +226,7 @@ def train_lora(
     start_loss = float(saved["start_loss"]) if saved is not None else mean_loss(peft_model, scored, pad_id, batch_size)
     if on_progress is not None:
         for event in events:
-            on_progress(ProgressEvent(**event))
+            on_progress(ProgressEvent(**{**event, "restored": True}))
     started = time.perf_counter() - (events[-1]["elapsed_s"] if events else 0.0)
     last_saved = time.perf_counter()
     for step in range(done + 1, total_steps + 1):

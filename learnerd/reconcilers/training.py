@@ -328,7 +328,8 @@ class TrainingReconciler:
                 on_start()
 
         def stepped(event: ProgressEvent) -> None:
-            self.board.update(key, event.step, event.total_steps, loss=round(event.loss, 4))
+            if not event.restored:  # restored steps arrive at once: they would make the pace look fast
+                self.board.update(key, event.step, event.total_steps, loss=round(event.loss, 4))
             if on_progress is not None:
                 on_progress(event)
 

@@ -59,6 +59,7 @@ def test_a_stopped_training_resumes_from_its_checkpoint_to_the_uninterrupted_ada
     weights, result, events = _train(tiny_model_dir, checkpoint)
     assert result.resumed_at_step == 6
     assert [e.step for e in events] == list(range(1, 13))  # the saved steps' events first, then the rest
+    assert [e.restored for e in events] == [True] * 6 + [False] * 6
     assert [e.loss for e in events] == [e.loss for e in straight_events]
     assert (result.start_loss, result.final_loss, result.tokens_trained, result.tokens_computed) == (
         expected.start_loss,
