@@ -181,8 +181,7 @@ async def _cycle(reconciler: Any, path: Path, fresh: bool, as_json: bool) -> Any
     with progress_display(Console(stderr=True), lines=not as_json) as display:
 
         def on_progress(event: Any) -> None:
-            if not event.restored:  # a checkpoint's steps, reported again at once: not a pace
-                display.update(task, event.step, event.total_steps, loss=f"{event.loss:.4f}")
+            display.update(task, event.step, event.total_steps, loss=f"{event.loss:.4f}")
 
         return await reconciler.run_cycle(
             path, fresh=fresh, on_start=lambda: display.update(task, 0), on_progress=on_progress

@@ -97,14 +97,14 @@ class TrainingCheckpoint:
             return None
         return state
 
-    def save(self, state: Mapping[str, Any]) -> bool:
-        """Write ``state`` (tensors and plain values; ``step`` among them) with this fingerprint, atomically.
-        False (logged as ``training.checkpoint_unwritable``) when it cannot be written."""
+    def save(self, state: Mapping[str, Any]) -> None:
+        """Write ``state`` (tensors and plain values; ``step`` among them) with this fingerprint, atomically;
+        skipped (logged as ``training.checkpoint_unwritable``) when it cannot be written."""
         import torch
 
         buffer = io.BytesIO()
         torch.save({**state, "fingerprint": self.fingerprint}, buffer)
-        return write_cache_file(self.path, buffer.getvalue(), "training.checkpoint_unwritable")
+        write_cache_file(self.path, buffer.getvalue(), "training.checkpoint_unwritable")
 
     def clear(self) -> None:
         """:func:`remove_checkpoint` of its directory."""

@@ -258,7 +258,7 @@ class TrainingReconciler:
         Args:
             path: the document.
             fresh: train a new adapter on every row even if an incremental cycle (or none) would do.
-            on_progress: called after every optimizer step.
+            on_progress: called after every optimizer step of this run (not for the steps a checkpoint restored).
             on_start: called when the training process starts (not at all when there is nothing to train).
 
         Raises:
@@ -328,8 +328,9 @@ class TrainingReconciler:
                 on_start()
 
         def stepped(event: ProgressEvent) -> None:
-            if not event.restored:  # restored steps arrive at once: they would make the pace look fast
-                self.board.update(key, event.step, event.total_steps, loss=round(event.loss, 4))
+            if event.restored:  # a checkpoint's steps, reported again at once: not this run's, and no pace
+                return
+            self.board.update(key, event.step, event.total_steps, loss=round(event.loss, 4))
             if on_progress is not None:
                 on_progress(event)
 

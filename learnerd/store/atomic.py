@@ -140,17 +140,15 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, mode: int | None 
     atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 
 
-def write_cache_file(path: Path, data: bytes, event: str) -> bool:
+def write_cache_file(path: Path, data: bytes, event: str) -> None:
     """:func:`atomic_write_bytes` of ``data`` to ``path`` for a cache, which never fails its caller: the
     directory is created first (mode 0700); an ``OSError`` (no space, a read-only cache) is logged as a
-    warning named ``event`` (with ``path`` and ``error``) and False returned. True once written."""
+    warning named ``event`` (with ``path`` and ``error``) and the write skipped."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         atomic_write_bytes(path, data)
     except OSError as exc:
         log.warning(event, path=str(path), error=str(exc))
-        return False
-    return True
 
 
 def fsync_tree(root: str | os.PathLike[str]) -> None:
