@@ -412,6 +412,7 @@ class Retriever:
         self.conn = db.connect(cfg.layout.db_path, readonly=True)
         self.embedder = make_embedder(cfg.embeddings)
         self.index = load_index(self.conn, self.embedder.name, self.embedder.dim or None)
+        self.found: dict[str, list[SearchHit]] = {}  # per prompt: each prompt is embedded once per run
 
     def hits(self, text: str, learned: frozenset[str] = frozenset()) -> list[SearchHit]:
         """The :data:`RAG_K` learned examples nearest to ``text``, best first (``query``, ``answer``, ...), less
@@ -420,8 +421,9 @@ class Retriever:
         from learnerd.ml.retrieved_examples import split_learned
         from learnerd.store.retrieval import describe_hits, nearest
 
-        hits = describe_hits(self.conn, nearest(self.embedder, self.index, text, RAG_K), RAG_K)
-        return split_learned(hits, learned)[0]
+        if text not in self.found:
+            self.found[text] = describe_hits(self.conn, nearest(self.embedder, self.index, text, RAG_K), RAG_K)
+        return split_learned(self.found[text], learned)[0]
 
 
 def retrieval_reach(retriever: Retriever, items: dict[str, list[Item]]) -> dict[str, dict[str, int]]:
@@ -589,8 +591,8 @@ def main() -> int:
     model, tokenizer = load_model_directory(base_ref.path, name=base, placement=placement)
     results, probes, cycles_done, measured = done.results, done.probes, done.cycles, done.measured
 
-    def checkpoint() -> None:
-        write_json(args.json, args, base, training, items, results, probes, cycles_done, measured)
+    def checkpoint(reach: dict[str, dict[str, int]] | None = None) -> None:
+        write_json(args.json, args, base, training, items, results, probes, cycles_done, measured, reach)
 
     if "base" not in results:
         results["base"] = {k: answer_all(model, tokenizer, v) for k, v in items.items()}
@@ -666,7 +668,7 @@ def main() -> int:
         results["adapter+RAG"] = {k: answer_all(adapted, tokenizer, v, retriever, learned) for k, v in items.items()}
     reach = retrieval_reach(retriever, items) if retriever is not None else {}
     report(results, items, probes, cycles_done, args.png, base, reach)
-    write_json(args.json, args, base, training, items, results, probes, cycles_done, measured, reach)
+    checkpoint(reach)
     print(f"results: {args.json}")
     return 0
 
