@@ -115,8 +115,8 @@ class DifferentialBackend:
     ) -> DifferentialBackend:
         """Load ``base`` (offline; on ``placement``, default CPU float32) and attach ``version``'s adapter,
         through the process's one loader (:mod:`learnerd.ml.loader`: one lock, a known-answer check after
-        each load). With ``answer_cache_dir`` (the model cache), the base's persisted answers are kept there
-        (:class:`~learnerd.eval.base_answers.BaseAnswerStore` of ``base.identity``).
+        each load). With ``answer_cache_dir`` (the model cache), the base's persisted answers and log-likelihoods
+        are kept there (:class:`~learnerd.eval.base_answers.BaseAnswerStore` of ``base.identity``).
 
         Raises:
             BaseModelError: the base cannot be loaded.
@@ -126,6 +126,10 @@ class DifferentialBackend:
         model, tokenizer = load_model_directory(base.path, name=base.name, placement=placement)
         store = BaseAnswerStore(answer_cache_dir, base.identity) if answer_cache_dir is not None else None
         return cls(load_adapter(model, version), tokenizer, cancel=cancel, answer_store=store)
+
+    def placement(self) -> tuple[str, str]:
+        """The model's device and dtype, as the answer store's keys name them (``("cpu", "torch.float32")``)."""
+        return str(self.model.device), str(self.model.dtype)
 
     def check_cancelled(self) -> None:
         """Raise :class:`EvaluationCancelled` when the cancel event is set (checked before every batch)."""
@@ -276,12 +280,17 @@ class View:
         """
         return self.logprobs([(context, target)])[0]
 
-    def logprobs(self, items: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[float]:
+    def logprobs(self, items: Sequence[tuple[Sequence[int], Sequence[int]]], *, persist: bool = False) -> list[float]:
         """:meth:`logprob` of each ``(context, target)`` of ``items``, in order, in batched forward passes.
 
         Items that share a context share its forward pass: each batch runs its distinct contexts once
         (right-padded, keeping their key/value cache), then every target after its own context's cache
         (position ids continuing the context, the context's padding masked out).
+
+        ``persist`` (for a fixed pack of items, not a document's): on the base view of a backend with an
+        :attr:`~DifferentialBackend.answer_store`, the values are read from that store when this base, device and
+        dtype scored exactly these items before, and stored after computing them otherwise; elsewhere it changes
+        nothing.
 
         Raises:
             ValueError: a context or target is empty.
@@ -290,6 +299,18 @@ class View:
         """
         if any(not c or not t for c, t in items):
             raise ValueError("logprob needs a non-empty context and target")
+        store = self.backend.answer_store if persist and self.name == "base" and items else None
+        if store is None:
+            return self._logprobs(items)
+        digest = store.logprobs_key(self.backend.placement(), items)
+        stored = store.load_logprobs(digest, len(items))
+        if stored is not None:
+            return stored
+        values = self._logprobs(items)
+        store.save_logprobs(digest, values)
+        return values
+
+    def _logprobs(self, items: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[float]:
         keys = [("logprob", tuple(c), tuple(t)) for c, t in items]
         cache = self.backend._base_cache if self._cached else {}
         results: dict[int, float] = {i: cache[k] for i, k in enumerate(keys) if k in cache}
@@ -395,8 +416,7 @@ class View:
         store = self.backend.answer_store if persist and self.name == "base" and prompts else None
         if store is None:
             return self._answers(prompts, max_new_tokens, top_k)
-        model = self.backend.model
-        digest = store.key((str(model.device), str(model.dtype)), prompts, max_new_tokens, top_k)
+        digest = store.key(self.backend.placement(), prompts, max_new_tokens, top_k)
         stored = store.load(digest)
         if stored is not None:
             return stored
