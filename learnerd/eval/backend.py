@@ -22,7 +22,9 @@ running evaluation stops within one forward pass.
 Every forward pass checks that the logits are finite: a NaN or inf raises :class:`NonFiniteLogitsError`
 naming the view, so no probe ever computes on garbage. Log-softmax runs in float64. Results of the base
 view are cached per input (the base never changes), which makes null-adapter calibration cost only the
-other side's forward passes. Not thread-safe: one evaluation at a time per backend.
+other side's forward passes; its log-likelihoods and its answers to a fixed pool are kept between evaluations
+too when the backend has the stores (:mod:`learnerd.eval.base_logprobs`, :mod:`learnerd.eval.base_answers`).
+Not thread-safe: one evaluation at a time per backend.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from learnerd.eval.base_answers import Answers, BaseAnswerStore
+from learnerd.eval.base_logprobs import BaseLogprobStore, item_key
 from learnerd.ml.base_model import BaseModelRef, load_model_directory
 from learnerd.ml.device import Placement
 from learnerd.ml.divergence import TokenDist
@@ -71,6 +74,7 @@ class DifferentialBackend:
         cancel: when set (from any thread), the next batch raises :class:`EvaluationCancelled`.
         answer_store: where the base view's ``answers(..., persist=True)`` are kept between evaluations (None:
             not kept).
+        logprob_store: where the base view's log-likelihoods are kept between evaluations (None: not kept).
     """
 
     def __init__(
@@ -80,11 +84,13 @@ class DifferentialBackend:
         *,
         cancel: threading.Event | None = None,
         answer_store: BaseAnswerStore | None = None,
+        logprob_store: BaseLogprobStore | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.cancel = cancel or threading.Event()
         self.answer_store = answer_store
+        self.logprob_store = logprob_store
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         self.batch_tokens = max(1, min(MAX_BATCH_TOKENS, LOGITS_BATCH_BYTES // (4 * self.vocab_size)))
         generation = getattr(model, "generation_config", None)
@@ -115,8 +121,9 @@ class DifferentialBackend:
     ) -> DifferentialBackend:
         """Load ``base`` (offline; on ``placement``, default CPU float32) and attach ``version``'s adapter,
         through the process's one loader (:mod:`learnerd.ml.loader`: one lock, a known-answer check after
-        each load). With ``answer_cache_dir`` (the model cache), the base's persisted answers and log-likelihoods
-        are kept there (:class:`~learnerd.eval.base_answers.BaseAnswerStore` of ``base.identity``).
+        each load). With ``answer_cache_dir`` (the model cache), the base's persisted answers and its
+        log-likelihoods are kept there (:class:`~learnerd.eval.base_answers.BaseAnswerStore` and
+        :class:`~learnerd.eval.base_logprobs.BaseLogprobStore` of ``base.identity``).
 
         Raises:
             BaseModelError: the base cannot be loaded.
@@ -124,8 +131,11 @@ class DifferentialBackend:
             OSError / ValueError: peft cannot load the adapter directory.
         """
         model, tokenizer = load_model_directory(base.path, name=base.name, placement=placement)
-        store = BaseAnswerStore(answer_cache_dir, base.identity) if answer_cache_dir is not None else None
-        return cls(load_adapter(model, version), tokenizer, cancel=cancel, answer_store=store)
+        backend = cls(load_adapter(model, version), tokenizer, cancel=cancel)
+        if answer_cache_dir is not None:
+            backend.answer_store = BaseAnswerStore(answer_cache_dir, base.identity)
+            backend.logprob_store = BaseLogprobStore(answer_cache_dir, base.identity, backend.placement())
+        return backend
 
     def placement(self) -> tuple[str, str]:
         """The model's device and dtype, as the answer store's keys name them (``("cpu", "torch.float32")``)."""
@@ -280,17 +290,15 @@ class View:
         """
         return self.logprobs([(context, target)])[0]
 
-    def logprobs(self, items: Sequence[tuple[Sequence[int], Sequence[int]]], *, persist: bool = False) -> list[float]:
+    def logprobs(self, items: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[float]:
         """:meth:`logprob` of each ``(context, target)`` of ``items``, in order, in batched forward passes.
 
         Items that share a context share its forward pass: each batch runs its distinct contexts once
         (right-padded, keeping their key/value cache), then every target after its own context's cache
-        (position ids continuing the context, the context's padding masked out).
-
-        ``persist`` (for a fixed pack of items, not a document's): on the base view of a backend with an
-        :attr:`~DifferentialBackend.answer_store`, the values are read from that store when this base, device and
-        dtype scored exactly these items before, and stored after computing them otherwise; elsewhere it changes
-        nothing.
+        (position ids continuing the context, the context's padding masked out). On the base view the values
+        are kept for the backend's life, and between evaluations in its
+        :attr:`~DifferentialBackend.logprob_store` when it has one (written after each batch): only the items
+        this base has not scored before run.
 
         Raises:
             ValueError: a context or target is empty.
@@ -299,29 +307,24 @@ class View:
         """
         if any(not c or not t for c, t in items):
             raise ValueError("logprob needs a non-empty context and target")
-        store = self.backend.answer_store if persist and self.name == "base" and items else None
-        if store is None:
-            return self._logprobs(items)
-        digest = store.logprobs_key(self.backend.placement(), items)
-        stored = store.load_logprobs(digest, len(items))
-        if stored is not None:
-            return stored
-        values = self._logprobs(items)
-        store.save_logprobs(digest, values)
-        return values
-
-    def _logprobs(self, items: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[float]:
         keys = [("logprob", tuple(c), tuple(t)) for c, t in items]
         cache = self.backend._base_cache if self._cached else {}
         results: dict[int, float] = {i: cache[k] for i, k in enumerate(keys) if k in cache}
+        store = self.backend.logprob_store if self._cached else None
+        if store is not None:
+            stored = {i: item_key(items[i]) for i in range(len(items)) if i not in results}
+            found = store.load(list(stored.values()))
+            results.update((i, found[key]) for i, key in stored.items() if key in found)
         pending = [i for i in range(len(items)) if i not in results]
         lengths = [len(items[i][0]) + len(items[i][1]) for i in pending]
         for batch in _batches(lengths, self.backend.batch_tokens):
             members = [pending[j] for j in batch]
-            for i, value in zip(members, self._shared_context_logprobs([items[i] for i in members]), strict=True):
-                results[i] = value
-                if self._cached:
-                    cache[keys[i]] = value
+            values = self._shared_context_logprobs([items[i] for i in members])
+            results.update(zip(members, values, strict=True))
+            if store is not None:
+                store.save({item_key(items[i]): v for i, v in zip(members, values, strict=True)})
+        if self._cached:
+            cache.update((keys[i], results[i]) for i in range(len(items)))
         return [results[i] for i in range(len(items))]
 
     def _shared_context_logprobs(self, items: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[float]:

@@ -1,5 +1,4 @@
-"""The base model's greedy answers to a fixed prompt pool, and its log-likelihoods of a fixed item pack, kept in
-the model cache between evaluations.
+"""The base model's greedy answers to a fixed prompt pool, kept in the model cache between evaluations.
 
 The base never changes while its adapter does: ``answer_retention`` asks the base the same general questions
 at every evaluation of every version, and on SmolLM2 those base answers are about two thirds of the probe's
@@ -17,12 +16,6 @@ each prompt, nats), ``vocab_size`` int64. A prompt set is one file per base and 
 prompts are rendered ids), about 4 KB a prompt at ``top_k`` 256. A file that cannot be read, or holds
 another key, is a miss: logged, generated again and replaced; one that cannot be written is logged and
 skipped (a cache never fails an evaluation).
-
-``calibration_drift`` asks the base for the log-likelihood of the same 200 gold completions at every evaluation
-too (about half of an evaluation's time at the quick start's size): ``View.logprobs(..., persist=True)`` on the
-base view keeps them in ``<directory>/base-logprobs-<sha256[:16]>.npz``, keyed by the SHA-256 of
-``[CACHE_VERSION, base identity, device, dtype, "logprobs", items]`` (each item's context and target token ids),
-with arrays ``digest`` and ``logprobs`` float64 ``(N,)`` (nats, one per item), read and written the same way.
 """
 
 from __future__ import annotations
@@ -57,55 +50,34 @@ class BaseAnswerStore:
     directory: Path
     base_identity: str
 
-    def _digest(self, placement: tuple[str, str], *parts: object) -> str:
-        raw = [CACHE_VERSION, self.base_identity, *placement, *parts]
-        return hashlib.sha256(json.dumps(raw, separators=(",", ":")).encode()).hexdigest()
-
     def key(
         self, placement: tuple[str, str], prompts: Sequence[Sequence[int]], budgets: Sequence[int], top_k: int
     ) -> str:
         """The SHA-256 hex digest naming the answers of this base on ``placement`` (device, dtype) to
         ``prompts`` (token ids) with ``budgets`` (new tokens each) and ``top_k``."""
-        return self._digest(placement, [list(p) for p in prompts], list(budgets), top_k)
-
-    def logprobs_key(self, placement: tuple[str, str], items: Sequence[tuple[Sequence[int], Sequence[int]]]) -> str:
-        """The SHA-256 hex digest naming this base's log-likelihoods on ``placement`` of ``items``
-        (``(context, target)`` token ids)."""
-        return self._digest(placement, "logprobs", [[list(c), list(t)] for c, t in items])
+        raw = [CACHE_VERSION, self.base_identity, *placement, [list(p) for p in prompts], list(budgets), top_k]
+        return hashlib.sha256(json.dumps(raw, separators=(",", ":")).encode()).hexdigest()
 
     def path(self, digest: str) -> Path:
-        """The file of the answers' key ``digest``."""
+        """The file of the key ``digest``."""
         return self.directory / f"base-answers-{digest[:16]}.npz"
 
-    def logprobs_path(self, digest: str) -> Path:
-        """The file of the log-likelihoods' key ``digest``."""
-        return self.directory / f"base-logprobs-{digest[:16]}.npz"
-
-    def _read(self, path: Path, digest: str, names: Sequence[str]) -> dict[str, np.ndarray] | None:
-        """The arrays ``names`` of the file at ``path`` when it holds ``digest``; None when there is no file,
-        or when it is unreadable or holds another key (logged as ``base_answers.unreadable``)."""
+    def load(self, digest: str) -> Answers | None:
+        """The answers stored under ``digest``; None when there are none, or when the file is unreadable or
+        holds another key (logged as ``base_answers.unreadable``)."""
+        path = self.path(digest)
         try:
             with np.load(path, allow_pickle=False) as data:
                 if str(data["digest"]) != digest:
                     raise ValueError("stored for another key")
-                return {name: data[name] for name in names}
+                lengths, tokens = data["lengths"], data["tokens"]
+                ids, logprobs, vocab = data["dist_ids"], data["dist_logprobs"], int(data["vocab_size"])
+            if int(lengths.sum()) != tokens.size or not len(lengths) == len(ids) == len(logprobs):
+                raise ValueError("arrays of inconsistent shapes")
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError) as exc:
             log.warning("base_answers.unreadable", path=str(path), error=str(exc))
-            return None
-
-    def load(self, digest: str) -> Answers | None:
-        """The answers stored under ``digest``; None when there are none, or when the file is unreadable,
-        holds another key or arrays of inconsistent shapes (logged as ``base_answers.unreadable``)."""
-        path = self.path(digest)
-        data = self._read(path, digest, ("lengths", "tokens", "dist_ids", "dist_logprobs", "vocab_size"))
-        if data is None:
-            return None
-        lengths, tokens = data["lengths"], data["tokens"]
-        ids, logprobs, vocab = data["dist_ids"], data["dist_logprobs"], int(data["vocab_size"])
-        if int(lengths.sum()) != tokens.size or not len(lengths) == len(ids) == len(logprobs):
-            log.warning("base_answers.unreadable", path=str(path), error="arrays of inconsistent shapes")
             return None
         ends = np.cumsum(lengths)
         answers = [tokens[end - n : end].tolist() for n, end in zip(lengths, ends, strict=True)]
@@ -127,23 +99,3 @@ class BaseAnswerStore:
             vocab_size=np.array(dists[0].vocab_size if dists else 0, dtype=np.int64),
         )
         write_cache_file(self.path(digest), buffer.getvalue(), "base_answers.unwritable")
-
-    def load_logprobs(self, digest: str, count: int) -> list[float] | None:
-        """The ``count`` log-likelihoods (nats) stored under ``digest``; None when there are none, or when the
-        file is unreadable, holds another key or another number of values (logged as
-        ``base_answers.unreadable``)."""
-        path = self.logprobs_path(digest)
-        data = self._read(path, digest, ("logprobs",))
-        if data is None:
-            return None
-        values = data["logprobs"]
-        if values.shape != (count,) or values.dtype != np.float64:
-            log.warning("base_answers.unreadable", path=str(path), error=f"not {count} float64 values")
-            return None
-        return values.tolist()
-
-    def save_logprobs(self, digest: str, values: Sequence[float]) -> None:
-        """Keep ``values`` (nats) under ``digest``, atomically; unwritable: logged and skipped, as :meth:`save`."""
-        buffer = io.BytesIO()
-        np.savez(buffer, digest=np.array(digest), logprobs=np.asarray(values, dtype=np.float64))
-        write_cache_file(self.logprobs_path(digest), buffer.getvalue(), "base_answers.unwritable")

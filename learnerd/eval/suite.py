@@ -117,9 +117,9 @@ def evaluate_version(
 ) -> Report:
     """Load ``base`` (on ``placement``; default CPU float32) with ``version``'s adapter and :func:`evaluate`
     it on ``document``; setting ``cancel`` (from another thread) stops it at the next batch. With
-    ``answer_cache_dir`` (the model cache), the base's answers to ``answer_retention``'s pool and its
-    log-likelihoods of ``calibration_drift``'s pack are kept there for the next evaluation on this base
-    (:mod:`learnerd.eval.base_answers`). A version that
+    ``answer_cache_dir`` (the model cache), the base's answers to ``answer_retention``'s pool and every
+    log-likelihood it scores are kept there for the next evaluation on this base
+    (:mod:`learnerd.eval.base_answers`, :mod:`learnerd.eval.base_logprobs`). A version that
     trained too little (:func:`learnerd.ml.recipes.undertrained_reason` on its metadata's steps, final loss
     and vocabulary size) gets an ``undertrained: ...`` finding first.
 

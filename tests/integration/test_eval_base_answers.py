@@ -2,9 +2,7 @@
 with a real LoRA adapter: stored once, read back by a later backend without a forward pass and equal to what
 it would generate; keyed by budgets and ``top_k``; never stored for the fine-tuned view; an unreadable file is
 generated again; a store that cannot be written is skipped. ``answer_retention`` on a second backend runs only
-the adapter's side. The base's log-likelihoods (``calibration_drift``'s pack) are kept the same way: read back
-without a forward pass, equal to the computed ones; another item set is another entry; a stored file of another
-length is computed again; a second ``calibration_drift`` runs only the adapter's side and reports the same."""
+the adapter's side."""
 
 from __future__ import annotations
 
@@ -16,7 +14,7 @@ import pytest
 from learnerd.eval.backend import DifferentialBackend
 from learnerd.eval.base_answers import BaseAnswerStore
 from learnerd.eval.inputs import document_inputs
-from learnerd.eval.probes import calibration_drift, retention
+from learnerd.eval.probes import retention
 from learnerd.eval.probes.base import EvalOptions, ProbeContext
 from learnerd.eval.report import ProbeResult
 from learnerd.store.dlm import parse_text
@@ -128,58 +126,3 @@ def test_a_store_that_cannot_be_written_is_skipped_and_the_answers_still_come(ti
         fresh_ids, fresh_dists = base.answers(prompts(b), [4] * len(QUESTIONS), 16)
     assert ids == fresh_ids and len(ids) == len(QUESTIONS) and blocked.is_file()
     assert [d.token_ids.tolist() for d in dists] == [d.token_ids.tolist() for d in fresh_dists]
-
-
-def items(b: DifferentialBackend) -> list[tuple[list[int], list[int]]]:
-    encoder = document_inputs(parse_text(DOC), b.tokenizer).encoder
-    scored = [encoder.completion(q, " " + str(n)) for n, q in enumerate(QUESTIONS)]
-    return [(s.context, s.target) for s in scored]
-
-
-def test_the_base_logprobs_are_stored_once_and_read_back_without_a_forward_pass(tiny_model_dir, noisy, tmp_path):
-    first = backend(tiny_model_dir, noisy, tmp_path)
-    with first.as_finetuned() as ft:
-        ft.logprobs(items(first), persist=True)
-    assert list(tmp_path.iterdir()) == []  # the fine-tuned side is never kept
-    with first.as_base() as base:
-        stored = base.logprobs(items(first), persist=True)
-    assert len(list(tmp_path.glob("base-logprobs-*.npz"))) == 1
-
-    second = backend(tiny_model_dir, noisy, tmp_path)
-    with second.as_base() as base:
-        read = base.logprobs(items(second), persist=True)
-        assert second.forward_passes == 0  # read from the store
-        fresh = base.logprobs(items(second))
-        base.logprobs(items(second)[:-1], persist=True)  # another item set: another entry
-    assert second.forward_passes > 0 and len(list(tmp_path.glob("base-logprobs-*.npz"))) == 2
-    assert read == stored and all(v < 0 for v in read)
-    np.testing.assert_allclose(read, fresh, rtol=0, atol=1e-9)  # float64 sums of the same float32 logits
-
-
-def test_a_stored_logprobs_file_of_another_length_is_computed_again(tiny_model_dir, noisy, tmp_path):
-    b = backend(tiny_model_dir, noisy, tmp_path)
-    store = b.answer_store
-    assert store is not None
-    digest = store.logprobs_key(b.placement(), items(b))
-    store.save_logprobs(digest, [-1.0, -2.0])
-    assert store.load_logprobs(digest, len(QUESTIONS)) is None
-    with b.as_base() as base:
-        values = base.logprobs(items(b), persist=True)
-    assert b.forward_passes > 0 and len(values) == len(QUESTIONS)
-    assert store.load_logprobs(digest, len(QUESTIONS)) == values
-
-
-def test_a_second_calibration_drift_runs_only_the_adapters_side(tiny_model_dir, noisy, tmp_path):
-    pytest.importorskip("dlm_sway", reason="calibration_drift's pack is dlm-sway 0.1.0's (a test extra)")
-
-    def judged() -> tuple[ProbeResult, int]:
-        b = backend(tiny_model_dir, noisy, tmp_path)
-        ctx = ProbeContext(b, document_inputs(parse_text(DOC), b.tokenizer), EvalOptions(drift_items_limit=12))
-        return calibration_drift.run(ctx), b.forward_passes
-
-    first, first_passes = judged()
-    second, second_passes = judged()
-    assert first.verdict == second.verdict and first.evidence["total_items"] == 12
-    assert second.evidence["fraction_regressed"] == first.evidence["fraction_regressed"]
-    assert second.evidence["mean_delta_nats"] == pytest.approx(first.evidence["mean_delta_nats"], abs=1e-9)
-    assert 0 < second_passes < first_passes

@@ -22,9 +22,9 @@ statistics, ``z = −(raw − null mean) / null std`` (negated: fewer regression
 ``drift_assert_fraction_regressed_lt`` (0.15) and the mean delta at least ``drift_assert_mean_delta_gte``
 (−0.5), with ``score = 0.6 · max(0, 1 − fraction / 0.15) + 0.4 · clip((mean + 1) / 1.5, 0, 1)``.
 
-The base's log-likelihoods are the same at every evaluation on a base: with an answer store (the daemon's
-and ``learnerd eval``'s model cache) they are computed once and read back after
-(:mod:`learnerd.eval.base_answers`), so an evaluation runs only the adapter's side of the pack.
+The base's log-likelihoods are the same at every evaluation on a base: in the model cache (the daemon's and
+``learnerd eval``'s) they are computed once and read back after (:mod:`learnerd.eval.base_logprobs`), so a
+later evaluation runs only the adapter's side of the pack.
 
 Null calibration (:mod:`.null_adapter`) measures the fraction with noise adapters: on the pack's first 10
 items with ``calibration = "sway"`` (sway's ``calibrate_spec``), on the probe's own items with ``"document"``.
@@ -149,7 +149,7 @@ def deltas(ctx: ProbeContext, ft_view: ViewFactory, items: Sequence[tuple[str, s
     scored: list[Scored] = [encoder.completion(prompt, gold) for prompt, gold in items]
     pairs = [(s.context, s.target) for s in scored]
     with ctx.backend.as_base() as base:
-        base_lp = base.logprobs(pairs, persist=True)
+        base_lp = base.logprobs(pairs)
     with ft_view() as ft:
         ft_lp = ft.logprobs(pairs)
     return [(f - b) / token_estimate(gold) for (_, gold), b, f in zip(items, base_lp, ft_lp, strict=True)]

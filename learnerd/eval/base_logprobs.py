@@ -1,0 +1,106 @@
+"""The base model's log-likelihoods, item by item, kept in the model cache between evaluations.
+
+The base never changes while its adapter does, and most of what an evaluation scores on the base is scored
+again at the next one: ``calibration_drift``'s 200 gold completions every time, and ``section_internalization``'s
+and ``paraphrase_invariance``'s items for every section the document still has (a cycle adds sections; it
+rarely rewrites them). At the bench's full size (100 sections) ``section_internalization`` was 442 of an
+evaluation's 761 s, half of it the base's side. A :class:`BaseLogprobStore` keeps each item's value, so a later
+evaluation on the base computes only the items it has not seen and the adapter's side.
+
+One SQLite database a base: ``<directory>/base-logprobs-<sha256[:16]>.sqlite``, the hash of
+``[CACHE_VERSION, base identity, device, dtype]``; one table ``logprobs(item BLOB PRIMARY KEY, nats REAL)``,
+``item`` the SHA-256 (32 bytes) of the item's ``[context ids, target ids]`` as compact JSON and ``nats`` its
+log-likelihood (:meth:`learnerd.eval.backend.View.logprob`, float64). Written in one transaction per call, so a
+crash leaves every row whole. A cache never fails an evaluation: a database that cannot be read (damaged, not
+SQLite) is logged as ``base_logprobs.unreadable``, removed and built again; one that cannot be written (no
+space, a read-only model cache, another process holding the lock past the timeout) is logged as
+``base_logprobs.unwritable`` and skipped. Deleting the file is always safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+CACHE_VERSION = 1
+LOCK_TIMEOUT_S = 5.0
+"""Seconds a read or write waits for another process's lock on the database before giving up (a miss)."""
+_LOOKUP_CHUNK = 500  # items per SELECT: under SQLite's default limit of 999 bound parameters
+
+Item = tuple[Sequence[int], Sequence[int]]
+"""A scored item: ``(context, target)`` token ids."""
+
+
+def item_key(item: Item) -> bytes:
+    """The SHA-256 digest (32 bytes) naming ``item`` in the store."""
+    context, target = item
+    return hashlib.sha256(json.dumps([list(context), list(target)], separators=(",", ":")).encode()).digest()
+
+
+@dataclass(frozen=True)
+class BaseLogprobStore:
+    """Where the base ``base_identity``'s log-likelihoods on ``placement`` (device, dtype) are kept:
+    ``directory`` (the model cache, created on the first write, mode 0700)."""
+
+    directory: Path
+    base_identity: str
+    placement: tuple[str, str]
+
+    @property
+    def path(self) -> Path:
+        """The database of this base on this device and dtype."""
+        raw = [CACHE_VERSION, self.base_identity, *self.placement]
+        digest = hashlib.sha256(json.dumps(raw, separators=(",", ":")).encode()).hexdigest()
+        return self.directory / f"base-logprobs-{digest[:16]}.sqlite"
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        conn = sqlite3.connect(self.path, timeout=LOCK_TIMEOUT_S)
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS logprobs (item BLOB PRIMARY KEY, nats REAL NOT NULL)")
+            yield conn
+        finally:
+            conn.close()
+
+    def load(self, keys: Sequence[bytes]) -> dict[bytes, float]:
+        """The stored values (nats) of those of ``keys`` (:func:`item_key`) the store has; the others are
+        missing from the result. A database that cannot be read is logged, removed and read as empty."""
+        if not keys or not self.path.is_file():
+            return {}
+        found: dict[bytes, float] = {}
+        try:
+            with self._connect() as conn:
+                for start in range(0, len(keys), _LOOKUP_CHUNK):
+                    chunk = list(keys[start : start + _LOOKUP_CHUNK])
+                    marks = ",".join("?" * len(chunk))
+                    rows = conn.execute(f"SELECT item, nats FROM logprobs WHERE item IN ({marks})", chunk)
+                    found.update((bytes(item), float(nats)) for item, nats in rows)
+        except sqlite3.OperationalError as exc:  # locked past the timeout, unreadable directory: a miss
+            log.warning("base_logprobs.unreadable", path=str(self.path), error=str(exc))
+            return {}
+        except sqlite3.DatabaseError as exc:  # damaged or not a database: built again
+            log.warning("base_logprobs.unreadable", path=str(self.path), error=str(exc), removed=True)
+            self.path.unlink(missing_ok=True)
+            return {}
+        return found
+
+    def save(self, values: dict[bytes, float]) -> None:
+        """Keep ``values`` (:func:`item_key` → nats), in one transaction. A store that cannot be written is
+        logged as ``base_logprobs.unwritable`` and skipped: the evaluation goes on without it."""
+        if not values:
+            return
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            with self._connect() as conn, conn:
+                conn.executemany("INSERT OR REPLACE INTO logprobs (item, nats) VALUES (?, ?)", values.items())
+        except (OSError, sqlite3.Error) as exc:
+            log.warning("base_logprobs.unwritable", path=str(self.path), error=str(exc))
