@@ -138,7 +138,7 @@ class DifferentialBackend:
         return backend
 
     def placement(self) -> tuple[str, str]:
-        """The model's device and dtype, as the answer store's keys name them (``("cpu", "torch.float32")``)."""
+        """The model's device and dtype, as the base stores' keys name them (``("cpu", "torch.float32")``)."""
         return str(self.model.device), str(self.model.dtype)
 
     def check_cancelled(self) -> None:
