@@ -10,12 +10,15 @@ writes them (a daemon's document grows by such sections):
 
 1. *previous cycle*: the document less its last ``--grow`` sections, with an empty model cache (fills it);
 2. *baseline*: the whole document without the stores — every evaluation before the stores existed;
-3. *next cycle*: the whole document with the stores — the ``--grow`` new sections' items are computed, the
+3. *answers kept*: the whole document with the base's answers kept but not its log-likelihoods (learnerd
+   before the log-likelihood store);
+4. *next cycle*: the whole document with both stores — the ``--grow`` new sections' items are computed, the
    rest read back;
-4. *again*: the whole document with the stores once more — nothing new (``learnerd eval`` of a version twice).
+5. *again*: the whole document with the stores once more — nothing new (``learnerd eval`` of a version twice).
 
-Printed: each run's seconds and forward passes, the ratio next cycle ÷ baseline (below 1.0: the stores save
-that much), and the largest difference between the baseline's and the next cycle's probe values (``raw``,
+Printed: each run's seconds and forward passes, the ratios next cycle ÷ baseline and next cycle ÷ answers kept
+(below 1.0: the stores save that much), and the largest difference between the baseline's and the next
+cycle's probe values (``raw``,
 relative: the kept values were computed in other batches, so they differ from the baseline's by float32
 summation order, ≈ 1e-6 relative each, more in a probe value that is a difference of two).
 
@@ -113,10 +116,11 @@ def main(argv: list[str] | None = None) -> int:
         options = EvalOptions(null_runs=args.null_runs)
         stores = Path(tmp) / "models"
 
-        def run(name: str, doc, kept: bool):
+        def run(name: str, doc, answers: bool, logprobs: bool):
             backend = DifferentialBackend(peft_model, tokenizer)
-            if kept:
+            if answers:
                 backend.answer_store = BaseAnswerStore(stores, base.identity)
+            if logprobs:
                 backend.logprob_store = BaseLogprobStore(stores, base.identity, backend.placement())
             started = time.perf_counter()
             report = evaluate(backend, doc, base_model_id=base.name, adapter_id="noise", options=options)
@@ -128,17 +132,21 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"{base.name}, {args.doc.name}: {len(pairs)} sections, the next cycle adds {args.grow}; "
               f"{args.threads} threads, null runs {args.null_runs}", flush=True)  # fmt: skip
-        run("previous cycle", earlier, kept=True)
-        baseline, plain = run("baseline", document, kept=False)
-        following, cached = run("next cycle", document, kept=True)
-        again, _ = run("again", document, kept=True)
+        run("previous cycle", earlier, answers=True, logprobs=True)
+        baseline, plain = run("baseline", document, answers=False, logprobs=False)
+        answered, _ = run("answers kept", document, answers=True, logprobs=False)
+        following, cached = run("next cycle", document, answers=True, logprobs=True)
+        again, _ = run("again", document, answers=True, logprobs=True)
 
     worst = 0.0
     for a, b in zip(plain.probes, cached.probes, strict=True):
         if a.raw is not None and b.raw is not None and a.raw != b.raw:
             worst = max(worst, abs(a.raw - b.raw) / max(abs(a.raw), 1e-12))
     same = [a.verdict for a in plain.probes] == [b.verdict for b in cached.probes]
-    print(f"next cycle / baseline: {following / baseline:.2f} (again / baseline: {again / baseline:.2f})")
+    print(
+        f"next cycle / baseline: {following / baseline:.2f}; next cycle / answers kept: {following / answered:.2f} "
+        f"(again / baseline: {again / baseline:.2f})"
+    )
     print(f"probe values: largest relative difference {worst:.1e}; verdicts {'the same' if same else 'DIFFER'}")
     return 0 if same else 1
 
