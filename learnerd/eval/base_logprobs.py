@@ -42,8 +42,8 @@ Item = tuple[Sequence[int], Sequence[int]]
 
 def item_key(item: Item) -> bytes:
     """The SHA-256 digest (32 bytes) naming ``item`` in the store."""
-    context, target = item
-    return hashlib.sha256(json.dumps([list(context), list(target)], separators=(",", ":")).encode()).digest()
+    ids = [[int(t) for t in item[0]], [int(t) for t in item[1]]]  # numpy or torch integers name the same item
+    return hashlib.sha256(json.dumps(ids, separators=(",", ":")).encode()).digest()
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from learnerd.eval.backend import DifferentialBackend
-from learnerd.eval.base_logprobs import BaseLogprobStore
+from learnerd.eval.base_logprobs import BaseLogprobStore, item_key
 from learnerd.eval.inputs import document_inputs
 from learnerd.eval.probes import calibration_drift, internalization
 from learnerd.eval.probes.base import EvalOptions, ProbeContext
@@ -90,10 +91,12 @@ def test_a_later_call_computes_only_the_items_it_has_not_seen(tiny_model_dir, no
     assert both[2:] == pytest.approx(computed[2:], rel=1e-6) and rows(store) == len(TEXTS)
 
 
-def test_another_base_identity_or_placement_is_another_database(tiny_model_dir, tmp_path):
+def test_another_base_identity_or_placement_is_another_database_and_an_item_is_its_ids(tiny_model_dir, tmp_path):
     a = BaseLogprobStore(tmp_path, "tiny@test", ("cpu", "torch.float32"))
     assert a.path != BaseLogprobStore(tmp_path, "tiny@other", ("cpu", "torch.float32")).path
     assert a.path != BaseLogprobStore(tmp_path, "tiny@test", ("cpu", "torch.bfloat16")).path
+    assert item_key(([1, 2], [3])) == item_key((np.array([1, 2]), np.array([3], dtype=np.int32)))
+    assert item_key(([1, 2], [3])) != item_key(([1], [2, 3]))
     a.save({b"k" * 32: -1.5})
     assert a.load([b"k" * 32, b"x" * 32]) == {b"k" * 32: -1.5}
 
