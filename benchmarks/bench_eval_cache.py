@@ -9,7 +9,7 @@ The document is ``--doc``'s Q/A pairs, each in a probe section of its own as lea
 writes them (a daemon's document grows by such sections):
 
 1. *previous cycle*: the document less its last ``--grow`` sections, with an empty model cache (fills it);
-2. *baseline*: the whole document without the stores — every evaluation before the stores existed;
+2. *baseline*: the whole document with nothing kept — every evaluation before either store existed;
 3. *answers kept*: the whole document with the base's answers kept but not its log-likelihoods (learnerd
    before the log-likelihood store);
 4. *next cycle*: the whole document with both stores — the ``--grow`` new sections' items are computed, the
@@ -17,10 +17,10 @@ writes them (a daemon's document grows by such sections):
 5. *again*: the whole document with the stores once more — nothing new (``learnerd eval`` of a version twice).
 
 Printed: each run's seconds and forward passes, the ratios next cycle ÷ baseline and next cycle ÷ answers kept
-(below 1.0: the stores save that much), and the largest difference between the baseline's and the next
-cycle's probe values (``raw``,
-relative: the kept values were computed in other batches, so they differ from the baseline's by float32
-summation order, ≈ 1e-6 relative each, more in a probe value that is a difference of two).
+(below 1.0: the stores save that much), and the largest relative difference between the baseline's and the
+next cycle's probe values (``raw``: the kept values were computed in other batches, so they differ from the
+baseline's by float32 summation order, ≈ 1e-6 relative each, more in a probe value that is a difference of
+two).
 
 The adapter is ``bench_eval.py``'s seeded noise adapter of learnerd's default LoRA shape (``lora_B`` ~ N(0,
 0.02²)): the base's side, which is what is cached, does not depend on what the adapter learned. The evaluation is
