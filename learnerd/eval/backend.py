@@ -311,10 +311,11 @@ class View:
         cache = self.backend._base_cache if self._cached else {}
         results: dict[int, float] = {i: cache[k] for i, k in enumerate(keys) if k in cache}
         store = self.backend.logprob_store if self._cached else None
+        named: dict[int, bytes] = {}  # the store's key of each item not in memory
         if store is not None:
-            stored = {i: item_key(items[i]) for i in range(len(items)) if i not in results}
-            found = store.load(list(stored.values()))
-            results.update((i, found[key]) for i, key in stored.items() if key in found)
+            named = {i: item_key(items[i]) for i in range(len(items)) if i not in results}
+            found = store.load(list(named.values()))
+            results.update((i, found[key]) for i, key in named.items() if key in found)
         pending = [i for i in range(len(items)) if i not in results]
         lengths = [len(items[i][0]) + len(items[i][1]) for i in pending]
         for batch in _batches(lengths, self.backend.batch_tokens):
@@ -322,7 +323,7 @@ class View:
             values = self._shared_context_logprobs([items[i] for i in members])
             results.update(zip(members, values, strict=True))
             if store is not None:
-                store.save({item_key(items[i]): v for i, v in zip(members, values, strict=True)})
+                store.save({named[i]: v for i, v in zip(members, values, strict=True)})
         if self._cached:
             cache.update((keys[i], results[i]) for i in range(len(items)))
         return [results[i] for i in range(len(items))]
