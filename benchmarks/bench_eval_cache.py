@@ -39,6 +39,7 @@ import argparse
 import sys
 import tempfile
 import time
+from functools import reduce
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     from learnerd.eval.probes.base import EvalOptions
     from learnerd.eval.suite import evaluate
     from learnerd.ml.base_model import BaseModelError, load_model_directory, resolve_base_model
-    from learnerd.store.dlm import DocumentError, probe_section, read_document
+    from learnerd.store.dlm import Document, DocumentError, probe_section, read_document
 
     try:
         given = read_document(args.doc)
@@ -82,12 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.grow < len(pairs):
         print(f"{parser.prog}: --grow must be 1..{len(pairs) - 1} for {args.doc}'s {len(pairs)} pairs", file=sys.stderr)
         return 2
-    earlier = given.remove_sections(lambda _: True)
-    for n, pair in enumerate(pairs[: -args.grow]):
-        earlier = earlier.append_section(probe_section(pair.question, pair.answer, source=f"bench/{n}"))
-    document = earlier
-    for n, pair in enumerate(pairs[-args.grow :], start=len(pairs) - args.grow):
-        document = document.append_section(probe_section(pair.question, pair.answer, source=f"bench/{n}"))
+    sections = [probe_section(pair.question, pair.answer, source=f"bench/{n}") for n, pair in enumerate(pairs)]
+    earlier = reduce(Document.append_section, sections[: -args.grow], given.remove_sections(lambda _: True))
+    document = reduce(Document.append_section, sections[-args.grow :], earlier)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-eval-cache-") as tmp:
         try:
