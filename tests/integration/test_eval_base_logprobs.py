@@ -20,7 +20,8 @@ from learnerd.eval.probes import calibration_drift, internalization
 from learnerd.eval.probes.base import EvalOptions, ProbeContext
 from learnerd.eval.report import ProbeResult
 from learnerd.store.dlm import parse_text
-from tests.support.sway_peer import learnerd_backend, noise_adapter
+from tests.support.noise_adapter import noise_adapter
+from tests.support.sway_peer import learnerd_backend
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 DOC = (

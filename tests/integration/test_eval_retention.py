@@ -2,7 +2,7 @@
 right answers kept), ``paraphrase_invariance`` (the document's pairs, paraphrased as sway does),
 ``calibration_drift`` without dlm-sway; and all three through a whole evaluation, its summary, score and JUnit.
 
-Adapters (:func:`tests.support.sway_peer.noise_adapter`): ``still`` has zero B matrices (it changes
+Adapters (:func:`tests.support.noise_adapter.noise_adapter`): ``still`` has zero B matrices (it changes
 nothing: the fine-tuned view is the base), ``noisy`` seeded noise in them (it changes every distribution).
 """
 
@@ -25,7 +25,8 @@ from learnerd.eval.report import Verdict
 from learnerd.eval.suite import evaluate
 from learnerd.eval.summary import render_report
 from learnerd.store.dlm import parse_text
-from tests.support.sway_peer import learnerd_backend, noise_adapter
+from tests.support.noise_adapter import noise_adapter
+from tests.support.sway_peer import learnerd_backend
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 FRONT = "---\ndlm_id: 01KPPJZWBDDDYRESSA0HESRDHS\nbase_model: learnerd/tiny-llama\n---\n"

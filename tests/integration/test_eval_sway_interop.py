@@ -19,7 +19,8 @@ from learnerd.eval.probes import calibration_drift, paraphrase
 from learnerd.eval.probes.base import EvalOptions, ProbeContext, z_score
 from learnerd.eval.probes.null_adapter import run as calibrate
 from learnerd.store.dlm import parse_text
-from tests.support.sway_peer import learnerd_backend, noise_adapter, sway_backend
+from tests.support.noise_adapter import noise_adapter
+from tests.support.sway_peer import learnerd_backend, sway_backend
 
 sway = pytest.importorskip(
     "dlm_sway.backends.hf", reason="dlm-sway 0.1.0 is not installed (pip install dlm-sway==0.1.0, a test extra)"

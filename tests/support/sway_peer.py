@@ -1,6 +1,6 @@
-"""Both sides of a comparison with the released dlm-sway 0.1.0 on one base and one LoRA adapter: a saved
-adapter whose B matrices are seeded noise (it moves the distributions; a fresh adapter's B is zero), sway's
-HF backend over it, and learnerd's differential backend over it. Both load the base on CPU in float32."""
+"""Both sides of a comparison with the released dlm-sway 0.1.0 on one base and one LoRA adapter (e.g.
+:func:`tests.support.noise_adapter.noise_adapter`'s): sway's HF backend over it and learnerd's differential
+backend over it. Both load the base on CPU in float32."""
 
 from __future__ import annotations
 
@@ -8,26 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from learnerd.eval.backend import DifferentialBackend
-
-
-def noise_adapter(base_dir: Path, out: Path, scale: float = 0.5, seed: int = 7) -> Path:
-    """A LoRA adapter of learnerd's default shape on ``base_dir`` whose ``lora_B`` entries are N(0, scale²)
-    from a generator seeded with ``seed``, saved to ``out``."""
-    import torch
-
-    from learnerd.ml.base_model import load_model_directory
-    from learnerd.ml.lora import attach_lora
-    from learnerd.store.dlm import TrainingConfig
-
-    model, _ = load_model_directory(base_dir)
-    peft_model = attach_lora(model, TrainingConfig())
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in peft_model.named_parameters():
-            if "lora_B" in name:
-                param.copy_(torch.randn(param.shape, generator=generator) * scale)
-    peft_model.save_pretrained(out)
-    return out
 
 
 def sway_backend(base_dir: Path, adapter_dir: Path) -> Any:

@@ -14,10 +14,9 @@ from typing import Any
 
 from learnerd.ml.base_model import BaseModelRef, load_model_directory
 from learnerd.ml.loader import loading
-from learnerd.ml.lora import attach_lora
 from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersion
-from learnerd.store.dlm import TrainingConfig
 from learnerd.store.manifest import Manifest, SectionOrigin, write_manifest
+from tests.support.noise_adapter import noise_adapter
 
 
 def build_tied_tiny_model(tiny_model_dir: Path, target: Path) -> Path:
@@ -47,11 +46,11 @@ def commit_noise_adapter(
     learned: Sequence[str] = (),
     hyperparameters: dict[str, Any] | None = None,
 ) -> AdapterVersion:
-    """Commit an adapter of ``base`` written by :func:`save_noise_adapter` as the next version of ``doc_key``,
-    promoted unless ``promote`` is False; with ``learned`` (example ids) its manifest says it embodies those
-    examples, one section each; ``hyperparameters`` go into its metadata."""
+    """Commit an adapter of ``base`` written by :func:`tests.support.noise_adapter.noise_adapter` as the next
+    version of ``doc_key``, promoted unless ``promote`` is False; with ``learned`` (example ids) its manifest
+    says it embodies those examples, one section each; ``hyperparameters`` go into its metadata."""
     with store.stage(doc_key) as staging:
-        save_noise_adapter(base, staging.path, scale=scale)
+        noise_adapter(base.path, staging.path, scale=scale)
         meta = AdapterMetadata(
             base.name, base.identity, (), (), (), None, 0, 0.0, 0.0, 0, 42, hyperparameters or {}, {}, "2026-01-01"
         )
@@ -65,19 +64,3 @@ def commit_noise_adapter(
     if promote:
         store.promote(version)
     return version
-
-
-def save_noise_adapter(base: BaseModelRef, directory: Path, *, scale: float = 0.5) -> None:
-    """Save into ``directory`` a LoRA adapter of ``base`` (the default shape) whose B matrices are seeded noise
-    times ``scale`` (a fresh adapter's are zero, so it would answer exactly as the base); ``scale`` nan makes
-    an adapter whose logits are all NaN."""
-    import torch
-
-    model, _ = load_model_directory(base.path)
-    peft_model = attach_lora(model, TrainingConfig())
-    generator = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for name, param in peft_model.named_parameters():
-            if "lora_B" in name:
-                param.copy_(torch.randn(param.shape, generator=generator) * scale)
-    peft_model.save_pretrained(directory)
