@@ -14,8 +14,8 @@ from learnerd.eval.suite import evaluate
 from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.divergence import divergence
 from learnerd.ml.generate import greedy_answer
-from learnerd.ml.lora import attach_lora
-from learnerd.store.dlm import TrainingConfig, parse_text
+from learnerd.store.dlm import parse_text
+from tests.support.noise_adapter import noisy_lora
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 QUESTION = "What is the capital of France?"
@@ -30,13 +30,7 @@ FLOAT32_ATOL = 1e-5
 def backend(tiny_model_dir):
     """The tiny model with a fresh LoRA adapter whose B matrices are seeded noise (a fresh adapter's are
     zero, which would make both views equal)."""
-    model, tokenizer = load_model_directory(tiny_model_dir)
-    peft_model = attach_lora(model, TrainingConfig())
-    generator = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for name, param in peft_model.named_parameters():
-            if "lora_B" in name:
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.5)
+    peft_model, tokenizer = noisy_lora(tiny_model_dir)
     return DifferentialBackend(peft_model.eval(), tokenizer)
 
 
