@@ -32,6 +32,7 @@ import tempfile
 import time
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -51,22 +52,30 @@ def prompts(n: int) -> list[str]:
     ]
 
 
-def make_adapter(base_dir: Path, out: Path, scale: float = 0.05) -> Path:
-    """A LoRA adapter of learnerd's default shape on ``base_dir`` whose B matrices are seeded noise, N(0,
-    ``scale``²) (a fresh adapter's are zero: it would change nothing), saved to ``out``."""
+def noisy_lora(base_dir: Path, scale: float = 0.05) -> tuple[Any, Any]:
+    """The model directory ``base_dir`` with a LoRA adapter of learnerd's default shape whose ``lora_B``
+    entries are N(0, ``scale``²) float32 from a generator seeded with 7 (the same adapter on every run; a
+    fresh adapter's B is zero, so it would change nothing): ``(peft_model, tokenizer)``. ``scale`` nan makes
+    every logit NaN."""
     import torch
 
     from learnerd.ml.base_model import load_model_directory
     from learnerd.ml.lora import attach_lora
     from learnerd.store.dlm import TrainingConfig
 
-    model, _ = load_model_directory(base_dir)
+    model, tokenizer = load_model_directory(base_dir)
     peft_model = attach_lora(model, TrainingConfig())
     generator = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for name, param in peft_model.named_parameters():
             if "lora_B" in name:
                 param.copy_(torch.randn(param.shape, generator=generator) * scale)
+    return peft_model, tokenizer
+
+
+def make_adapter(base_dir: Path, out: Path, scale: float = 0.05) -> Path:
+    """Save :func:`noisy_lora`'s adapter on ``base_dir`` to ``out``; returns ``out``."""
+    peft_model, _ = noisy_lora(base_dir, scale)
     peft_model.save_pretrained(out)
     return out
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks.bench_eval import noisy_lora
 from learnerd.eval.backend import DifferentialBackend, EvaluationCancelled, NonFiniteLogitsError
 from learnerd.eval.inputs import Encoder
 from learnerd.eval.suite import evaluate
@@ -15,7 +16,6 @@ from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.divergence import divergence
 from learnerd.ml.generate import greedy_answer
 from learnerd.store.dlm import parse_text
-from tests.support.noise_adapter import noisy_lora
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 QUESTION = "What is the capital of France?"
@@ -30,7 +30,7 @@ FLOAT32_ATOL = 1e-5
 def backend(tiny_model_dir):
     """The tiny model with a fresh LoRA adapter whose B matrices are seeded noise (a fresh adapter's are
     zero, which would make both views equal)."""
-    peft_model, tokenizer = noisy_lora(tiny_model_dir)
+    peft_model, tokenizer = noisy_lora(tiny_model_dir, scale=0.5)
     return DifferentialBackend(peft_model.eval(), tokenizer)
 
 

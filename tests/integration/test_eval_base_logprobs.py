@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.bench_eval import make_adapter
 from learnerd.eval.backend import DifferentialBackend
 from learnerd.eval.base_logprobs import BaseLogprobStore, item_key
 from learnerd.eval.inputs import document_inputs
@@ -20,7 +21,6 @@ from learnerd.eval.probes import calibration_drift, internalization
 from learnerd.eval.probes.base import EvalOptions, ProbeContext
 from learnerd.eval.report import ProbeResult
 from learnerd.store.dlm import parse_text
-from tests.support.noise_adapter import noise_adapter
 from tests.support.sway_peer import learnerd_backend
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -35,7 +35,7 @@ TEXTS = ["The capital of France is", "Two plus two is", "Romeo and Juliet was wr
 
 @pytest.fixture(scope="module")
 def noisy(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return noise_adapter(tiny_model_dir, tmp_path_factory.mktemp("noisy"))
+    return make_adapter(tiny_model_dir, tmp_path_factory.mktemp("noisy"), scale=0.5)
 
 
 def backend(tiny_model_dir: Path, adapter: Path, cache: Path) -> DifferentialBackend:

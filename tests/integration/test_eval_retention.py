@@ -2,7 +2,7 @@
 right answers kept), ``paraphrase_invariance`` (the document's pairs, paraphrased as sway does),
 ``calibration_drift`` without dlm-sway; and all three through a whole evaluation, its summary, score and JUnit.
 
-Adapters (:func:`tests.support.noise_adapter.noise_adapter`): ``still`` has zero B matrices (it changes
+Adapters (:func:`benchmarks.bench_eval.make_adapter`): ``still`` has zero B matrices (it changes
 nothing: the fine-tuned view is the base), ``noisy`` seeded noise in them (it changes every distribution).
 """
 
@@ -16,6 +16,7 @@ from xml.etree import ElementTree as ET
 import pytest
 from rich.console import Console
 
+from benchmarks.bench_eval import make_adapter
 from learnerd.eval.inputs import document_inputs
 from learnerd.eval.junit import to_junit
 from learnerd.eval.probes import calibration_drift, paraphrase, retention
@@ -25,7 +26,6 @@ from learnerd.eval.report import Verdict
 from learnerd.eval.suite import evaluate
 from learnerd.eval.summary import render_report
 from learnerd.store.dlm import parse_text
-from tests.support.noise_adapter import noise_adapter
 from tests.support.sway_peer import learnerd_backend
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -42,12 +42,12 @@ NEW_KINDS = ("paraphrase_invariance", "calibration_drift", "answer_retention")
 
 @pytest.fixture(scope="module")
 def still(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return noise_adapter(tiny_model_dir, tmp_path_factory.mktemp("still"), scale=0.0)
+    return make_adapter(tiny_model_dir, tmp_path_factory.mktemp("still"), scale=0.0)
 
 
 @pytest.fixture(scope="module")
 def noisy(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return noise_adapter(tiny_model_dir, tmp_path_factory.mktemp("noisy"))
+    return make_adapter(tiny_model_dir, tmp_path_factory.mktemp("noisy"), scale=0.5)
 
 
 def context(base_dir: Path, adapter_dir: Path, text: str = DOC, **options: object) -> ProbeContext:

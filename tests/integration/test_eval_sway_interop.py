@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.bench_eval import make_adapter
 from learnerd.eval.inputs import document_inputs
 from learnerd.eval.probes import calibration_drift, paraphrase
 from learnerd.eval.probes.base import EvalOptions, ProbeContext, z_score
 from learnerd.eval.probes.null_adapter import run as calibrate
 from learnerd.store.dlm import parse_text
-from tests.support.noise_adapter import noise_adapter
 from tests.support.sway_peer import learnerd_backend, sway_backend
 
 sway = pytest.importorskip(
@@ -46,7 +46,7 @@ log-softmax): sums of up to ≈ 40 nats, float32's eps 1.2e-7, a wide margin ove
 
 @pytest.fixture(scope="module")
 def adapter_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return noise_adapter(tiny_model_dir, tmp_path_factory.mktemp("adapter"))
+    return make_adapter(tiny_model_dir, tmp_path_factory.mktemp("adapter"), scale=0.5)
 
 
 def sway_null_stats(

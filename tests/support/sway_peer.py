@@ -1,5 +1,5 @@
 """Both sides of a comparison with the released dlm-sway 0.1.0 on one base and one LoRA adapter (e.g.
-:func:`tests.support.noise_adapter.noise_adapter`'s): sway's HF backend over it and learnerd's differential
+:func:`benchmarks.bench_eval.make_adapter`'s): sway's HF backend over it and learnerd's differential
 backend over it. Both load the base on CPU in float32."""
 
 from __future__ import annotations

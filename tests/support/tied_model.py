@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_eval import make_adapter
 from learnerd.ml.base_model import BaseModelRef, load_model_directory
 from learnerd.ml.loader import loading
 from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersion
 from learnerd.store.manifest import Manifest, SectionOrigin, write_manifest
-from tests.support.noise_adapter import noise_adapter
 
 
 def build_tied_tiny_model(tiny_model_dir: Path, target: Path) -> Path:
@@ -46,11 +46,11 @@ def commit_noise_adapter(
     learned: Sequence[str] = (),
     hyperparameters: dict[str, Any] | None = None,
 ) -> AdapterVersion:
-    """Commit an adapter of ``base`` written by :func:`tests.support.noise_adapter.noise_adapter` as the next
+    """Commit an adapter of ``base`` written by :func:`benchmarks.bench_eval.make_adapter` as the next
     version of ``doc_key``, promoted unless ``promote`` is False; with ``learned`` (example ids) its manifest
     says it embodies those examples, one section each; ``hyperparameters`` go into its metadata."""
     with store.stage(doc_key) as staging:
-        noise_adapter(base.path, staging.path, scale=scale)
+        make_adapter(base.path, staging.path, scale)
         meta = AdapterMetadata(
             base.name, base.identity, (), (), (), None, 0, 0.0, 0.0, 0, 42, hyperparameters or {}, {}, "2026-01-01"
         )
