@@ -21,7 +21,10 @@ promoted only when no check fails; a check that cannot be made (a probe skipped:
   installed), and when the base model has no general knowledge to lose: ``answer_retention`` was skipped
   because the base answers none of its general questions right (the built-in random tiny model).
 * ``answer_retention`` — the candidate still answers at least ``min_answer_retention`` of the general
-  questions the base answers right (the probe's ``raw``). Not applicable when skipped (the base answers none).
+  questions the base answers right (the probe's ``raw``). With ``answer_retention_counts = "knowledge"`` only
+  the answers it no longer gives when led along the base's own answer count as lost (the probe's
+  ``lost_knowledge``; a report without it counts every lost answer). Not applicable when skipped (the base
+  answers none).
 
 A document's first version is promoted when the other checks pass.
 """
@@ -171,11 +174,17 @@ def _retention(report: Report, settings: GateSettings) -> GateCheck:
         return GateCheck(name, "not applicable", probe.message if probe is not None else "not in the report")
     if probe.verdict == Verdict.ERROR or probe.raw is None:
         return GateCheck(name, "fail", f"not measured: {probe.message}")
-    failed = probe.raw < settings.min_answer_retention
-    bound = "<" if failed else ">="
-    kept = f"{probe.evidence.get('kept')}/{probe.evidence.get('base_right')}"
-    return GateCheck(
-        name,
-        "fail" if failed else "pass",
-        f"kept {kept} of the base's right answers ({probe.raw:.1%} {bound} {settings.min_answer_retention:.1%})",
-    )
+    evidence = probe.evidence
+    right, kept, unknown = evidence.get("base_right"), evidence.get("kept"), evidence.get("lost_knowledge")
+    by_knowledge = settings.answer_retention_counts == "knowledge" and unknown is not None and right
+    fraction = (right - unknown) / right if by_knowledge else probe.raw
+    failed = fraction < settings.min_answer_retention
+    bound = f"{fraction:.1%} {'<' if failed else '>='} {settings.min_answer_retention:.1%}"
+    if by_knowledge:
+        detail = f"still knows {right - unknown}/{right} of the base's right answers ({bound}; answers {kept}/{right})"
+    else:
+        detail = f"kept {kept}/{right} of the base's right answers ({bound})"
+        if unknown is not None and evidence.get("lost_wording"):
+            lost = unknown + evidence["lost_wording"]
+            detail += f"; {evidence['lost_wording']} of the {lost} lost still say the gold led along the base's answer"
+    return GateCheck(name, "fail" if failed else "pass", detail)

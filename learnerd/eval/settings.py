@@ -27,6 +27,10 @@ class GateSettings(Section):
     """calibration_drift: the largest fraction of sway's general-knowledge items the candidate may regress"""
     min_answer_retention: float = Field(0.95, ge=0, le=1)
     """answer_retention: the smallest fraction of the base's right answers the candidate must keep"""
+    answer_retention_counts: Literal["answers", "knowledge"] = "answers"
+    """which lost answers min_answer_retention counts: "answers", every right answer the candidate no longer
+    gives; "knowledge", only those it no longer gives when led along the base's own answer (the probe's
+    lost_knowledge: a wording that parted from the base's at a near-tie does not count)"""
 
 
 class EvaluationSettings(Section):

@@ -3,7 +3,8 @@ right answers kept), ``paraphrase_invariance`` (the document's pairs, paraphrase
 ``calibration_drift`` without dlm-sway; and all three through a whole evaluation, its summary, score and JUnit.
 
 Adapters (:func:`benchmarks.bench_eval.make_adapter`): ``still`` has zero B matrices (it changes
-nothing: the fine-tuned view is the base), ``noisy`` seeded noise in them (it changes every distribution).
+nothing: the fine-tuned view is the base), ``noisy`` seeded noise in them (it changes every distribution),
+``faint`` the same noise at 1/25 of the scale.
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ def still(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 @pytest.fixture(scope="module")
 def noisy(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_adapter(tiny_model_dir, tmp_path_factory.mktemp("noisy"), scale=0.5)
+
+
+@pytest.fixture(scope="module")
+def faint(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_adapter(tiny_model_dir, tmp_path_factory.mktemp("faint"), scale=0.02)
 
 
 def context(base_dir: Path, adapter_dir: Path, text: str = DOC, **options: object) -> ProbeContext:
@@ -103,6 +109,38 @@ def test_an_adapter_that_changes_the_answers_fails_and_names_what_it_lost(tiny_m
     )
     threshold = retention.judge(context(tiny_model_dir, noisy, retention_min_kept=0.0), pool)
     assert threshold.verdict == Verdict.PASS and threshold.raw == result.raw
+
+
+def test_each_lost_answer_is_led_along_the_bases_answer_to_tell_wording_from_knowledge(tiny_model_dir, faint):
+    """A lost item *knows* when the adapter, continuing the base's own answer from just before the gold
+    (:func:`retention.gold_span`) for the gold's tokens and two more, still says it. Recomputed here through
+    the backend's views in the probe's batches (greedy paths on the random tiny model part at near-ties that
+    another batching would break differently); the faint adapter loses answers of both kinds."""
+    ctx = context(tiny_model_dir, faint)
+    pool = own_answers(ctx)  # every item right for the base: the adapter answers all with the full budget
+    evidence = retention.judge(ctx, pool).evidence
+    encoder = ctx.inputs.encoder
+    prompts = [encoder.prompt(item.prompt) for item in pool]
+    with ctx.backend.as_base() as base:
+        base_ids = base.generate_many(prompts, [32] * len(pool))
+    with ctx.backend.as_finetuned() as ft:
+        ft_ids = ft.generate_many(prompts, [32] * len(pool))
+        lost = [i for i, ids in enumerate(ft_ids) if not retention.contains(encoder.decode(ids), pool[i].gold)]
+        spans = [retention.gold_span(encoder.decode, base_ids[i], pool[i].gold) for i in lost]
+        led = ft.generate_many(
+            [[*prompts[i], *base_ids[i][:start]] for i, (start, _) in zip(lost, spans, strict=True)],
+            [end - start + 2 for start, end in spans],
+        )
+    knows = {
+        pool[i].prompt: retention.contains(encoder.decode(ids), pool[i].gold) for i, ids in zip(lost, led, strict=True)
+    }
+    wording = sum(knows.values())
+    assert evidence["base_right"] - evidence["kept"] == len(lost)
+    assert (evidence["lost_wording"], evidence["lost_knowledge"]) == (wording, len(lost) - wording)
+    assert 0 < wording < len(lost)
+    shown = evidence["lost"]
+    assert [e["knows"] for e in shown] == sorted(e["knows"] for e in shown)  # what it no longer knows first
+    assert all(e["knows"] == knows[e["prompt"]] == retention.contains(e["led"], e["gold"]) for e in shown)
 
 
 def test_paraphrase_cases_are_the_documents_pairs_paraphrased_as_sways_bridge(tiny_model_dir, noisy):

@@ -29,9 +29,13 @@ def drift(fraction: float | None, verdict: Verdict = Verdict.PASS, message: str 
     return ProbeResult("calibration_drift", "calibration_drift", verdict, None, fraction, {}, message)
 
 
-def retention(kept: int | None, right: int, verdict: Verdict = Verdict.PASS, message: str = "") -> ProbeResult:
+def retention(
+    kept: int | None, right: int, verdict: Verdict = Verdict.PASS, message: str = "", wording: int | None = None
+) -> ProbeResult:
     fraction = kept / right if kept is not None else None
-    evidence = {"kept": kept, "base_right": right} if kept is not None else {}
+    evidence: dict = {"kept": kept, "base_right": right} if kept is not None else {}
+    if wording is not None and kept is not None:
+        evidence |= {"lost_wording": wording, "lost_knowledge": right - kept - wording}
     return ProbeResult("answer_retention", "answer_retention", verdict, fraction, fraction, evidence, message)
 
 
@@ -62,6 +66,31 @@ def test_a_first_version_that_forgets_is_rejected():
     decision = decide(report(*recalls("pp"), drift(0.02), retention(90, 100)), None, GATE)
     assert not decision.promoted
     assert decision.reasons == ("answer_retention: kept 90/100 of the base's right answers (90.0% < 95.0%)",)
+
+
+def test_the_retention_reason_says_how_many_lost_answers_were_lost_in_wording_only():
+    decision = decide(report(*recalls("pp"), drift(0.02), retention(60, 65, wording=4)), None, GATE)
+    assert not decision.promoted  # every lost answer counts
+    assert decision.reasons == (
+        "answer_retention: kept 60/65 of the base's right answers (92.3% < 95.0%); "
+        "4 of the 5 lost still say the gold led along the base's answer",
+    )
+    unsplit = decide(report(*recalls("pp"), drift(0.02), retention(60, 65, wording=0)), None, GATE)
+    assert unsplit.reasons == ("answer_retention: kept 60/65 of the base's right answers (92.3% < 95.0%)",)
+
+
+def test_counting_knowledge_leaves_out_the_answers_lost_in_wording_only():
+    knowledge = GateSettings(answer_retention_counts="knowledge")
+    wording = decide(report(*recalls("pp"), drift(0.02), retention(60, 65, wording=4)), None, knowledge)
+    assert wording.promoted
+    (check,) = [c for c in wording.checks if c.name == "answer_retention"]
+    assert check.detail == "still knows 64/65 of the base's right answers (98.5% >= 95.0%; answers 60/65)"
+    forgot = decide(report(*recalls("pp"), drift(0.02), retention(60, 65, wording=1)), None, knowledge)
+    assert forgot.reasons == (
+        "answer_retention: still knows 61/65 of the base's right answers (93.8% < 95.0%; answers 60/65)",
+    )
+    unsplit = decide(report(*recalls("pp"), drift(0.02), retention(60, 65)), None, knowledge)  # an older report
+    assert unsplit.reasons == ("answer_retention: kept 60/65 of the base's right answers (92.3% < 95.0%)",)
 
 
 @pytest.mark.parametrize(

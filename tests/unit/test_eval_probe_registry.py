@@ -3,6 +3,7 @@ general-question pool of ``answer_retention``."""
 
 from __future__ import annotations
 
+import re
 from types import ModuleType
 
 import pytest
@@ -90,3 +91,34 @@ def test_the_general_pool():
 )
 def test_an_answer_is_right_when_it_contains_the_gold_as_a_word(answer: str, gold: str, right: bool):
     assert retention.contains(answer, gold) is right
+
+
+def words(text: str) -> tuple[list[int], list[str]]:
+    """``text`` as word-level "tokens" (each word with its leading space, as BPE tokenizers cut) and the
+    vocabulary their ids index."""
+    vocab = re.findall(r"\s*\S+", text)
+    return list(range(len(vocab))), vocab
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold", "span"),
+    [
+        ("There are 12 months in a year.", "12", (2, 3)),  # " 12" is the third token
+        ("It is 120 days, no, 12 days.", "12", (5, 6)),  # not the "12" of "120"
+        ("The painter was Leonardo da Vinci, they say.", "da Vinci", (4, 6)),
+        ("port80", "80", None),  # inside a word: no match
+    ],
+)
+def test_the_gold_span_is_the_tokens_of_the_answers_first_match(answer: str, gold: str, span: tuple | None):
+    ids, vocab = words(answer)
+
+    def decode(token_ids: list[int]) -> str:
+        return "".join(vocab[i] for i in token_ids)
+
+    if span is None:
+        with pytest.raises(ValueError, match="does not contain '80'"):
+            retention.gold_span(decode, ids, gold)
+        return
+    start, end = retention.gold_span(decode, ids, gold)
+    assert (start, end) == span
+    assert retention.contains(decode(ids[start:end]), gold) and not retention.contains(decode(ids[:start]), gold)

@@ -15,12 +15,22 @@ are kept in the model cache when the backend has an answer store (:mod:`learnerd
 next evaluation on the same base only runs the adapter's side.
 ``raw`` and ``score`` are the fraction the adapter still answers right (``kept / base_right``); the verdict
 passes when it is at least ``retention_min_kept`` (default 0.95). Evidence: ``pool_size``, ``base_right``,
-``kept``, ``kept_fraction``, ``by_category`` (``{category: {"base_right", "kept"}}``), ``lost`` (the first 5
-items the adapter no longer answers right: ``prompt``, ``gold``, ``base_answer``, ``answer``), and
-``mean_js_nats``: the mean Jensen–Shannon divergence (nats, at most ln 2) between the base's and the
-adapter's next-token distributions after each prompt of the pool (:mod:`learnerd.ml.divergence`, ``top_k``
-tokens). A base that answers none right leaves nothing to retain: the probe is skipped with that reason. No
-null calibration: a noise adapter keeps every answer.
+``kept``, ``kept_fraction``, ``by_category`` (``{category: {"base_right", "kept"}}``), ``lost`` (5 of the
+items the adapter no longer answers right, those it no longer knows first: ``prompt``, ``gold``,
+``base_answer``, ``answer``, ``led``, ``knows``; below), ``lost_wording``, ``lost_knowledge``, and
+``mean_js_nats``: the mean Jensen–Shannon divergence (nats, at most ln 2) between the base's and the adapter's
+next-token distributions after each prompt of the pool (:mod:`learnerd.ml.divergence`, ``top_k`` tokens). A
+base that answers none right leaves nothing to retain: the probe is skipped with that reason. No null
+calibration: a noise adapter keeps every answer.
+
+A lost answer is lost in its wording or in what it knows. Greedy decoding follows the most likely token; where
+the base's own choice was a near-tie (two tokens within a few hundredths of probability) the adapter's
+slightest shift takes the other path, which may not reach the gold within the token budget. So each lost item
+is also *led*: the adapter continues the base's own answer from just before the gold (:func:`gold_span`),
+greedily, for the gold's tokens and two more. ``lost_wording`` counts the lost items whose led continuation
+still contains the gold, ``lost_knowledge`` those whose does not; each ``lost`` entry carries its ``led``
+continuation and ``knows`` (whether it contains the gold). The verdict counts every lost answer (a greedy
+answer without the gold is lost); the split says what was lost.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ import json
 import re
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -87,13 +97,34 @@ def general_pool() -> tuple[PoolItem, ...]:
     return tuple(items)
 
 
-def contains(answer: str, gold: str) -> bool:
-    """Whether ``answer`` contains ``gold``, ignoring case and runs of whitespace, and not as part of a
-    longer word or number (``"12"`` is not in ``"120"``; ``".py"`` is in ``"main.py"``)."""
+def gold_pattern(gold: str) -> re.Pattern[str]:
+    """``gold`` as a regular expression: ignoring case and runs of whitespace, and not matching inside a
+    longer word or number (``"12"`` does not match in ``"120"``; ``".py"`` does in ``"main.py"``)."""
     pattern = r"\s+".join(re.escape(word) for word in gold.split())
     before = r"(?<!\w)" if gold[:1].isalnum() else ""
     after = r"(?!\w)" if gold[-1:].isalnum() else ""
-    return re.search(before + pattern + after, answer, re.IGNORECASE) is not None
+    return re.compile(before + pattern + after, re.IGNORECASE)
+
+
+def contains(answer: str, gold: str) -> bool:
+    """Whether ``answer`` contains ``gold`` as :func:`gold_pattern` matches it."""
+    return gold_pattern(gold).search(answer) is not None
+
+
+def gold_span(decode: Callable[[Sequence[int]], str], ids: Sequence[int], gold: str) -> tuple[int, int]:
+    """The tokens ``[start, end)`` of the answer ``ids`` that spell its first match of ``gold``
+    (:func:`gold_pattern`, on ``decode(ids)``): ``start`` the most tokens whose text ends at or before the
+    match, ``end`` the fewest whose text reaches past it.
+
+    Raises:
+        ValueError: ``decode(ids)`` does not contain ``gold``.
+    """
+    match = gold_pattern(gold).search(decode(ids))
+    if match is None:
+        raise ValueError(f"the answer does not contain {gold!r}")
+    end = next((k for k in range(1, len(ids)) if len(decode(ids[:k])) >= match.end()), len(ids))
+    start = max(j for j in range(end) if len(decode(ids[:j])) <= match.start())
+    return start, end
 
 
 def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
@@ -119,13 +150,32 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
         budgets[i] = budget
     with ctx.backend.as_finetuned() as ft:
         ft_ids, ft_dists = ft.answers(prompts, budgets, opts.top_k)
-    answers = [encoder.decode(ft_ids[i]) for i in right]
-    kept = {i for i, answer in zip(right, answers, strict=True) if contains(answer, pool[i].gold)}
+        answers = {i: encoder.decode(ft_ids[i]) for i in right}
+        kept = {i for i in right if contains(answers[i], pool[i].gold)}
+        lost_items = [i for i in right if i not in kept]
+        spans = [gold_span(encoder.decode, base_ids[i], pool[i].gold) for i in lost_items]
+        led_ids = (
+            ft.generate_many(
+                [[*prompts[i], *base_ids[i][:start]] for i, (start, _) in zip(lost_items, spans, strict=True)],
+                [end - start + 2 for start, end in spans],
+            )
+            if lost_items
+            else []
+        )
+    led = [encoder.decode(ids) for ids in led_ids]
+    knows = [contains(text, pool[i].gold) for i, text in zip(lost_items, led, strict=True)]
     lost = [
-        {"prompt": pool[i].prompt, "gold": pool[i].gold, "base_answer": base_answers[i], "answer": answer}
-        for i, answer in zip(right, answers, strict=True)
-        if i not in kept
+        {
+            "prompt": pool[i].prompt,
+            "gold": pool[i].gold,
+            "base_answer": base_answers[i],
+            "answer": answers[i],
+            "led": text,
+            "knows": known,
+        }
+        for i, text, known in zip(lost_items, led, knows, strict=True)
     ]
+    lost.sort(key=lambda entry: entry["knows"])  # what the adapter no longer knows first
     by_category: dict[str, dict[str, int]] = {}
     for i in right:
         counts = by_category.setdefault(pool[i].category, {"base_right": 0, "kept": 0})
@@ -142,14 +192,17 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
         "min_kept": opts.retention_min_kept,
         "by_category": by_category,
         "lost": lost[:LOST_EVIDENCE],
+        "lost_wording": sum(knows),
+        "lost_knowledge": len(knows) - sum(knows),
         "mean_js_nats": mean_js,
         "max_new_tokens": budget,
         "weight": 1.0,
     }
+    split = f"; {sum(knows)} of the {len(lost)} lost still say the gold led along the base's answer" if lost else ""
     message = (
         f"kept {len(kept)}/{len(right)} answers the base got right ({fraction:.0%} "
-        f"{'>=' if passed else '<'} {opts.retention_min_kept:.0%}); mean JS {mean_js:.4f} nats over {len(pool)} "
-        "prompts"
+        f"{'>=' if passed else '<'} {opts.retention_min_kept:.0%}{split}); mean JS {mean_js:.4f} nats over "
+        f"{len(pool)} prompts"
     )
     verdict = Verdict.PASS if passed else Verdict.FAIL
     return result(
