@@ -154,13 +154,9 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
         kept = {i for i in right if contains(answers[i], pool[i].gold)}
         lost_items = [i for i in right if i not in kept]
         spans = [gold_span(encoder.decode, base_ids[i], pool[i].gold) for i in lost_items]
-        led_ids = (
-            ft.generate_many(
-                [[*prompts[i], *base_ids[i][:start]] for i, (start, _) in zip(lost_items, spans, strict=True)],
-                [end - start + 2 for start, end in spans],
-            )
-            if lost_items
-            else []
+        led_ids = ft.generate_many(
+            [[*prompts[i], *base_ids[i][:start]] for i, (start, _) in zip(lost_items, spans, strict=True)],
+            [end - start + 2 for start, end in spans],
         )
     led = [encoder.decode(ids) for ids in led_ids]
     knows = [contains(text, pool[i].gold) for i, text in zip(lost_items, led, strict=True)]
