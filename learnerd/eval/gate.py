@@ -38,6 +38,7 @@ from typing import Literal
 from learnerd.eval.probes.calibration_drift import KIND as CALIBRATION_DRIFT
 from learnerd.eval.probes.recall import judged
 from learnerd.eval.probes.retention import KIND as ANSWER_RETENTION
+from learnerd.eval.probes.retention import lost_split
 from learnerd.eval.report import ProbeResult, Report, Verdict
 from learnerd.eval.settings import GateSettings
 from learnerd.store.adapters import GateVerdict
@@ -185,6 +186,5 @@ def _retention(report: Report, settings: GateSettings) -> GateCheck:
     else:
         detail = f"kept {kept}/{right} of the base's right answers ({bound})"
         if unknown is not None and evidence.get("lost_wording"):
-            lost = unknown + evidence["lost_wording"]
-            detail += f"; {evidence['lost_wording']} of the {lost} lost still say the gold led along the base's answer"
+            detail += f"; {lost_split(evidence['lost_wording'], unknown + evidence['lost_wording'])}"
     return GateCheck(name, "fail" if failed else "pass", detail)

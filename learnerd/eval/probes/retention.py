@@ -127,6 +127,12 @@ def gold_span(decode: Callable[[Sequence[int]], str], ids: Sequence[int], gold: 
     return start, end
 
 
+def lost_split(wording: int, lost: int) -> str:
+    """How many of the ``lost`` answers still hold the gold when the adapter is led along the base's answer
+    (``wording``: the evidence's ``lost_wording``), in the words of the probe's message and the gate's reason."""
+    return f"{wording} of the {lost} lost still say the gold led along the base's answer"
+
+
 def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
     """The probe's result on ``pool`` (:func:`run` passes :func:`general_pool`).
 
@@ -194,7 +200,7 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
         "max_new_tokens": budget,
         "weight": 1.0,
     }
-    split = f"; {sum(knows)} of the {len(lost)} lost still say the gold led along the base's answer" if lost else ""
+    split = f"; {lost_split(sum(knows), len(lost))}" if lost else ""
     message = (
         f"kept {len(kept)}/{len(right)} answers the base got right ({fraction:.0%} "
         f"{'>=' if passed else '<'} {opts.retention_min_kept:.0%}{split}); mean JS {mean_js:.4f} nats over "
