@@ -12,7 +12,8 @@ cache), CPU or CUDA (``auto``), from the peer data beside the checkout:
 * **paraphrase**: the same nl2bash commands asked with every *other* annotator's description (never trained);
 * **related**: the second example of each learned tldr page (another task of the same tool, never trained);
 * **retention** and **dialogue**: learnerd's own evaluation of each served version (the report the daemon's
-  gate wrote beside it, ``versions/vNNNN/eval.json``): ``answer_retention`` (kept / the base's right answers),
+  gate wrote beside it, ``versions/vNNNN/eval.json``): ``answer_retention`` (kept / the base's right answers, and
+  how many the adapter still knows when led along the base's answer),
   ``calibration_drift`` (fraction of sway's items regressed) and ``multi_turn_coherence_decay`` (half-life in
   turns, and how many of its dialogues of the document's questions answer exactly at each turn).
 
@@ -674,9 +675,10 @@ def main() -> int:
 
 
 def probe_cells(found: dict[str, dict[str, Any]]) -> list[str]:
-    """``answer_retention`` as kept/base-right, ``calibration_drift``'s fraction regressed, the half-life in
-    turns with the dialogues answered exactly at each turn (``0.96 (4/0/0/0)``); each with its verdict, ``-``
-    where the report has none."""
+    """``answer_retention`` as kept/base-right, and how many of those the adapter still knows when led along the
+    base's answer where the report says (``60/65 (knows 64)``: less the probe's ``lost_knowledge``);
+    ``calibration_drift``'s fraction regressed; the half-life in turns with the dialogues answered exactly at each
+    turn (``0.96 (4/0/0/0)``); each with its verdict, ``-`` where the report has none."""
     cells = []
     for kind in PROBES:
         probe = found.get(kind)
@@ -684,7 +686,8 @@ def probe_cells(found: dict[str, dict[str, Any]]) -> list[str]:
             cells.append("-" if probe is None else probe["verdict"])
         elif kind == "answer_retention":
             ev = probe["evidence"]
-            cells.append(f"{ev.get('kept')}/{ev.get('base_right')} {probe['verdict']}")
+            knows = "" if ev.get("lost_knowledge") is None else f" (knows {ev['base_right'] - ev['lost_knowledge']})"
+            cells.append(f"{ev.get('kept')}/{ev.get('base_right')}{knows} {probe['verdict']}")
         elif kind == "calibration_drift":
             cells.append(f"{100 * probe['raw']:.1f} % {probe['verdict']}")
         else:

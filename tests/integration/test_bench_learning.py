@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_learning import choose_sets, suggested, training_overrides, write_inputs
+from benchmarks.bench_learning import choose_sets, probe_cells, suggested, training_overrides, write_inputs
 from learnerd.store.dlm import read_document
 from learnerd.store.dlm.qa import question_text
 from learnerd.store.dlm.training import TrainingConfigError
@@ -27,6 +27,14 @@ def test_an_answer_is_scored_on_the_command_it_suggests_the_fenced_block_when_it
     assert suggested(fenced) == "find . -name '*.foo' -exec cat {} \\;"
     assert suggested("  ls   -la \n") == "ls -la"
     assert suggested("Use `ls` to list files.") == "Use `ls` to list files."
+
+
+def test_the_retention_cell_says_how_many_the_adapter_still_knows_where_the_report_splits_the_lost() -> None:
+    evidence = {"base_right": 65, "kept": 60, "lost_wording": 4, "lost_knowledge": 1}
+    split = {"answer_retention": {"verdict": "fail", "raw": 60 / 65, "evidence": evidence}}
+    older = {"answer_retention": {"verdict": "fail", "raw": 60 / 65, "evidence": {"base_right": 65, "kept": 60}}}
+    assert probe_cells(split)[0] == "60/65 (knows 64) fail"
+    assert probe_cells(older)[0] == "60/65 fail"  # a report from before the split
 
 
 def test_the_learned_set_is_nl2bash_first_descriptions_and_tldr_first_examples_the_paraphrases_the_others(
