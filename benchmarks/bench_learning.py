@@ -12,7 +12,8 @@ cache), CPU or CUDA (``auto``), from the peer data beside the checkout:
 * **paraphrase**: the same nl2bash commands asked with every *other* annotator's description (never trained);
 * **related**: the second example of each learned tldr page (another task of the same tool, never trained);
 * **retention** and **dialogue**: learnerd's own evaluation of each served version (the report the daemon's
-  gate wrote beside it, ``versions/vNNNN/eval.json``): ``answer_retention`` (kept / the base's right answers, and
+  gate wrote beside it, ``versions/vNNNN/eval.json``): ``probe_recall`` (how many of the document's probes, the
+  learned pairs and any harvested, it answers exactly), ``answer_retention`` (kept / the base's right answers, and
   how many the adapter still knows when led along the base's answer),
   ``calibration_drift`` (fraction of sway's items regressed) and ``multi_turn_coherence_decay`` (half-life in
   turns, and how many of its dialogues of the document's questions answer exactly at each turn).
@@ -51,10 +52,14 @@ its record says so (``continued``: the version; its wall time is then the evalua
 
 ``--training KEY=VALUE`` (repeatable; VALUE is JSON or a plain string, e.g. ``learning_rate=5e-4``) goes
 into the learned document's ``training`` frontmatter, so any training recipe can be measured; a key or value
-learnerd does not accept is refused before anything runs (exit 2).
+learnerd does not accept is refused before anything runs (exit 2). ``--probes-only`` runs the cycles and reads
+each version's evaluation, without the greedy answers of the sets (no base, base+RAG or adapter answers, and the
+model is not loaded beside the cycle): a reading of a recipe in the cycles' own time, its rows the evaluation's
+columns only.
 
     python benchmarks/bench_learning.py [--pairs 50] [--cycles 3] [--threads 2] [--training KEY=VALUE ...]
     python benchmarks/bench_learning.py --smoke   # the built-in tiny model, 2 pairs, 2 cycles: a functional check
+    python benchmarks/bench_learning.py --cycles 1 --probes-only --training num_epochs=8   # one recipe, one cycle
     python benchmarks/bench_learning.py --out DIR --json FILE --cycles 3 --resume   # on from FILE's cycles
 
 Exits 2 when the tldr pages, nl2bash or the model are absent.
@@ -96,7 +101,10 @@ NL2BASH = PEER_TLDR.parent / "nl2bash" / "paraphrases.jsonl"
 MAX_NEW_TOKENS = 48
 RAG_K = 3
 SETS = ("learned", "paraphrase", "related")
-PROBES = ("answer_retention", "calibration_drift", "multi_turn_coherence_decay")
+PROBES = ("probe_recall", "answer_retention", "calibration_drift", "multi_turn_coherence_decay")
+"""The columns of an adapter row read from its evaluation's report (``probe_recall``: the document's probes, summed)."""
+DEFAULTS = {"probes_only": False}
+"""Fields a result JSON written before they were added lacks, as such a run had them."""
 EPOCH = 1_700_000_000.0
 
 INPUT = (
@@ -307,7 +315,7 @@ def load_checkpoint(path: Path, expected: dict[str, Any]) -> Checkpoint:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         for key, want in expected.items():
-            if data[key] != want:
+            if (data[key] if key in data or key not in DEFAULTS else DEFAULTS[key]) != want:
                 raise CheckpointError(f"{path}: recorded with another {key}; run without --resume to start over")
         results = {
             name: {s: Scores(v["answers"], v["exact"], v["command_name"]) for s, v in by_set.items()}
@@ -466,9 +474,11 @@ def answer_all(
     return scores
 
 
-def retention_probes(version) -> dict[str, dict[str, Any]]:
-    """The retention and dialogue probes of the report the evaluation wrote beside ``version``
-    (:func:`learnerd.eval.history.report_path`): kind → ``{verdict, raw, evidence}``; ``{}`` without one."""
+def evaluation_probes(version) -> dict[str, dict[str, Any]]:
+    """The :data:`PROBES` of the report the evaluation wrote beside ``version``
+    (:func:`learnerd.eval.history.report_path`): kind → ``{verdict, raw, message, evidence}``; ``{}`` without one.
+    ``probe_recall`` (one probe per section in the report) is summed: ``raw`` the fraction answered exactly,
+    ``evidence`` ``{exact, probes}``, ``fail`` when any probe failed."""
     from learnerd.eval.history import report_path
     from learnerd.eval.report import ReportError, load_report
 
@@ -476,16 +486,28 @@ def retention_probes(version) -> dict[str, dict[str, Any]]:
         report = load_report(report_path(version))
     except (OSError, ReportError):
         return {}
-    return {
+    found = {
         p.kind: {"verdict": str(p.verdict.value), "raw": p.raw, "message": p.message, "evidence": dict(p.evidence)}
         for p in report.probes
-        if p.kind in PROBES
+        if p.kind in PROBES and p.kind != "probe_recall"
     }
+    recall = [p for p in report.probes if p.kind == "probe_recall" and p.raw is not None]
+    if recall:
+        exact = sum(bool(p.evidence.get("exact_match")) for p in recall)
+        failed = any(p.verdict.value == "fail" for p in recall)
+        found["probe_recall"] = {
+            "verdict": "fail" if failed else "pass",
+            "raw": exact / len(recall),
+            "message": f"{exact}/{len(recall)} probes answered exactly",
+            "evidence": {"exact": exact, "probes": len(recall)},
+        }
+    return found
 
 
 def cycle_versions(store, doc_key: str, seen: set[int]) -> list[dict[str, Any]]:
     """The versions a cycle committed (not in ``seen``, which it extends): name, the gate's outcome and reasons,
-    the retention probes of its evaluation (a rejected candidate's too), and the step its training resumed at."""
+    the probes read from its evaluation (:func:`evaluation_probes`; a rejected candidate's too), and the step its
+    training resumed at."""
     new = []
     for version in store.list_versions(doc_key):
         if version.number in seen:
@@ -497,7 +519,7 @@ def cycle_versions(store, doc_key: str, seen: set[int]) -> list[dict[str, Any]]:
                 "version": version.name,
                 "outcome": verdict.outcome if verdict else "undecided",
                 "reasons": list(verdict.reasons) if verdict else [],
-                "probes": retention_probes(version),
+                "probes": evaluation_probes(version),
                 # > 0: its training went on from a checkpoint of a run stopped part-way (the wall time is the rest's)
                 "resumed_at_step": int(version.metadata().extra.get("resumed_at_step", 0)),
             }
@@ -532,6 +554,11 @@ def main() -> int:
     parser.add_argument(
         "--resume", action="store_true", help="go on from the cycles --json recorded in --out, up to --cycles"
     )
+    parser.add_argument(
+        "--probes-only",
+        action="store_true",
+        help="the cycles and their evaluations only: no greedy answers of the sets",
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, _stopped)  # unwinds like Ctrl-C, so a cycle under way is stopped too
     base = args.base or (SMOKE_BASE if args.smoke else BASE_MODEL)
@@ -558,6 +585,7 @@ def main() -> int:
             "seed": args.seed,
             "training": training,
             "sets": sets_json(sets.items),
+            "probes_only": args.probes_only,
         }
         try:
             if args.out is None:
@@ -589,13 +617,15 @@ def main() -> int:
     sizes = ", ".join(f"{k} {len(v)}" for k, v in items.items())
     print(f"{base} on {placement.device}; prompts: {sizes}; training {training or 'default'}; in {out}", flush=True)
 
-    model, tokenizer = load_model_directory(base_ref.path, name=base, placement=placement)
+    model, tokenizer = (
+        (None, None) if args.probes_only else load_model_directory(base_ref.path, name=base, placement=placement)
+    )
     results, probes, cycles_done, measured = done.results, done.probes, done.cycles, done.measured
 
     def checkpoint(reach: dict[str, dict[str, int]] | None = None) -> None:
         write_json(args.json, args, base, training, items, results, probes, cycles_done, measured, reach)
 
-    if "base" not in results:
+    if "base" not in results and not args.probes_only:
         results["base"] = {k: answer_all(model, tokenizer, v) for k, v in items.items()}
         print("base answered", flush=True)
         checkpoint()  # a run stopped in its first cycle resumes from here
@@ -636,9 +666,9 @@ def main() -> int:
             or "nothing trained"
         )
         print(f"cycle {cycle}: {wall:.0f} s, {verdicts}; serving {current.name if current else 'none'}", flush=True)
-        if retriever is None:
+        if retriever is None and not args.probes_only:
             retriever = Retriever(config)
-        if "base+RAG" not in results:
+        if retriever is not None and "base+RAG" not in results:
             results["base+RAG"] = {k: answer_all(model, tokenizer, v, retriever) for k, v in items.items()}
             print("base+RAG answered", flush=True)
         newest = max(store.list_versions(doc_key), key=lambda v: v.number, default=None)
@@ -649,18 +679,20 @@ def main() -> int:
         # so), for the benchmark asks what training learned; the daemon serves `current` all the same
         rejected = current is None or newest.number != current.number
         name = f"adapter c{cycle} ({newest.name}{', rejected' if rejected else ''})"
-        if last is not None and last[1] == newest.number:  # the same adapter, greedy: the same answers
+        if args.probes_only:
+            probes[name] = evaluation_probes(newest)
+        elif last is not None and last[1] == newest.number:  # the same adapter, greedy: the same answers
             results[name], probes[name] = results[last[0]], probes[last[0]]
         else:
             fresh, _ = load_model_directory(base_ref.path, name=base, placement=placement)
             adapted = load_adapter(fresh, newest)
             results[name] = {k: answer_all(adapted, tokenizer, v) for k, v in items.items()}
-            probes[name] = retention_probes(newest)
+            probes[name] = evaluation_probes(newest)
             print(f"{name} answered", flush=True)
         measured[name] = newest.number
         last = name, newest.number
         checkpoint()
-    if last is not None:
+    if last is not None and not args.probes_only:
         newest = next(v for v in store.list_versions(doc_key) if v.number == last[1])
         if adapted is None:  # resumed after its row: load it again
             adapted = load_adapter(load_model_directory(base_ref.path, name=base, placement=placement)[0], newest)
@@ -675,15 +707,17 @@ def main() -> int:
 
 
 def probe_cells(found: dict[str, dict[str, Any]]) -> list[str]:
-    """``answer_retention`` as kept/base-right, and how many of those the adapter still knows when led along the
-    base's answer where the report says (``60/65 (knows 64)``: less the probe's ``lost_knowledge``);
-    ``calibration_drift``'s fraction regressed; the half-life in turns with the dialogues answered exactly at each
-    turn (``0.96 (4/0/0/0)``); each with its verdict, ``-`` where the report has none."""
+    """``probe_recall`` as exact/probes; ``answer_retention`` as kept/base-right, and how many of those the adapter
+    still knows when led along the base's answer where the report says (``60/65 (knows 64)``: less the probe's
+    ``lost_knowledge``); ``calibration_drift``'s fraction regressed; the half-life in turns with the dialogues
+    answered exactly at each turn (``0.96 (4/0/0/0)``); each with its verdict, ``-`` where the report has none."""
     cells = []
     for kind in PROBES:
         probe = found.get(kind)
         if probe is None or probe["raw"] is None:
             cells.append("-" if probe is None else probe["verdict"])
+        elif kind == "probe_recall":
+            cells.append(f"{probe['evidence']['exact']}/{probe['evidence']['probes']} {probe['verdict']}")
         elif kind == "answer_retention":
             ev = probe["evidence"]
             knows = "" if ev.get("lost_knowledge") is None else f" (knows {ev['base_right'] - ev['lost_knowledge']})"
@@ -704,11 +738,12 @@ def report(results, items, probes, cycles_done, png: Path, base: str, reach: dic
     n = {k: len(v) for k, v in items.items()}
     table = Table(title=f"learning effectiveness ({base}, nl2bash + tldr)")
     columns = [f"{s} {m}" for s in SETS for m in ("exact", "cmd")]
-    columns += ["answer retention", "calibration drift", "dialogue half-life"]
+    columns += ["probes exact", "answer retention", "calibration drift", "dialogue half-life"]
     for col in ("condition", *columns):
         table.add_column(col, justify="left" if col == "condition" else "right")
-    for name, by_set in results.items():
-        cells = [f"{getattr(by_set[s], m)}/{n[s]}" for s in SETS for m in ("exact", "command_name")]
+    for name in dict.fromkeys([*results, *probes]):  # a --probes-only run has only the adapters' evaluations
+        by_set = results.get(name)
+        cells = [f"{getattr(by_set[s], m)}/{n[s]}" if by_set else "-" for s in SETS for m in ("exact", "command_name")]
         table.add_row(name, *cells, *probe_cells(probes.get(name, {})))
     console = Console(width=200)
     console.print(table)
@@ -728,8 +763,23 @@ def report(results, items, probes, cycles_done, png: Path, base: str, reach: dic
 
     from learnerd.store.atomic import atomic_write_bytes
 
+    if results:
+        fig, (ax, kept_ax) = plt.subplots(1, 2, figsize=(14, 5.5), width_ratios=(3, 1))
+        answers_panel(ax, results, n, base)
+    else:  # a --probes-only run: its adapters' evaluations only
+        fig, kept_ax = plt.subplots(figsize=(5, 5.5))
+    retention_panel(kept_ax, probes)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(png, buffer.getvalue())
+    console.print(f"plot: {png}")
+
+
+def answers_panel(ax, results: dict[str, dict[str, Scores]], n: dict[str, int], base: str) -> None:
+    """Per condition: exact and command-name matches on each set (% of its ``n`` prompts), bars."""
     metrics = [(s, m) for s in SETS for m in ("exact", "command_name")]
-    fig, (ax, kept_ax) = plt.subplots(1, 2, figsize=(14, 5.5), width_ratios=(3, 1))
     width = 0.8 / len(results)
     for i, (name, by_set) in enumerate(results.items()):
         values = [100 * getattr(by_set[s], m) / n[s] for s, m in metrics]
@@ -740,13 +790,6 @@ def report(results, items, probes, cycles_done, png: Path, base: str, reach: dic
     ax.set_ylim(0, 100)
     ax.set_title(f"learnerd on {base}: nl2bash + tldr answers per condition")
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4)  # below: bars reach 100 %
-    retention_panel(kept_ax, probes)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(png, buffer.getvalue())
-    console.print(f"plot: {png}")
 
 
 def retention_panel(ax, probes: dict[str, dict[str, dict[str, Any]]]) -> None:
@@ -789,6 +832,7 @@ def write_json(path: Path, args, base, training, items, results, probes, cycles_
         "seed": args.seed,
         "threads": args.threads,
         "training": training,
+        "probes_only": args.probes_only,
         "sets": sets_json(items),
         "conditions": {
             name: {

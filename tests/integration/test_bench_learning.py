@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench_learning import choose_sets, probe_cells, suggested, training_overrides, write_inputs
+from benchmarks.bench_learning import PROBES, choose_sets, probe_cells, suggested, training_overrides, write_inputs
 from learnerd.store.dlm import read_document
 from learnerd.store.dlm.qa import question_text
 from learnerd.store.dlm.training import TrainingConfigError
@@ -33,8 +33,10 @@ def test_the_retention_cell_says_how_many_the_adapter_still_knows_where_the_repo
     evidence = {"base_right": 65, "kept": 60, "lost_wording": 4, "lost_knowledge": 1}
     split = {"answer_retention": {"verdict": "fail", "raw": 60 / 65, "evidence": evidence}}
     older = {"answer_retention": {"verdict": "fail", "raw": 60 / 65, "evidence": {"base_right": 65, "kept": 60}}}
-    assert probe_cells(split)[0] == "60/65 (knows 64) fail"
-    assert probe_cells(older)[0] == "60/65 fail"  # a report from before the split
+    assert probe_cells(split)[1] == "60/65 (knows 64) fail"
+    assert probe_cells(older)[1] == "60/65 fail"  # a report from before the split
+    recall = {"probe_recall": {"verdict": "fail", "raw": 0.95, "evidence": {"exact": 95, "probes": 100}}}
+    assert probe_cells(recall) == ["95/100 fail", "-", "-", "-"]
 
 
 def test_the_learned_set_is_nl2bash_first_descriptions_and_tldr_first_examples_the_paraphrases_the_others(
@@ -161,6 +163,7 @@ def test_the_smoke_size_trains_evaluates_and_reports_every_condition_and_resumes
     assert conditions["adapter c1 (v0001)"]["learned"]["exact"] > conditions["base"]["learned"]["exact"]
     assert all(len(by_set[s]["answers"]) == len(data["sets"][s]) for by_set in conditions.values() for s in by_set)
     assert learned == 2 and set(data["probes"]["adapter c1 (v0001)"]) == {
+        "probe_recall",
         "answer_retention",
         "calibration_drift",
         "multi_turn_coherence_decay",
@@ -170,6 +173,30 @@ def test_the_smoke_size_trains_evaluates_and_reports_every_condition_and_resumes
     assert reach["learned"] == {"first": learned, "among": learned}
     assert all(0 <= r["first"] <= r["among"] <= len(data["sets"][s]) for s, r in reach.items())
     assert "in the 3 examples retrieved for it: learned 2/2 first" in resumed.stdout
+
+
+@pytest.mark.slow
+def test_probes_only_reads_each_versions_evaluation_without_answering_the_sets(peer_data, tmp_path: Path) -> None:
+    """``--probes-only``: the cycle runs and its version's evaluation is read (the document's probes summed beside
+    the retention probes), but no set is answered; resuming it as a full run is refused."""
+    results = tmp_path / "learning.json"
+    command = [sys.executable, str(SCRIPT), "--smoke", "--pairs", "1", "--cycles", "1", "--threads", "1"]
+    command += ["--out", str(tmp_path / "run"), "--png", str(tmp_path / "learning.png"), "--json", str(results)]
+    env = cli_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    done = subprocess.run([*command, "--probes-only"], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(results.read_text())
+    assert data["conditions"] == {} and data["probes_only"] is True and "base answered" not in done.stdout
+    assert (tmp_path / "learning.png").read_bytes().startswith(b"\x89PNG")  # the evaluations' panel alone
+    (cycle,) = data["cycles"]
+    (version,) = cycle["committed"]
+    read = data["probes"]["adapter c1 (v0001)"]
+    assert read == version["probes"] and set(read) == set(PROBES)
+    recall = read["probe_recall"]["evidence"]  # a probe per learned pair (the harvest comes after the evaluation)
+    assert recall["probes"] == len(data["sets"]["learned"]) and 0 <= recall["exact"] <= recall["probes"]
+    assert f"{recall['exact']}/{recall['probes']}" in done.stdout and "gate: v0001" in done.stdout
+    as_full_run = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True, timeout=300)
+    assert as_full_run.returncode == 2 and "recorded with another probes_only" in as_full_run.stderr
 
 
 @pytest.mark.slow
