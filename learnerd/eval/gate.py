@@ -185,6 +185,6 @@ def _retention(report: Report, settings: GateSettings) -> GateCheck:
         detail = f"still knows {right - unknown}/{right} of the base's right answers ({bound}; answers {kept}/{right})"
     else:
         detail = f"kept {kept}/{right} of the base's right answers ({bound})"
-        if unknown is not None and evidence.get("lost_wording"):
-            detail += f"; {lost_split(evidence['lost_wording'], unknown + evidence['lost_wording'])}"
+        if unknown is not None and kept < right:  # as the probe's message says it
+            detail += f"; {lost_split(evidence['lost_wording'], right - kept)}"
     return GateCheck(name, "fail" if failed else "pass", detail)

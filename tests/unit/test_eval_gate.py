@@ -75,8 +75,13 @@ def test_the_retention_reason_says_how_many_lost_answers_were_lost_in_wording_on
         "answer_retention: kept 60/65 of the base's right answers (92.3% < 95.0%); "
         "4 of the 5 lost still say the gold led along the base's answer",
     )
-    unsplit = decide(report(*recalls("pp"), drift(0.02), retention(60, 65, wording=0)), None, GATE)
-    assert unsplit.reasons == ("answer_retention: kept 60/65 of the base's right answers (92.3% < 95.0%)",)
+    forgot = decide(report(*recalls("pp"), drift(0.02), retention(60, 65, wording=0)), None, GATE)
+    assert forgot.reasons == (
+        "answer_retention: kept 60/65 of the base's right answers (92.3% < 95.0%); "
+        "0 of the 5 lost still say the gold led along the base's answer",
+    )
+    older = decide(report(*recalls("pp"), drift(0.02), retention(60, 65)), None, GATE)  # a report before the split
+    assert older.reasons == ("answer_retention: kept 60/65 of the base's right answers (92.3% < 95.0%)",)
 
 
 def test_counting_knowledge_leaves_out_the_answers_lost_in_wording_only():
