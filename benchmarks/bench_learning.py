@@ -44,11 +44,12 @@ the per-cycle versions, verdicts and wall times, the retention probes' results).
 The JSON is written once the base has answered and after every cycle, a checkpoint: ``--resume`` goes on from
 the cycles the ``--json`` of an earlier run in the same ``--out`` recorded, up to ``--cycles`` (each cycle is a
 ``learnerd run --once`` on the state in ``--out``, so the next one needs nothing else), reusing its rows; it
-refuses (exit 2) a file that is missing, unreadable, or from another base, seed, size, training block or peer
-data. A run at full size takes hours on two cores: an interrupted one loses at most the training in progress. A
-cycle stopped after it trained its version (SIGTERM or Ctrl-C stop its ``learnerd run`` too) left that candidate
-undecided; the resumed cycle's ``learnerd run --once`` evaluates and decides it instead of training again, and
-its record says so (``continued``: the version; its wall time is then the evaluation's, not the training's).
+refuses (exit 2) a file that is missing, unreadable, or from another base, seed, size, training block,
+``--probes-only`` or peer data. A run at full size takes hours on two cores: an interrupted one loses at most the
+training in progress. A cycle stopped after it trained its version (SIGTERM or Ctrl-C stop its ``learnerd run``
+too) left that candidate undecided; the resumed cycle's ``learnerd run --once`` evaluates and decides it instead
+of training again, and its record says so (``continued``: the version; its wall time is then the evaluation's, not
+the training's).
 
 ``--training KEY=VALUE`` (repeatable; VALUE is JSON or a plain string, e.g. ``learning_rate=5e-4``) goes
 into the learned document's ``training`` frontmatter, so any training recipe can be measured; a key or value
