@@ -478,10 +478,12 @@ def answer_all(
 def evaluation_probes(version) -> dict[str, dict[str, Any]]:
     """The :data:`PROBES` of the report the evaluation wrote beside ``version``
     (:func:`learnerd.eval.history.report_path`): kind → ``{verdict, raw, message, evidence}``; ``{}`` without one.
-    ``probe_recall`` (one probe per section in the report) is summed: ``raw`` the fraction answered exactly,
-    ``evidence`` ``{exact, probes}``, ``fail`` when any probe failed."""
+    ``probe_recall`` (one probe per section in the report) is summed over the answered ones
+    (:func:`learnerd.reconcilers.evaluation.exact_recall`): ``raw`` the fraction answered exactly, ``evidence``
+    ``{exact, probes}``, ``fail`` when any of them failed."""
     from learnerd.eval.history import report_path
     from learnerd.eval.report import ReportError, load_report
+    from learnerd.reconcilers.evaluation import exact_recall, passed_recall
 
     try:
         report = load_report(report_path(version))
@@ -492,15 +494,13 @@ def evaluation_probes(version) -> dict[str, dict[str, Any]]:
         for p in report.probes
         if p.kind in PROBES and p.kind != "probe_recall"
     }
-    recall = [p for p in report.probes if p.kind == "probe_recall" and p.raw is not None]
-    if recall:
-        exact = sum(bool(p.evidence.get("exact_match")) for p in recall)
-        failed = any(p.verdict.value == "fail" for p in recall)
+    _, exact, answered = exact_recall(report)
+    if answered:
         found["probe_recall"] = {
-            "verdict": "fail" if failed else "pass",
-            "raw": exact / len(recall),
-            "message": f"{exact}/{len(recall)} probes answered exactly",
-            "evidence": {"exact": exact, "probes": len(recall)},
+            "verdict": "pass" if passed_recall(report) == answered else "fail",
+            "raw": exact / answered,
+            "message": f"{exact}/{answered} probes answered exactly",
+            "evidence": {"exact": exact, "probes": answered},
         }
     return found
 
