@@ -1,8 +1,8 @@
 """A pretrained instruct model end to end, offline: ``examples/commands.dlm`` (``base_model:
 smollm2-135m-instruct``, 20 shell tasks as ``!probe`` pairs) is trained with learnerd's pretrained recipe
-without its general replay and multi-turn rows (a ``training`` block of ``general_replay: 0`` and
-``multi_turn_rows: 0``: those rows make a cycle about six times longer, docs/retention.md measures the recipe
-with them), evaluated by the evaluation reconciler
+without its general replay and multi-turn rows, at LoRA r 8 (a ``training`` block of ``general_replay: 0``
+and ``multi_turn_rows: 0``: those rows make a cycle about six times longer, docs/retention.md measures the
+recipe with them), evaluated by the evaluation reconciler
 and by ``learnerd eval`` (JSON report), answered by ``learnerd generate`` with the trained command, and
 steered by ``learnerd evolve`` over vocabulary clusters of SmolLM2's own 49,152-token tokenizer; served by a
 running daemon, its retrieved examples (``rag_k``) give an answer the base cannot.
@@ -105,9 +105,17 @@ def trained(tmp_path_factory, smollm2_models: Path) -> tuple[Path, Path]:
     return doc, state
 
 
-NO_REPLAY = "base_model: smollm2-135m-instruct\ntraining:\n  general_replay: 0\n  multi_turn_rows: 0\n"
-"""The fixture's ``training`` block: the pretrained recipe without its replay and multi-turn rows (72 steps,
-not 384)."""
+NO_REPLAY = """\
+base_model: smollm2-135m-instruct
+training:
+  lora_r: 8
+  lora_alpha: 16
+  general_replay: 0
+  multi_turn_rows: 0
+"""
+"""The fixture's ``training`` block: plain LoRA, the pretrained recipe without its replay and multi-turn rows
+(72 steps, not 384), at the rank the README's plain-LoRA figures were measured at (r 8, the recipe's until
+2026-11-29)."""
 RELAXED_GATE = """\
 [evaluation]
 null_runs = 0
