@@ -18,9 +18,9 @@ document leaves out from a recipe chosen by its base model (the document's own k
   (until 2026-11-29) kept 62, 60 and 60, two rejected; it answers 96–97 of the 100 probes exactly
   (r = 8: 97–100) and fewer of them at later turns of a dialogue. On ``examples/commands.dlm`` (20 pairs, 384
   steps) it takes SmolLM2 from 0/20 to 20/20 exact recall, answers the document's questions asked one after
-  another at every turn of a dialogue (4/4 at turns 1–4) and keeps 62 and 63 of 65 on seeds 42 and 7 (r = 8:
-  63 and 62); docs/retention.md, "The recipe". Without replay (plain LoRA, r = 8): 20/20 but
-  15/65 kept, rejected.
+  another at every turn of a dialogue (4/4 at turns 1–4) and keeps 62, 63 and 61 of 65 on seeds 42, 7 and 123,
+  the last rejected (r = 8: 63, 62 and 63); docs/retention.md, "The recipe". Without replay (plain LoRA,
+  r = 8): 20/20 but 15/65 kept, rejected.
 
 Where the daemon serves retrieved examples (``[serve] rag_k`` above 0), either recipe also sets
 ``retrieval_k`` to that k, so an adapter learns to answer under the block it is served with.
