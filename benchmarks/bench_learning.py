@@ -44,24 +44,27 @@ the per-cycle versions, verdicts and wall times, the retention probes' results).
 The JSON is written once the base has answered and after every cycle, a checkpoint: ``--resume`` goes on from
 the cycles the ``--json`` of an earlier run in the same ``--out`` recorded, up to ``--cycles`` (each cycle is a
 ``learnerd run --once`` on the state in ``--out``, so the next one needs nothing else), reusing its rows; it
-refuses (exit 2) a file that is missing, unreadable, or from another base, seed, size, training block,
-``--probes-only`` or peer data. A run at full size takes hours on two cores: an interrupted one loses at most the
-training in progress. A cycle stopped after it trained its version (SIGTERM or Ctrl-C stop its ``learnerd run``
-too) left that candidate undecided; the resumed cycle's ``learnerd run --once`` evaluates and decides it instead
-of training again, and its record says so (``continued``: the version; its wall time is then the evaluation's, not
-the training's).
+refuses (exit 2) a file that is missing, unreadable, or from another base, seed, size, training block or peer
+data, and a full run's resumed with ``--probes-only``. A run at full size takes hours on two cores: an
+interrupted one loses at most the training in progress. A cycle stopped after it trained its version (SIGTERM or
+Ctrl-C stop its ``learnerd run`` too) left that candidate undecided; the resumed cycle's ``learnerd run --once``
+evaluates and decides it instead of training again, and its record says so (``continued``: the version; its wall
+time is then the evaluation's, not the training's).
 
 ``--training KEY=VALUE`` (repeatable; VALUE is JSON or a plain string, e.g. ``learning_rate=5e-4``) goes
 into the learned document's ``training`` frontmatter, so any training recipe can be measured; a key or value
 learnerd does not accept is refused before anything runs (exit 2). ``--probes-only`` runs the cycles and reads
 each version's evaluation, without the greedy answers of the sets (no base, base+RAG or adapter answers, and the
 model is not loaded beside the cycle): a reading of a recipe in the cycles' own time, its rows the evaluation's
-columns only.
+columns only. Such a run resumed without ``--probes-only`` first answers the sets it skipped — the base, base + RAG
+and each version it read, without training them again — so a recipe worth it is measured in full for the answers'
+time alone.
 
     python benchmarks/bench_learning.py [--pairs 50] [--cycles 3] [--threads 2] [--training KEY=VALUE ...]
     python benchmarks/bench_learning.py --smoke   # the built-in tiny model, 2 pairs, 2 cycles: a functional check
     python benchmarks/bench_learning.py --cycles 1 --probes-only --training num_epochs=8   # one recipe, one cycle
     python benchmarks/bench_learning.py --out DIR --json FILE --cycles 3 --resume   # on from FILE's cycles
+    python benchmarks/bench_learning.py --out DIR --json FILE --cycles 1 --resume   # a --probes-only run's answers
 
 Exits 2 when the tldr pages, nl2bash or the model are absent.
 """
@@ -586,8 +589,9 @@ def main() -> int:
             "seed": args.seed,
             "training": training,
             "sets": sets_json(sets.items),
-            "probes_only": args.probes_only,
         }
+        if args.probes_only:  # a --probes-only run goes on as one; without it, it answers the sets it skipped
+            expected["probes_only"] = True
         try:
             if args.out is None:
                 raise CheckpointError("--resume needs the --out of the run it goes on from")
@@ -635,6 +639,32 @@ def main() -> int:
     store = AdapterStore(out / "state" / "adapters")
 
     doc_key = read_document(out / "docs" / "learned.dlm").frontmatter.dlm_id
+
+    def adapter_model(number: int):
+        """The base with version ``number``'s adapter, freshly loaded (the adapter must not stack on another)."""
+        version = next(v for v in store.list_versions(doc_key) if v.number == number)
+        return load_adapter(load_model_directory(base_ref.path, name=base, placement=placement)[0], version)
+
+    def answer_base_rag() -> None:
+        nonlocal retriever
+        retriever = retriever or Retriever(config)
+        if "base+RAG" not in results:
+            results["base+RAG"] = {k: answer_all(model, tokenizer, v, retriever) for k, v in items.items()}
+            print("base+RAG answered", flush=True)
+
+    # a --probes-only run resumed without it: the versions whose evaluations it read answer the sets now (base + RAG
+    # retrieves from the state that run ended in, where a full run's retrieves from its first cycle's)
+    unanswered = {} if args.probes_only else {n: v for n, v in measured.items() if n not in results}
+    if unanswered:
+        answer_base_rag()
+        by_number: dict[int, dict[str, Scores]] = {}  # cycles that trained nothing repeat the version before
+        for name, number in unanswered.items():
+            if number not in by_number:
+                adapted = adapter_model(number)
+                by_number[number] = {k: answer_all(adapted, tokenizer, v) for k, v in items.items()}
+                print(f"{name} answered", flush=True)
+            results[name] = by_number[number]
+            checkpoint()
     # a resumed run's earlier cycles committed and decided these; a candidate without a verdict was trained by a
     # cycle the interruption cut short, and is the next cycle's: learnerd evaluates it instead of training again
     seen = {v.number for v in store.list_versions(doc_key) if v.verdict() is not None}
@@ -667,11 +697,8 @@ def main() -> int:
             or "nothing trained"
         )
         print(f"cycle {cycle}: {wall:.0f} s, {verdicts}; serving {current.name if current else 'none'}", flush=True)
-        if retriever is None and not args.probes_only:
-            retriever = Retriever(config)
-        if retriever is not None and "base+RAG" not in results:
-            results["base+RAG"] = {k: answer_all(model, tokenizer, v, retriever) for k, v in items.items()}
-            print("base+RAG answered", flush=True)
+        if not args.probes_only:
+            answer_base_rag()
         newest = max(store.list_versions(doc_key), key=lambda v: v.number, default=None)
         if newest is None:
             checkpoint()
@@ -685,8 +712,7 @@ def main() -> int:
         elif last is not None and last[1] == newest.number:  # the same adapter, greedy: the same answers
             results[name], probes[name] = results[last[0]], probes[last[0]]
         else:
-            fresh, _ = load_model_directory(base_ref.path, name=base, placement=placement)
-            adapted = load_adapter(fresh, newest)
+            adapted = adapter_model(newest.number)
             results[name] = {k: answer_all(adapted, tokenizer, v) for k, v in items.items()}
             probes[name] = evaluation_probes(newest)
             print(f"{name} answered", flush=True)
@@ -696,7 +722,7 @@ def main() -> int:
     if last is not None and not args.probes_only:
         newest = next(v for v in store.list_versions(doc_key) if v.number == last[1])
         if adapted is None:  # resumed after its row: load it again
-            adapted = load_adapter(load_model_directory(base_ref.path, name=base, placement=placement)[0], newest)
+            adapted = adapter_model(newest.number)
         retriever = retriever or Retriever(config)
         learned = learned_without_block(newest)
         results["adapter+RAG"] = {k: answer_all(adapted, tokenizer, v, retriever, learned) for k, v in items.items()}

@@ -176,9 +176,12 @@ def test_the_smoke_size_trains_evaluates_and_reports_every_condition_and_resumes
 
 
 @pytest.mark.slow
-def test_probes_only_reads_each_versions_evaluation_without_answering_the_sets(peer_data, tmp_path: Path) -> None:
+def test_probes_only_reads_each_versions_evaluation_and_a_resume_without_it_answers_the_sets(
+    peer_data, tmp_path: Path
+) -> None:
     """``--probes-only``: the cycle runs and its version's evaluation is read (the document's probes summed beside
-    the retention probes), but no set is answered; resuming it as a full run is refused."""
+    the retention probes), but no set is answered; resumed without it, the run answers the sets with the base, base
+    + RAG and the version it read, training nothing; a full run resumed with ``--probes-only`` is refused."""
     results = tmp_path / "learning.json"
     command = [sys.executable, str(SCRIPT), "--smoke", "--pairs", "1", "--cycles", "1", "--threads", "1"]
     command += ["--out", str(tmp_path / "run"), "--png", str(tmp_path / "learning.png"), "--json", str(results)]
@@ -195,8 +198,17 @@ def test_probes_only_reads_each_versions_evaluation_without_answering_the_sets(p
     recall = read["probe_recall"]["evidence"]  # a probe per learned pair (the harvest comes after the evaluation)
     assert recall["probes"] == len(data["sets"]["learned"]) and 0 <= recall["exact"] <= recall["probes"]
     assert f"{recall['exact']}/{recall['probes']}" in done.stdout and "gate: v0001" in done.stdout
-    as_full_run = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True, timeout=300)
-    assert as_full_run.returncode == 2 and "recorded with another probes_only" in as_full_run.stderr
+    as_full_run = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True, timeout=600)
+    assert as_full_run.returncode == 0, as_full_run.stderr[-3000:]
+    assert "training step" not in as_full_run.stdout and "adapter c1 (v0001) answered" in as_full_run.stdout
+    full = json.loads(results.read_text())
+    assert list(full["conditions"]) == ["base", "base+RAG", "adapter c1 (v0001)", "adapter+RAG"]
+    assert full["cycles"] == data["cycles"] and full["probes"] == data["probes"] and full["probes_only"] is False
+    answered = full["conditions"]["adapter c1 (v0001)"]
+    assert all(len(answered[s]["answers"]) == len(full["sets"][s]) for s in full["sets"])
+    assert answered["learned"]["exact"] > full["conditions"]["base"]["learned"]["exact"]
+    as_probes_only = subprocess.run([*command, "--resume", "--probes-only"], env=env, capture_output=True, text=True)
+    assert as_probes_only.returncode == 2 and "recorded with another probes_only" in as_probes_only.stderr
 
 
 @pytest.mark.slow
