@@ -640,10 +640,17 @@ def main() -> int:
 
     doc_key = read_document(out / "docs" / "learned.dlm").frontmatter.dlm_id
 
-    def adapter_model(number: int):
-        """The base with version ``number``'s adapter, freshly loaded (the adapter must not stack on another)."""
-        version = next(v for v in store.list_versions(doc_key) if v.number == number)
+    def adapter_model(version):
+        """The base with ``version``'s adapter, freshly loaded (the adapter must not stack on another)."""
         return load_adapter(load_model_directory(base_ref.path, name=base, placement=placement)[0], version)
+
+    def answer_version(name: str, version) -> dict[str, Scores]:
+        """``version``'s greedy answers to every set, the row ``name``; its model stays loaded as ``adapted``."""
+        nonlocal adapted
+        adapted = adapter_model(version)
+        answered = {k: answer_all(adapted, tokenizer, v) for k, v in items.items()}
+        print(f"{name} answered", flush=True)
+        return answered
 
     def answer_base_rag() -> None:
         nonlocal retriever
@@ -657,12 +664,11 @@ def main() -> int:
     unanswered = {} if args.probes_only else {n: v for n, v in measured.items() if n not in results}
     if unanswered:
         answer_base_rag()
+        versions = {v.number: v for v in store.list_versions(doc_key)}
         by_number: dict[int, dict[str, Scores]] = {}  # cycles that trained nothing repeat the version before
         for name, number in unanswered.items():
             if number not in by_number:
-                adapted = adapter_model(number)
-                by_number[number] = {k: answer_all(adapted, tokenizer, v) for k, v in items.items()}
-                print(f"{name} answered", flush=True)
+                by_number[number] = answer_version(name, versions[number])
             results[name] = by_number[number]
             checkpoint()
     # a resumed run's earlier cycles committed and decided these; a candidate without a verdict was trained by a
@@ -712,17 +718,15 @@ def main() -> int:
         elif last is not None and last[1] == newest.number:  # the same adapter, greedy: the same answers
             results[name], probes[name] = results[last[0]], probes[last[0]]
         else:
-            adapted = adapter_model(newest.number)
-            results[name] = {k: answer_all(adapted, tokenizer, v) for k, v in items.items()}
+            results[name] = answer_version(name, newest)
             probes[name] = evaluation_probes(newest)
-            print(f"{name} answered", flush=True)
         measured[name] = newest.number
         last = name, newest.number
         checkpoint()
     if last is not None and not args.probes_only:
         newest = next(v for v in store.list_versions(doc_key) if v.number == last[1])
         if adapted is None:  # resumed after its row: load it again
-            adapted = adapter_model(newest.number)
+            adapted = adapter_model(newest)
         retriever = retriever or Retriever(config)
         learned = learned_without_block(newest)
         results["adapter+RAG"] = {k: answer_all(adapted, tokenizer, v, retriever, learned) for k, v in items.items()}
