@@ -1,13 +1,13 @@
-"""``learnerd db migrate``, ``learnerd db check`` and ``learnerd db scrub``: the store's schema version (SQLite or
-PostgreSQL), and secrets redacted from what is already stored.
+"""``learnerd db migrate``, ``learnerd db check`` and ``learnerd db scrub``: the store's schema migrations (SQLite or
+PostgreSQL: :mod:`learnerd.store.db`), and secrets redacted from what is already stored.
 
-``migrate`` brings the store named by ``[store] url`` (or ``--store-url``) up to this learnerd's
-schema; on PostgreSQL it is the only way the schema changes (replicas refuse to start on an older one).
-``check`` prints the store's version and this learnerd's, and exits 0 when they match, 1 when the store
-needs ``migrate`` or is newer than this learnerd (or cannot be reached). ``scrub`` runs the secret redactor
-(``[privacy]``) once over the stored state — tables, the documents' auto-written sections, the probe journal,
-the ``POST /v1/blocks`` log files, evaluation reports, foyle export files — with the state directory locked
-(no daemon may run; :mod:`learnerd.store.scrub`); ``--dry-run`` shows what would change.
+``migrate`` applies the migrations the store named by ``[store] url`` (or ``--store-url``) lacks; on
+PostgreSQL it is the only way the schema changes (replicas refuse to start while one is missing).
+``check`` prints the migrations the store lacks or does not know, and exits 0 when it holds exactly this
+learnerd's, 1 when it needs ``migrate`` or is newer than this learnerd (or cannot be reached). ``scrub`` runs
+the secret redactor (``[privacy]``) once over the stored state — tables, the documents' auto-written sections,
+the probe journal, the ``POST /v1/blocks`` log files, evaluation reports, foyle export files — with the state
+directory locked (no daemon may run; :mod:`learnerd.store.scrub`); ``--dry-run`` shows what would change.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     commands = p.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
     for name, help in (
         ("migrate", "apply the missing schema migrations (PostgreSQL: under an advisory lock)"),
-        ("check", "compare the store's schema version with this learnerd's (exit 1 unless equal)"),
+        ("check", "compare the store's migrations with this learnerd's (exit 1 unless the same)"),
         ("scrub", "redact secrets from the stored state once (tables, documents, journals; no daemon may run)"),
     ):
         c = commands.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".")
@@ -109,19 +109,30 @@ def run(args: argparse.Namespace) -> int:
         return 0
     target = cfg.layout.store_target
     try:
+        state = db.status(target)
         if args.db_command == "migrate":
-            before, after = db.migrate(target)
-            result = {"store": db.redact(target), "before": before, "after": after, "code": db.SCHEMA_VERSION}
-            message = f"{result['store']}: schema version {before} -> {after}"
+            applied = db.migrate(target)
+            result = {"store": db.redact(target), "applied": [list(k) for k in applied], "numbered": state.numbered}
+            message = f"{result['store']}: " + (f"applied {db.label(applied)}" if applied else "nothing to apply")
+            if state.numbered:
+                message += f"; its schema version {state.numbered} is now recorded by name"
         else:
-            version = db.schema_version(target)
-            result = {"store": db.redact(target), "version": version, "code": db.SCHEMA_VERSION}
-            message = f"{result['store']}: schema version {version}, this learnerd's {db.SCHEMA_VERSION}"
+            result = {
+                "store": db.redact(target),
+                "applied": [list(k) for k in state.applied],
+                "pending": [list(m.key) for m in state.pending],
+                "unknown": [list(k) for k in state.unknown],
+            }
+            message = f"{result['store']}: {len(state.applied)} migrations applied"
+            if state.pending:
+                message += f", lacks {db.label([m.key for m in state.pending])}"
+            if state.unknown:
+                message += f", records {db.label(state.unknown)}, unknown to this learnerd"
     except (db.StoreUnavailable, db.SchemaError) as exc:
         raise CommandError(str(exc)) from exc
     print(json.dumps(result) if args.json else message)
-    if args.db_command == "check" and result["version"] != db.SCHEMA_VERSION:
+    if args.db_command == "check" and not state.current:
         if not args.json:
-            print("run learnerd db migrate" if result["version"] < db.SCHEMA_VERSION else "upgrade learnerd")
+            print("upgrade learnerd" if state.unknown else "run learnerd db migrate")
         return 1
     return 0

@@ -64,10 +64,10 @@ def run(args: argparse.Namespace) -> int:
     answering = parse_fingerprint(args.answer) if args.answer is not None else None
     if not cfg.layout.is_postgres and not cfg.layout.db_path.exists():
         raise CommandError(f"no learnerd database at {cfg.layout.db_path}: run `learnerd run` first")
-    if not cfg.layout.is_postgres and (version := db.schema_version(cfg.layout.db_path)) < db.SCHEMA_VERSION:
+    if not cfg.layout.is_postgres and (pending := db.status(cfg.layout.db_path).pending):
         raise CommandError(
-            f"{cfg.layout.db_path}: schema version {version} is older than this learnerd's ({db.SCHEMA_VERSION}), "
-            "which records where blocks came from: run learnerd db migrate (or start learnerd run) first"
+            f"{cfg.layout.db_path}: not migrated (lacks {db.label([m.key for m in pending])}):"
+            " run learnerd db migrate (or start learnerd run) first"
         )
     hits = _nearest(cfg, args) if args.text is not None else None
     try:

@@ -23,7 +23,36 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from learnerd.store.db import Migration
 from learnerd.store.locks import lock_for_merge
+
+MIGRATIONS = (
+    Migration(
+        "assistant_sessions",
+        1,
+        """
+        CREATE TABLE assistant_sessions (
+            source      TEXT NOT NULL,
+            session_key TEXT NOT NULL,
+            session_id  TEXT NOT NULL DEFAULT '',
+            intent      TEXT NOT NULL DEFAULT '',
+            plan        TEXT NOT NULL DEFAULT '',
+            intent_time REAL,
+            cwd         TEXT NOT NULL DEFAULT '',
+            failed      TEXT NOT NULL DEFAULT '[]',
+            updated_at  REAL NOT NULL,
+            PRIMARY KEY (source, session_key)
+        );
+        CREATE INDEX assistant_sessions_cwd ON assistant_sessions(cwd, intent_time);
+        CREATE TABLE rejected_attempts (
+            block_id   TEXT NOT NULL,
+            attempt_id TEXT NOT NULL,
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (block_id, attempt_id)
+        )
+        """,
+    ),
+)
 
 
 @dataclass

@@ -19,7 +19,49 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
+from learnerd.store.db import Migration
 from learnerd.store.locks import lock_for_merge
+
+MIGRATIONS = (
+    Migration(
+        "blocks",
+        1,
+        """
+        CREATE TABLE blocks (
+            id                 TEXT PRIMARY KEY,
+            source             TEXT NOT NULL,
+            context            TEXT NOT NULL DEFAULT '[]',
+            context_time       REAL,
+            generated          TEXT,
+            generated_language TEXT,
+            generated_time     REAL,
+            executed           TEXT,
+            executed_language  TEXT,
+            exit_code          INTEGER,
+            eval_mode          INTEGER NOT NULL DEFAULT 0,
+            executed_time      REAL,
+            suggestion_status  TEXT,
+            event_time         REAL,
+            created_at         REAL NOT NULL,
+            updated_at         REAL NOT NULL
+        );
+        CREATE INDEX blocks_updated_at ON blocks(updated_at)
+        """,
+    ),
+    # 2: the generated cell keeps its kind (foyle generates markup blocks as well as code blocks).
+    Migration("blocks", 2, "ALTER TABLE blocks ADD COLUMN generated_kind TEXT NOT NULL DEFAULT 'code'"),
+    # 3: the session id of the program that logged the block (joins executions to served answers:
+    # learnerd.store.suggestions).
+    Migration("blocks", 3, "ALTER TABLE blocks ADD COLUMN session TEXT"),
+    # 4: provenance: where the executed cell was read (the log file and its 1-based line number), so an adapter
+    # version's manifest.json and `learnerd why` can name the line an example came from. NULL for blocks
+    # ingested before (and for cells not read from a file).
+    Migration(
+        "blocks",
+        4,
+        "ALTER TABLE blocks ADD COLUMN executed_path TEXT; ALTER TABLE blocks ADD COLUMN executed_line INTEGER",
+    ),
+)
 
 CELL_KINDS = ("markup", "code")
 

@@ -1,5 +1,5 @@
 """The database: SQLite (a file, the default) or PostgreSQL (a ``postgresql://`` URL, for a fleet of
-replicas; see docs/fleet.md and :mod:`learnerd.store.pg`): connection settings, schema version and
+replicas; see docs/fleet.md and :mod:`learnerd.store.pg`): connection settings, and the machinery of the
 migrations.
 
 One file, WAL mode, ``synchronous=NORMAL``: a committed transaction survives a process crash
@@ -7,14 +7,23 @@ One file, WAL mode, ``synchronous=NORMAL``: a committed transaction survives a p
 since the analyzer commits each batch of blocks together with the watermark that covers them, a
 rollback only means those log lines are read again.
 
-One schema for both backends: :data:`MIGRATIONS` holds one SQL script per version, written in the
-SQL both engines accept (PostgreSQL gets its column type names through
-:func:`learnerd.store.pg.translate_ddl`). On SQLite the version lives in ``PRAGMA user_version`` and
-:func:`connect` applies the missing migrations itself, each in its own transaction (one process owns
-the file). On PostgreSQL the version is the largest row of ``schema_migrations`` (version, applied_at),
-and only :func:`migrate` (``learnerd db migrate``) applies migrations: each in its own transaction
-(PostgreSQL's DDL is transactional) under an advisory lock, so replicas started together cannot race;
-:func:`connect` refuses a schema older than the code.
+One schema for both backends, owned table by table: each store module declares its tables' DDL as its
+``MIGRATIONS``, a tuple of :class:`Migration` named ``(name, number)`` — ``("suggestions", 1)``,
+``("suggestions", 2)``, … — in the SQL both engines accept (PostgreSQL gets its column type names through
+:func:`learnerd.store.pg.translate_ddl`); :data:`learnerd.store.schema.MODULES` is the order the modules'
+migrations apply in. The database records each migration applied, by name, in ``schema_migrations (name,
+number, applied_at)``, written in the transaction that applies the migration, so a crash leaves a migration
+applied and recorded, or neither. On SQLite :func:`connect` applies the missing migrations itself (one
+process owns the file). On PostgreSQL only :func:`migrate` (``learnerd db migrate``) applies them, under an
+advisory lock, so replicas started together cannot race; :func:`connect` refuses a database that lacks one.
+Both refuse a database that records a migration this learnerd does not declare (a newer learnerd's).
+
+A database made before migrations had names (learnerd up to commit 537b866) records one version number, 1
+to 9: SQLite's ``PRAGMA user_version``, PostgreSQL's ``schema_migrations (version, applied_at)``.
+:data:`NUMBERED` says which named migrations each version holds; the first migration of such a database
+rewrites its record by name (on PostgreSQL keeping each version's ``applied_at``), once, then proceeds as
+above. SQLite's ``user_version`` then reads :data:`NAMED`, so a learnerd of that time refuses the file as
+newer than itself.
 """
 
 from __future__ import annotations
@@ -22,207 +31,100 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-MIGRATIONS: tuple[str, ...] = (
-    # 1: blocks, examples, embeddings, watermarks, partial foyle traces.
-    """
-    CREATE TABLE blocks (
-        id                 TEXT PRIMARY KEY,
-        source             TEXT NOT NULL,
-        context            TEXT NOT NULL DEFAULT '[]',
-        context_time       REAL,
-        generated          TEXT,
-        generated_language TEXT,
-        generated_time     REAL,
-        executed           TEXT,
-        executed_language  TEXT,
-        exit_code          INTEGER,
-        eval_mode          INTEGER NOT NULL DEFAULT 0,
-        executed_time      REAL,
-        suggestion_status  TEXT,
-        event_time         REAL,
-        created_at         REAL NOT NULL,
-        updated_at         REAL NOT NULL
-    );
-    CREATE INDEX blocks_updated_at ON blocks(updated_at);
-    CREATE TABLE examples (
-        id         TEXT PRIMARY KEY,
-        query      TEXT NOT NULL,
-        answer     TEXT NOT NULL,
-        language   TEXT NOT NULL DEFAULT '',
-        updated_at REAL NOT NULL
-    );
-    CREATE TABLE embeddings (
-        example_id TEXT PRIMARY KEY,
-        model      TEXT NOT NULL,
-        dim        INTEGER NOT NULL,
-        text_hash  TEXT NOT NULL,
-        vector     BLOB NOT NULL,
-        updated_at REAL NOT NULL
-    );
-    CREATE TABLE watermarks (
-        path       TEXT PRIMARY KEY,
-        inode      INTEGER NOT NULL,
-        "offset"   INTEGER NOT NULL,
-        line       INTEGER NOT NULL,
-        updated_at REAL NOT NULL
-    );
-    CREATE TABLE foyle_traces (
-        trace_id   TEXT PRIMARY KEY,
-        kind       TEXT NOT NULL,
-        request    TEXT,
-        response   TEXT,
-        eval_mode  INTEGER NOT NULL DEFAULT 0,
-        first_time REAL,
-        updated_at REAL NOT NULL
-    );
-    """,
-    # 2: a watermark also remembers a fingerprint of the file's first bytes (sha256 hex of the first
-    # fingerprint_len bytes), so a file replaced by another that reuses its inode is not resumed mid-way.
-    """
-    ALTER TABLE watermarks ADD COLUMN fingerprint TEXT NOT NULL DEFAULT '';
-    ALTER TABLE watermarks ADD COLUMN fingerprint_len INTEGER NOT NULL DEFAULT 0
-    """,
-    # 3: the generated cell keeps its kind (foyle generates markup blocks as well as code blocks).
-    """
-    ALTER TABLE blocks ADD COLUMN generated_kind TEXT NOT NULL DEFAULT 'code'
-    """,
-    # 4: a fleet of replicas on one database (docs/fleet.md). Watermarks are keyed by (replica host, path),
-    # so two hosts can tail files with the same path; replicas hold heartbeat leases; reconcile_log audits
-    # which replica reconciled which key when ([fleet] audit); adapter_commits records each committed
-    # adapter version of the shared adapters_dir.
-    """
-    CREATE TABLE watermarks_v4 (
-        host            TEXT NOT NULL DEFAULT '',
-        path            TEXT NOT NULL,
-        inode           INTEGER NOT NULL,
-        "offset"        INTEGER NOT NULL,
-        line            INTEGER NOT NULL,
-        updated_at      REAL NOT NULL,
-        fingerprint     TEXT NOT NULL DEFAULT '',
-        fingerprint_len INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (host, path)
-    );
-    INSERT INTO watermarks_v4 (host, path, inode, "offset", line, updated_at, fingerprint, fingerprint_len)
-        SELECT '', path, inode, "offset", line, updated_at, fingerprint, fingerprint_len FROM watermarks;
-    DROP TABLE watermarks;
-    ALTER TABLE watermarks_v4 RENAME TO watermarks;
-    CREATE TABLE replicas (
-        id      TEXT PRIMARY KEY,
-        host    TEXT NOT NULL,
-        pid     INTEGER NOT NULL,
-        started REAL NOT NULL,
-        renewed REAL NOT NULL,
-        roles   TEXT NOT NULL
-    );
-    CREATE TABLE reconcile_log (
-        queue    TEXT NOT NULL,
-        key      TEXT NOT NULL,
-        replica  TEXT NOT NULL,
-        started  REAL NOT NULL,
-        finished REAL NOT NULL
-    );
-    CREATE INDEX reconcile_log_key ON reconcile_log(queue, key);
-    CREATE TABLE adapter_commits (
-        document     TEXT NOT NULL,
-        version      INTEGER NOT NULL,
-        replica      TEXT NOT NULL,
-        committed_at REAL NOT NULL,
-        PRIMARY KEY (document, version)
-    )
-    """,
-    # 5: assistants' sessions (Claude Code, Codex CLI, OpenTelemetry GenAI): what each session's person asked
-    # last (the intent of the commands that follow), the assistant's plan, the session's working directory and
-    # the failed commands not yet followed by a success; and each learned block's rejected attempts (the failed
-    # commands a succeeded one corrected). learnerd.store.assistant_sessions.
-    """
-    CREATE TABLE assistant_sessions (
-        source      TEXT NOT NULL,
-        session_key TEXT NOT NULL,
-        session_id  TEXT NOT NULL DEFAULT '',
-        intent      TEXT NOT NULL DEFAULT '',
-        plan        TEXT NOT NULL DEFAULT '',
-        intent_time REAL,
-        cwd         TEXT NOT NULL DEFAULT '',
-        failed      TEXT NOT NULL DEFAULT '[]',
-        updated_at  REAL NOT NULL,
-        PRIMARY KEY (source, session_key)
-    );
-    CREATE INDEX assistant_sessions_cwd ON assistant_sessions(cwd, intent_time);
-    CREATE TABLE rejected_attempts (
-        block_id   TEXT NOT NULL,
-        attempt_id TEXT NOT NULL,
-        updated_at REAL NOT NULL,
-        PRIMARY KEY (block_id, attempt_id)
-    )
-    """,
-    # 6: tombstones of what ``learnerd forget`` took back (learnerd.store.tombstones): the examples reconciler
-    # refuses every block a tombstone covers, so re-ingestion, backfill and fleet peers never learn it again.
-    """
-    CREATE TABLE tombstones (
-        id         TEXT PRIMARY KEY,
-        kind       TEXT NOT NULL,
-        value      TEXT NOT NULL,
-        block_ids  TEXT NOT NULL DEFAULT '[]',
-        created_at REAL NOT NULL
-    )
-    """,
-    # 7: learnerd remembers what it served (learnerd.store.suggestions): a block may carry the session id of
-    # the program that logged it; each served answer is a suggestion (its block, the adapter version that
-    # answered, the normalized command) until an execution resolves it; suggestion_counts keeps the totals per
-    # (document, version, outcome), so pruning old suggestions never lowers them.
-    """
-    ALTER TABLE blocks ADD COLUMN session TEXT;
-    CREATE TABLE suggestions (
-        block_id    TEXT PRIMARY KEY,
-        document    TEXT NOT NULL,
-        version     TEXT NOT NULL,
-        session     TEXT,
-        command     TEXT NOT NULL,
-        answer      TEXT NOT NULL,
-        retrieved   TEXT NOT NULL DEFAULT '[]',
-        served_at   REAL NOT NULL,
-        outcome     TEXT,
-        resolved_by TEXT,
-        resolved_at REAL
-    );
-    CREATE INDEX suggestions_session ON suggestions(session, served_at);
-    CREATE INDEX suggestions_command ON suggestions(command, served_at);
-    CREATE INDEX suggestions_served_at ON suggestions(served_at);
-    CREATE INDEX suggestions_resolved_by ON suggestions(resolved_by);
-    CREATE TABLE suggestion_counts (
-        document TEXT NOT NULL,
-        version  TEXT NOT NULL,
-        outcome  TEXT NOT NULL,
-        n        INTEGER NOT NULL,
-        PRIMARY KEY (document, version, outcome)
-    )
-    """,
-    # 8: provenance: where a block's executed cell was read (the log file and its 1-based line number), so an
-    # adapter version's manifest.json and `learnerd why` can name the line an example came from. NULL for
-    # blocks ingested before this version (and for cells not read from a file).
-    """
-    ALTER TABLE blocks ADD COLUMN executed_path TEXT;
-    ALTER TABLE blocks ADD COLUMN executed_line INTEGER
-    """,
-    # 9: an adapter version is committed as a candidate and promoted by the promotion gate
-    # (docs/evaluation.md); a row's promoted_at marks it promoted, the newest promoted row is current. Rows
-    # committed before were current when committed: they count as promoted.
-    """
-    ALTER TABLE adapter_commits ADD COLUMN promoted_at REAL;
-    UPDATE adapter_commits SET promoted_at = committed_at
-    """,
-)
+MigrationKey = tuple[str, int]
+"""A migration's name and number, as ``schema_migrations`` records it: ``("suggestions", 1)``."""
 
-SCHEMA_VERSION = len(MIGRATIONS)
+
+@dataclass(frozen=True)
+class Migration:
+    """One change to the tables of the store module that declares it, recorded as :attr:`key`.
+
+    ``sql``: statements separated by ``;``, in the SQL both backends accept (column types ``INTEGER``,
+    ``REAL``, ``TEXT``, ``BLOB``). A shipped migration is never edited: a further change is the next number.
+    """
+
+    name: str
+    number: int
+    sql: str
+
+    @property
+    def key(self) -> MigrationKey:
+        return (self.name, self.number)
+
+
+class MigrationConflict(ValueError):
+    """Two modules declare one migration name, a module declares a migration twice, or a name's numbers do
+    not run 1, 2, … in order."""
+
+
+def collect(modules: Sequence[ModuleType]) -> tuple[Migration, ...]:
+    """Every module's ``MIGRATIONS``, in the modules' order: the order they apply in.
+
+    A name belongs to the one module that declares it; its numbers run 1, 2, … in declaration order.
+
+    Raises:
+        MigrationConflict: the rules above broken, naming the modules and migration concerned.
+    """
+    owners: dict[str, str] = {}
+    last: dict[str, int] = {}
+    migrations: list[Migration] = []
+    for module in modules:
+        for migration in module.MIGRATIONS:
+            name, number = migration.key
+            owner = owners.setdefault(name, module.__name__)
+            if owner != module.__name__:
+                raise MigrationConflict(
+                    f"migration {migration.key!r} of {module.__name__}: the name {name!r} is {owner}'s"
+                    " (each module names its own migrations)"
+                )
+            previous = last.get(name, 0)
+            if number != previous + 1:
+                raise MigrationConflict(
+                    f"{module.__name__}: migration {migration.key!r} comes after {(name, previous)!r}"
+                    " (a name's numbers run 1, 2, … in order, each once)"
+                )
+            last[name] = number
+            migrations.append(migration)
+    return tuple(migrations)
+
+
+def declared() -> tuple[Migration, ...]:
+    """This learnerd's migrations in the order they apply (:data:`learnerd.store.schema.MIGRATIONS`)."""
+    from learnerd.store import schema
+
+    return schema.MIGRATIONS
+
+
+#: The named migrations each version of a numbered record holds (learnerd up to commit 537b866 applied
+#: version N's as one script). Frozen: new migrations have names only.
+NUMBERED: dict[int, tuple[MigrationKey, ...]] = {
+    1: (("blocks", 1), ("examples", 1), ("embeddings", 1), ("watermarks", 1), ("foyle_traces", 1)),
+    2: (("watermarks", 2),),
+    3: (("blocks", 2),),
+    4: (("watermarks", 3), ("fleet", 1)),
+    5: (("assistant_sessions", 1),),
+    6: (("tombstones", 1),),
+    7: (("blocks", 3), ("suggestions", 1)),
+    8: (("blocks", 4),),
+    9: (("fleet", 2),),
+}
+
+#: SQLite's ``PRAGMA user_version`` of a database recorded by name: above every numbered version.
+NAMED = len(NUMBERED) + 1
+
+#: The advisory lock key :func:`migrate` holds while it migrates (any constant; "lrnd" in ASCII).
+MIGRATION_LOCK = 0x6C726E64
 
 
 class SchemaError(RuntimeError):
-    """The database's schema is not this learnerd's: written by a newer one, or (PostgreSQL) older
-    than the code and not yet migrated."""
+    """The database's schema is not this learnerd's: it records a migration this learnerd does not declare (a
+    newer learnerd's), or (PostgreSQL) lacks one of this learnerd's, not yet migrated."""
 
 
 class StoreUnavailable(RuntimeError):
@@ -232,40 +134,6 @@ class StoreUnavailable(RuntimeError):
 def is_postgres(target: str | Path) -> bool:
     """True when ``target`` is a PostgreSQL URL (``postgresql://`` or ``postgres://``), not a SQLite path."""
     return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
-
-
-def connect(target: str | Path, *, readonly: bool = False) -> Any:
-    """Open the store at ``target``: a SQLite file path, or a PostgreSQL URL (:func:`is_postgres`).
-
-    SQLite: see :func:`connect_sqlite`. PostgreSQL: a :class:`learnerd.store.pg.PgConnection` whose
-    schema is checked (never migrated: that is :func:`migrate`'s job).
-
-    Raises:
-        SchemaError: the schema is newer than :data:`SCHEMA_VERSION` (either backend), or older
-            (PostgreSQL: "run learnerd db migrate").
-        StoreUnavailable: the PostgreSQL server cannot be reached.
-        sqlite3.Error: the SQLite file is not a database or cannot be opened.
-    """
-    if not is_postgres(target):
-        return connect_sqlite(target, readonly=readonly)
-    conn = _connect_pg(str(target))
-    try:
-        version = _pg_version(conn)
-        if version != SCHEMA_VERSION:
-            raise SchemaError(_version_message(str(target), version))
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _version_message(target: str, version: int) -> str:
-    where = redact(target)
-    if version > SCHEMA_VERSION:
-        return f"{where}: schema version {version} is newer than this learnerd's ({SCHEMA_VERSION}); upgrade learnerd"
-    return (
-        f"{where}: schema version {version} is older than this learnerd's ({SCHEMA_VERSION}): run learnerd db migrate"
-    )
 
 
 def redact(target: str | Path) -> str:
@@ -297,91 +165,224 @@ def _connect_pg(url: str) -> Any:
         raise StoreUnavailable(f"cannot reach the database {redact(url)}: {reason}") from exc
 
 
-def _pg_version(conn: Any) -> int:
-    exists = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()[0]
-    if not exists:
-        return 0
-    return conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+@dataclass(frozen=True)
+class SchemaStatus:
+    """A database's record against this learnerd's migrations (:func:`status`).
+
+    ``applied``: the declared migrations it records, ``pending``: the declared ones it lacks (in the order
+    they apply), ``unknown``: the ones it records that this learnerd does not declare (sorted);
+    ``numbered``: None for a record by name, 0 for no record at all, N for a numbered record of version N (not
+    yet rewritten by name: see the module docstring).
+    """
+
+    applied: tuple[MigrationKey, ...]
+    pending: tuple[Migration, ...]
+    unknown: tuple[MigrationKey, ...]
+    numbered: int | None
+
+    @property
+    def current(self) -> bool:
+        """Whether the database holds exactly this learnerd's migrations."""
+        return not self.pending and not self.unknown
 
 
-#: The advisory lock key :func:`migrate` holds while it migrates (any constant; "lrnd" in ASCII).
-MIGRATION_LOCK = 0x6C726E64
+def label(keys: Sequence[MigrationKey]) -> str:
+    """``[("blocks", 4), ("fleet", 2)]`` → ``"blocks 4, fleet 2"`` (for messages)."""
+    return ", ".join(f"{name} {number}" for name, number in keys)
 
 
-def schema_version(target: str | Path) -> int:
-    """The schema version of the store at ``target`` (0 for an empty PostgreSQL database or SQLite file).
+def _record(conn: Any, where: str) -> tuple[dict[MigrationKey, float | None], int | None]:
+    """The migrations the database records, each with its ``applied_at`` where known, and what kind of record
+    that is: None for a record by name, 0 for none at all, N for a numbered record of version N.
 
     Raises:
+        SchemaError: a numbered version this learnerd does not know.
+    """
+    postgres = getattr(conn, "dialect", "sqlite") == "postgresql"
+    if postgres:
+        columns = {
+            row[0]
+            for row in conn.execute(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_schema = current_schema() AND table_name = 'schema_migrations'"
+            )
+        }
+        by_name = bool(columns) and "version" not in columns
+    else:
+        found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'")
+        by_name = found.fetchone() is not None
+    if by_name:
+        rows = conn.execute("SELECT name, number, applied_at FROM schema_migrations")
+        return {(name, number): applied_at for name, number, applied_at in rows}, None
+    if postgres:
+        versions = dict(conn.execute("SELECT version, applied_at FROM schema_migrations")) if columns else {}
+    else:
+        versions = dict.fromkeys(range(1, conn.execute("PRAGMA user_version").fetchone()[0] + 1))
+    numbered = max(versions, default=0)
+    if numbered > len(NUMBERED):
+        raise SchemaError(
+            f"{where}: schema version {numbered} is newer than the numbered versions this learnerd knows"
+            f" (1 to {len(NUMBERED)}); upgrade learnerd"
+        )
+    return {key: versions.get(version) for version in range(1, numbered + 1) for key in NUMBERED[version]}, numbered
+
+
+def _compare(record: dict[MigrationKey, float | None], numbered: int | None) -> SchemaStatus:
+    migrations = declared()
+    return SchemaStatus(
+        applied=tuple(m.key for m in migrations if m.key in record),
+        pending=tuple(m for m in migrations if m.key not in record),
+        unknown=tuple(sorted(set(record) - {m.key for m in migrations})),
+        numbered=numbered,
+    )
+
+
+def _status(conn: Any, where: str) -> SchemaStatus:
+    return _compare(*_record(conn, where))
+
+
+def _refuse_unknown(state: SchemaStatus, where: str) -> None:
+    if state.unknown:
+        raise SchemaError(
+            f"{where}: records migrations this learnerd does not know ({label(state.unknown)}), a newer learnerd's;"
+            " upgrade learnerd"
+        )
+
+
+def status(target: str | Path) -> SchemaStatus:
+    """The record of the store at ``target`` against this learnerd's migrations (a SQLite file that does not
+    exist, or an empty PostgreSQL database, lacks them all). Reads only.
+
+    Raises:
+        SchemaError: a numbered record of a version this learnerd does not know.
         StoreUnavailable, sqlite3.Error: as :func:`connect`.
     """
     if is_postgres(target):
         conn = _connect_pg(str(target))
-        try:
-            return _pg_version(conn)
-        finally:
-            conn.close()
-    if not Path(target).exists():
-        return 0
-    conn = sqlite3.connect(f"file:{target}?mode=ro", uri=True)
+    elif not Path(target).exists():
+        return SchemaStatus((), declared(), (), 0)
+    else:
+        conn = _open_sqlite(target, readonly=True)
     try:
-        return conn.execute("PRAGMA user_version").fetchone()[0]
+        return _status(conn, redact(target))
     finally:
         conn.close()
 
 
-def migrate(target: str | Path) -> tuple[int, int]:
-    """Bring the store at ``target`` up to :data:`SCHEMA_VERSION`; returns (version before, after).
+def connect(target: str | Path, *, readonly: bool = False) -> Any:
+    """Open the store at ``target``: a SQLite file path, or a PostgreSQL URL (:func:`is_postgres`).
 
-    PostgreSQL: every missing migration in its own transaction, holding the advisory lock
-    :data:`MIGRATION_LOCK` (a second ``migrate`` waits, then finds nothing left to do).
+    SQLite: see :func:`connect_sqlite`. PostgreSQL: a :class:`learnerd.store.pg.PgConnection` whose
+    record is checked (never migrated: that is :func:`migrate`'s job).
 
     Raises:
-        SchemaError: the schema is newer than this learnerd's.
-        StoreUnavailable, sqlite3.Error: as :func:`connect`.
+        SchemaError: the database records a migration this learnerd does not declare (either backend), or
+            (PostgreSQL) lacks one: "run learnerd db migrate".
+        StoreUnavailable: the PostgreSQL server cannot be reached.
+        sqlite3.Error: the SQLite file is not a database or cannot be opened.
     """
     if not is_postgres(target):
-        before = schema_version(target)
-        connect_sqlite(target).close()
-        return before, SCHEMA_VERSION
-    from learnerd.store.pg import translate_ddl
-
+        return connect_sqlite(target, readonly=readonly)
     conn = _connect_pg(str(target))
     try:
-        before = _pg_version(conn)
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations"
-                " (version BIGINT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+        where = redact(target)
+        state = _status(conn, where)
+        _refuse_unknown(state, where)
+        if state.pending:
+            raise SchemaError(
+                f"{where}: lacks {len(state.pending)} of this learnerd's migrations"
+                f" ({label([m.key for m in state.pending])}): run learnerd db migrate"
             )
-        version = _pg_version(conn)
-        if version > SCHEMA_VERSION:
-            raise SchemaError(_version_message(str(target), version))
-        for target_version in range(version + 1, SCHEMA_VERSION + 1):
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
-                if _pg_version(conn) >= target_version:
-                    continue  # another migrate applied it while we waited for the lock
-                for statement in _split_statements(MIGRATIONS[target_version - 1]):
-                    conn.execute(translate_ddl(statement))
-                conn.execute(
-                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)", (target_version, time.time())
-                )
-        return before, _pg_version(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def migrate(target: str | Path) -> tuple[MigrationKey, ...]:
+    """Apply the migrations the store at ``target`` lacks, in order; returns those applied (none when it is
+    current). A numbered record is rewritten by name first (see the module docstring).
+
+    Each migration runs in its own transaction together with its record row; on PostgreSQL every transaction
+    holds the advisory lock :data:`MIGRATION_LOCK` (a second ``migrate`` waits, then finds nothing left to do).
+
+    Raises:
+        SchemaError: the database records a migration this learnerd does not declare.
+        StoreUnavailable, sqlite3.Error: as :func:`connect`; a migration's own error (its transaction rolled
+            back, the migrations before it applied and recorded).
+    """
+    conn = _connect_pg(str(target)) if is_postgres(target) else _open_sqlite(target, readonly=False)
+    try:
+        return _migrate(conn, redact(target))
     finally:
         conn.close()
 
 
-def connect_sqlite(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
-    """Open (creating if needed) the SQLite database at ``path`` and bring its schema up to date.
+def _migrate(conn: Any, where: str) -> tuple[MigrationKey, ...]:
+    state = _status(conn, where)
+    _refuse_unknown(state, where)
+    if state.numbered is None and not state.pending:
+        return ()  # the common case, read without taking the write lock
+    postgres = getattr(conn, "dialect", "sqlite") == "postgresql"
+    ddl: Callable[[str], str] = str  # SQLite reads the migrations' own type names
+    if postgres:
+        from learnerd.store import pg
 
-    The connection is in autocommit mode (``isolation_level=None``); group writes with
-    :func:`transaction`. Rows come back as :class:`sqlite3.Row`.
+        ddl = pg.translate_ddl
+    with _migrating(conn, postgres):
+        record, numbered = _record(conn, where)
+        state = _compare(record, numbered)
+        _refuse_unknown(state, where)
+        if numbered is not None:
+            _record_by_name(conn, record, postgres, ddl)
+    applied = []
+    for migration in state.pending:
+        with _migrating(conn, postgres):
+            if migration.key in _record(conn, where)[0]:
+                continue  # another migrate applied it while this one waited for the lock
+            for statement in _split_statements(migration.sql):
+                conn.execute(ddl(statement))
+            conn.execute(
+                "INSERT INTO schema_migrations (name, number, applied_at) VALUES (?, ?, ?)",
+                (*migration.key, time.time()),
+            )
+        applied.append(migration.key)
+    return tuple(applied)
 
-    Raises:
-        SchemaError: the file's schema version is newer than :data:`SCHEMA_VERSION`.
-        sqlite3.Error: the file is not a database or cannot be opened.
-    """
+
+@contextlib.contextmanager
+def _migrating(conn: Any, postgres: bool) -> Iterator[None]:
+    """A migration's transaction; on PostgreSQL holding :data:`MIGRATION_LOCK` (SQLite's ``BEGIN IMMEDIATE``
+    already excludes every other writer)."""
+    with transaction(conn):
+        if postgres:
+            conn.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
+        yield
+
+
+def _record_by_name(
+    conn: Any, record: dict[MigrationKey, float | None], postgres: bool, ddl: Callable[[str], str]
+) -> None:
+    """Create ``schema_migrations`` by name, holding ``record`` (a numbered record's migrations, or none);
+    rows without an ``applied_at`` get the present time."""
+    if postgres:
+        conn.execute("DROP TABLE IF EXISTS schema_migrations")  # a numbered record: ``record`` holds its rows
+    conn.execute(
+        ddl(
+            "CREATE TABLE schema_migrations (name TEXT NOT NULL, number INTEGER NOT NULL, applied_at REAL NOT NULL,"
+            " PRIMARY KEY (name, number))"
+        )
+    )
+    now = time.time()
+    conn.executemany(
+        "INSERT INTO schema_migrations (name, number, applied_at) VALUES (?, ?, ?)",
+        [(name, number, now if applied_at is None else applied_at) for (name, number), applied_at in record.items()],
+    )
+    if not postgres:
+        conn.execute(f"PRAGMA user_version = {NAMED}")
+
+
+def _open_sqlite(path: str | Path, *, readonly: bool) -> sqlite3.Connection:
     if readonly:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
     else:
@@ -393,19 +394,29 @@ def connect_sqlite(path: str | Path, *, readonly: bool = False) -> sqlite3.Conne
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA foreign_keys = ON")
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version > SCHEMA_VERSION:
+    return conn
+
+
+def connect_sqlite(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """Open (creating if needed) the SQLite database at ``path`` and apply the migrations it lacks
+    (:func:`migrate`; ``readonly``: none, the schema is read as it is).
+
+    The connection is in autocommit mode (``isolation_level=None``); group writes with
+    :func:`transaction`. Rows come back as :class:`sqlite3.Row`.
+
+    Raises:
+        SchemaError: the file records a migration this learnerd does not declare (a newer learnerd's).
+        sqlite3.Error: the file is not a database or cannot be opened.
+    """
+    conn = _open_sqlite(path, readonly=readonly)
+    try:
+        if readonly:
+            _refuse_unknown(_status(conn, str(path)), str(path))
+        else:
+            _migrate(conn, str(path))
+    except BaseException:
         conn.close()
-        raise SchemaError(
-            f"{path}: schema version {version} is newer than this learnerd's ({SCHEMA_VERSION}); upgrade learnerd"
-        )
-    if readonly:
-        return conn
-    for target in range(version + 1, SCHEMA_VERSION + 1):
-        with transaction(conn):
-            for statement in _split_statements(MIGRATIONS[target - 1]):
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {target}")
+        raise
     return conn
 
 

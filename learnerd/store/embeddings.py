@@ -13,7 +13,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from learnerd.store.db import Migration
 from learnerd.store.vector_index import VectorIndex
+
+MIGRATIONS = (
+    Migration(
+        "embeddings",
+        1,
+        """
+        CREATE TABLE embeddings (
+            example_id TEXT PRIMARY KEY,
+            model      TEXT NOT NULL,
+            dim        INTEGER NOT NULL,
+            text_hash  TEXT NOT NULL,
+            vector     BLOB NOT NULL,
+            updated_at REAL NOT NULL
+        )
+        """,
+    ),
+)
 
 _F32 = np.dtype("<f4")
 

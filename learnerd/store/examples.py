@@ -5,6 +5,24 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from learnerd.store.db import Migration
+
+MIGRATIONS = (
+    Migration(
+        "examples",
+        1,
+        """
+        CREATE TABLE examples (
+            id         TEXT PRIMARY KEY,
+            query      TEXT NOT NULL,
+            answer     TEXT NOT NULL,
+            language   TEXT NOT NULL DEFAULT '',
+            updated_at REAL NOT NULL
+        )
+        """,
+    ),
+)
+
 EXAMPLE_SOURCE_PREFIX = "learnerd/"
 """An example's probe section carries the auto-harvest marker source ``learnerd/<example id>``
 (:mod:`learnerd.reconcilers.probes` writes it; manifests and ``learnerd why`` read it back)."""

@@ -12,6 +12,26 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from learnerd.store.db import Migration
+
+MIGRATIONS = (
+    Migration(
+        "foyle_traces",
+        1,
+        """
+        CREATE TABLE foyle_traces (
+            trace_id   TEXT PRIMARY KEY,
+            kind       TEXT NOT NULL,
+            request    TEXT,
+            response   TEXT,
+            eval_mode  INTEGER NOT NULL DEFAULT 0,
+            first_time REAL,
+            updated_at REAL NOT NULL
+        )
+        """,
+    ),
+)
+
 
 @dataclass(frozen=True)
 class PartialTrace:

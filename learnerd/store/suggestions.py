@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from markdown_it import MarkdownIt
 
 from learnerd.store.blocks import BlockEvent, Cell, apply_event, get_block
+from learnerd.store.db import Migration
 
 SOURCE = "served"
 """The ``source`` of the blocks learnerd's own answers are recorded in."""
@@ -57,6 +58,39 @@ SOURCE = "served"
 SERVED, ACCEPTED, EDITED, FAILED = "served", "accepted", "edited", "failed"
 OUTCOMES = (SERVED, ACCEPTED, EDITED, FAILED)
 """The ``outcome`` label values of ``learnerd_suggestions_total``, in display order."""
+
+MIGRATIONS = (
+    Migration(
+        "suggestions",
+        1,
+        """
+        CREATE TABLE suggestions (
+            block_id    TEXT PRIMARY KEY,
+            document    TEXT NOT NULL,
+            version     TEXT NOT NULL,
+            session     TEXT,
+            command     TEXT NOT NULL,
+            answer      TEXT NOT NULL,
+            retrieved   TEXT NOT NULL DEFAULT '[]',
+            served_at   REAL NOT NULL,
+            outcome     TEXT,
+            resolved_by TEXT,
+            resolved_at REAL
+        );
+        CREATE INDEX suggestions_session ON suggestions(session, served_at);
+        CREATE INDEX suggestions_command ON suggestions(command, served_at);
+        CREATE INDEX suggestions_served_at ON suggestions(served_at);
+        CREATE INDEX suggestions_resolved_by ON suggestions(resolved_by);
+        CREATE TABLE suggestion_counts (
+            document TEXT NOT NULL,
+            version  TEXT NOT NULL,
+            outcome  TEXT NOT NULL,
+            n        INTEGER NOT NULL,
+            PRIMARY KEY (document, version, outcome)
+        )
+        """,
+    ),
+)
 
 
 @dataclass(frozen=True)

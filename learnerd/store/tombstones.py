@@ -20,8 +20,26 @@ import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from learnerd.store.db import Migration
+
 KINDS = ("example", "block", "source", "match")
 """What a tombstone may name (``learnerd forget --example/--block/--source/--match``)."""
+
+MIGRATIONS = (
+    Migration(
+        "tombstones",
+        1,
+        """
+        CREATE TABLE tombstones (
+            id         TEXT PRIMARY KEY,
+            kind       TEXT NOT NULL,
+            value      TEXT NOT NULL,
+            block_ids  TEXT NOT NULL DEFAULT '[]',
+            created_at REAL NOT NULL
+        )
+        """,
+    ),
+)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,57 @@ import hashlib
 import sqlite3
 from dataclasses import dataclass
 
+from learnerd.store.db import Migration
+
 FINGERPRINT_BYTES = 1024
+
+MIGRATIONS = (
+    Migration(
+        "watermarks",
+        1,
+        """
+        CREATE TABLE watermarks (
+            path       TEXT PRIMARY KEY,
+            inode      INTEGER NOT NULL,
+            "offset"   INTEGER NOT NULL,
+            line       INTEGER NOT NULL,
+            updated_at REAL NOT NULL
+        )
+        """,
+    ),
+    # 2: a watermark also remembers a fingerprint of the file's first bytes (sha256 hex of the first
+    # fingerprint_len bytes), so a file replaced by another that reuses its inode is not resumed mid-way.
+    Migration(
+        "watermarks",
+        2,
+        """
+        ALTER TABLE watermarks ADD COLUMN fingerprint TEXT NOT NULL DEFAULT '';
+        ALTER TABLE watermarks ADD COLUMN fingerprint_len INTEGER NOT NULL DEFAULT 0
+        """,
+    ),
+    # 3: keyed by (replica host, path), so two hosts of a fleet can tail files with the same path.
+    Migration(
+        "watermarks",
+        3,
+        """
+        CREATE TABLE watermarks_v4 (
+            host            TEXT NOT NULL DEFAULT '',
+            path            TEXT NOT NULL,
+            inode           INTEGER NOT NULL,
+            "offset"        INTEGER NOT NULL,
+            line            INTEGER NOT NULL,
+            updated_at      REAL NOT NULL,
+            fingerprint     TEXT NOT NULL DEFAULT '',
+            fingerprint_len INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (host, path)
+        );
+        INSERT INTO watermarks_v4 (host, path, inode, "offset", line, updated_at, fingerprint, fingerprint_len)
+            SELECT '', path, inode, "offset", line, updated_at, fingerprint, fingerprint_len FROM watermarks;
+        DROP TABLE watermarks;
+        ALTER TABLE watermarks_v4 RENAME TO watermarks
+        """,
+    ),
+)
 
 
 @dataclass(frozen=True)

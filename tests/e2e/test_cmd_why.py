@@ -74,7 +74,7 @@ def test_a_store_not_yet_migrated_is_refused_with_the_fix(tmp_path):
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     conn = db.connect(state / "learnerd.db")
-    conn.execute("PRAGMA user_version = 4")  # as a learnerd before provenance left it
+    conn.execute("DELETE FROM schema_migrations WHERE name = 'blocks' AND number = 4")  # as before provenance
     conn.close()
     proc = run_cli("why", "--answer", "01KDOC@v0001", "--state-dir", str(state), check=False)
-    assert proc.returncode == 1 and "schema version 4 is older" in proc.stderr and "learnerd db migrate" in proc.stderr
+    assert proc.returncode == 1 and "lacks blocks 4" in proc.stderr and "learnerd db migrate" in proc.stderr
