@@ -12,8 +12,9 @@ rowid order (:data:`~learnerd.analyzer.reader.SQLITE_ROWS`); a row is taken as a
 when it has ``id``, ``timestamp``, ``command``, ``exit`` and ``cwd``.
 
 A row is an executed cell (block id ``atuin:<id>``, exit status ``exit``, session ``session``: the
-``$ATUIN_SESSION`` of its shell, which a shell assistant passes as ``metadata={"session": …}`` so the command
-resolves the answer learnerd served it, :mod:`learnerd.store.suggestions`) at its ``timestamp``. Its intent:
+``$ATUIN_SESSION`` of its shell — atuin's, so a row never resolves an answer learnerd served, whatever session the
+answer's client claimed: :attr:`~learnerd.analyzer.reader.Reader.resolves_served`) at its ``timestamp``. Its
+intent:
 
 - the row's own ``intent`` (agent rows), else
 - the person's last turn in an assistant session (Claude Code, Codex CLI, OpenTelemetry GenAI) with the same

@@ -30,7 +30,7 @@ Fields common to every event:
 ``session`` (string, optional, 1 to 256 characters)
     The session the event happened in (an assistant's conversation, a terminal), as the writer names
     it; all events of a block name the same one. An executed event in session S resolves the answer learnerd served
-    with ``metadata={"session": S}`` (:mod:`learnerd.store.suggestions`).
+    a bearer of its token with ``metadata={"session": S}`` (:mod:`learnerd.store.suggestions`).
 
 Per type:
 
@@ -115,8 +115,9 @@ def _parse(conn: sqlite3.Connection, obj: dict[str, Any], now: float) -> Parsed:
     return Parsed(EVENTS, [parse_event(obj)])
 
 
-READER = Reader("blocklog", JSON_LINES, detect=is_block_log, parse=_parse)
-"""learnerd's block log in the registry: each line one event, merged as it comes."""
+READER = Reader("blocklog", JSON_LINES, detect=is_block_log, parse=_parse, resolves_served=True)
+"""learnerd's block log in the registry: each line one event, merged as it comes; its sessions are named by
+learnerd's clients, so its executions resolve the answers served in the same session."""
 
 
 def _cell(raw: Any, where: str) -> Cell:

@@ -96,8 +96,9 @@ def ingest_line(
     read from (for a file-scoped reader, and stored with ``raw.number`` as the origin of an executed cell the
     line sets: :class:`~learnerd.store.blocks.LineOrigin`); ``formats``, when not empty, the names of the only
     readers that may detect it (``[analyzer] formats``). With ``join_window_s`` (seconds), every execution the
-    line reports resolves the answer learnerd served that it ran, if any
-    (:func:`learnerd.store.suggestions.resolve`); the served block is then among the changed ones.
+    line reports resolves the answer learnerd served in its session, if any, when its reader's sessions are named
+    by learnerd's clients (:attr:`~learnerd.analyzer.reader.Reader.resolves_served`,
+    :func:`learnerd.store.suggestions.resolve`); the served block is then among the changed ones.
 
     Must run inside a transaction (:func:`learnerd.store.db.transaction`); ``now`` (epoch seconds)
     stamps the rows it changes. Bad input never raises: whatever exception the line causes, what it
@@ -251,7 +252,8 @@ def parse_record(
     # The reader may store state (half a trace) before the line is fully judged: the caller's
     # savepoint undoes it when the line turns out malformed.
     parsed = reader.parse(conn, obj, now, path) if reader.file_scoped else reader.parse(conn, obj, now)
-    result = _intake(conn, parsed, now, reader.name, join_window_s, origin)
+    joins = join_window_s if reader.resolves_served else None  # only clients' sessions resolve served answers
+    result = _intake(conn, parsed, now, reader.name, joins, origin)
     result.redacted = redacted
     return result
 

@@ -32,6 +32,7 @@ A reader says:
   the field.
 - ``pending(conn) -> int`` (optional): how many records the format keeps in the store waiting for
   another record (the ``pending_traces`` gauge sums them); None for a format that never waits.
+- ``resolves_served`` (optional, default False): see the field.
 """
 
 from __future__ import annotations
@@ -130,3 +131,9 @@ class Reader:
     """``(record, now) -> bool``, for a :data:`SQLITE_ROWS` format whose rows change after they are written
     (atuin's row of a command still running): True stops the batch before the record until it no longer
     holds, so the watermark does not pass it."""
+    resolves_served: bool = False
+    """Whether the format's executions resolve the answers learnerd served in the same session
+    (:func:`learnerd.store.suggestions.resolve`): only a format whose sessions learnerd's own clients name, as
+    they name the session of their chat requests (learnerd's block log, written by ``POST /v1/blocks`` and the
+    integrations). Another program's sessions (an assistant's transcript, a shell history) are that program's: a
+    client of the endpoint that claimed one must not turn its prompt into an example of that program's run."""

@@ -13,8 +13,9 @@ session's records → blocks, one block per command. docs/inputs.md states them 
   rejected attempt (the event's ``rejected_attempts``, which the intake records and counts per format:
   :func:`learnerd.store.assistant_sessions.add_rejected_attempts`). The failed blocks stay
   blocks with their non-zero exit status, which the examples reconciler never learns.
-- **Session.** Every block names its session (the assistant's own id of it): a command the session runs
-  resolves the answer learnerd served with ``metadata={"session": <that id>}`` (:mod:`learnerd.store.suggestions`).
+- **Session.** Every block names its session (the assistant's own id of it). It is the assistant's, not a
+  client's of learnerd: a command it runs never resolves an answer learnerd served, even one whose client claimed
+  that id (:attr:`~learnerd.analyzer.reader.Reader.resolves_served`).
 - **Denied.** A tool call the person refused (the assistant's permission prompt answered no) never ran:
   the block's suggestion status is ``rejected`` (:func:`denied`).
 

@@ -74,7 +74,8 @@ class ChatCompletionRequest(BaseModel):
 
     def session(self) -> str | None:
         """The client's session id: ``metadata["session"]``, else ``user``, else None (a blank one is none).
-        An execution in that session later resolves the answer (:mod:`learnerd.store.suggestions`)."""
+        An execution the same client logs in that session (learnerd's block log) later resolves the answer
+        (:mod:`learnerd.store.suggestions`)."""
         session = (self.metadata or {}).get("session") or self.user
         return (session.strip()[:256] or None) if session else None
 

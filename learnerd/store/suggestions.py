@@ -1,7 +1,7 @@
 """What learnerd served, and what became of it: suggestions and their outcomes per adapter version.
 
-Every answer learnerd gives (the OpenAI-compatible endpoint, ``learnerd generate``) is recorded by
-:func:`record` in one transaction as
+Every answer learnerd gives to someone it trusts (the OpenAI-compatible endpoint's answers to a bearer of its
+token, ``learnerd generate``) is recorded by :func:`record` in one transaction as
 
 - a block of source :data:`SOURCE` (id ``served-<32 hex>``): its context the conversation's turns (user
   turns as markup cells, assistant turns as code cells; system turns are left out: they are the
@@ -14,15 +14,16 @@ Every answer learnerd gives (the OpenAI-compatible endpoint, ``learnerd generate
 
 Callers redact first (:mod:`learnerd.sources.served_answers`): nothing reaches these tables unscreened.
 
-When any reader later reports an execution (a block event with an executed cell, merged by the
-analyzer's one intake), :func:`resolve` looks for the open suggestion it answers, served at most
-``window_s`` seconds before the execution's own time:
-
-1. the execution's session (the event's, else its block's stored one) has an open suggestion: the newest
-   one served before it; identical after whitespace normalization → ``accepted`` (``failed`` when the
-   exit code is non-zero), different → ``edited`` (the person ran something else in that session);
-2. otherwise the newest open suggestion with the identical command whose session is unknown on one side
-   (a suggestion of *another* session never matches) → ``accepted`` or ``failed``.
+When a reader whose sessions learnerd's clients name (the block log:
+:attr:`~learnerd.analyzer.reader.Reader.resolves_served`) later reports an execution (a block event with an
+executed cell, merged by the analyzer's one intake), :func:`resolve` looks for the open suggestion it answers,
+served at most ``window_s`` seconds before the execution's own time: the newest open suggestion of the
+execution's session (the event's, else the one its block's earlier events of the same source named) served
+before it; identical after whitespace normalization → ``accepted`` (``failed`` when the exit code is non-zero),
+different → ``edited`` (the person ran something else in that session). Only the session joins: an execution
+without one, or of another session, resolves nothing, even when it ran the very command an answer suggested — an
+identical command is no evidence that the person asked that question (anyone may ask for a command that someone
+will run), and the answer's prompt would become the runner's example.
 
 The suggestion takes the outcome (once: the first execution that resolves it wins, and an execution
 resolves at most one suggestion, so reading a line again changes nothing), the served block gains the
@@ -211,30 +212,21 @@ def resolve(conn: sqlite3.Connection, ev: BlockEvent, now: float, window_s: floa
         return None
     session = ev.session
     if session is None:
-        stored = get_block(conn, ev.block_id)
-        session = stored.session if stored is not None else None
-    command = normalize_command(ev.executed.text)
-    earliest = ev.time - window_s
-    row = None
-    if session:
-        row = conn.execute(
-            "SELECT * FROM suggestions WHERE outcome IS NULL AND session = ? AND served_at >= ? AND served_at <= ?"
-            " ORDER BY served_at DESC LIMIT 1",
-            (session, earliest, ev.time),
-        ).fetchone()
-    if row is None:
-        row = conn.execute(
-            "SELECT * FROM suggestions WHERE outcome IS NULL AND command = ? AND served_at >= ? AND served_at <= ?"
-            + (" AND session IS NULL" if session else "")
-            + " ORDER BY served_at DESC LIMIT 1",
-            (command, earliest, ev.time),
-        ).fetchone()
+        stored = get_block(conn, ev.block_id)  # a session named by the same source (not another reader's)
+        session = stored.session if stored is not None and stored.source == ev.source else None
+    if not session:
+        return None
+    row = conn.execute(
+        "SELECT * FROM suggestions WHERE outcome IS NULL AND session = ? AND served_at >= ? AND served_at <= ?"
+        " ORDER BY served_at DESC LIMIT 1",
+        (session, ev.time - window_s, ev.time),
+    ).fetchone()
     if row is None:
         return None
     if conn.execute("SELECT 1 FROM suggestions WHERE resolved_by = ?", (ev.block_id,)).fetchone() is not None:
         return None  # this execution (its block) already resolved one
     ran_ok = ev.exit_code in (None, 0)
-    outcome = EDITED if row["command"] != command else ACCEPTED if ran_ok else FAILED
+    outcome = EDITED if row["command"] != normalize_command(ev.executed.text) else ACCEPTED if ran_ok else FAILED
     claimed = conn.execute(
         "UPDATE suggestions SET outcome = ?, resolved_by = ?, resolved_at = ? WHERE block_id = ? AND outcome IS NULL",
         (outcome, ev.block_id, ev.time, row["block_id"]),

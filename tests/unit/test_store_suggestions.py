@@ -1,7 +1,11 @@
-"""Suggestions: an answer served, then an execution read by the analyzer's intake, gives the answer's adapter
-version an outcome — accepted, edited, failed — once, within the join window; old ones are pruned."""
+"""Suggestions: an answer served, then an execution in its session read from learnerd's block log by the
+analyzer's intake, gives the answer's adapter version an outcome — accepted, edited, failed — once, within the join
+window; nothing else resolves it (no session, another program's session, the same command alone); old ones are
+pruned."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -9,7 +13,7 @@ from learnerd.analyzer import ingest
 from learnerd.analyzer.blocklog import event_line
 from learnerd.analyzer.tail import RawLine
 from learnerd.store import db, suggestions
-from learnerd.store.blocks import Cell, get_block
+from learnerd.store.blocks import BlockEvent, Cell, apply_event, get_block
 from learnerd.store.suggestions import ServedAnswer, command_of, counts, get_suggestion, prune, record
 
 SERVED_AT = 1_800_000_000.0
@@ -114,18 +118,49 @@ def test_an_execution_before_the_answer_resolves_nothing(conn):
     assert get_suggestion(conn, block_id).outcome is None
 
 
-def test_without_a_session_the_nearest_identical_command_in_the_window_is_accepted(conn):
-    older = serve(conn, session=None, at=SERVED_AT)
-    newer = serve(conn, session=None, at=SERVED_AT + 10)
-    different = run(conn, "ls", at=SERVED_AT + 20, session=None, block_id="ran-ls")
-    assert different.changed == ["ran-ls"], "without a session a different command is no evidence of an edit"
-    run(conn, "kubectl get pods -n dev", at=SERVED_AT + 20, session=None)
-    assert (get_suggestion(conn, older).outcome, get_suggestion(conn, newer).outcome) == (None, "accepted")
+def test_without_a_session_not_even_the_identical_command_resolves_an_answer(conn):
+    """An identical command is no evidence that the person asked the question: whoever asked for a command that
+    someone later runs would otherwise make their prompt the runner's example (issue 60, finding 2)."""
+    unclaimed = serve(conn, session=None, at=SERVED_AT)
+    claimed = serve(conn, session="S", at=SERVED_AT + 10)
+    result = run(conn, "kubectl get pods -n dev", at=SERVED_AT + 20, session=None)
+    assert result.changed == ["ran-1"], "only the executed block changed"
+    run(conn, "kubectl get pods -n dev", at=SERVED_AT + 21, session="T", block_id="ran-2")
+    assert (get_suggestion(conn, unclaimed).outcome, get_suggestion(conn, claimed).outcome) == (None, None)
+    assert get_block(conn, unclaimed).executed is None and get_block(conn, claimed).executed is None
+    assert totals(conn)["accepted"] == 0
+
+
+def test_an_assistant_transcript_in_a_claimed_session_never_resolves_the_answer(conn):
+    """A client of the endpoint that names a Claude Code session (its ``sessionId``) as its own cannot make that
+    program's run of the command resolve the answer: only learnerd's block log joins (``resolves_served``)."""
+    session = "5d1e0b7a-3c2f-4e8a-9b61-0f2d4c6a8e10"
+    block_id = serve(conn, session=session)
+    call = {"type": "tool_use", "id": "toolu_01", "name": "Bash", "input": {"command": "kubectl get pods -n dev"}}
+    done = {"type": "tool_result", "tool_use_id": "toolu_01", "content": "ok", "is_error": False}
+    for number, (role, content, seconds) in enumerate((("assistant", [call], 5), ("user", [done], 6)), start=1):
+        record = {"type": role, "sessionId": session, "uuid": f"u{number}", "cwd": "/srv", "timestamp": SERVED_AT}
+        line = json.dumps({**record, "timestamp": SERVED_AT + seconds, "message": {"role": role, "content": content}})
+        with db.transaction(conn):
+            ingest.ingest_line(
+                conn, RawLine(number, line.encode(), len(line)), SERVED_AT + seconds, join_window_s=WINDOW_S
+            )
+    ran = get_block(conn, f"claude-code:{session}:toolu_01")
+    assert ran is not None and ran.executed.text == "kubectl get pods -n dev", "the transcript was read"
+    assert get_suggestion(conn, block_id).outcome is None and get_block(conn, block_id).executed is None
 
 
 def test_a_suggestion_of_another_session_is_never_resolved(conn):
     block_id = serve(conn, session="S")
     run(conn, "kubectl get pods -n dev", at=SERVED_AT + 5, session="T")
+    assert get_suggestion(conn, block_id).outcome is None
+
+
+def test_a_session_another_source_gave_the_executed_block_does_not_count(conn):
+    block_id = serve(conn, session="S")
+    with db.transaction(conn):
+        apply_event(conn, BlockEvent("ran-1", "atuin", SERVED_AT + 1, context=(Cell("markup", "x"),), session="S"), 0)
+    run(conn, "kubectl get pods -n dev", at=SERVED_AT + 5, session=None)
     assert get_suggestion(conn, block_id).outcome is None
 
 
