@@ -61,8 +61,8 @@ def _best_deltas(runs: Path) -> Callable[[str, Any], Any]:
 
 
 def model_catalog(cfg: Config) -> ModelCatalog:
-    """The models served: ``[serve] base_models`` (else the ``[probes]`` base) and the documents."""
-    return ModelCatalog(cfg.layout.docs_roots, cfg.serve.base_models or [cfg.probes.base_model])
+    """The models served: ``[serve] base_models``, the documents' bases and the documents."""
+    return ModelCatalog(cfg.layout.docs_roots, cfg.serve.base_models)
 
 
 def served_model(doc_path: str | os.PathLike[str]) -> ServedModel | None:

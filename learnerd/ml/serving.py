@@ -56,7 +56,7 @@ from typing import Any
 
 import structlog
 
-from learnerd.ml.base_model import BUILTIN_BASE_MODELS, BaseModelRef, LoadedBase, load_base_model, resolve_base_model
+from learnerd.ml.base_model import BaseModelRef, LoadedBase, load_base_model, resolve_base_model
 from learnerd.ml.device import intra_op_threads, usable_cores
 from learnerd.ml.generate import generation_eos_ids
 from learnerd.ml.loader import ModelCheckError, load_adapter
@@ -704,9 +704,11 @@ class _TextTracker:
 
 
 class ModelCatalog:
-    """The model ids served: the base models, then one per ``.dlm`` document under the docs roots
-    (id = the file's stem; its ``dlm_id`` is accepted too). Documents are re-read only when their
-    size or mtime changed; one that does not parse is left out (and logged once per change).
+    """The model ids served: the base models — ``base_models``, then each document's ``base_model`` under its
+    own name, so a client can ask the base a document learned on — then one per ``.dlm`` document under the
+    docs roots (id = the file's stem; its ``dlm_id`` is accepted too). No other base is offered: the built-in
+    random tiny model only when named. Documents are re-read only when their size or mtime changed; one that does
+    not parse is left out (and logged once per change).
     """
 
     def __init__(self, docs_roots: Sequence[Path], base_models: Sequence[str]) -> None:
@@ -740,8 +742,9 @@ class ModelCatalog:
                 if cached[1] is not None:
                     documents.append(cached[1])
         self._cache = seen
-        builtin = [d.base_model for d in documents if d.base_model in BUILTIN_BASE_MODELS]
-        bases = [ServedModel(name, name) for name in dict.fromkeys([*self.base_models, *builtin])]
+        bases = [
+            ServedModel(name, name) for name in dict.fromkeys([*self.base_models, *(d.base_model for d in documents)])
+        ]
         return [*bases, *documents]
 
     def find(self, model_id: str) -> ServedModel | None:

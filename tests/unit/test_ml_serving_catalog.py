@@ -1,4 +1,5 @@
-"""The served models' catalog: bases first, one model per parseable .dlm document (id = stem, dlm_id too)."""
+"""The served models' catalog: bases first (the configured ones, then each document's own base under its name),
+one model per parseable .dlm document (id = stem, dlm_id too); the built-in random tiny model only when named."""
 
 from __future__ import annotations
 
@@ -27,3 +28,16 @@ def test_documents_become_models_addressable_by_name_and_dlm_id(tmp_path: Path):
 
     notes.unlink()
     assert catalog.find("notes") is None  # the catalog follows the directory
+
+
+def test_each_documents_base_is_listed_by_name_and_the_tiny_model_only_when_named(tmp_path: Path):
+    """Issue 60, finding 13: a document on SmolLM2 offers its base to compare against, under the name the document
+    gives it; nothing names the random tiny model, so it is not offered."""
+    docs = tmp_path / "docs"
+    qa_document(docs / "ops.dlm", [("q?", "a")], base_model="smollm2-135m-instruct")
+
+    assert [m.id for m in ModelCatalog([docs], []).models()] == ["smollm2-135m-instruct", "ops"]
+    base = ModelCatalog([docs], []).find("smollm2-135m-instruct")
+    assert (base.base_model, base.doc_key) == ("smollm2-135m-instruct", None)
+    named = ModelCatalog([docs], ["learnerd/tiny-llama"]).models()
+    assert [m.id for m in named] == ["learnerd/tiny-llama", "smollm2-135m-instruct", "ops"]
