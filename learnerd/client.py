@@ -1,23 +1,24 @@
 """A small client for assistants: retrieval, chat, probe injection and block logging against a running
 ``learnerd run``.
 
-* :meth:`LearnerdClient.search` — ``POST /search`` (``--listen-search``, token ``$LEARNERD_SEARCH_TOKEN``);
+* :meth:`LearnerdClient.search` — ``POST /search`` (``--listen-search``);
 * :meth:`LearnerdClient.chat` — the official ``openai`` client on the OpenAI-compatible endpoint
-  (``--listen-openai``, token ``$LEARNERD_OPENAI_TOKEN``); :attr:`LearnerdClient.openai` is that client;
-* :meth:`LearnerdClient.inject_probe` — dlm's ``inject_probe`` on ``POST /rpc`` (``--listen-rpc``, token
-  ``$LEARNERD_PROBE_TOKEN``);
+  (``--listen-openai``); :attr:`LearnerdClient.openai` is that client;
+* :meth:`LearnerdClient.inject_probe` — dlm's ``inject_probe`` on ``POST /rpc`` (``--listen-rpc``);
 * :meth:`LearnerdClient.log_block` / :meth:`LearnerdClient.log_events` — block-log events (the format of
-  ``docs/block-log-format.md``) on ``POST /v1/blocks``, the same listener and token; what the daemon learns
-  from (``docs/integrations.md``).
+  ``docs/block-log-format.md``) on ``POST /v1/blocks``, the same listener; what the daemon learns from
+  (``docs/integrations.md``).
 
-:class:`AsyncLearnerdClient` has the same methods as coroutines. Tokens left out are read from those
-environment variables. Every HTTP error raises :class:`LearnerdError` (``openai``'s own errors for chat).
+:class:`AsyncLearnerdClient` has the same methods as coroutines. A token left out is the surface's environment
+variable (``$LEARNERD_SEARCH_TOKEN``, ``$LEARNERD_OPENAI_TOKEN``, ``$LEARNERD_PROBE_TOKEN``), else the token file
+``learnerd init`` wrote (:func:`learnerd.api.tokens.client_token`: beside ``$LEARNERD_CONFIG``, else in
+``$XDG_CONFIG_HOME/learnerd``), the one the daemon serves behind. Every HTTP error raises :class:`LearnerdError`
+(``openai``'s own errors for chat: a document's model without the token is ``openai.AuthenticationError``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time as _time
 import urllib.error
 import urllib.request
@@ -29,6 +30,7 @@ import aiohttp
 import openai
 
 from learnerd.analyzer.blocklog import event_line
+from learnerd.api.tokens import client_token
 from learnerd.store.blocks import Cell
 from learnerd.store.retrieval import SearchHit
 
@@ -63,7 +65,7 @@ class LearnerdError(RuntimeError):
 
 
 def _headers(token: str | None, env: str) -> dict[str, str]:
-    token = token or os.environ.get(env)
+    token = token or client_token(env)
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
@@ -149,7 +151,7 @@ class _Endpoints:
         self.openai_url = openai_url
         self.search_headers = _headers(search_token, SEARCH_TOKEN_ENV)
         self.rpc_headers = _headers(probe_token, PROBE_TOKEN_ENV)
-        self.openai_key = openai_token or os.environ.get(OPENAI_TOKEN_ENV) or "none"
+        self.openai_key = openai_token or client_token(OPENAI_TOKEN_ENV) or "none"
 
     def url(self, base: str | None, path: str, what: str) -> str:
         if base is None:

@@ -1,4 +1,5 @@
-"""The ground floor of the settings: the base of every config section, :class:`ConfigError` and path resolution.
+"""The ground floor of the settings: the base of every config section, :class:`ConfigError`, path resolution and
+the config directory.
 
 Each subsystem declares its own sections in a ``settings.py`` beside its code (``store/``, ``ml/``,
 ``analyzer/``, ``fleet/``, ``eval/``, ``steering/``, ``reconcilers/``, ``api/``); the daemon's config module
@@ -12,6 +13,17 @@ import os
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo
+
+CONFIG_ENV = "LEARNERD_CONFIG"
+"""The environment variable naming the config file (``--config`` wins)."""
+
+
+def default_config_dir(xdg_config_home: str | None = None) -> Path:
+    """``$XDG_CONFIG_HOME/learnerd`` (``~/.config/learnerd`` when unset or empty): where ``learnerd init`` writes
+    and ``learnerd`` looks for ``config.toml`` and the ``token`` file. ``xdg_config_home`` None reads the
+    environment."""
+    xdg = os.environ.get("XDG_CONFIG_HOME", "") if xdg_config_home is None else xdg_config_home
+    return Path(xdg or os.path.join(os.path.expanduser("~"), ".config")) / "learnerd"
 
 
 class ConfigError(ValueError):

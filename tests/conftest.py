@@ -95,6 +95,19 @@ def dlm_release(tmp_path_factory: pytest.TempPathFactory):
         pytest.skip(f"the released dlm cannot be installed here: {exc}")
 
 
+@pytest.fixture(scope="session")
+def empty_config_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("config-home")
+
+
+@pytest.fixture(autouse=True)
+def isolated_config_home(empty_config_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test (and the CLI subprocesses it starts) looks for learnerd's config and token file in an empty
+    ``$XDG_CONFIG_HOME``, never in the developer's: a token there would change what the endpoints serve."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(empty_config_home))
+    monkeypatch.delenv("LEARNERD_CONFIG", raising=False)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     """Async tests (``@pytest.mark.anyio``) run on asyncio, as the daemon does."""

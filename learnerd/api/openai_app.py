@@ -11,9 +11,17 @@ examples nearest to the last user message go into the system message as one bloc
 prompt; an adapter trained with ``training.retrieval_k`` has learned to answer under that block. A document
 version trained without it is quoted only the examples it has not learned (its manifest says which it did):
 the others, among the K nearest, are held back (``withheld``), as it answers them better without the block.
-Retrieval answers with what every user ran, so it needs the endpoint's bearer token, as ``/search`` does:
-without one, ``rag_k`` is refused (401). Every response carries ``"learnerd": {"adapter", "doc_key",
-"max_tokens", "retrieved", "withheld"}`` (the first chunk of a stream), so a client sees what answered it.
+Every response carries ``"learnerd": {"adapter", "doc_key", "max_tokens", "retrieved", "withheld"}`` (the first
+chunk of a stream), so a client sees what answered it.
+
+Access: a document's model answers with its learned adapter, which holds what people ran, so it is served only
+to a bearer of learnerd's token (``Authorization: Bearer <token>``: the token file ``learnerd init`` writes, or
+``$LEARNERD_OPENAI_TOKEN``; :mod:`learnerd.api.tokens`). A request without the token (or with a wrong one) gets,
+by ``without_token``: ``"none"`` (off loopback) 401 on every path but the health probes; ``"bases"`` (loopback)
+the base models only — a document's model is 401 (``invalid_api_key``, saying why; never the base instead, which
+would pass a base's answer off as the document's) and ``/v1/models`` lists the bases alone; ``"all"``
+(``--insecure-no-token``) every model. Retrieval answers with what every user ran, so it needs the token in any
+case: without it, the default ``[serve] rag_k`` is 0 and a request's own ``rag_k`` is refused (401).
 
 Readiness, one for the whole endpoint: ``/v1/models`` and ``/v1/chat/completions`` both answer 503 with
 ``Retry-After`` until the daemon runs (start-up: the embedder loads) and while it drains; from then on a
@@ -22,13 +30,15 @@ daemon (``starting``, ``draining``), a model loading, or a model that failed its
 
 A request passes, in order: the body's deadline and size (408, 413) and the hardened parser
 (:func:`learnerd.api.json_body.parse_json_body`, 400 for deep nesting, huge integers, lone surrogates), the
-fields (400: ranges, function calling), the token for retrieval (401), admission to the queue (429) and a
-context-length bound from the text's length (400), and only then retrieval (which embeds the text) and
-generation.
+fields (400: ranges, function calling), the token for a document's model and for retrieval (401), admission to
+the queue (429) and a context-length bound from the text's length (400), and only then retrieval (which embeds
+the text) and generation.
 
-Every finished answer is remembered (:meth:`~learnerd.api.surface.ControlSurface.record_served`,
-:mod:`learnerd.store.suggestions`), with the client's session id from ``metadata`` ``{"session": S}`` or
-``user``, so that the person running it later counts for the adapter version that answered.
+Every finished answer to a bearer of the token is remembered
+(:meth:`~learnerd.api.surface.ControlSurface.record_served`, :mod:`learnerd.store.suggestions`), with the
+client's session id from ``metadata`` ``{"session": S}`` or ``user``, so that the person running it later counts
+for the adapter version that answered (and its prompt may become an example); an answer to a request without the
+token is never remembered.
 
 Errors have OpenAI's body, ``{"error": {"message", "type", "param", "code"}}``: 400 bad JSON or fields,
 a prompt longer than the context; 401 no or wrong bearer token; 404 unknown model or path; 408 a body that
@@ -49,7 +59,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import anyio.to_thread
 import structlog
@@ -60,7 +70,7 @@ from pydantic import ValidationError
 
 from learnerd.api.errors import ControlError, Unavailable
 from learnerd.api.health import health_routes
-from learnerd.api.http import Handler, access_log_middleware, read_body
+from learnerd.api.http import Handler, access_log_middleware, bearer_matches, read_body
 from learnerd.api.json_body import parse_json_body
 from learnerd.api.openai_models import ChatCompletionRequest, ModelCard, Usage, error_body
 from learnerd.api.settings import ServeConfig
@@ -145,6 +155,11 @@ def _error(status: int, message: str, type_: str, code: str | None = None, heade
 
 
 _UNAUTHORIZED = ("missing or wrong bearer token", "invalid_request_error", "invalid_api_key")
+_ADAPTER_NEEDS_TOKEN = (
+    "the model {model!r} answers with a document's learned adapter, which is served only to a bearer of learnerd's "
+    "token (missing or wrong: send `Authorization: Bearer <token>`, the token file `learnerd init` writes or "
+    "$LEARNERD_OPENAI_TOKEN); without it, ask a base model (GET /v1/models lists them)"
+)
 
 
 @web.middleware
@@ -178,6 +193,11 @@ class _Prepared:
     info: dict[str, Any]
     admission: Admission
     version: AdapterVersion | None
+    authenticated: bool
+
+
+WithoutToken = Literal["none", "bases", "all"]
+"""What a request without the token is served (see the module docstring)."""
 
 
 class OpenAIEndpoint:
@@ -191,7 +211,8 @@ class OpenAIEndpoint:
         settings: ServeConfig,
         metrics: ServeMetrics,
         *,
-        retrieval: bool = True,
+        token: str | None,
+        without_token: WithoutToken,
     ) -> None:
         self.catalog, self.served, self.control, self.settings, self.metrics = (
             catalog,
@@ -200,7 +221,7 @@ class OpenAIEndpoint:
             settings,
             metrics,
         )
-        self.retrieval = retrieval
+        self.token, self.without_token = (token.encode() if token else None), without_token
         self.started = int(time.time())
 
     def check_ready(self) -> None:
@@ -233,9 +254,19 @@ class OpenAIEndpoint:
             )
         return out
 
+    def _authenticated(self, request: web.Request) -> bool:
+        """Whether ``request`` bears the token (in constant time: :func:`~learnerd.api.http.bearer_matches`)."""
+        return self.token is not None and bearer_matches(request, self.token)
+
+    def _serves_documents(self, request: web.Request) -> bool:
+        """Whether ``request`` may be answered by a document's learned adapter (see the module docstring)."""
+        return self.without_token == "all" or self._authenticated(request)
+
     async def list_models(self, request: web.Request) -> web.Response:
         self.check_ready()
         models = await anyio.to_thread.run_sync(self.catalog.models)
+        if not self._serves_documents(request):
+            models = [m for m in models if not m.doc_key]
         rejected = await anyio.to_thread.run_sync(self._rejected, [m.doc_key for m in models if m.doc_key])
         cards = []
         for m in models:
@@ -281,15 +312,19 @@ class OpenAIEndpoint:
         model = await anyio.to_thread.run_sync(self.catalog.find, req.model)
         if model is None:
             raise OpenAIError(404, f"the model {req.model!r} does not exist", code="model_not_found")
+        authenticated = self._authenticated(request)
+        if model.doc_key and not self._serves_documents(request):
+            raise OpenAIError(401, _ADAPTER_NEEDS_TOKEN.format(model=req.model), code="invalid_api_key")
         messages = [ChatMessage("system" if m.role == "developer" else m.role, m.text()) for m in req.messages]
         if model.system_prompt and not any(m.role == "system" for m in messages):
             messages.insert(0, ChatMessage("system", model.system_prompt))
-        k = req.learnerd.rag_k if req.learnerd is not None and req.learnerd.rag_k is not None else self.settings.rag_k
-        if k > 0 and not self.retrieval:
+        asked = req.learnerd.rag_k if req.learnerd is not None else None
+        k = asked if asked is not None else self.settings.rag_k if authenticated else 0
+        if k > 0 and not authenticated:
             raise OpenAIError(
                 401,
-                "learnerd.rag_k: retrieval answers with what every user ran, so it needs the endpoint's bearer "
-                "token (start learnerd with $LEARNERD_OPENAI_TOKEN)",
+                "learnerd.rag_k: retrieval answers with what every user ran, so it needs learnerd's bearer token "
+                "(the token file `learnerd init` writes, or $LEARNERD_OPENAI_TOKEN)",
                 code="invalid_api_key",
             )
         try:
@@ -313,7 +348,8 @@ class OpenAIEndpoint:
             "retrieved": retrieved,
             "withheld": withheld,
         }
-        return _Prepared(req, model, model.id, with_examples(messages, retrieved), info, admission, version)
+        messages = with_examples(messages, retrieved)
+        return _Prepared(req, model, model.id, messages, info, admission, version, authenticated)
 
     async def _retrieve(
         self, messages: list[ChatMessage], k: int, version: AdapterVersion | None
@@ -477,7 +513,7 @@ class OpenAIEndpoint:
             finish_reason=done.finish_reason,
             duration_s=round(time.perf_counter() - received, 6),
         )
-        if done.finish_reason != "cancelled":  # learnerd remembers what it served (learnerd.store.suggestions)
+        if done.finish_reason != "cancelled" and p.authenticated:  # what it served a bearer (store.suggestions)
             self.control.record_served(_served_answer(p, done))
 
 
@@ -527,21 +563,26 @@ def openai_app(
     settings: ServeConfig,
     registry: CollectorRegistry,
     token: str | None,
+    *,
+    without_token: WithoutToken,
 ) -> web.Application:
     """The endpoint's aiohttp application, with the health probes (:mod:`learnerd.api.health`, no token);
-    ``token`` None serves without authentication (loopback only: the caller checks), and without retrieval.
+    ``token`` None authenticates nobody (loopback only: the caller checks); ``without_token`` says what a request
+    without the token is served (the module docstring: ``"bases"`` on loopback, ``"all"`` for
+    ``--insecure-no-token``).
 
     Raises:
-        ValueError: ``[serve] rag_k`` above 0 without a token.
+        ValueError: ``[serve] rag_k`` above 0, or ``without_token`` ``"none"``, without a token.
     """
-    if token is None and settings.rag_k > 0:
-        raise ValueError("serving retrieved examples ([serve] rag_k) needs a bearer token")
+    if token is None and (settings.rag_k > 0 or without_token == "none"):
+        raise ValueError("serving retrieved examples ([serve] rag_k), or off loopback, needs a bearer token")
     middlewares: list[Any] = [access_log_middleware("openai request", lambda r: {"remote": r.remote})]
-    if token is not None:
+    if token is not None and without_token == "none":
         middlewares.append(bearer_middleware(token, lambda: _error(401, *_UNAUTHORIZED), what="openai"))
     middlewares.append(openai_error_middleware)
     app = web.Application(client_max_size=settings.max_body_bytes, middlewares=middlewares)
-    endpoint = OpenAIEndpoint(catalog, served, control, settings, ServeMetrics(registry), retrieval=token is not None)
+    metrics = ServeMetrics(registry)
+    endpoint = OpenAIEndpoint(catalog, served, control, settings, metrics, token=token, without_token=without_token)
     app.router.add_get("/v1/models", endpoint.list_models)
     app.router.add_post("/v1/chat/completions", endpoint.chat_completions)
     app.add_routes(health_routes(lambda: control.state, endpoint.unready_reason))

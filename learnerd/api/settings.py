@@ -11,10 +11,11 @@ from pydantic import Field, ValidationInfo, field_validator
 from learnerd.sections import ConfigError, Section
 
 RPC_TOKEN_ENV = "LEARNERD_PROBE_TOKEN"
-"""The environment variable holding the RPC server's bearer token (dlm's is ``DLM_PROBE_TOKEN``)."""
+"""The environment variable holding the RPC server's bearer token (dlm's is ``DLM_PROBE_TOKEN``), overriding the
+token file's (:mod:`learnerd.api.tokens`)."""
 
 OPENAI_TOKEN_ENV = "LEARNERD_OPENAI_TOKEN"
-"""The environment variable holding the OpenAI-compatible endpoint's bearer token."""
+"""The environment variable holding the OpenAI-compatible endpoint's bearer token, overriding the token file's."""
 
 
 def parse_host_port(text: str, where: str = "address") -> tuple[str, int]:
@@ -30,6 +31,19 @@ def parse_host_port(text: str, where: str = "address") -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"{where} must be HOST:PORT (e.g. 127.0.0.1:9464), not {text!r}")
     return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (``localhost``, 127.0.0.0/8, ``::1``): only this machine's users
+    reach it."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _host_port_or_empty(section: str) -> Callable[..., Any]:
@@ -68,7 +82,7 @@ class RpcConfig(Section):
     """
 
     listen: str = ""
-    """HOST:PORT; empty: no RPC server. The token is $LEARNERD_PROBE_TOKEN"""
+    """HOST:PORT; empty: no RPC server. Token: the token file or $LEARNERD_PROBE_TOKEN"""
     document: str = ""
     """the document injected probes go to; empty: the [probes] document"""
     capacity: int = Field(1000, ge=1)
@@ -88,9 +102,9 @@ class ServeConfig(Section):
     """
 
     listen: str = ""
-    """HOST:PORT; empty: off. Bearer token $LEARNERD_OPENAI_TOKEN (required off loopback)"""
+    """HOST:PORT; empty: off. Adapters need the token (token file or $LEARNERD_OPENAI_TOKEN)"""
     base_models: list[str] = Field(default_factory=list)
-    """base models listed besides the documents' bases ([] = the [probes] base)"""
+    """base models served besides the documents' own (the random tiny model only if named)"""
     queue_size: int = Field(16, ge=1)
     """chat completions queued or generating; beyond: HTTP 429 with Retry-After"""
     max_tokens: int = Field(512, ge=1)

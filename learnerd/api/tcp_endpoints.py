@@ -1,10 +1,10 @@
 """The optional TCP endpoints: ``GET /metrics`` for Prometheus (``--metrics-addr``) and ``POST /search``
 for assistants (``--listen-search``, behind a bearer token).
 
-The search endpoint wants ``Authorization: Bearer <token>`` with the token from
-``$LEARNERD_SEARCH_TOKEN`` (compared in constant time, :func:`hmac.compare_digest`); anything else
-gets 401 and a warning in the log (one per 10 s at most). Bodies over ``[admin] max_body_bytes`` get 413. It is plain
-HTTP: bind it to 127.0.0.1, or put a TLS-terminating proxy in front of it.
+The search endpoint wants ``Authorization: Bearer <token>`` with the token from ``$LEARNERD_SEARCH_TOKEN``,
+else the token file (:mod:`learnerd.api.tokens`), compared in constant time (:func:`hmac.compare_digest`); anything
+else gets 401 and a warning in the log (one per 10 s at most). Bodies over ``[admin] max_body_bytes`` get 413. It
+is plain HTTP: bind it to 127.0.0.1, or put a TLS-terminating proxy in front of it.
 """
 
 from __future__ import annotations
@@ -28,27 +28,8 @@ from learnerd.api.http import (
 from learnerd.api.search import search_handler
 from learnerd.api.surface import ControlSurface
 
-#: The environment variable holding the search endpoint's bearer token.
+#: The environment variable holding the search endpoint's bearer token (overrides the token file's).
 SEARCH_TOKEN_ENV = "LEARNERD_SEARCH_TOKEN"
-#: The shortest token accepted (a guessable token would defeat the point).
-MIN_TOKEN_CHARS = 16
-
-
-class TokenError(ValueError):
-    """The search token is missing or too short."""
-
-
-def check_token(token: str | None, env: str = SEARCH_TOKEN_ENV, what: str = "serving search over TCP") -> str:
-    """``token`` (read from ``$env``) if usable.
-
-    Raises:
-        TokenError: unset, empty, or shorter than :data:`MIN_TOKEN_CHARS`.
-    """
-    if not token:
-        raise TokenError(f"{what} needs a bearer token in ${env}")
-    if len(token) < MIN_TOKEN_CHARS:
-        raise TokenError(f"${env} must be at least {MIN_TOKEN_CHARS} characters long")
-    return token
 
 
 def _remote(request: web.Request) -> dict[str, Any]:

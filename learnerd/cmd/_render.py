@@ -140,6 +140,22 @@ def _line_problem(problem: dict[str, Any]) -> str:
     return f"{problem['file']}:{problem['line']}: {problem['reason']} ({_when(problem['at'])})"
 
 
+def _openai_access(url: str | None, access: dict[str, Any] | None) -> str:
+    """The OpenAI endpoint's status row: its URL and who it serves (rich markup)."""
+    from rich.markup import escape
+
+    if not url:
+        return "— (--listen-openai)"
+    if access is None:
+        return escape(url)
+    if access["insecure_no_token"]:
+        return f"{escape(url)} · [bold red]INSECURE[/]: learned adapters served without the token (--insecure-no-token)"
+    if access["token"] is None:
+        return f"{escape(url)} · no token: base models only (learnerd init writes one)"
+    anyone = "; base models without it on loopback" if access["without_token"] == "bases" else ""
+    return f"{escape(url)} · token from {escape(access['token'])}{anyone}"
+
+
 def print_status(status: dict[str, Any]) -> None:
     """The daemon's status: a summary, the controllers, the analyzer's counters, the last backfill, and
     the warnings an operator must act on (e.g. a foyle export foyle will refuse)."""
@@ -164,7 +180,7 @@ def print_status(status: dict[str, Any]) -> None:
         ("admin socket", endpoints.get("admin_socket") or "—"),
         ("metrics", endpoints.get("metrics") or "— (--metrics-addr)"),
         ("search", endpoints.get("search") or "— (--listen-search)"),
-        ("openai", endpoints.get("openai") or "— (--listen-openai)"),
+        ("openai", _openai_access(endpoints.get("openai"), status.get("openai_access"))),
         ("log level", status["log_level"]),
         ("embedder", f"{embedder['name']} ({'loaded' if embedder['loaded'] else 'loading'})"),
         (

@@ -6,9 +6,9 @@ import argparse
 
 from learnerd.api.settings import RPC_TOKEN_ENV as TOKEN_ENV
 from learnerd.api.settings import parse_host_port
-from learnerd.api.tcp_endpoints import MIN_TOKEN_CHARS
+from learnerd.api.tokens import TokenError, check_token, surface_token, token_path
 from learnerd.cmd._common import CommandError
-from learnerd.daemon.config import Config, Environment
+from learnerd.daemon.config import Config
 from learnerd.sections import ConfigError
 
 
@@ -17,17 +17,17 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--listen-rpc",
         metavar="HOST:PORT",
-        help=f"serve inject_probe on POST /rpc (bearer token: ${TOKEN_ENV}); overrides [rpc] listen",
+        help=f"serve inject_probe and POST /v1/blocks (bearer token: ${TOKEN_ENV}, else the token file of "
+        "`learnerd init`); overrides [rpc] listen",
     )
 
 
-def apply_training_options(args: argparse.Namespace, cfg: Config) -> str | None:
-    """Apply ``--no-train`` / ``--listen-rpc`` to ``cfg``; return the RPC token (None when RPC is off).
+def apply_training_flags(args: argparse.Namespace, cfg: Config) -> Config:
+    """``cfg`` with ``--no-train`` and ``--listen-rpc`` applied (also to a reloaded config, so a reload does not
+    report them as changes); returns ``cfg``.
 
     Raises:
-        CommandError: a malformed address (exit 2); RPC without ``$LEARNERD_PROBE_TOKEN``, with a token
-            shorter than :data:`~learnerd.api.tcp_endpoints.MIN_TOKEN_CHARS` (the search token's floor),
-            or with training off (exit 1).
+        CommandError: a malformed address (exit 2).
     """
     if args.no_train:
         cfg.training.enabled = False
@@ -37,13 +37,25 @@ def apply_training_options(args: argparse.Namespace, cfg: Config) -> str | None:
         except ConfigError as exc:
             raise CommandError(str(exc), exit_code=2) from exc
         cfg.rpc.listen = args.listen_rpc
+    return cfg
+
+
+def apply_training_options(args: argparse.Namespace, cfg: Config) -> str | None:
+    """Apply ``--no-train`` / ``--listen-rpc`` to ``cfg`` (:func:`apply_training_flags`); return the RPC token
+    (``$LEARNERD_PROBE_TOKEN``, else the token file: :func:`~learnerd.api.tokens.surface_token`; None when RPC is
+    off).
+
+    Raises:
+        CommandError: a malformed address (exit 2); RPC without a token, with a token shorter than
+            :data:`~learnerd.api.tokens.MIN_TOKEN_CHARS`, with an unsafe token file, or with training off (exit 1).
+    """
+    apply_training_flags(args, cfg)
     if not cfg.rpc.listen:
         return None
-    token = Environment().probe_token
-    if not token:
-        raise CommandError(f"the RPC server needs a bearer token: set {TOKEN_ENV} (refusing to start without it)")
-    if len(token) < MIN_TOKEN_CHARS:
-        raise CommandError(f"${TOKEN_ENV} must be at least {MIN_TOKEN_CHARS} characters long")
+    try:
+        token = check_token(surface_token(TOKEN_ENV, cfg.path)[0], TOKEN_ENV, "the RPC server", token_path(cfg.path))
+    except TokenError as exc:
+        raise CommandError(str(exc)) from None
     if not cfg.training.enabled:
         raise CommandError("the RPC server feeds training: it cannot run with --no-train / [training] enabled = false")
     return token

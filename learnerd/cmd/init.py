@@ -1,7 +1,11 @@
-"""``learnerd init [DIR]``: a commented config and a first ``.dlm`` document, then the command to run next.
+"""``learnerd init [DIR]``: a commented config, a first ``.dlm`` document and the bearer token, then the command
+to run next.
 
 ``DIR`` defaults to ``$XDG_CONFIG_HOME/learnerd`` (``~/.config/learnerd``), where ``learnerd`` finds
-``config.toml`` without ``--config``. Nothing is overwritten: an existing config or document is an error.
+``config.toml`` without ``--config``. Nothing is overwritten: an existing config or document is an error, and an
+existing ``DIR/token`` is kept. The token (:mod:`learnerd.api.tokens`, mode 0600) is what the daemon's endpoints
+want and what learnerd's clients send: the OpenAI-compatible endpoint serves a document's learned adapter only
+to a bearer of it.
 
 The document holds what dlm and learnerd need (``dlm_id``, ``dlm_version``, ``base_model``) and no
 ``training`` block, so learnerd's recipe for its base applies (:mod:`learnerd.ml.recipes`); ``init`` says
@@ -31,9 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "init",
         help="write a commented config and a first .dlm document",
-        description="Write DIR/config.toml (every setting listed, commented, with its default) and "
+        description="Write DIR/config.toml (every setting listed, commented, with its default), "
         "DIR/docs/learned.dlm (a valid document with a fresh dlm_id, its base_model and no training block: "
-        "learnerd's recipe for the base applies), then print the base model chosen, the pretrained bases "
+        "learnerd's recipe for the base applies) and DIR/token (a random bearer token, mode 0600: the daemon's "
+        "endpoints want it, learnerd's clients read it), then print the base model chosen, the pretrained bases "
         "installed and the command to run next. Existing files are never overwritten.",
     )
     p.add_argument("dir", nargs="?", metavar="DIR", help="where to write (default: $XDG_CONFIG_HOME/learnerd)")
@@ -109,6 +114,7 @@ def render_config(log_dirs: list[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from learnerd.api.tokens import TOKEN_FILE_NAME, write_token_file
     from learnerd.daemon.config import CONFIG_ENV, config_candidates, config_from_dict
     from learnerd.reconcilers.settings import ProbesConfig
     from learnerd.sections import ConfigError
@@ -130,10 +136,15 @@ def run(args: argparse.Namespace) -> int:
         doc = new_document(base_model, prose=PROSE, path=document)  # no training block: the base's recipe applies
     except (ConfigError, DocumentError) as exc:
         raise CommandError(str(exc)) from None
+    token = target / TOKEN_FILE_NAME
     try:
         document.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(document, doc.to_text())
         atomic_write_text(config, text)
+        write_token_file(token)
+        token_written = "wrote"
+    except FileExistsError:
+        token_written = "kept"
     except OSError as exc:
         raise CommandError(f"cannot write into {target}: {exc.strerror or exc}") from None
 
@@ -143,12 +154,19 @@ def run(args: argparse.Namespace) -> int:
         command += " --log-dir DIR"
     installed = installed_bases()
     if args.json:
-        written = {"config": str(config), "document": str(document), "dlm_id": doc.frontmatter.dlm_id}
+        written = {"config": str(config), "document": str(document), "token_file": str(token)}
         chosen = {"base_model": base_model, "installed_bases": installed}
-        print(json.dumps({**written, **chosen, "log_dirs": log_dirs, "next": command}, indent=2))
+        print(
+            json.dumps(
+                {**written, "dlm_id": doc.frontmatter.dlm_id, **chosen, "log_dirs": log_dirs, "next": command}, indent=2
+            )
+        )
         return 0
     print(f"wrote {config}")
     print(f"wrote {document} (dlm_id {doc.frontmatter.dlm_id})")
+    print(f"{token_written} {token} (the bearer token, mode 0600: the daemon's endpoints want it, clients read it)")
+    if target != default_config.parent:
+        print(f"clients find the token beside the config: export {CONFIG_ENV}={shlex.quote(str(config))}")
     print(f"base model: {describe_base(base_model, installed)}")
     others = [name for name in installed if name != base_model]
     if others:

@@ -8,11 +8,15 @@ pipeline's keys, and each training cycle's and evaluation's steps.
 Otherwise the daemon serves the admin API on ``<state_dir>/learnerd.sock`` (``learnerd ctl``),
 and ``/metrics`` and ``/search`` over TCP when asked (``--metrics-addr``, ``--listen-search``), and
 talks to systemd (``Type=notify``) through ``$NOTIFY_SOCKET``; see :mod:`learnerd.daemon.service`.
+The bearer token of every TCP surface is the token file ``learnerd init`` writes (``<config dir>/token``,
+``learnerd.api.tokens``), or the surface's environment variable.
 ``--listen-openai HOST:PORT`` serves the OpenAI-compatible ``/v1/models`` and ``/v1/chat/completions``
-(``learnerd.api.openai_app``) behind ``$LEARNERD_OPENAI_TOKEN``; without a token only on a loopback address,
-never with ``[serve] rag_k`` above 0, and then a request's ``learnerd.rag_k`` is refused (401).
+(``learnerd.api.openai_app``): a document's learned adapter only to a bearer of the token (else 401), base
+models also without it on a loopback address; without any token only on a loopback address and never with
+``[serve] rag_k`` above 0. ``--insecure-no-token`` serves the adapters to requests without the token too (on
+loopback), with a warning in the log at start and every 10 minutes and in ``learnerd ctl status``.
 ``--listen-rpc HOST:PORT`` serves dlm's ``inject_probe`` on ``POST /rpc`` (``learnerd.api.rpc``);
-the bearer token comes from ``$LEARNERD_PROBE_TOKEN``, and without it the daemon refuses to start.
+the bearer token comes from ``$LEARNERD_PROBE_TOKEN`` or the token file, and without one the daemon refuses to start.
 
 Signals, all handled here: the first SIGINT or SIGTERM stops intake and drains in-flight work within
 ``[shutdown] drain_timeout_s`` (then cancels what is left; a training cycle in flight is cancelled and
@@ -29,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from learnerd.cmd._common import CommandError, add_common_options, add_dir_options, load_config_from_args, plain
-from learnerd.cmd._training_options import add_training_options, apply_training_options
+from learnerd.cmd._training_options import add_training_options, apply_training_flags, apply_training_options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -52,8 +56,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--listen-openai",
         metavar="HOST:PORT",
-        help="also serve the OpenAI-compatible /v1/models and /v1/chat/completions, behind the bearer token in "
-        "$LEARNERD_OPENAI_TOKEN (required unless HOST is a loopback address; default: [serve] listen)",
+        help="also serve the OpenAI-compatible /v1/models and /v1/chat/completions: the documents' learned adapters "
+        "to bearers of the token ($LEARNERD_OPENAI_TOKEN, else the token file of `learnerd init`), base models "
+        "also without it on a loopback HOST (default: [serve] listen)",
+    )
+    p.add_argument(
+        "--insecure-no-token",
+        action="store_true",
+        help="INSECURE: on a loopback --listen-openai, serve the documents' learned adapters to requests without "
+        "the token too (any local user); logged as a warning at start and every 10 minutes, shown by ctl status",
     )
     add_common_options(p)
     p.set_defaults(func=run)
@@ -150,60 +161,79 @@ async def serve(daemon, once: bool, options=None, display=None):
     return summary
 
 
-def service_options(cfg, args: argparse.Namespace):
-    """The :class:`~learnerd.daemon.service.ServiceOptions` of the flags and the ``[admin]`` section.
+def apply_flags(args: argparse.Namespace, cfg):
+    """``cfg`` with the command line's settings applied: ``--no-train``, ``--listen-rpc``, ``--metrics-addr``,
+    ``--listen-search``, ``--listen-openai``; returns ``cfg``. A reload applies them to the re-read file too, so it
+    reports only what changed in the file.
 
     Raises:
-        CommandError: a malformed address, ``--listen-search`` without a usable token, or ``--listen-openai``
-            without one off loopback or with ``[serve] rag_k`` above 0 (retrieval needs a token, as search does).
+        CommandError: a malformed ``--listen-rpc`` (exit 2).
     """
-    import os
+    apply_training_flags(args, cfg)
+    cfg.admin.metrics_addr = args.metrics_addr or cfg.admin.metrics_addr
+    cfg.admin.search_addr = args.listen_search or cfg.admin.search_addr
+    cfg.serve.listen = args.listen_openai or cfg.serve.listen
+    return cfg
 
-    from learnerd.api.settings import OPENAI_TOKEN_ENV, parse_host_port
-    from learnerd.api.tcp_endpoints import SEARCH_TOKEN_ENV, TokenError, check_token
+
+def service_options(cfg, args: argparse.Namespace):
+    """The :class:`~learnerd.daemon.service.ServiceOptions` of the flags and the ``[admin]`` and ``[serve]``
+    sections, with the tokens (:func:`~learnerd.api.tokens.surface_token`).
+
+    Raises:
+        CommandError: a malformed address, ``--listen-search`` without a usable token, ``--listen-openai``
+            without one off loopback or with ``[serve] rag_k`` above 0 (retrieval needs a token, as search does),
+            ``--insecure-no-token`` without a loopback ``--listen-openai``, an unsafe token file.
+    """
+    from learnerd.api.settings import OPENAI_TOKEN_ENV, is_loopback, parse_host_port
+    from learnerd.api.tcp_endpoints import SEARCH_TOKEN_ENV
+    from learnerd.api.tokens import TokenError, check_token, surface_token, token_path
     from learnerd.cmd._common import read_config
     from learnerd.daemon.service import ServiceOptions
     from learnerd.sections import ConfigError
 
-    metrics = args.metrics_addr or cfg.admin.metrics_addr
-    search = args.listen_search or cfg.admin.search_addr
-    openai = args.listen_openai or cfg.serve.listen
-    token = None
+    apply_flags(args, cfg)
+    metrics, search, openai = cfg.admin.metrics_addr, cfg.admin.search_addr, cfg.serve.listen
+    path = token_path(cfg.path)
+    search_token = openai_token = openai_source = None
     try:
         metrics_addr = parse_host_port(metrics, "--metrics-addr") if metrics else None
         search_addr = parse_host_port(search, "--listen-search") if search else None
         openai_addr = parse_host_port(openai, "--listen-openai") if openai else None
         if search_addr is not None:
-            token = check_token(os.environ.get(SEARCH_TOKEN_ENV))
-        openai_token = os.environ.get(OPENAI_TOKEN_ENV) or None
-        if openai_addr is not None and (openai_token is not None or not _is_loopback(openai_addr[0])):
-            openai_token = check_token(openai_token, OPENAI_TOKEN_ENV, f"serving chat completions on {openai}")
-        if openai_addr is not None and cfg.serve.rag_k > 0:  # retrieval answers with what everyone ran
-            openai_token = check_token(openai_token, OPENAI_TOKEN_ENV, "serving retrieved examples ([serve] rag_k)")
+            found = surface_token(SEARCH_TOKEN_ENV, cfg.path)[0]
+            search_token = check_token(found, SEARCH_TOKEN_ENV, "serving search over TCP", path)
+        if openai_addr is not None:
+            openai_token, openai_source = surface_token(OPENAI_TOKEN_ENV, cfg.path)
+            loopback = is_loopback(openai_addr[0])
+            if openai_token is not None or not loopback:
+                openai_token = check_token(
+                    openai_token, OPENAI_TOKEN_ENV, f"serving chat completions on {openai}", path
+                )
+            if cfg.serve.rag_k > 0:  # retrieval answers with what everyone ran
+                what = "serving retrieved examples ([serve] rag_k)"
+                openai_token = check_token(openai_token, OPENAI_TOKEN_ENV, what, path)
+            if args.insecure_no_token and not loopback:
+                raise TokenError(
+                    f"--insecure-no-token serves requests without the token on loopback only, not {openai}"
+                )
+        elif args.insecure_no_token:
+            raise TokenError(
+                "--insecure-no-token is about the OpenAI endpoint: add --listen-openai (or [serve] listen)"
+            )
     except (ConfigError, TokenError) as exc:
         raise CommandError(str(exc), exit_code=2) from exc
-    cfg.serve.listen = openai or ""
 
     return ServiceOptions(
         metrics_addr=metrics_addr,
         search_addr=search_addr,
-        search_token=token,
+        search_token=search_token,
         openai_addr=openai_addr,
         openai_token=openai_token,
-        reload_config=(lambda: read_config(args)) if cfg.path is not None else None,
+        openai_token_source=openai_source,
+        insecure_no_token=args.insecure_no_token,
+        reload_config=(lambda: apply_flags(args, read_config(args))) if cfg.path is not None else None,
     )
-
-
-def _is_loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback address (``localhost``, 127.0.0.0/8, ``::1``)."""
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def warn_if_nothing_is_watched(cfg) -> None:

@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field, ValidationError, ValidationInfo, model_va
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from learnerd.analyzer.settings import AnalyzerConfig
-from learnerd.api.settings import RPC_TOKEN_ENV, AdminConfig, RpcConfig, ServeConfig
+from learnerd.api.settings import AdminConfig, RpcConfig, ServeConfig
 from learnerd.eval.settings import EvaluationSettings
 from learnerd.fleet.settings import FleetConfig
 from learnerd.ml.settings import EmbeddingsConfig, TrainingSettings
@@ -43,7 +43,7 @@ from learnerd.reconcilers.settings import (
     ProbesConfig,
     WorkqueueConfig,
 )
-from learnerd.sections import ConfigError, Section, resolve_path
+from learnerd.sections import CONFIG_ENV, ConfigError, Section, default_config_dir, resolve_path
 from learnerd.steering.settings import SteeringConfig
 from learnerd.store.settings import StoreConfig, SuggestionsConfig
 
@@ -53,20 +53,17 @@ if TYPE_CHECKING:
 STORE_URL_ENV = "LEARNERD_STORE_URL"
 """The environment variable naming the store (``--store-url`` wins, and it wins over ``[store] url``)."""
 
-CONFIG_ENV = "LEARNERD_CONFIG"
-"""The environment variable naming the config file (``--config`` wins)."""
-
 
 class Environment(BaseSettings):
     """What learnerd reads from the environment (pydantic-settings): the config file's name, the XDG
-    config and state directories, the RPC server's bearer token and the store's URL. Read when asked, never cached."""
+    config and state directories and the store's URL (the tokens: :mod:`learnerd.api.tokens`). Read when asked,
+    never cached."""
 
     model_config = SettingsConfigDict(extra="ignore", case_sensitive=True)
 
     learnerd_config: str = Field("", validation_alias=CONFIG_ENV)
     xdg_config_home: str = Field("", validation_alias="XDG_CONFIG_HOME")
     xdg_state_home: str = Field("", validation_alias="XDG_STATE_HOME")
-    probe_token: str = Field("", validation_alias=RPC_TOKEN_ENV)
     store_url: str = Field("", validation_alias=STORE_URL_ENV)
 
 
@@ -356,8 +353,7 @@ def config_candidates(env: Environment | None = None) -> list[Path]:
     """The files :func:`find_config` tries after ``--config`` and ``$LEARNERD_CONFIG``, in order:
     ``$XDG_CONFIG_HOME/learnerd/config.toml`` (``~/.config`` when unset), ``/etc/learnerd/config.toml``."""
     env = env or Environment()
-    xdg = Path(env.xdg_config_home or Path("~/.config").expanduser())
-    return [xdg / "learnerd" / "config.toml", SYSTEM_CONFIG]
+    return [default_config_dir(env.xdg_config_home) / "config.toml", SYSTEM_CONFIG]
 
 
 def find_config(explicit: str | os.PathLike[str] | None = None, env: Environment | None = None) -> Path | None:

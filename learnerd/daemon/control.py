@@ -122,6 +122,9 @@ class DaemonControl:
         reload_config: re-reads the config file (with the command line's overrides); None when the
             daemon was started without a config file.
         endpoints: addresses served, for the status (``admin_socket``, ``metrics``, ``search``).
+        openai_access: who the OpenAI endpoint serves (``{"token", "without_token", "insecure_no_token"}``, see
+            :class:`~learnerd.daemon.service.ServiceOptions`), for the status; None when it is off.
+        warnings: what the operator must know of how the daemon runs (``--insecure-no-token``), in the status.
         max_k: the largest ``k`` a search may ask for.
         max_pending_searches: searches running or waiting at most (:data:`SEARCH_WORKERS` run at once);
             one more is refused with 429 and ``Retry-After`` rather than queued without bound.
@@ -134,12 +137,16 @@ class DaemonControl:
         *,
         reload_config: Callable[[], Config] | None = None,
         endpoints: dict[str, str | None] | None = None,
+        openai_access: dict[str, Any] | None = None,
+        warnings: list[str] | None = None,
         max_k: int = 100,
         max_pending_searches: int = 32,
     ) -> None:
         self.daemon = daemon
         self.stop = stop
         self.endpoints = endpoints or {}
+        self.openai_access = openai_access
+        self.warnings = warnings or []
         self.max_k = max_k
         self._reload_config = reload_config
         self._started = time.monotonic()
@@ -255,6 +262,7 @@ class DaemonControl:
             "state_dir": str(cfg.state_dir),
             "log_level": current_level(),
             "endpoints": self.endpoints,
+            "openai_access": self.openai_access,
             "embedder": {"name": getattr(embedder, "name", None), "loaded": daemon.embeddings is not None},
             "counts": {
                 "blocks": count_blocks(daemon.conn),
@@ -271,7 +279,7 @@ class DaemonControl:
             ),
             "backfill": job.to_json() if job is not None else None,
             "fleet": daemon.fleet.status(list_block_ids(daemon.conn)) if daemon.fleet is not None else None,
-            "warnings": [w for r in daemon.reconcilers.values() for w in getattr(r, "warnings", ())],
+            "warnings": [*self.warnings, *(w for r in daemon.reconcilers.values() for w in getattr(r, "warnings", ()))],
             "privacy": {
                 "redacted": daemon.analyzer.stats.redactions,
                 "refused": dict(daemon.examples.refusals),

@@ -29,6 +29,7 @@ from learnerd.api.admin import admin_app
 from learnerd.api.errors import ControlError
 from learnerd.api.http import ServerLimits, setup_runner
 from learnerd.api.openai_app import openai_app
+from learnerd.api.settings import is_loopback
 from learnerd.api.tcp_endpoints import metrics_app, search_app
 from learnerd.api.unix_socket import (
     AdminSocket,
@@ -49,6 +50,12 @@ log = structlog.get_logger(__name__)
 
 #: Seconds the HTTP servers give open requests to finish when the daemon exits.
 HTTP_SHUTDOWN_TIMEOUT_S = 2.0
+#: Seconds between the warnings that ``--insecure-no-token`` serves learned adapters without a token.
+INSECURE_WARNING_INTERVAL_S = 600.0
+INSECURE_WARNING = (
+    "--insecure-no-token: the OpenAI endpoint serves the documents' learned adapters to requests without the token "
+    "(any local user may read what they learned)"
+)
 
 
 class ServiceError(RuntimeError):
@@ -59,9 +66,11 @@ class ServiceError(RuntimeError):
 class ServiceOptions:
     """What to serve beside the admin socket.
 
-    ``search_token`` is required with ``search_addr`` (check it with
-    :func:`~learnerd.api.tcp_endpoints.check_token`); ``openai_addr`` serves the OpenAI-compatible
-    endpoint, behind ``openai_token`` when set (the caller refuses a non-loopback address without one);
+    ``search_token`` is required with ``search_addr`` (check it with :func:`~learnerd.api.tokens.check_token`);
+    ``openai_addr`` serves the OpenAI-compatible endpoint: the documents' adapters to bearers of ``openai_token``
+    (``openai_token_source`` says where it came from, for the status), base models also to requests without it on
+    a loopback address, and with ``insecure_no_token`` the adapters too (loud: logged at start and every
+    :data:`INSECURE_WARNING_INTERVAL_S`, in the status); the caller refuses a non-loopback address without a token;
     ``reload_config`` re-reads the config file with the command line's overrides (None: started without
     a config file, reload refused); ``limits`` bound what a client may hold of each listener (timeouts,
     connection cap).
@@ -72,6 +81,8 @@ class ServiceOptions:
     search_token: str | None = None
     openai_addr: tuple[str, int] | None = None
     openai_token: str | None = None
+    openai_token_source: str | None = None
+    insecure_no_token: bool = False
     reload_config: Callable[[], Config] | None = None
     limits: ServerLimits = field(default_factory=ServerLimits)
 
@@ -81,6 +92,24 @@ def _url(addr: tuple[str, int] | None, path: str) -> str | None:
         return None
     host = f"[{addr[0]}]" if ":" in addr[0] else addr[0]
     return f"http://{host}:{addr[1]}{path}"
+
+
+def _openai_access(opts: ServiceOptions) -> dict[str, Any] | None:
+    """Who the OpenAI endpoint serves, for the status and the endpoint: ``token``, where its token came from (None:
+    no token); ``without_token``, what a request without it gets: ``"none"`` (off loopback: 401), ``"bases"``
+    (loopback: the base models) or ``"all"`` (``--insecure-no-token``); None when the endpoint is off."""
+    if opts.openai_addr is None:
+        return None
+    loopback = is_loopback(opts.openai_addr[0])
+    without = "none" if not loopback else "all" if opts.insecure_no_token else "bases"
+    return {"token": opts.openai_token_source, "without_token": without, "insecure_no_token": opts.insecure_no_token}
+
+
+async def _keep_warning_insecure() -> None:
+    """Log :data:`INSECURE_WARNING` now and every :data:`INSECURE_WARNING_INTERVAL_S` until cancelled."""
+    while True:
+        log.warning(INSECURE_WARNING)
+        await anyio.sleep(INSECURE_WARNING_INTERVAL_S)
 
 
 class Service:
@@ -101,6 +130,7 @@ class Service:
         self.options = options or ServiceOptions()
         if self.options.search_addr is not None and not self.options.search_token:
             raise ValueError("search_addr needs search_token")
+        self.openai_access = _openai_access(self.options)
         self.control = DaemonControl(
             daemon,
             stop,
@@ -111,9 +141,15 @@ class Service:
                 "search": _url(self.options.search_addr, "/search"),
                 "openai": _url(self.options.openai_addr, "/v1"),
             },
+            openai_access=self.openai_access,
+            warnings=[INSECURE_WARNING] if self._insecure else [],
             max_k=daemon.cfg.admin.max_k,
         )
         self.catalog = wiring.model_catalog(daemon.cfg)
+
+    @property
+    def _insecure(self) -> bool:
+        return self.options.insecure_no_token and self.options.openai_addr is not None
 
     def reload(self) -> dict[str, Any] | None:
         """Reload the config (SIGHUP); errors are logged, never raised: whatever goes wrong, the daemon keeps
@@ -159,6 +195,8 @@ class Service:
                 self.control.attach(tg)
                 tg.start_soon(self._announce_stopping, name="announce-stopping")
                 tg.start_soon(sd_notify.keep_alive, name="sd-watchdog")
+                if self._insecure:
+                    tg.start_soon(_keep_warning_insecure, name="insecure-no-token-warning")
 
                 def started() -> None:
                     adopt_library_loggers()
@@ -215,7 +253,13 @@ class Service:
         if opts.openai_addr is not None and self.daemon.served is not None:
             o_host, o_port = opts.openai_addr
             app = openai_app(
-                self.catalog, self.daemon.served, self.control, cfg.serve, self.daemon.registry, opts.openai_token
+                self.catalog,
+                self.daemon.served,
+                self.control,
+                cfg.serve,
+                self.daemon.registry,
+                opts.openai_token,
+                without_token=self.openai_access["without_token"] if self.openai_access else "none",
             )
             runner = await self._serve(
                 app, lambda r: web.TCPSite(r, o_host, o_port), f"{o_host}:{o_port}", runners, opts.limits

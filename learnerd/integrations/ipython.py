@@ -16,7 +16,8 @@ own requests) are not logged. A Jupyter kernel does not see the notebook's markd
 as the cell's first comment lines.
 
 Configuration, from the environment of the kernel: ``$LEARNERD_RPC_URL`` (default ``http://127.0.0.1:7429``,
-the daemon's ``--listen-rpc`` address) and ``$LEARNERD_PROBE_TOKEN``. Logging never gets in the way of the
+the daemon's ``--listen-rpc`` address); the token is ``$LEARNERD_PROBE_TOKEN``, else the token file ``learnerd
+init`` wrote (:func:`learnerd.api.tokens.client_token`). Logging never gets in the way of the
 cell: each request waits at most :data:`TIMEOUT_S` seconds, and a failure (daemon down, a refusal) is
 written once on stderr and then kept quiet until a cell is logged again.
 """

@@ -52,6 +52,7 @@ REQUESTS = 50
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 UNTRAINED_ID = "01KPPJZWBDDDYRESSA0HESRDHT"
 BROKEN_ID = "01KPPJZWBDDDYRESSA0HESRDHV"
+TOKEN = "serving-during-evaluation-token"  # documents' adapters are served only to its bearers
 
 
 class Running:
@@ -101,7 +102,8 @@ async def endpoint(cfg: Config, reload_after_s: float = 30.0) -> AsyncIterator[t
     store = AdapterStore(cfg.layout.adapters_dir)
     served = ServedModels(store, cfg.layout.models_dir, num_threads=1, reload_after_s=reload_after_s)
     catalog = ModelCatalog(cfg.layout.docs_roots, [])
-    app = openai_app(catalog, served, Running(served), ServeConfig(max_tokens=8), CollectorRegistry(), None)
+    settings = ServeConfig(max_tokens=8)
+    app = openai_app(catalog, served, Running(served), settings, CollectorRegistry(), TOKEN, without_token="none")
     runner = web.AppRunner(app)
     await runner.setup()
     try:
@@ -116,7 +118,7 @@ async def endpoint(cfg: Config, reload_after_s: float = 30.0) -> AsyncIterator[t
 
 async def ask(url: str, model: str) -> tuple[str | None, str]:
     """``(system_fingerprint, answer)`` of a greedy completion from the official client (no retries)."""
-    async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=120.0) as api:
+    async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=TOKEN, max_retries=0, timeout=120.0) as api:
         reply = await api.chat.completions.create(model=model, messages=QUESTION, max_tokens=8, temperature=0)
     return reply.system_fingerprint, reply.choices[0].message.content or ""
 

@@ -1,6 +1,7 @@
 """The OpenAI-compatible app (:mod:`learnerd.api.openai_app`) on a real aiohttp server over a real served-model
 manager on the built-in tiny Llama: one readiness for ``/v1/models``, ``/v1/chat/completions`` and ``/readyz``,
-and the generated-token metric of a stream the client cut."""
+the generated-token metric of a stream the client cut, and who is served what (issue 60): a document's learned
+adapter only to a bearer of the token, base models without it, and what becomes a suggestion."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from typing import Any
 
 import aiohttp
 import anyio
+import openai
 import pytest
 import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from learnerd.api.openai_app import openai_app
+from learnerd.api.openai_app import WithoutToken, openai_app
 from learnerd.api.settings import ServeConfig
 from learnerd.ml import serving
 from learnerd.ml.retrieved_examples import quote_example, with_examples
@@ -32,6 +34,8 @@ from tests.support.documents import qa_document
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("one_torch_thread")]
 CHAT = {"model": "notes", "messages": [{"role": "user", "content": "What is the capital of France?"}]}
+TOKEN = "openai-app-test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 class Control:
@@ -54,15 +58,22 @@ class Control:
 
 @contextlib.asynccontextmanager
 async def endpoint(
-    root: Path, models_dir: Path, steering: Any = None, max_tokens: int = 4
+    root: Path,
+    models_dir: Path,
+    steering: Any = None,
+    max_tokens: int = 4,
+    token: str | None = TOKEN,
+    without_token: WithoutToken = "bases",
 ) -> AsyncIterator[tuple[str, Control, CollectorRegistry]]:
-    """The app on 127.0.0.1 serving one document ``notes`` on the tiny Llama: ``(base URL, control, registry)``."""
+    """The app on 127.0.0.1 serving one document ``notes`` on the tiny Llama behind ``token`` (``without_token``:
+    what a request without it gets): ``(base URL, control, registry)``."""
     qa_document(root / "docs" / "notes.dlm", QA_PAIRS[:1])
     served = ServedModels(AdapterStore(root / "adapters"), models_dir, num_threads=1, steering=steering)
     control = Control(served)
     registry = CollectorRegistry()
     catalog = ModelCatalog([root / "docs"], [])
-    app = openai_app(catalog, served, control, ServeConfig(max_tokens=max_tokens), registry, None)
+    settings = ServeConfig(max_tokens=max_tokens)
+    app = openai_app(catalog, served, control, settings, registry, token, without_token=without_token)
     runner = web.AppRunner(app)
     await runner.setup()
     try:
@@ -76,7 +87,7 @@ async def endpoint(
 
 
 async def answer(session: aiohttp.ClientSession, method: str, url: str, body: Any = None) -> tuple[int, dict, Any]:
-    async with session.request(method, url, json=body) as r:
+    async with session.request(method, url, json=body, headers=AUTH) as r:
         return r.status, dict(r.headers), await r.json()
 
 
@@ -127,6 +138,94 @@ async def test_models_completions_and_readyz_share_one_readiness(tmp_path: Path,
             assert (await answer(s, "GET", f"{url}/readyz"))[:3:2] == (200, {"status": "ready"})
 
 
+QUESTION = CHAT["messages"]
+
+
+def clients(url: str) -> tuple[openai.AsyncOpenAI, openai.AsyncOpenAI]:
+    """The official client without the token (the ``api_key`` a token-less client sends) and with it."""
+    kw = {"base_url": f"{url}/v1", "max_retries": 0, "timeout": 120.0}
+    return openai.AsyncOpenAI(api_key="none", **kw), openai.AsyncOpenAI(api_key=TOKEN, **kw)
+
+
+@pytest.mark.usefixtures("tiny_model_dir")
+async def test_a_document_needs_the_token_a_base_does_not_and_only_a_bearers_answer_is_remembered(
+    tmp_path: Path, models_dir: Path
+):
+    """On loopback: without the token, ``/v1/models`` lists the bases alone, a document's model is 401 by its name
+    and by its ``dlm_id`` (never its base instead), its base answers, retrieval is 401, and nothing of the request
+    is remembered; with the token the document answers and the answer is a suggestion of the client's session."""
+    async with endpoint(tmp_path, models_dir) as (url, control, registry):
+        anonymous, bearer = clients(url)
+        dlm_id = read_document(tmp_path / "docs" / "notes.dlm").frontmatter.dlm_id
+        assert [m.id for m in (await anonymous.models.list()).data] == ["learnerd/tiny-llama"]
+        assert [m.id for m in (await bearer.models.list()).data] == ["learnerd/tiny-llama", "notes"]
+        for model in ("notes", dlm_id):
+            with pytest.raises(openai.AuthenticationError) as refused:
+                await anonymous.chat.completions.create(
+                    model=model, messages=QUESTION, max_tokens=2, temperature=0, metadata={"session": "S"}
+                )
+            assert refused.value.status_code == 401 and refused.value.code == "invalid_api_key"
+            assert f"the model {model!r} answers with a document's learned adapter" in refused.value.message
+        base = await anonymous.chat.completions.create(
+            model="learnerd/tiny-llama", messages=QUESTION, max_tokens=2, temperature=0, user="S"
+        )
+        assert base.system_fingerprint == "base" and base.choices[0].message.content is not None
+        with pytest.raises(openai.AuthenticationError, match="retrieval answers with what every user ran"):
+            await anonymous.chat.completions.create(
+                model="learnerd/tiny-llama", messages=QUESTION, max_tokens=2, extra_body={"learnerd": {"rag_k": 1}}
+            )
+        assert control.answers == [], "nothing a request without the token asked is remembered"
+
+        reply = await bearer.chat.completions.create(
+            model="notes", messages=QUESTION, max_tokens=2, temperature=0, metadata={"session": "S"}
+        )
+        assert reply.system_fingerprint == f"{dlm_id}@base"  # no version yet: the document's base answers for it
+        assert [(a.document, a.session) for a in control.answers] == [(dlm_id, "S")]
+        counted = registry.get_sample_value("learnerd_serve_requests_total", {"model": "unknown", "status": "401"})
+        assert counted == 3
+
+
+@pytest.mark.usefixtures("tiny_model_dir")
+async def test_off_loopback_nothing_but_the_health_probes_is_served_without_the_token(tmp_path: Path, models_dir: Path):
+    async with endpoint(tmp_path, models_dir, without_token="none") as (url, control, _):
+        anonymous, bearer = clients(url)
+        with pytest.raises(openai.AuthenticationError, match="missing or wrong bearer token"):
+            await anonymous.models.list()
+        with pytest.raises(openai.AuthenticationError, match="missing or wrong bearer token"):
+            await anonymous.chat.completions.create(model="learnerd/tiny-llama", messages=QUESTION, max_tokens=2)
+        async with aiohttp.ClientSession() as s, s.get(f"{url}/healthz") as r:
+            assert r.status == 200
+        assert len((await bearer.models.list()).data) == 2
+    with pytest.raises(ValueError, match="off loopback, needs a bearer token"):
+        openai_app(
+            ModelCatalog([], []),
+            control.served,
+            control,
+            ServeConfig(),
+            CollectorRegistry(),
+            None,
+            without_token="none",
+        )
+
+
+@pytest.mark.usefixtures("tiny_model_dir")
+async def test_insecure_no_token_serves_the_adapter_without_it_but_remembers_nothing(tmp_path: Path, models_dir: Path):
+    """``--insecure-no-token``: a document answers a request without the token; retrieval still needs the token, and
+    the answer is no suggestion (its prompt never becomes an example)."""
+    async with endpoint(tmp_path, models_dir, token=None, without_token="all") as (url, control, _):
+        anonymous, _ = clients(url)
+        assert [m.id for m in (await anonymous.models.list()).data] == ["learnerd/tiny-llama", "notes"]
+        reply = await anonymous.chat.completions.create(
+            model="notes", messages=QUESTION, max_tokens=2, temperature=0, metadata={"session": "S"}
+        )
+        assert reply.system_fingerprint.endswith("@base")
+        with pytest.raises(openai.AuthenticationError, match="retrieval answers with what every user ran"):
+            await anonymous.chat.completions.create(
+                model="notes", messages=QUESTION, max_tokens=2, extra_body={"learnerd": {"rag_k": 1}}
+            )
+        assert control.answers == []
+
+
 class SlowNoEos:
     """A logits processor that never lets the model end (EOS masked) and sleeps per token: a stream long
     enough for its client to leave in the middle, made deterministic."""
@@ -154,7 +253,7 @@ async def test_a_stream_the_client_cut_counts_its_generated_tokens(tmp_path: Pat
     async with endpoint(tmp_path, models_dir, steering, max_tokens=64) as (url, control, registry):
         body = {**CHAT, "max_tokens": 64, "temperature": 0, "stream": True}
         with structlog.testing.capture_logs() as logs:
-            async with aiohttp.ClientSession() as s, s.post(f"{url}/v1/chat/completions", json=body) as r:
+            async with aiohttp.ClientSession() as s, s.post(f"{url}/v1/chat/completions", json=body, headers=AUTH) as r:
                 assert r.status == 200
                 await r.content.readuntil(b"\n\n")  # the role chunk
                 await r.content.readuntil(b"\n\n")  # the first token's text

@@ -54,7 +54,8 @@ def test_retrieval_on_the_openai_endpoint_needs_a_token_even_on_loopback(state: 
     config.write_text("[serve]\nrag_k = 3\n")
     assert main(["run", "--config", str(config), "--state-dir", str(state), "--listen-openai", "127.0.0.1:0"]) == 2
     err = capsys.readouterr().err
-    assert "serving retrieved examples ([serve] rag_k) needs a bearer token in $LEARNERD_OPENAI_TOKEN" in err
+    assert "serving retrieved examples ([serve] rag_k) needs a bearer token: run `learnerd init`" in err
+    assert "or set $LEARNERD_OPENAI_TOKEN" in err
     assert not state.exists(), "refused before touching the state directory"
 
 
@@ -74,3 +75,25 @@ def test_a_busy_port_stops_the_start_with_a_clear_message_and_leaves_nothing_beh
     assert not (state / "learnerd.sock").exists(), "the admin socket is removed again"
     with StateLock(state):
         pass  # and the lock was released
+
+
+def test_insecure_no_token_needs_a_loopback_openai_endpoint(state: Path, monkeypatch, capsys):
+    monkeypatch.setenv("LEARNERD_OPENAI_TOKEN", "a-token-of-enough-characters")
+    assert main(run(state, "--insecure-no-token")) == 2
+    assert "--insecure-no-token is about the OpenAI endpoint: add --listen-openai" in capsys.readouterr().err
+    assert main(run(state, "--insecure-no-token", "--listen-openai", "0.0.0.0:0")) == 2
+    assert "serves requests without the token on loopback only, not 0.0.0.0:0" in capsys.readouterr().err
+    assert not state.exists(), "refused before touching the state directory"
+
+
+def test_a_token_file_others_may_read_is_refused(state: Path, monkeypatch, capsys):
+    """The token file of ``learnerd init`` is a secret: the daemon refuses one that group or others may read."""
+    monkeypatch.delenv("LEARNERD_OPENAI_TOKEN", raising=False)
+    config = state.parent / "learnerd.toml"
+    config.write_text("")
+    token = state.parent / "token"
+    token.write_text("a-token-of-enough-characters\n")
+    token.chmod(0o640)
+    assert main(["run", "--config", str(config), "--state-dir", str(state), "--listen-openai", "127.0.0.1:0"]) == 2
+    assert f"the token file {token} is open to other users (mode 0640): chmod 600 it" in capsys.readouterr().err
+    assert not state.exists(), "refused before touching the state directory"

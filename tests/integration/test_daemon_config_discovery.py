@@ -4,6 +4,7 @@ item 6)."""
 from __future__ import annotations
 
 import json
+import stat
 import tomllib
 from pathlib import Path
 
@@ -11,6 +12,10 @@ import pytest
 import structlog
 from pydantic import BaseModel
 
+from learnerd.api.settings import OPENAI_TOKEN_ENV, RPC_TOKEN_ENV
+from learnerd.api.tcp_endpoints import SEARCH_TOKEN_ENV
+from learnerd.api.tokens import MIN_TOKEN_CHARS, TokenError, client_token, read_token_file, surface_token
+from learnerd.client import LearnerdClient
 from learnerd.cmd._common import read_config
 from learnerd.cmd.init import installed_bases
 from learnerd.cmd.main import build_parser, main
@@ -139,6 +144,40 @@ def test_init_into_the_xdg_directory_needs_no_flag_next(homes: Path, capsys):
     out = capsys.readouterr().out
     assert "next: learnerd run --log-dir DIR" in out and "add your assistant's log directory" in out
     assert read_config(ctl_args()).path == homes / "xdg" / "learnerd" / "config.toml"
+    assert f"wrote {homes / 'xdg' / 'learnerd' / 'token'} (the bearer token, mode 0600" in out
+    assert "export LEARNERD_CONFIG" not in out, "clients find the token in the default directory"
+
+
+def test_init_writes_a_private_token_that_the_daemon_and_the_clients_read(homes: Path, capsys, monkeypatch):
+    """``learnerd init`` writes a random token, 0600, never replaced; the daemon's surfaces and learnerd's clients
+    read it beside the config (each surface's variable wins); the daemon refuses a token file others may read."""
+    for env in (OPENAI_TOKEN_ENV, RPC_TOKEN_ENV, SEARCH_TOKEN_ENV):
+        monkeypatch.delenv(env, raising=False)
+    target = homes / "project"
+    assert main(["init", str(target), "--json"]) == 0
+    token_file = target / "token"
+    assert json.loads(capsys.readouterr().out)["token_file"] == str(token_file)
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    token = token_file.read_text().strip()
+    assert len(token) >= MIN_TOKEN_CHARS and token.isascii()
+
+    config = target / "config.toml"
+    assert surface_token(OPENAI_TOKEN_ENV, config) == (token, str(token_file))
+    assert client_token(OPENAI_TOKEN_ENV) is None, "not in the default directory: a client needs LEARNERD_CONFIG"
+    monkeypatch.setenv("LEARNERD_CONFIG", str(config))
+    with LearnerdClient(openai_url="http://127.0.0.1:1/v1", rpc_url="http://127.0.0.1:1") as client:
+        assert client.openai_key == token and client.rpc_headers == {"Authorization": f"Bearer {token}"}
+    monkeypatch.setenv(OPENAI_TOKEN_ENV, "from-the-environment-0123")
+    assert client_token(OPENAI_TOKEN_ENV) == "from-the-environment-0123"
+    assert surface_token(OPENAI_TOKEN_ENV, config) == ("from-the-environment-0123", f"${OPENAI_TOKEN_ENV}")
+
+    target.joinpath("config.toml").unlink()
+    target.joinpath("docs", "learned.dlm").unlink()
+    assert main(["init", str(target)]) == 0
+    assert f"kept {token_file}" in capsys.readouterr().out and token_file.read_text().strip() == token
+    token_file.chmod(0o644)
+    with pytest.raises(TokenError, match="open to other users \\(mode 0644\\): chmod 600 it"):
+        read_token_file(token_file)
 
 
 def test_the_reference_lists_every_setting_at_its_default(tmp_path: Path):

@@ -24,12 +24,17 @@ import structlog
 from learnerd.api.http import ServerLimits
 from learnerd.api.settings import ServeConfig
 from learnerd.daemon.service import ServiceOptions
+from learnerd.ml.base_model import resolve_base_model
 from learnerd.ml.retrieved_examples import EXAMPLES_HEADER
+from learnerd.store.adapters import AdapterStore
+from learnerd.store.dlm import read_document
+from learnerd.store.suggestions import counts
 from tests.qa_pairs import QA_PAIRS
 from tests.support.daemon import append_blocks, daemon_config, eventually, running_service
 from tests.support.documents import qa_document
 from tests.support.hostile import connect, nested, read_all, request_bytes, with_raw
 from tests.support.logs import capture_all_logs
+from tests.support.tied_model import commit_noise_adapter
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("one_torch_thread")]
 TOKEN = "openai-token-of-32-characters-xx"
@@ -240,41 +245,88 @@ async def test_retrieval_is_quoted_data_never_holds_an_injection_and_is_not_logg
 
 
 CLIENT = """
-import json, sys, urllib.error, urllib.request
-body = {"model": "notes", "messages": [{"role": "user", "content": "list the pods in dev"}],
-        "max_tokens": 2, "learnerd": {"rag_k": 3}}
-request = urllib.request.Request(sys.argv[1] + "/chat/completions", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-try:
-    with urllib.request.urlopen(request, timeout=120) as r:
-        print(r.status, r.read().decode())
-except urllib.error.HTTPError as e:
-    print(e.code, e.read().decode())
+import json, os, sys, urllib.error, urllib.request
+url, token = sys.argv[1], os.environ.get("TOKEN")
+headers = {"Content-Type": "application/json", **({"Authorization": "Bearer " + token} if token else {})}
+def call(path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url + path, data, headers, method="GET" if body is None else "POST")
+    try:
+        with urllib.request.urlopen(request, timeout=300) as r:
+            return [r.status, json.loads(r.read())]
+    except urllib.error.HTTPError as e:
+        return [e.code, json.loads(e.read())]
+def chat(model, **extra):
+    body = {"model": model, "messages": [{"role": "user", "content": "Log in to the prod bastion"}],
+            "max_tokens": 2, "temperature": 0, "user": "ops-terminal", **extra}
+    return call("/chat/completions", body)
+print(json.dumps({"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(), "models": call("/models"),
+                  "document": chat("notes"), "base": chat("learnerd/tiny-llama"),
+                  "retrieval": chat("learnerd/tiny-llama", learnerd={"rag_k": 3})}))
 """
 
 
-#: A Python that another uid may run (the test's own may live in root's home): the client uses the standard library.
+#: A Python that another uid may run (the test's own may live in root's home, 0700): the client speaks the endpoint's
+#: protocol with the standard library, as the official ``openai`` client cannot be imported from there.
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="acting as another uid needs root (setuid)")
+def as_nobody(url: str, token: str | None) -> dict:
+    """:data:`CLIENT`'s answers, run as uid and gid 65534 with no supplementary groups (``user``, ``group`` and
+    ``extra_groups``: the child's setgroups, setgid and setuid before exec, without a ``preexec_fn`` in a process
+    with threads); ``token`` is the only secret it is given."""
+    env = {"TOKEN": token} if token else {}
+    result = subprocess.run(
+        [SYSTEM_PYTHON, "-I", "-c", CLIENT, url],
+        user=NOBODY,
+        group=NOBODY,
+        extra_groups=[],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    answers = json.loads(result.stdout)
+    assert (answers["uid"], answers["gid"], answers["groups"]) == (NOBODY, NOBODY, [])
+    return answers
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="acting as another uid needs root (setuid); CI and this suite run as root"
+)
 @pytest.mark.skipif(SYSTEM_PYTHON is None, reason="no system python3 for uid 65534 to run")
-async def test_without_a_token_another_uid_gets_no_learned_example(short_root: Path, minilm, models_dir: Path):
-    """A loopback endpoint without ``$LEARNERD_OPENAI_TOKEN`` answers chat completions to anyone on the machine,
-    but never with retrieval: uid 65534 asking with ``rag_k`` gets 401, and none of the learned text."""
+async def test_another_uid_gets_no_adapter_answer_without_the_token_and_one_with_it(
+    short_root: Path, minilm, models_dir: Path
+):
+    """Issue 60, finding 1: another local user asking the loopback endpoint without the token gets no answer from
+    a document's learned adapter (401, and the document is not even listed), only from a base, never retrieval —
+    and nothing of its prompt is remembered; the same user with the token gets the adapter's answer."""
     cfg = config(short_root, models_dir)
     append_blocks(cfg.log_dirs[0] / "blocks.jsonl", {"b-pods": BLOCKS["b-pods"]})
-    async with running_service(cfg, minilm, options(token=None)) as running:
+    dlm_id = read_document(short_root / "docs" / "notes.dlm").frontmatter.dlm_id
+    base = resolve_base_model("learnerd/tiny-llama", cache_dir=cfg.layout.models_dir)
+    commit_noise_adapter(AdapterStore(cfg.layout.adapters_dir), dlm_id, base)
+    async with running_service(cfg, minilm, options()) as running:
         await indexed(running, 1)
         url = url_of(running)
-        result = await anyio.to_thread.run_sync(
-            lambda: subprocess.run(
-                [SYSTEM_PYTHON, "-I", "-c", CLIENT, url], user=NOBODY, capture_output=True, text=True, timeout=300
-            )
-        )
-        assert result.returncode == 0, result.stderr
-        status, _, body = result.stdout.partition(" ")
-        assert status == "401" and "needs the endpoint's bearer token" in body
-        assert "kubectl" not in body and "pods" not in body
-        async with aiohttp.ClientSession() as session, session.post(f"{url}/chat/completions", json=CHAT) as r:
-            assert r.status == 200 and (await r.json())["learnerd"]["retrieved"] == []  # without retrieval, it answers
+
+        anonymous = await anyio.to_thread.run_sync(as_nobody, url, None)
+        status, models = anonymous["models"]
+        assert status == 200 and [m["id"] for m in models["data"]] == ["learnerd/tiny-llama"]
+        status, refused = anonymous["document"]
+        assert status == 401 and refused["error"]["code"] == "invalid_api_key", refused
+        assert "answers with a document's learned adapter" in refused["error"]["message"] and "choices" not in refused
+        status, answer = anonymous["base"]
+        assert status == 200 and answer["system_fingerprint"] == "base" and answer["learnerd"]["adapter"] is None
+        status, refused = anonymous["retrieval"]
+        assert status == 401 and "retrieval answers with what every user ran" in refused["error"]["message"]
+        assert "kubectl" not in json.dumps(anonymous), "no learned text reached the other user"
+        assert counts(running.daemon.conn) == {}, "nothing another user asked without the token is remembered"
+
+        bearer = await anyio.to_thread.run_sync(as_nobody, url, TOKEN)
+        assert "notes" in {m["id"] for m in bearer["models"][1]["data"]}  # and learned.dlm, the probes' document
+        status, answer = bearer["document"]
+        assert status == 200 and answer["system_fingerprint"] == f"{dlm_id}@v0001", answer
+        assert answer["learnerd"]["adapter"] == "v0001"
+        assert counts(running.daemon.conn)[dlm_id]["v0001"]["served"] == 1
