@@ -28,6 +28,7 @@ from tests.qa_pairs import QA_PAIRS
 from tests.support.daemon import append_blocks
 from tests.support.daemon_process import free_port, wait_until
 from tests.support.documents import qa_document
+from tests.support.manual import doc_block
 from tests.support.serving import TOKEN, client, serving_daemon, write_config
 from tests.support.tied_model import commit_noise_adapter
 
@@ -126,8 +127,10 @@ def test_seeded_sampling_repeats_and_stop_strings_cut(served):
 def test_errors_have_openai_statuses(served):
     _, url, _ = served
     api = client(url)
-    with pytest.raises(openai.AuthenticationError):
-        client(url, token="wrong-" + TOKEN).models.list()
+    wrong = client(url, token="wrong-" + TOKEN)
+    with pytest.raises(openai.AuthenticationError, match="answers with a document's learned adapter"):
+        wrong.chat.completions.create(model="notes", messages=QUESTION, max_tokens=1)
+    assert [m.id for m in wrong.models.list()] == ["learnerd/tiny-llama"], "on loopback: the bases, not the documents"
     with pytest.raises(openai.NotFoundError) as err:
         api.chat.completions.create(model="no-such-model", messages=QUESTION)
     assert err.value.body["code"] == "model_not_found"
@@ -247,6 +250,18 @@ def test_a_version_trained_without_retrieval_rows_is_quoted_only_what_it_has_not
     _, tokenizer = load_model_directory(tiny_model_dir)
     prompt = with_examples([ChatMessage("user", question[0]["content"])], nearest[1:])
     assert to_adapter.usage.prompt_tokens == len(render_chat(tokenizer, prompt, add_generation_prompt=True))
+
+
+def test_the_chat_call_of_the_docs_sends_the_token_file(served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """docs/integrations.md's client: the official ``openai`` client, the token file of ``learnerd init`` its key."""
+    _, url, dlm_id = served
+    token_file = tmp_path / "home" / ".config" / "learnerd" / "token"
+    token_file.parent.mkdir(parents=True)
+    token_file.write_text(f"{TOKEN}\n")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    scope: dict = {}
+    exec(doc_block("chat").replace("http://127.0.0.1:8078/v1", url).replace('"learned"', '"notes"'), scope)
+    assert scope["reply"].system_fingerprint == f"{dlm_id}@base" and scope["reply"].choices[0].message.content
 
 
 def test_the_learnerd_client_searches_and_chats_sync_and_async(served):

@@ -1,7 +1,8 @@
 """``POST /v1/blocks`` on a real ``learnerd run --listen-rpc``: the token, the all-or-nothing 400 naming the bad
 event, and every integration of docs/integrations.md — the bare curl call, the Python client (sync and async),
 the IPython extension in a real ``InteractiveShell``, the bash and zsh hook — ends as an example that search
-finds."""
+finds. The daemon and the integrations take the token from the token file in the config directory (where
+``learnerd init`` writes it: ``$XDG_CONFIG_HOME/learnerd/token``), none from the environment."""
 
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ import anyio
 import pytest
 
 from learnerd.client import AsyncLearnerdClient, LearnerdClient, LearnerdError
-from tests.conftest import REPO_ROOT, cli_env
+from tests.conftest import cli_env
 from tests.support.daemon import short_tmp_dir
 from tests.support.daemon_process import DaemonProcess, daemon_process, free_port, wait_until
+from tests.support.manual import doc_block
 
 TOKEN = "blocks-test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -43,7 +45,6 @@ num_threads = 1
 niceness = 0
 warm_spare = false
 """
-INTEGRATIONS = REPO_ROOT / "docs" / "integrations.md"
 
 
 @dataclass
@@ -53,8 +54,13 @@ class Served:
     url: str
 
     @property
+    def config_home(self) -> str:
+        """``$XDG_CONFIG_HOME`` of the integrations: ``root`` is its ``learnerd`` directory, with the token file."""
+        return str(self.root.parent)
+
+    @property
     def env(self) -> dict[str, str]:
-        return cli_env(LEARNERD_RPC_URL=self.url, LEARNERD_PROBE_TOKEN=TOKEN)
+        return cli_env(LEARNERD_RPC_URL=self.url, XDG_CONFIG_HOME=self.config_home)
 
     def search(self, text: str) -> list[dict]:
         return self.process.client().call("POST", "/search", {"text": text, "k": 10})
@@ -89,12 +95,15 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[Served]:
-    with short_tmp_dir() as root:
+    with short_tmp_dir() as top:
+        root = top / "learnerd"  # the config directory
+        (root / "logs").mkdir(parents=True)
         (root / "learnerd.toml").write_text(CONFIG)
-        (root / "logs").mkdir()
+        token = root / "token"  # as learnerd init writes it: the daemon reads it beside its config
+        token.write_text(f"{TOKEN}\n")
+        token.chmod(0o600)
         address = f"127.0.0.1:{free_port()}"
-        env = {"LEARNERD_PROBE_TOKEN": TOKEN}
-        with daemon_process(root, "--listen-rpc", address, env=env) as process:
+        with daemon_process(root, "--listen-rpc", address) as process:
             process.wait_ready()
             yield Served(process, root, f"http://{address}")
 
@@ -121,13 +130,6 @@ def post(served: Served, body: bytes | list[dict], headers: dict[str, str] | Non
             return response.status, await response.json(), response.headers.get("WWW-Authenticate", "")
 
     return anyio.run(send)
-
-
-def doc_block(name: str) -> str:
-    """The fenced block after ``<!-- test: name -->`` in docs/integrations.md: what users copy is what runs."""
-    match = re.search(rf"<!-- test: {name} -->\n```\w*\n(.*?)\n```", INTEGRATIONS.read_text(), re.S)
-    assert match is not None, f"no block marked {name!r} in {INTEGRATIONS}"
-    return match.group(1)
 
 
 def test_without_the_token_it_is_401_and_nothing_is_written(served: Served):
@@ -175,7 +177,7 @@ def test_the_bare_curl_call_of_the_docs(served: Served):
 
 
 def test_the_python_call_of_the_docs(served: Served, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("LEARNERD_PROBE_TOKEN", TOKEN)
+    monkeypatch.setenv("XDG_CONFIG_HOME", served.config_home)
     exec(doc_block("python").replace("http://127.0.0.1:7429", served.url), {})
     hit = served.wait_learned("Show the last hour of logs of the web deployment", "kubectl logs deploy/web --since=1h")
     assert hit["query"] == "# Kubernetes\nShow the last hour of logs of the web deployment"
@@ -210,7 +212,7 @@ def test_the_ipython_extension_logs_each_cell_and_a_successful_one_becomes_an_ex
 
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     monkeypatch.setenv("LEARNERD_RPC_URL", served.url)
-    monkeypatch.setenv("LEARNERD_PROBE_TOKEN", TOKEN)
+    monkeypatch.setenv("XDG_CONFIG_HOME", served.config_home)
     shell = InteractiveShell.instance()
     try:
         shell.run_line_magic("load_ext", "learnerd.integrations.ipython")

@@ -12,14 +12,17 @@ from pathlib import Path
 import anyio
 import pytest
 
+from learnerd.api.settings import ServeConfig
 from learnerd.api.unix_socket import bind_admin_socket, remove_admin_socket
 from learnerd.cmd._client import AdminClient
 from learnerd.cmd._common import CommandError
 from learnerd.cmd.main import main
 from learnerd.daemon.logging import current_level
+from learnerd.daemon.service import INSECURE_WARNING, ServiceOptions
 from learnerd.store.state_dir import secure_state_dir
 from learnerd.store.suggestions import ServedAnswer
 from tests.support.daemon import SAMPLE_BLOCKS, append_blocks, daemon_config, eventually, running_service
+from tests.support.logs import capture_all_logs
 
 pytestmark = pytest.mark.usefixtures("restore_log_level")
 
@@ -182,3 +185,22 @@ def test_ctl_says_when_the_socket_is_not_ours(short_root: Path):
         assert message == f"the socket {admin.path} is not yours: it belongs to uid 0, you are uid {NOBODY}"
     finally:
         remove_admin_socket(admin)
+
+
+@pytest.mark.anyio
+async def test_insecure_no_token_is_loud_in_the_log_and_in_ctl_status(short_root: Path, minilm, capsys):
+    """Issue 60: ``--insecure-no-token`` (learned adapters served without the token) is a warning in the log as the
+    endpoint starts, and ``ctl status`` says so beside the endpoint and among its warnings."""
+    cfg = daemon_config(short_root, serve=ServeConfig(listen="127.0.0.1:0", num_threads=1))
+    at = ("--state-dir", str(cfg.state_dir))
+    with capture_all_logs() as logs:
+        async with running_service(cfg, minilm, ServiceOptions(openai_addr=("127.0.0.1", 0), insecure_no_token=True)):
+            code, out, _ = await learnerd(capsys, "ctl", "status", *at)
+            _, as_json, _ = await learnerd(capsys, "ctl", "status", "--json", *at)
+    assert code == 0
+    assert "INSECURE: learned adapters served without the token (--insecure-no-token)" in out
+    assert f"warning: {INSECURE_WARNING}" in " ".join(out.split())
+    status = json.loads(as_json)
+    assert status["openai_access"] == {"token": None, "without_token": "all", "insecure_no_token": True}
+    assert INSECURE_WARNING in status["warnings"]
+    assert [e["log_level"] for e in logs if e["event"] == INSECURE_WARNING] == ["warning"], "once at start"

@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from learnerd.cmd.main import main
+from learnerd.cmd._common import read_config
+from learnerd.cmd.main import build_parser, main
+from learnerd.cmd.run import service_options
+from learnerd.daemon.reload import diff_configs
 from learnerd.daemon.statelock import StateLock
 from tests.support.daemon import short_tmp_dir
 
@@ -97,3 +100,21 @@ def test_a_token_file_others_may_read_is_refused(state: Path, monkeypatch, capsy
     assert main(["run", "--config", str(config), "--state-dir", str(state), "--listen-openai", "127.0.0.1:0"]) == 2
     assert f"the token file {token} is open to other users (mode 0640): chmod 600 it" in capsys.readouterr().err
     assert not state.exists(), "refused before touching the state directory"
+
+
+def test_a_reload_reports_only_what_changed_in_the_file_not_the_command_lines_listeners(state: Path, monkeypatch):
+    """Issue 60, finding 13: ``ctl reload`` listed the listeners given as flags as changed to ``""`` (the file's)."""
+    monkeypatch.setenv("LEARNERD_OPENAI_TOKEN", "a-token-of-enough-characters")
+    monkeypatch.setenv("LEARNERD_SEARCH_TOKEN", "a-token-of-enough-characters")
+    config = state.parent / "learnerd.toml"
+    config.write_text("")
+    flags = ["--listen-openai", "127.0.0.1:0", "--listen-search", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"]
+    args = build_parser().parse_args(
+        ["run", "--config", str(config), *flags, "--listen-rpc", "127.0.0.1:0", "--no-train"]
+    )
+    cfg = read_config(args)
+    options = service_options(cfg, args)
+    assert (cfg.serve.listen, cfg.rpc.listen, cfg.training.enabled) == ("127.0.0.1:0", "127.0.0.1:0", False)
+    assert diff_configs(cfg, options.reload_config()) == {}
+    config.write_text("[shutdown]\ndrain_timeout_s = 5.0\n")
+    assert diff_configs(cfg, options.reload_config()) == {"shutdown.drain_timeout_s": (30.0, 5.0)}
