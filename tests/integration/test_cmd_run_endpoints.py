@@ -27,6 +27,14 @@ def run(state: Path, *flags: str) -> list[str]:
     return ["run", "--state-dir", str(state), *flags]
 
 
+def run_with_config(state: Path, text: str, *flags: str) -> list[str]:
+    """:func:`run` with ``--config``: a file beside the state directory holding ``text`` (its token file: ``token``
+    beside it)."""
+    config = state.parent / "learnerd.toml"
+    config.write_text(text)
+    return run(state, "--config", str(config), *flags)
+
+
 @pytest.mark.parametrize("token", [None, "", "short"])
 def test_search_over_tcp_needs_a_long_enough_token(state: Path, token, monkeypatch, capsys):
     if token is None:
@@ -53,9 +61,7 @@ def test_the_openai_endpoint_off_loopback_needs_a_token(state: Path, addr: str, 
 def test_retrieval_on_the_openai_endpoint_needs_a_token_even_on_loopback(state: Path, monkeypatch, capsys):
     """``[serve] rag_k`` puts every user's learned examples into answers: as ``/search``, it needs a token."""
     monkeypatch.delenv("LEARNERD_OPENAI_TOKEN", raising=False)
-    config = state.parent / "learnerd.toml"
-    config.write_text("[serve]\nrag_k = 3\n")
-    assert main(["run", "--config", str(config), "--state-dir", str(state), "--listen-openai", "127.0.0.1:0"]) == 2
+    assert main(run_with_config(state, "[serve]\nrag_k = 3\n", "--listen-openai", "127.0.0.1:0")) == 2
     err = capsys.readouterr().err
     assert "serving retrieved examples ([serve] rag_k) needs a bearer token: run `learnerd init`" in err
     assert "or set $LEARNERD_OPENAI_TOKEN" in err
@@ -92,12 +98,10 @@ def test_insecure_no_token_needs_a_loopback_openai_endpoint(state: Path, monkeyp
 def test_a_token_file_others_may_read_is_refused(state: Path, monkeypatch, capsys):
     """The token file of ``learnerd init`` is a secret: the daemon refuses one that group or others may read."""
     monkeypatch.delenv("LEARNERD_OPENAI_TOKEN", raising=False)
-    config = state.parent / "learnerd.toml"
-    config.write_text("")
     token = state.parent / "token"
     token.write_text("a-token-of-enough-characters\n")
     token.chmod(0o640)
-    assert main(["run", "--config", str(config), "--state-dir", str(state), "--listen-openai", "127.0.0.1:0"]) == 2
+    assert main(run_with_config(state, "", "--listen-openai", "127.0.0.1:0")) == 2
     assert f"the token file {token} is open to other users (mode 0640): chmod 600 it" in capsys.readouterr().err
     assert not state.exists(), "refused before touching the state directory"
 
