@@ -30,7 +30,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from learnerd.analyzer import Analyzer
+from learnerd.analyzer.analyzer import Analyzer
 from learnerd.analyzer.blocklog import event_line
 from learnerd.analyzer.settings import AnalyzerConfig
 from learnerd.daemon.logging import configure_logging

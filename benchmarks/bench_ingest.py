@@ -4,7 +4,7 @@ Builds, in a temporary directory, about ``--mb`` MB (10^6 bytes; default 100) of
 as much of Codex CLI rollouts, and the same tldr blocks (``benchmarks/tldr_to_blocklog.py``: one block per
 tldr example, its page and description the intent, its command the one run) as learnerd block-log JSONL.
 Then ingests each directory on a fresh state through learnerd's real intake: the
-:class:`~learnerd.analyzer.Analyzer` of ``learnerd run --once`` and backfill with the daemon's settings and
+:class:`~learnerd.analyzer.analyzer.Analyzer` of ``learnerd run --once`` and backfill with the daemon's settings and
 its secret redactor (``Config()``'s ``[analyzer]``, ``[privacy]`` and ``[suggestions] join_window_s``), from
 the first byte up to the blocks and watermarks committed in SQLite. Embedding is left out: it costs the same
 per block whatever format the block came in (the same blocks, the same query text) and is measured by
@@ -48,7 +48,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.tldr_to_blocklog import EPOCH, PEER_TLDR, TLDR_INPUT, TldrBlock, block_lines, iter_blocks, require_tldr
-from learnerd.analyzer import Analyzer
+from learnerd.analyzer.analyzer import Analyzer
 from learnerd.analyzer.claude_code import SHELL_TOOL
 from learnerd.analyzer.codex import SHELL_FUNCTIONS
 from learnerd.daemon.config import Config

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from learnerd.analyzer import Analyzer
+from learnerd.analyzer.analyzer import Analyzer
 from learnerd.daemon.logging import configure_logging
 from learnerd.store.db import connect
 from tests.support.hostile_lines import atuin_rows, check_file, check_history, hostile_lines

@@ -87,7 +87,7 @@ class LineProblem:
 
 @dataclass
 class AnalyzerStats:
-    """Counts since this :class:`~learnerd.analyzer.Analyzer` was made (bytes in bytes, the rest in
+    """Counts since this :class:`~learnerd.analyzer.analyzer.Analyzer` was made (bytes in bytes, the rest in
     lines, files, traces or rows); ``unjoinable_traces`` maps a reason to a count, ``redactions`` a
     placeholder kind, ``rejected_attempts`` and ``rejected_suggestions`` a format (reader name)."""
 

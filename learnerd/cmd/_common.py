@@ -1,4 +1,9 @@
-"""Options and helpers shared by the subcommands."""
+"""Options and helpers shared by the subcommands.
+
+Building the parser imports no settings: the config (:mod:`learnerd.daemon.config`, every subsystem's
+``settings.py``) is imported when a command reads it, so ``learnerd --help`` stays light
+(tests/unit/test_cmd_imports.py).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,12 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from learnerd.daemon.config import Config, Environment, check_directories, find_config, load_config
 from learnerd.daemon.logging import LEVELS, configure_logging, json_choice
-from learnerd.sections import ConfigError
+
+if TYPE_CHECKING:
+    from learnerd.daemon.config import Config
 
 
 class CommandError(Exception):
@@ -51,6 +58,8 @@ def read_config(args: argparse.Namespace) -> Config:
     Raises:
         ConfigError: the config file is missing or invalid, or a directory setting names a file.
     """
+    from learnerd.daemon.config import Environment, check_directories, find_config, load_config
+
     if args.config is None:
         found = find_config()
         args.config = str(found) if found is not None else None
@@ -113,6 +122,8 @@ def load_config_from_args(args: argparse.Namespace) -> Config:
     Raises:
         CommandError: the config file is missing or invalid.
     """
+    from learnerd.sections import ConfigError
+
     try:
         cfg = read_config(args)
     except ConfigError as exc:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from learnerd.cmd._common import CommandError
-from learnerd.daemon.config import Config
+
+if TYPE_CHECKING:
+    from learnerd.daemon.config import Config
 
 
 @dataclass(frozen=True)

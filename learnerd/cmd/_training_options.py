@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from learnerd.api.settings import RPC_TOKEN_ENV as TOKEN_ENV
 from learnerd.api.settings import parse_host_port
-from learnerd.api.tokens import TokenError, check_token, surface_token, token_path
 from learnerd.cmd._common import CommandError
-from learnerd.daemon.config import Config
-from learnerd.sections import ConfigError
+
+if TYPE_CHECKING:
+    from learnerd.daemon.config import Config
 
 
 def add_training_options(parser: argparse.ArgumentParser) -> None:
@@ -29,6 +30,8 @@ def apply_training_flags(args: argparse.Namespace, cfg: Config) -> Config:
     Raises:
         CommandError: a malformed address (exit 2).
     """
+    from learnerd.sections import ConfigError
+
     if args.no_train:
         cfg.training.enabled = False
     if args.listen_rpc is not None:
@@ -49,6 +52,8 @@ def apply_training_options(args: argparse.Namespace, cfg: Config) -> str | None:
         CommandError: a malformed address (exit 2); RPC without a token, with a token shorter than
             :data:`~learnerd.api.tokens.MIN_TOKEN_CHARS`, with an unsafe token file, or with training off (exit 1).
     """
+    from learnerd.api.tokens import TokenError, check_token, surface_token, token_path
+
     apply_training_flags(args, cfg)
     if not cfg.rpc.listen:
         return None

@@ -27,13 +27,13 @@ import dataclasses
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from learnerd.cmd._common import CommandError, add_common_options, apply_logging, load_config_from_args, plain
 from learnerd.cmd._generation import add_generation_options, load_document_model, load_steering_processor, read_dlm
-from learnerd.daemon.config import config_from_dict
-from learnerd.sections import ConfigError
-from learnerd.steering.settings import SteeringConfig
+
+if TYPE_CHECKING:
+    from learnerd.steering.settings import SteeringConfig
 
 # flag dest -> [steering] key; a flag left out keeps the config's value
 _OVERRIDES = (
@@ -97,6 +97,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def steering_settings(cfg_steering: SteeringConfig, args: argparse.Namespace) -> SteeringConfig:
     """``[steering]`` with the flags given applied. Raises :class:`CommandError` (exit 2) for a bad value."""
+    from learnerd.daemon.config import config_from_dict
+    from learnerd.sections import ConfigError
+
     changes = {name: getattr(args, name) for name in _OVERRIDES if getattr(args, name, None) is not None}
     if changes.get("pool"):
         changes["pool"] = str(Path(changes["pool"]).expanduser().resolve())

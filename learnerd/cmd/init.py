@@ -19,7 +19,9 @@ import json
 import os
 import shlex
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from learnerd.cmd._common import CommandError
 
@@ -45,9 +47,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--log-dir", action="append", default=[], metavar="DIR", help="a directory of assistant logs (repeatable)"
     )
-    p.add_argument("--base-model", metavar="MODEL", help=_base_model_help())
+    p.add_argument("--base-model", metavar="MODEL", action=_HelpWhenShown, make_help=_base_model_help)
     p.add_argument("--json", action="store_true", help="print what was written and the next command as JSON")
     p.set_defaults(func=run)
+
+
+class _HelpWhenShown(argparse.Action):
+    """A plain store option whose help text ``make_help()`` writes when argparse first reads it (to show
+    ``--help`` or a usage error), not when the parser is built: every other command skips the work."""
+
+    def __init__(self, option_strings: list[str], dest: str, make_help: Callable[[], str], **kwargs: Any) -> None:
+        self._make_help = make_help
+        super().__init__(option_strings, dest, **kwargs)
+
+    @property
+    def help(self) -> str | None:
+        if self._help is None:
+            self._help = self._make_help()
+        return self._help
+
+    @help.setter
+    def help(self, text: str | None) -> None:
+        self._help = text
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
 
 
 def _base_model_help() -> str:

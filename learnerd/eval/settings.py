@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 
-from learnerd.ml.divergence import Completion
 from learnerd.ml.settings import device_spec
 from learnerd.sections import Section
+
+if TYPE_CHECKING:  # a settings module stays a leaf: ml.divergence imports numpy
+    from learnerd.ml.divergence import Completion
 
 
 class GateSettings(Section):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from learnerd.analyzer import Analyzer
+from learnerd.analyzer.analyzer import Analyzer
 from learnerd.analyzer.claude_code import READER
 from learnerd.store.assistant_sessions import count_rejected_attempts, rejected_attempts_of
 from learnerd.store.blocks import Cell, get_block, list_block_ids
@@ -153,7 +153,7 @@ async def test_newer_exit_codes_denials_and_multi_command_turns(tmp_path: Path):
 
 @pytest.mark.anyio
 async def test_secrets_in_turns_and_commands_are_redacted_before_anything_is_stored(tmp_path: Path):
-    from learnerd.analyzer import Analyzer
+    from learnerd.analyzer.analyzer import Analyzer
     from learnerd.privacy.redact import Redactor
 
     key, token = "AKIAZ7EXAMPLE4Q2W3E5", "ghp_" + "x7Kq2Lm9Pw4Rt6Yv8Zb1Nc3Df5Gh7Jk9Ls0Qa"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from learnerd.analyzer import Analyzer
+from learnerd.analyzer.analyzer import Analyzer
 from learnerd.analyzer.codex import READER
 from learnerd.privacy.redact import Redactor
 from learnerd.store.assistant_sessions import count_rejected_attempts, rejected_attempts_of
@@ -164,7 +164,7 @@ async def test_a_call_whose_command_holds_a_secret_is_learned_redacted_not_dropp
 
 @pytest.mark.anyio
 async def test_the_sessions_and_rejected_attempts_on_postgresql(peer_copy, tmp_path: Path, postgres_url: str):
-    from learnerd.analyzer import Analyzer
+    from learnerd.analyzer.analyzer import Analyzer
     from learnerd.store import db
 
     db.migrate(postgres_url)

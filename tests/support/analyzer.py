@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import structlog
 
-from learnerd.analyzer import Analyzer
+from learnerd.analyzer.analyzer import Analyzer
 from learnerd.analyzer.ingest import parse_record
 from learnerd.analyzer.reader import Reader
 from learnerd.analyzer.settings import AnalyzerConfig

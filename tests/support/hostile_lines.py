@@ -18,8 +18,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from learnerd.analyzer import Analyzer, AnalyzerStats
+from learnerd.analyzer.analyzer import Analyzer
 from learnerd.analyzer.blocklog import event_line
+from learnerd.analyzer.stats import AnalyzerStats
 from learnerd.store.blocks import Cell, list_block_ids
 
 FOYLE_FUNCTIONS = (
