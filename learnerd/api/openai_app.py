@@ -2,7 +2,7 @@
 ``POST /v1/chat/completions`` (with server-sent events when ``stream``), after OpenAI's API reference.
 
 Models: the base models, and one per ``.dlm`` document (id = the file's stem, its ``dlm_id`` accepted
-too), answering with the document's current adapter (:mod:`learnerd.ml.serving` swaps it on commit)
+too), answering with the document's current adapter (:mod:`learnerd.ml.serving` swaps it in on promotion)
 and its ``system_prompt`` first when the request has no system message.
 
 learnerd's extension, ``"learnerd": {"rag_k": K}`` in the body (default ``[serve] rag_k``): the K learned

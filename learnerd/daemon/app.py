@@ -1,6 +1,6 @@
 """The daemon's wiring and lifecycle — the one module of ``daemon/`` that builds reconcilers (from their specs).
 
-Data flow (DESIGN.md), as the specs' watches declare it (:mod:`learnerd.reconcilers.spec`)::
+Data flow (docs/architecture.md), as the specs' watches declare it (:mod:`learnerd.reconcilers.spec`)::
 
     log files ─► Analyzer ─BLOCKS(block id)─► "examples" ─► ExamplesReconciler ─EXAMPLES(change)─┐
         ┌──────────────────────────────────────────────────────────────────────────────────────┘

@@ -1,5 +1,5 @@
 """The served-model manager: base models loaded once and kept warm, each document's current adapter
-hot-swapped on commit, generation in one worker thread behind a bounded queue.
+swapped in when the promotion gate promotes a version, generation in one worker thread behind a bounded queue.
 
 Threads. Every model operation (loading a base, loading or deleting an adapter, ``set_adapter``,
 ``generate``) runs in one worker thread, one job at a time, so peft's active-adapter state is never
@@ -12,7 +12,7 @@ that cannot fit the model's context from its length in characters alone (no toke
 :func:`min_tokens`), so the endpoint embeds a request's text for retrieval only once both passed.
 
 Hot swap. A job is bound at admission to the adapter version that is current for its document at
-that moment (:meth:`ServedModels.adapter_committed` moves the pointer, and preloads the new version
+that moment (:meth:`ServedModels.adapter_promoted` moves the pointer, and preloads the new version
 in the worker). A job keeps its version until it ends, so requests in flight finish on the version
 they started with; a version that is neither current nor held by a job is deleted from the model
 after the job that last held it. No request waits for a swap and none fails because of one.

@@ -1,2 +1,3 @@
 """Level-triggered, idempotent reconcilers, one module each (examples, embeddings, foyle_export, probes,
-evaluation, training), each exporting its controller spec (``SPEC``, :mod:`learnerd.reconcilers.spec`)."""
+evaluation, vllm_export, gguf_export, training; :mod:`.vllm_api` is vllm_export's client of a vLLM server),
+each exporting its controller spec (``SPEC``, :mod:`learnerd.reconcilers.spec`)."""

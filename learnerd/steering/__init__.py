@@ -10,7 +10,9 @@ getting less correct (``learnerd evolve``; the plan of compressor_2's "evolution
 * :mod:`~learnerd.steering.reflectors` — the next deltas from one iteration's evidence (offline (1+1)-ES,
   or a chat model under a strict JSON schema); :mod:`~learnerd.steering.chat` — the structured requests;
 * :mod:`~learnerd.steering.evolve` — the loop and its run directory; :mod:`~learnerd.steering.plot` —
-  ``evolution.png``.
+  ``evolution.png``; :mod:`~learnerd.steering.server` — an external inference server evolve drives
+  (``[steering.server]``); :mod:`~learnerd.steering.settings` — ``[steering]``.
 
-Imports: ``store``, ``ml``, ``config`` below it; only ``learnerd.cmd`` imports it.
+Imports: ``ml``, ``store`` and ``sections`` below it. ``learnerd.cmd`` (``evolve``, ``generate --steering``) and
+``learnerd.daemon`` (``[serve] steering``: the served models apply a document's best deltas) use it.
 """

@@ -6,7 +6,7 @@ of the document's prompts (sway's A1 probe).
 (default 3σ) and ``score = sigmoid(z / 3)``; without, ``raw >= assert_mean_gte`` and ``score = raw / ln 2``
 (JS) or ``1 − e^−raw`` (KL). A zero divergence means the adapter changes nothing.
 
-Null calibration (:mod:`learnerd.eval.null_adapter`) measures the same divergence with noise adapters: by
+Null calibration (:mod:`learnerd.eval.probes.null_adapter`) measures the same divergence with noise adapters: by
 default (``calibration = "sway"``) on sway's fixed :data:`SENTINEL_PROMPTS`, as sway 0.1.0 does, so the
 z-scores compare with sway's reports; with ``calibration = "document"`` on the document's own prompts.
 ``calibration = "sway-exact"`` calibrates as "sway" and also completes each top-k's tail as sway does (over
