@@ -50,8 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--listen-search",
         metavar="HOST:PORT",
-        help="also serve POST /search over TCP, behind the bearer token in $LEARNERD_SEARCH_TOKEN "
-        "(default: [admin] search_addr)",
+        help="also serve POST /search over TCP, behind the bearer token ($LEARNERD_SEARCH_TOKEN, else the token "
+        "file of `learnerd init`; default: [admin] search_addr)",
     )
     p.add_argument(
         "--listen-openai",

@@ -129,7 +129,7 @@ def learned_without_block(version: AdapterVersion) -> frozenset[str]:
     the examples a block of retrieved examples should not quote to it.
 
     Such an adapter answers its own learned prompts worse with them quoted than without (SmolLM2-135M-Instruct,
-    bench_learning's 20 pairs: 19–20/20 exact alone, 12–13/20 with ``rag_k`` 3, docs/retention.md); the
+    bench_learning's 20 pairs: 19–20/20 exact alone, 12–13/20 with ``rag_k`` 3, docs/benchmarks.md); the
     examples it has not learned (logged since its cycle) are what the block adds. Empty when the version
     trained with the rows (it learned to answer with its own examples quoted), and when its metadata or
     manifest is missing or unreadable (logged; every example is then quoted, as to a base). Reads two files

@@ -18,7 +18,7 @@ Why the document's questions, not generic follow-ups ("Please go on."): a generi
 something no document teaches, and an adapter that keeps the base's abilities (``calibration_drift``,
 ``answer_retention``) answers it as the base does by design — the divergence falls, and the probe read the
 retention it asked for as decay. The document's questions are where the adapter should differ from the
-base at every turn (docs/retention.md, "Multi-turn rows", has both measured).
+base at every turn (docs/benchmarks.md, "Multi-turn rows and the dialogue probe", has both measured).
 
 Verdicts: ``ok`` passes when the half-life is at least ``half_life_target`` (default 2 turns; score
 ``half_life / target`` capped at 1); ``stable`` passes (score 1, the saturated half-life); ``non_monotonic``
