@@ -129,7 +129,7 @@ def _build(wiring: Wiring) -> GgufExportReconciler:
     )
 
 
-#: Adapter versions → GGUF LoRA files, wired only with ``[export.gguf] dir``. Its one hook: the watch below.
+#: Promoted adapter versions → GGUF LoRA files, wired only with ``[export.gguf] dir``. Its one hook: the watch below.
 SPEC = ControllerSpec(
     GgufExportReconciler.name,
     _build,

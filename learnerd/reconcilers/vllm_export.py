@@ -173,7 +173,7 @@ def _build(wiring: Wiring) -> VllmExportReconciler:
 
 
 #: Adapter versions → vLLM's resolver layout and servers, wired only with ``[export.vllm] dir``. Its one hook:
-#: the watch below (each committed version of a document requeues the document).
+#: the watch below (each version the promotion gate promotes requeues its document).
 SPEC = ControllerSpec(
     VllmExportReconciler.name,
     _build,
