@@ -1,27 +1,33 @@
 """Secret redaction: every secret in a text becomes a typed placeholder (``<AWS_SECRET_ACCESS_KEY>``) before the
 text is stored anywhere.
 
-Two finders, merged:
+The finders, merged (each gives the spans of secrets' own characters; overlapping spans are joined):
 
-* **detect-secrets** (Yelp, 1.5) plugins, run line by line as its scanner runs them (``analyze_line``): AWS,
-  Azure, GitHub, GitLab, Slack, Stripe, OpenAI, … keys, JWTs, private keys, basic-auth URLs, ``password =
-  "…"`` keywords and high-entropy quoted strings (Shannon entropy above ``[privacy] base64_limit`` /
-  ``hex_limit`` bits per character). detect-secrets' own heuristic filters for templated values
-  (``${VAR}``, ``<VAR>``, ``{{ var }}``) and sequential strings apply.
-* **learnerd's patterns** for what shell history holds and detect-secrets reads only in quoted source code
-  (:data:`BUILTIN_PATTERNS`): ``NAME=value`` where the name says secret, password, token, key or credential
-  (the placeholder is the name: ``<AWS_SECRET_ACCESS_KEY>``); ``Authorization: Bearer …``; ``mysql -p…``;
-  ``--password=…``; ``curl -u user:password``; ``scheme://user:password@host``; a PEM private key block;
-  plus ``[privacy] extra_patterns``.
+* **the parsed command line** (:mod:`learnerd.privacy.argv` on :mod:`learnerd.privacy.shell`): password
+  options of common CLIs, any option named as a secret, variable assignments named as secrets (the
+  placeholder is the name: ``DB_PASS=<DB_PASS>``), ``config set NAME VALUE``, passwords piped to a command
+  that reads one on standard input. A secret split over lines by a line continuation is one word there;
+* **the forms of secrets in any text** (:mod:`learnerd.privacy.formats`): providers' token formats,
+  ``NAME=value``, HTTP headers (``Authorization:``, ``X-Api-Key:``, ``Cookie:``…), URL userinfo (a password
+  holding ``@`` or ``/`` included), PEM private keys, a password stated in prose ("the password is …"),
+  plus ``[privacy] extra_patterns``;
+* **detect-secrets** (Yelp, 1.5) plugins, run line by line: its regex plugins' own matches, and the values
+  its other plugins (keywords, entropy of quoted strings) report where they stand as whole tokens;
+* **entropy and encoding of shell words**: an unquoted word (or an option's ``=`` value) of at least 20
+  base64 characters with upper and lower case and digits whose Shannon entropy is above ``[privacy]
+  base64_limit``, and a base64 word that decodes to text holding a secret (``<BASE64_SECRET>``).
 
-A plugin may report only part of a secret (a token's prefix); the replaced span is widened to the whole
-token around it (letters, digits and ``_-+/.~``, and trailing ``=`` padding). A value that fully matches an
-``[privacy] allow`` pattern, and learnerd's own placeholders, are never replaced, so redaction is
-idempotent: ``redact(redact(t).text).text == redact(t).text``.
+A secret split over the cells of one record (a notebook's context cells) is found in the cells joined by
+line breaks (:meth:`Redactor.redact_json`). Only a secret's own characters are replaced, never a token
+around it. A value that fully matches an ``[privacy] allow`` pattern, a reference (``$VAR``, ``${VAR}``,
+``$(cmd)``, ``{{ var }}``), and learnerd's own placeholders are never replaced, so redaction is idempotent:
+``redact(redact(t).text).text == redact(t).text``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import json
 import re
@@ -29,30 +35,27 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from learnerd.privacy import argv, formats, shell
 from learnerd.privacy.settings import PrivacyConfig
 
 PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_]*>")
 """What a replaced secret looks like (and what is never replaced again)."""
 
-_SECRET_NAME = r"[A-Za-z0-9_]*(?:SECRET|PASSWORD|PASSWD|PASSPHRASE|TOKEN|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL)"
-BUILTIN_PATTERNS: tuple[tuple[str | None, str], ...] = (
-    # (placeholder kind, or None: the "name" group names it; the regex, whose "secret" group is replaced)
-    (None, rf"(?i)\b(?P<name>{_SECRET_NAME}[A-Za-z0-9_]*)\s*[=:]\s*[\"']?(?P<secret>[^\s\"'`;|&]+)"),
-    ("BEARER_TOKEN", r"(?i)\bauthorization:\s*(?:bearer|token|basic)\s+(?P<secret>[^\s\"']+)"),
-    ("MYSQL_PASSWORD", r"\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n|;]*?\s-p(?P<secret>[^\s\"']+)"),
-    ("PASSWORD", r"(?i)--(?:password|passwd|pass|token|api-key|secret)[= ](?P<secret>[^\s\"'-][^\s\"']*)"),
-    ("BASIC_AUTH_PASSWORD", r"(?:^|\s)(?:-u|--user)[ =][\"']?[^\s:\"']+:(?P<secret>[^\s\"']+)"),
-    ("BASIC_AUTH_CREDENTIALS", r"://[^/\s:@]+:(?P<secret>[^@\s/]+)@"),
-    ("PRIVATE_KEY", r"(?s)(?P<secret>-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----)"),
-)
-
 CACHED_TEXTS = 4096
 """How many short texts :meth:`Redactor.redact` remembers the redaction of (least recently used dropped)."""
 CACHED_CHARS = 200
 """The longest text remembered: ids, paths, names and short commands; at most ~1 MB in all."""
+MIN_LOCATED_CHARS = 8
+"""A value a detect-secrets plugin reports without its place is replaced where it stands as a whole token; one
+at least this long also where it is part of a longer token (a reported prefix: the whole token goes)."""
+ENTROPY_MIN_CHARS = 20
+"""The shortest unquoted word the entropy rule judges."""
 
-_TOKEN_LEFT = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/.~")
-_TOKEN_RIGHT = _TOKEN_LEFT | {"="}
+_TOKEN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/.~=")
+_BASE64_WORD = re.compile(r"[A-Za-z0-9+/_\-]{16,}={0,2}")
+_ENTROPY_WORD = re.compile(r"[A-Za-z0-9+/=_\-]{%d,}" % ENTROPY_MIN_CHARS)
+
+Span = tuple[int, int, str]
 
 
 @dataclass(frozen=True)
@@ -80,8 +83,12 @@ class Redactor:
 
     def __init__(self, cfg: PrivacyConfig | None = None) -> None:
         cfg = cfg or PrivacyConfig()
-        self._plugins = _detect_secrets_plugins(cfg)
-        self._patterns = [(kind, re.compile(p)) for kind, p in BUILTIN_PATTERNS]
+        plugins = _detect_secrets_plugins(cfg)
+        self._regex_plugins = [(placeholder_kind(p.secret_type), list(p.denylist)) for p in plugins if _is_regex(p)]
+        self._other_plugins = [p for p in plugins if not _is_regex(p)]
+        self._entropy_limit = cfg.base64_limit
+        self._patterns = [(kind, re.compile(p)) for kind, p in formats.TEXT_PATTERNS]
+        self._patterns += [(kind, re.compile(p)) for kind, p in formats.TOKEN_FORMATS]
         self._patterns += [("SECRET", re.compile(p)) for p in cfg.extra_patterns]
         self._allow = [re.compile(p) for p in cfg.allow]
         self._cached = functools.lru_cache(maxsize=CACHED_TEXTS)(self._redact)
@@ -97,48 +104,131 @@ class Redactor:
             return Redaction(found.text, Counter(found.kinds)) if found.kinds else found
         return self._redact(text)
 
-    def _redact(self, text: str) -> Redaction:
+    def _redact(self, text: str, extra: tuple[Span, ...] = ()) -> Redaction:
         if not text:
             return Redaction(text)
-        spans: list[tuple[int, int, str]] = []
+        return self._replace(text, [*extra, *self.spans(text)])
+
+    def spans(self, text: str, decode: bool = True) -> list[Span]:
+        """``(start, end, kind)`` of every secret every finder sees in ``text`` (overlapping, unsorted);
+        ``decode``: also look into base64 words."""
+        script = shell.parse(text)
+        found = argv.secret_spans(script)
         for kind, pattern in self._patterns:
             for match in pattern.finditer(text):
                 group = "secret" if "secret" in pattern.groupindex else 0
-                start, end = match.span(group)
-                name = kind or placeholder_kind(match.group("name"))
-                spans.append((start, end, name))
+                if match.group(group).startswith("$"):  # a reference: $VAR, ${VAR}, $(cmd)
+                    continue
+                if kind is None and not formats.secret_name(match.group("name")):
+                    continue
+                found.append((*match.span(group), kind or placeholder_kind(match.group("name"))))
+        found += [(start, end, "BASIC_AUTH_CREDENTIALS") for start, end in formats.url_passwords(text)]
+        found += self._plugin_spans(text)
+        found += self._word_spans(script, decode)
+        return found
+
+    def _plugin_spans(self, text: str) -> list[Span]:
+        spans: list[Span] = []
         offset = 0
         for line in text.split("\n"):
-            for plugin in self._plugins:
+            for kind, regexes in self._regex_plugins:
+                for regex in regexes:
+                    for match in regex.finditer(line):
+                        groups = [g for g in range(1, (regex.groups or 0) + 1) if match.group(g)]
+                        spans += [(offset + match.start(g), offset + match.end(g), kind) for g in groups]
+                        if not groups:  # a whole-token pattern may stop short of its token's end (a JWT's signature)
+                            end = match.end()
+                            while end < len(line) and line[end] in _TOKEN:
+                                end += 1
+                            spans.append((offset + match.start(), offset + end, kind))
+            for plugin in self._other_plugins:
                 for found in plugin.analyze_line(filename="cell.sh", line=line, line_number=1):
                     spans += _occurrences(text, line, offset, found.secret_value, placeholder_kind(found.type))
             offset += len(line) + 1
-        return self._replace(text, spans)
+        return spans
+
+    def _word_spans(self, script: shell.Script, decode: bool) -> list[Span]:
+        """The entropy and base64 rules on the words of ``script`` (see the module docstring)."""
+        from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString
+
+        entropy = Base64HighEntropyString(limit=self._entropy_limit).calculate_shannon_entropy
+        spans: list[Span] = []
+        for word in shell.words_of(script):
+            if not word.literal or len(word.value) < 16:
+                continue
+            value = word.value
+            head = max(value.rfind("="), value.rfind(":") if "://" not in value else -1) + 1
+            for start in {0, head}:
+                candidate = value[start:]
+                if _ENTROPY_WORD.fullmatch(candidate) and _high_entropy(candidate, entropy, self._entropy_limit):
+                    spans.append((*word.span(start), "HIGH_ENTROPY_STRING"))
+                elif decode and _BASE64_WORD.fullmatch(candidate) and self._decodes_to_secret(candidate):
+                    spans.append((*word.span(start), "BASE64_SECRET"))
+        return spans
+
+    def _decodes_to_secret(self, word: str) -> bool:
+        padded = word + "=" * (-len(word) % 4)
+        for decode in (base64.b64decode, base64.urlsafe_b64decode):
+            try:
+                data = decode(padded.encode())
+            except (binascii.Error, ValueError):
+                continue
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            if len(text) >= 8 and text.isprintable() or "\n" in text and text.replace("\n", "").isprintable():
+                return any(not self._allowed(text[s:e]) for s, e, _ in self.spans(text, decode=False))
+        return False
 
     def redact_json(self, value: Any, kinds: Counter[str] | None = None) -> Any:
         """``value`` (parsed JSON: dicts, lists, strings, numbers) with every string redacted (object keys
         are names, not data: kept); each placeholder put in is counted into ``kinds``. Iterative: any
         depth the JSON parser accepted is walked. A string that holds JSON itself (a Codex call's
         ``arguments``, an OpenTelemetry ``gen_ai.*.messages`` attribute) and has a secret is redacted
-        decoded and encoded again, so it stays JSON its reader can parse."""
+        decoded and encoded again, so it stays JSON its reader can parse. The strings of one list (or the
+        ``text`` of its cell objects) are also searched joined by line breaks: a secret split over two cells
+        is replaced in both."""
         kinds = kinds if kinds is not None else Counter()
         root: list[Any] = [value]
-        stack: list[tuple[Any, Any]] = [(root, 0)]
+        stack: list[tuple[Any, Any, tuple[Span, ...]]] = [(root, 0, ())]
         while stack:
-            container, key = stack.pop()
+            container, key, extra = stack.pop()
             item = container[key]
             if isinstance(item, str):
-                container[key] = self._redact_string(item, kinds)
+                container[key] = self._redact_string(item, kinds, extra)
             elif isinstance(item, dict):
                 copy = container[key] = dict(item)
-                stack.extend((copy, k) for k in copy)
+                stack.extend((copy, k, extra if k == "text" else ()) for k in copy)
             elif isinstance(item, list):
                 copy = container[key] = list(item)
-                stack.extend((copy, i) for i in range(len(copy)))
+                split = self._split_secrets(copy)
+                stack.extend((copy, i, split.get(i, ())) for i in range(len(copy)))
         return root[0]
 
-    def _redact_string(self, text: str, kinds: Counter[str]) -> str:
-        redaction = self.redact(text)
+    def _split_secrets(self, items: list[Any]) -> dict[int, tuple[Span, ...]]:
+        """Spans, per item, of the secrets seen in the text items of ``items`` joined by line breaks (a secret
+        crossing from one item into the next, or one whose item alone does not say it is one)."""
+        texts = {i: t if isinstance(t, str) else t.get("text") for i, t in enumerate(items) if isinstance(t, str | dict)}
+        texts = {i: t for i, t in texts.items() if isinstance(t, str)}
+        if len(texts) < 2:
+            return {}
+        starts, at = {}, 0
+        for i, text in texts.items():
+            starts[i] = at
+            at += len(text) + 1
+        joined = "\n".join(texts.values())
+        out: dict[int, list[Span]] = {}
+        for start, end, kind in _merged(self.spans(joined)):
+            inside = [i for i, s in starts.items() if s < end and start < s + len(texts[i])]
+            for i in inside:
+                local = (max(start, starts[i]) - starts[i], min(end, starts[i] + len(texts[i])) - starts[i])
+                if local[1] > local[0] and texts[i][local[0] : local[1]].strip():
+                    out.setdefault(i, []).append((*local, kind))
+        return {i: tuple(spans) for i, spans in out.items()}
+
+    def _redact_string(self, text: str, kinds: Counter[str], extra: tuple[Span, ...] = ()) -> str:
+        redaction = self._redact(text, extra) if extra else self.redact(text)
         if not redaction.kinds:
             return text
         if text.lstrip()[:1] in ("{", "["):
@@ -154,13 +244,15 @@ class Redactor:
         kinds.update(redaction.kinds)
         return redaction.text
 
-    def _replace(self, text: str, spans: list[tuple[int, int, str]]) -> Redaction:
+    def _replace(self, text: str, spans: list[Span]) -> Redaction:
         kinds: Counter[str] = Counter()
         out: list[str] = []
         at = 0
+        placed = [m.span() for m in PLACEHOLDER.finditer(text)] if "<" in text else []
+        spans = [s for s in spans if not self._allowed(text[s[0] : s[1]]) and not _within(s, placed)]
         for start, end, kind in _merged(spans):
             value = text[start:end]
-            if start < at or not value.strip() or self._allowed(value):
+            if start < at or not value.strip():
                 continue
             out += [text[at:start], f"<{kind}>"]
             kinds[kind] += 1
@@ -169,32 +261,53 @@ class Redactor:
         return Redaction("".join(out), kinds)
 
     def _allowed(self, value: str) -> bool:
-        if PLACEHOLDER.fullmatch(value) or _templated(value):
+        value = value.strip()
+        if not value or PLACEHOLDER.fullmatch(value) or formats.templated(value) or formats.is_path(value):
             return True
         return any(p.fullmatch(value) for p in self._allow)
 
 
-def _occurrences(text: str, line: str, offset: int, value: str | None, kind: str) -> list[tuple[int, int, str]]:
-    """Spans in ``text`` of each occurrence of ``value`` in ``line`` (which starts at ``offset``), each
-    widened to the whole token around it."""
-    spans = []
+def _within(span: Span, placed: list[tuple[int, int]]) -> bool:
+    """Whether ``span`` overlaps one of the placeholders already in the text (``placed``)."""
+    return any(span[0] < end and start < span[1] for start, end in placed)
+
+
+def _high_entropy(candidate: str, entropy: Any, limit: float) -> bool:
+    """A random-looking base64 word: mixed case and digits, not a path, entropy above ``limit``."""
+    if candidate.startswith(("/", "-")) or candidate.count("/") > 2 or candidate.count("-") > 3:
+        return False
+    classes = (any(c.isupper() for c in candidate), any(c.islower() for c in candidate), any(c.isdigit() for c in candidate))
+    return all(classes) and entropy(candidate) > limit
+
+
+def _is_regex(plugin: Any) -> bool:
+    from detect_secrets.plugins.base import RegexBasedDetector
+
+    return isinstance(plugin, RegexBasedDetector)
+
+
+def _occurrences(text: str, line: str, offset: int, value: str | None, kind: str) -> list[Span]:
+    """Spans in ``text`` of each occurrence of ``value`` in ``line`` (which starts at ``offset``) that stands as
+    a whole token, or, for a value of at least :data:`MIN_LOCATED_CHARS`, that starts a longer token (then the
+    whole token)."""
+    spans: list[Span] = []
     if not value:
         return spans
     start = line.find(value)
     while start >= 0:
         left, right = offset + start, offset + start + len(value)
-        while left > offset and text[left - 1] in _TOKEN_LEFT:
-            left -= 1
-        while right < offset + len(line) and text[right] in _TOKEN_RIGHT:
-            right += 1
-        spans.append((left, right, kind))
+        whole = (left == offset or text[left - 1] not in _TOKEN) and (right == offset + len(line) or text[right] not in _TOKEN)
+        if whole or len(value) >= MIN_LOCATED_CHARS:
+            while right < offset + len(line) and text[right] in _TOKEN:
+                right += 1
+            spans.append((left, right, kind))
         start = line.find(value, start + len(value))
     return spans
 
 
-def _merged(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+def _merged(spans: list[Span]) -> list[Span]:
     """Overlapping spans joined (the kind of the first, longest one kept), in text order."""
-    merged: list[tuple[int, int, str]] = []
+    merged: list[Span] = []
     for start, end, kind in sorted(spans, key=lambda s: (s[0], -s[1])):
         if merged and start < merged[-1][1]:
             last = merged[-1]
@@ -202,11 +315,6 @@ def _merged(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
         else:
             merged.append((start, end, kind))
     return merged
-
-
-def _templated(value: str) -> bool:
-    """A reference to a secret rather than one: ``$VAR``, ``${VAR}``, ``$(cmd)``, ``{{ var }}``, ``%VAR%``."""
-    return bool(re.fullmatch(r"\$\{?\w+\}?|\$\(.*\)|\{\{.*\}\}|%\w+%|\*+", value))
 
 
 def _detect_secrets_plugins(cfg: PrivacyConfig) -> list[Any]:

@@ -93,9 +93,10 @@ def test_the_allow_list_and_extra_patterns_are_applied() -> None:
 
 
 def test_only_the_configured_plugins_run() -> None:
-    text = "aws --key AKIAIOSFODNN7EXAMPLE"
-    assert Redactor(PrivacyConfig(plugins=[])).redact(text).text == text, "learnerd's patterns need NAME=value"
-    assert Redactor(PrivacyConfig(plugins=["AWSKeyDetector"])).redact(text).text == "aws --key <AWS_ACCESS_KEY>"
+    text = "login --key 'Z2hvc3QtdG93bi1yb2Fkcw' # basic_auth"
+    assert Redactor(PrivacyConfig(plugins=[])).redact(text).text == text, "a quoted string is judged by the plugins"
+    limited = Redactor(PrivacyConfig(plugins=["Base64HighEntropyString"], base64_limit=3.0))
+    assert limited.redact(text).text == "login --key '<BASE64_HIGH_ENTROPY_STRING>' # basic_auth"
 
 
 def test_a_short_text_redacted_again_comes_from_the_cache_with_counts_of_its_own() -> None:
