@@ -31,8 +31,10 @@ Answers (JSON bodies; every error is ``{"error": "<reason>"}``), checked in this
 * **200** — ``{"accepted": true, "next_cycle_eta_s": <int seconds>, "queue_depth": <int>}``, sent only
   after the probe is fsynced in the journal.
 
-The prompt and the reference pass the secret redactor (:mod:`learnerd.privacy.redact`) before the probe is
-journaled: a secret never reaches the journal, the document or an adapter, only its typed placeholder.
+The prompt and the reference pass the one screen of every intake (:mod:`learnerd.privacy.screen`) before the
+probe is journaled: a secret never reaches the journal, the document or an adapter, only its typed placeholder;
+a probe whose reference is a destructive command, or whose prompt or reference reads as instructions to the
+model, is refused with **400** (``{"error": "refused by the privacy policy: <reason>"}``) and never journaled.
 
 Differences from dlm, all additive: 413 instead of dlm's 400 for an oversized body; the answer comes
 after an fsync (dlm's queue lives in memory); ``next_cycle_eta_s`` is an estimate
@@ -75,7 +77,7 @@ from learnerd.api.http import (
 )
 from learnerd.api.json_body import parse_json_body
 from learnerd.api.settings import RPC_TOKEN_ENV
-from learnerd.privacy.redact import Redactor
+from learnerd.privacy.screen import Screen
 from learnerd.sources.probe_inbox import InboxClosed, InboxFull, ProbeInbox
 from learnerd.store.dlm import UnrepresentableError, probe_section
 from learnerd.store.probe_journal import InjectedProbe
@@ -99,8 +101,10 @@ class RpcServer:
         eta: seconds until the next cycle of a document has finished (``next_cycle_eta_s``).
         limits: what a client may hold of the listener (timeouts, connection cap).
         blocks: serves ``POST /v1/blocks`` (:mod:`learnerd.api.blocks`) behind the same token; None: 404.
-        redactor: replaces secrets in a probe's prompt and reference before it is journaled; None: none.
+        screen: redacts a probe's prompt and reference and refuses what the privacy policy refuses, before it is
+            journaled (:class:`~learnerd.privacy.screen.Screen`); None: neither.
         on_redacted: told the placeholders put in, by kind (the daemon's count of every intake).
+        on_refused: told the reason of each probe the screen refused.
 
     Raises:
         ValueError: an empty token.
@@ -117,8 +121,9 @@ class RpcServer:
         port: int = 0,
         limits: ServerLimits | None = None,
         blocks: BlocksEndpoint | None = None,
-        redactor: Redactor | None = None,
+        screen: Screen | None = None,
         on_redacted: Callable[[Mapping[str, int]], None] | None = None,
+        on_refused: Callable[[str], None] | None = None,
     ) -> None:
         if not token:
             raise ValueError(f"the RPC server needs a bearer token; set {RPC_TOKEN_ENV}")
@@ -130,8 +135,9 @@ class RpcServer:
         self.port = port
         self.limits = limits or ServerLimits()
         self._blocks = blocks
-        self._redactor = redactor
+        self._screen = screen
         self._on_redacted = on_redacted
+        self._on_refused = on_refused
         self.app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[error_middleware])
         self.app.router.add_post(RPC_PATH, self._handle)
         if blocks is not None:
@@ -170,12 +176,19 @@ class RpcServer:
             )
             raise Unauthorized("missing or invalid bearer token", headers={"WWW-Authenticate": "Bearer"})
 
-    def _redact(self, text: str) -> str:
-        assert self._redactor is not None
-        redaction = self._redactor.redact(text)
-        if redaction.kinds and self._on_redacted is not None:
-            self._on_redacted(redaction.kinds)
-        return redaction.text
+    def _screened(self, prompt: str, reference: str) -> tuple[str, str]:
+        """``(prompt, reference)`` through the screen; raises :class:`BadRequest` for a refused probe."""
+        if self._screen is None:
+            return prompt, reference
+        screened = self._screen.screen(prompt, reference)
+        if screened.refusal is not None:
+            log.warning("rpc probe refused by the privacy policy", reason=screened.refusal)
+            if self._on_refused is not None:
+                self._on_refused(f"refused by policy: {screened.refusal}")
+            raise BadRequest(f"refused by the privacy policy: {screened.refusal}")
+        if screened.kinds and self._on_redacted is not None:
+            self._on_redacted(screened.kinds)
+        return screened.intent, screened.command
 
     async def _handle_blocks(self, request: web.Request) -> web.Response:
         assert self._blocks is not None
@@ -184,8 +197,7 @@ class RpcServer:
     async def _handle(self, request: web.Request) -> web.Response:
         self._authorize(request)
         prompt, reference, tags = _parse(await read_body(request))
-        if self._redactor is not None:  # before the journal, the first write
-            prompt, reference = self._redact(prompt), self._redact(reference)
+        prompt, reference = self._screened(prompt, reference)  # before the journal, the first write
         probe = InjectedProbe(
             id=InjectedProbe.new_id(),
             document=self._document,

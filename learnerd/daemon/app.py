@@ -74,7 +74,8 @@ from learnerd.fleet.fleet import fleet_for
 from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.embedders import Embedder, LazyEmbedder, embedder_dim, embedder_name, make_embedder
 from learnerd.ml.serving import ServedModels
-from learnerd.privacy.redact import Redactor
+from learnerd.privacy.policy import category
+from learnerd.privacy.screen import Screen
 from learnerd.reconcilers.embeddings import EmbeddingsReconciler
 from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.reconcilers.examples import ExamplesReconciler
@@ -208,9 +209,12 @@ class Daemon:
         #: Events accepted by ``POST /v1/blocks``, tailed by the analyzer beside ``log_dirs`` (always, so events
         #: acknowledged before a restart without ``--listen-rpc`` are still read).
         self.ingest = IngestLog(layout.ingest_dir)
-        #: Replaces secrets before anything is stored (``[privacy]``): the analyzer's records, POST /v1/blocks, the
-        #: RPC's probes; every intake's count is the analyzer's ``redactions``.
-        self.redactor = Redactor(cfg.privacy)
+        #: The one screen of every intake (``[privacy]``, :mod:`learnerd.privacy.screen`): its redactor replaces secrets
+        #: before anything is stored (the analyzer's records, POST /v1/blocks, the RPC's probes, served answers; every
+        #: intake's count is the analyzer's ``redactions``), its policy refuses RPC probes and (in the examples
+        #: reconciler) blocks.
+        self.screen = Screen(cfg.privacy)
+        self.redactor = self.screen.redactor
         self.analyzer = Analyzer(
             self.conn,
             [*cfg.log_dirs, self.ingest.directory],
@@ -302,8 +306,9 @@ class Daemon:
                     redactor=self.redactor,
                     on_redacted=self.analyzer.count_redactions,
                 ),
-                redactor=self.redactor,
+                screen=self.screen,
                 on_redacted=self.analyzer.count_redactions,
+                on_refused=lambda reason: self.examples.refusals.update([category(reason)]),
             )
 
     # The reconcilers by their role (None until wired: embeddings waits for the embedder).

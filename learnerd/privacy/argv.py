@@ -111,7 +111,7 @@ USER_PASSWORD_OPTIONS: dict[str, tuple[tuple[str, ...], str]] = {
 _ATTACHED_ONLY = frozenset({"mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlshow", "mysqlcheck", "mariadb",
                             "mariadb-dump", "7z", "7za", "7zz", "rar", "unrar"})  # fmt: skip
 _WRAPPERS = frozenset({"sudo", "doas", "env", "nohup", "time", "nice", "ionice", "command", "exec", "builtin",
-                       "timeout", "stdbuf", "xargs", "chroot", "watch", "torsocks", "proxychains", "proxychains4"})  # fmt: skip
+                       "timeout", "stdbuf", "xargs", "chroot", "watch", "torsocks", "proxychains"})  # fmt: skip
 _STDIN_PASSWORD = (
     # (command, an option that makes it read a password on standard input, or "" for always)
     ("docker", "--password-stdin"), ("podman", "--password-stdin"), ("nerdctl", "--password-stdin"),
@@ -119,8 +119,9 @@ _STDIN_PASSWORD = (
     ("passwd", "--stdin"), ("chpasswd", ""), ("sudo", "-S"), ("sudo", "--stdin"), ("htpasswd", "-i"),
     ("kinit", "--password-file=STDIN"), ("gh", "--with-token"), ("vault", "-"), ("cryptsetup", ""),
 )  # fmt: skip
-_SINGLE_DASH_LONG = frozenset({"openssl", "keytool", "jarsigner", "plink", "pscp", "psftp", "influx", "security",
-                               "vault", "java"})  # -key is not -k with "ey" attached
+_SINGLE_DASH_LONG = frozenset(
+    {"openssl", "keytool", "jarsigner", "plink", "pscp", "psftp", "influx", "security", "vault", "java"}
+)  # -key is not -k with "ey" attached
 _SECRET_MOUNTS = frozenset({"docker", "podman", "buildah", "nerdctl", "buildctl"})  # --secret id=…,src=…
 _CONFIG_SET = frozenset({"aws", "npm", "yarn", "pnpm", "pip", "pip3", "git", "poetry", "composer", "conda"})
 
@@ -133,8 +134,19 @@ def unwrapped(command: Command) -> list[Word]:
         wrapper = argv[0].value.rsplit("/", 1)[-1]
         i = 1
         while i < len(argv) and (is_option(argv[i]) or (wrapper == "env" and "=" in argv[i].value)):
-            takes_value = wrapper in ("sudo", "doas") and argv[i].value in ("-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t")
-            takes_value |= wrapper in ("nice", "ionice", "timeout", "xargs", "stdbuf", "watch") and len(argv[i].value) == 2
+            takes_value = wrapper in ("sudo", "doas") and argv[i].value in (
+                "-u",
+                "-g",
+                "-C",
+                "-D",
+                "-h",
+                "-p",
+                "-r",
+                "-t",
+            )
+            takes_value |= (
+                wrapper in ("nice", "ionice", "timeout", "xargs", "stdbuf", "watch") and len(argv[i].value) == 2
+            )
             i += 2 if takes_value else 1
         if wrapper == "timeout" and i < len(argv):
             i += 1  # the duration
@@ -222,11 +234,12 @@ def _options(argv: list[Word]) -> list[Span]:
             elif command == "openssl" and secret.startswith(("env:", "file:", "fd:", "stdin")):
                 secret = ""
             if secret and not templated(secret) and not _is_path(secret):
-                spans.append((*target.span(start), "MYSQL_PASSWORD" if command.startswith(("mysql", "mariadb")) else "PASSWORD"))
+                kind = "MYSQL_PASSWORD" if command.startswith(("mysql", "mariadb")) else "PASSWORD"
+                spans.append((*target.span(start), kind))
         i += 1
-    if command in ("htpasswd",) and any(w.value.startswith("-") and "b" in w.value[1:] for w in argv[1:] if is_option(w)):
-        if operands:
-            spans.append((*operands[-1].span(), "PASSWORD"))
+    batch = any(w.value.startswith("-") and "b" in w.value[1:] for w in argv[1:] if is_option(w))
+    if command == "htpasswd" and batch and operands:  # htpasswd -b FILE USER PASSWORD, -nb USER PASSWORD
+        spans.append((*operands[-1].span(), "PASSWORD"))
     if command in _CONFIG_SET:
         spans += _config_set(argv)
     return spans
@@ -243,7 +256,7 @@ def _attached(value: str, options: tuple[str, ...]) -> int | None:
 def _generic_takes_value(flag: str) -> bool:
     """A long option named as a secret takes the next word as its value (``--password hunter2``); a short
     spelling (``-password``) is some tool's own and is only read attached with ``=``."""
-    return flag.startswith("--") or flag.startswith("-") and len(flag) > 2
+    return flag.startswith("--") or (flag.startswith("-") and len(flag) > 2)
 
 
 def _is_path(value: str) -> bool:
@@ -254,7 +267,9 @@ def _config_set(argv: list[Word]) -> list[Span]:
     """``aws configure set NAME VALUE``, ``npm config set NAME VALUE``, ``git config [--global] NAME VALUE``."""
     operands = [w for w in argv[1:] if not is_option(w)]
     for i, word in enumerate(operands):
-        if word.value in ("set", "config") and i + 2 < len(operands) or (argv[0].value == "git" and word.value == "config"):
+        if (word.value in ("set", "config") and i + 2 < len(operands)) or (
+            argv[0].value == "git" and word.value == "config"
+        ):
             rest = operands[i + 1 :]
             if rest and rest[0].value == "set":
                 rest = rest[1:]

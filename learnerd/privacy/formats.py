@@ -43,13 +43,15 @@ def secret_name(name: str) -> bool:
         return False
     if re.search(r"(?i)askpass$|^(?:no|with|ask|prompt|use|reset|show|skip|require|change|forgot)[-_]", name):
         return False
-    return bool(_NAME.search(name) or _GLUED.search(name) and name.upper() not in ("PWD", "OLDPWD"))
+    return bool(_NAME.search(name) or (_GLUED.search(name) and name.upper() not in ("PWD", "OLDPWD")))
 
 
 def templated(value: str) -> bool:
     """A reference to a secret rather than one: ``$VAR``, ``${VAR…}``, ``$(cmd)``, ``{{ var }}``, ``%VAR%``,
     ``<PLACEHOLDER>``, ``***``."""
-    return bool(re.fullmatch(r"\$\w+|\$\{[^}]*\}|\$\(.*\)|`.*`|\{\{.*\}\}|%\w+%|<[\w.\- ]+>|\*+|x{3,}|\.{3}|…", value, re.S))
+    return bool(
+        re.fullmatch(r"\$\w+|\$\{[^}]*\}|\$\(.*\)|`.*`|\{\{.*\}\}|%\w+%|<[\w.\- ]+>|\*+|x{3,}|\.{3}|…", value, re.S)
+    )
 
 
 def is_path(value: str) -> bool:
@@ -153,7 +155,11 @@ TEXT_PATTERNS: tuple[tuple[str | None, str], ...] = (
         r"|blank|empty|none|expire|never|be)\b)[^\s\"'`,;]{4,})",
     ),
     ("PASSWORD", r"(?i)\bmachine\s+\S+\s+login\s+\S+\s+password\s+(?P<secret>\S+)"),  # .netrc
-    ("PRIVATE_KEY", r"(?s)(?P<secret>-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----)"),
+    (
+        "PRIVATE_KEY",
+        r"(?s)(?P<secret>-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?"
+        r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----)",
+    ),
 )
 """Secrets in any text, by the form they take there (see the module docstring)."""
 

@@ -53,7 +53,7 @@ ENTROPY_MIN_CHARS = 20
 
 _TOKEN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+/.~=")
 _BASE64_WORD = re.compile(r"[A-Za-z0-9+/_\-]{16,}={0,2}")
-_ENTROPY_WORD = re.compile(r"[A-Za-z0-9+/=_\-]{%d,}" % ENTROPY_MIN_CHARS)
+_ENTROPY_WORD = re.compile(rf"[A-Za-z0-9+/=_\-]{{{ENTROPY_MIN_CHARS},}}")
 
 Span = tuple[int, int, str]
 
@@ -177,7 +177,7 @@ class Redactor:
                 text = data.decode("utf-8")
             except UnicodeDecodeError:
                 continue
-            if len(text) >= 8 and text.isprintable() or "\n" in text and text.replace("\n", "").isprintable():
+            if (len(text) >= 8 and text.isprintable()) or ("\n" in text and text.replace("\n", "").isprintable()):
                 return any(not self._allowed(text[s:e]) for s, e, _ in self.spans(text, decode=False))
         return False
 
@@ -209,7 +209,9 @@ class Redactor:
     def _split_secrets(self, items: list[Any]) -> dict[int, tuple[Span, ...]]:
         """Spans, per item, of the secrets seen in the text items of ``items`` joined by line breaks (a secret
         crossing from one item into the next, or one whose item alone does not say it is one)."""
-        texts = {i: t if isinstance(t, str) else t.get("text") for i, t in enumerate(items) if isinstance(t, str | dict)}
+        texts = {
+            i: t if isinstance(t, str) else t.get("text") for i, t in enumerate(items) if isinstance(t, str | dict)
+        }
         texts = {i: t for i, t in texts.items() if isinstance(t, str)}
         if len(texts) < 2:
             return {}
@@ -276,7 +278,11 @@ def _high_entropy(candidate: str, entropy: Any, limit: float) -> bool:
     """A random-looking base64 word: mixed case and digits, not a path, entropy above ``limit``."""
     if candidate.startswith(("/", "-")) or candidate.count("/") > 2 or candidate.count("-") > 3:
         return False
-    classes = (any(c.isupper() for c in candidate), any(c.islower() for c in candidate), any(c.isdigit() for c in candidate))
+    classes = (
+        any(c.isupper() for c in candidate),
+        any(c.islower() for c in candidate),
+        any(c.isdigit() for c in candidate),
+    )
     return all(classes) and entropy(candidate) > limit
 
 
@@ -296,7 +302,9 @@ def _occurrences(text: str, line: str, offset: int, value: str | None, kind: str
     start = line.find(value)
     while start >= 0:
         left, right = offset + start, offset + start + len(value)
-        whole = (left == offset or text[left - 1] not in _TOKEN) and (right == offset + len(line) or text[right] not in _TOKEN)
+        whole = (left == offset or text[left - 1] not in _TOKEN) and (
+            right == offset + len(line) or text[right] not in _TOKEN
+        )
         if whole or len(value) >= MIN_LOCATED_CHARS:
             while right < offset + len(line) and text[right] in _TOKEN:
                 right += 1

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass, field
+
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
@@ -184,7 +185,10 @@ class _Walker:
     def _redirected(self, node: Node, script: Script) -> list[Command]:
         body = node.child_by_field_name("body")
         commands = self._statements(body, script) if body is not None else []
-        target = commands[0] if commands else Command()
+        if not commands:  # `> file` alone
+            commands = [Command()]
+            script.commands.append(commands[0])
+        target = commands[0]
         tail: list[Command] = []
         for redirect in node.children_by_field_name("redirect"):
             if redirect.type == "file_redirect":
@@ -227,9 +231,9 @@ class _Walker:
                 op = next((c.type for c in child.children if not c.is_named), "")
                 if dest is not None:
                     command.redirects.append(Redirect(op, self.word(dest, script)))
-            elif kind in ("variable_name",) and node.type == "declaration_command":
-                command.argv.append(self.word(child, script))
-            elif kind != "comment":
+                    if op == "<<<":
+                        command.stdin = command.redirects[-1].target.value
+            elif (kind in ("variable_name",) and node.type == "declaration_command") or kind != "comment":
                 command.argv.append(self.word(child, script))
         if node.type == "declaration_command" and node.children:
             keyword = node.children[0]  # export / declare / local / readonly / typeset
@@ -306,7 +310,9 @@ class _Walker:
     def _unescape(self, node: Node, values: list[str], offsets: list[int], escapable: str | None) -> None:
         self._unescape_bytes(node.start_byte, node.end_byte, values, offsets, escapable)
 
-    def _unescape_bytes(self, start: int, end: int, values: list[str], offsets: list[int], escapable: str | None) -> None:
+    def _unescape_bytes(
+        self, start: int, end: int, values: list[str], offsets: list[int], escapable: str | None
+    ) -> None:
         """Backslash removal: any escaped character outside quotes (``escapable`` None), only those of
         ``escapable`` inside double quotes; an escaped newline is a line continuation (removed)."""
         text = self._data[start:end].decode("utf-8", "surrogatepass")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from learnerd.privacy.policy import CommandPolicy
+from learnerd.privacy.policy import CommandPolicy, category
 from learnerd.reconcilers.settings import ExamplesConfig
 from learnerd.reconcilers.spec import BLOCKS, EXAMPLES, ControllerSpec, ExampleChange, Watch, Wiring
 from learnerd.runtime.reconcile import Result
@@ -63,7 +63,8 @@ def query_of(block: Block, max_chars: int) -> str:
 
 def judge(block: Block, cfg: ExamplesConfig, policy: CommandPolicy | None = None) -> Verdict:
     """The example ``block`` should give, or None with the reason it is not learnable; ``policy``
-    (:class:`~learnerd.privacy.policy.CommandPolicy`) refuses dangerous commands and injected contexts."""
+    (:class:`~learnerd.privacy.policy.CommandPolicy`) refuses destructive commands, and an intent or a command
+    that reads as instructions to the model."""
     executed = block.executed
     if executed is None:
         return Verdict(None, "not executed")
@@ -79,7 +80,7 @@ def judge(block: Block, cfg: ExamplesConfig, policy: CommandPolicy | None = None
     query = query_of(block, cfg.max_query_chars)
     if not query:
         return Verdict(None, "no markdown context before the cell")
-    refusal = policy.command_refusal(answer) or policy.context_refusal(query) if policy is not None else None
+    refusal = policy.refusal(query, answer) if policy is not None else None
     if refusal:
         return Verdict(None, f"refused by policy: {refusal}", refused=True)
     return Verdict(Example(id=block.id, query=query, answer=answer, language=executed.language))
@@ -90,7 +91,8 @@ class ExamplesReconciler:
 
     ``changes`` counts what it did: ``written`` and ``deleted`` examples (logged at info with the example's id
     and the log file and line its executed cell was read from; its text only at debug level); ``refusals`` the
-    blocks the privacy policy refused (by reason), since start (a resync counts each refused block again).
+    blocks the privacy policy refused (by the reason's category), since start (a resync counts each refused block
+    again).
     """
 
     name = "examples"  # SPEC.name
@@ -123,7 +125,7 @@ class ExamplesReconciler:
         if stone is not None:
             verdict = Verdict(None, f"forgotten (tombstone {stone.id}: {stone.kind})")
         if verdict.refused:
-            self.refusals[verdict.reason] += 1
+            self.refusals[category(verdict.reason)] += 1
             log.info("block refused", reason=verdict.reason)
         current = get_example(self._conn, key)
         desired = verdict.example

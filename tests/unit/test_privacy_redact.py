@@ -1,5 +1,6 @@
-"""Secret redaction (detect-secrets plugins plus learnerd's shell patterns): every secret becomes a typed
-placeholder, nothing else changes, and redacting twice changes nothing more."""
+"""Secret redaction (the parsed command line, the forms of secrets in text, detect-secrets' plugins): every secret
+becomes a typed placeholder, nothing else changes, and redacting twice changes nothing more; the secret corpus and
+the benign commands' rates (printed)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from learnerd.privacy.redact import CACHED_CHARS, Redactor
 from learnerd.privacy.settings import PrivacyConfig
+from tests.support.privacy_corpora import lines, rate, secret_forms
 
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U"
@@ -130,3 +132,49 @@ def test_a_secret_seen_only_in_the_encoded_json_is_still_redacted(redactor: Reda
     text = json.dumps({"password": "Hunter2Secret!x"})
     out = redactor.redact_json({"arguments": text}, Counter())
     assert "Hunter2Secret!x" not in out["arguments"]
+
+
+def test_the_secret_corpus_is_redacted_and_benign_commands_are_unchanged(redactor: Redactor) -> None:
+    forms, benign = secret_forms(), lines("benign_commands.txt")
+    assert len(forms) >= 150 and len(benign) >= 100
+    leaked = []
+    for form in forms:
+        cells = redactor.redact_json([{"kind": "markup", "text": t} for t in form.context])
+        stored = "\n".join(
+            [*(c["text"] for c in cells), redactor.redact(form.intent).text, redactor.redact(form.command).text]
+        )
+        if any(secret in stored for secret in form.secrets):
+            leaked.append(form.form)
+    changed = {c: redactor.redact(c).text for c in benign if redactor.redact(c).text != c}
+    caught, unchanged = rate(len(forms) - len(leaked), len(forms)), rate(len(benign) - len(changed), len(benign))
+    print(f"\nsecret forms redacted: {caught}; benign commands unchanged: {unchanged}")
+    assert len(leaked) <= 0.02 * len(forms), f"redacted {caught}; leaked: {leaked}"
+    assert len(changed) <= 0.02 * len(benign), f"unchanged {unchanged}; changed: {changed}"
+
+
+@pytest.mark.parametrize(
+    ("text", "redacted"),
+    [
+        (  # a 1-character password: only its own character goes, not every token holding a "p"
+            "curl https://u:p@host.example.com/api/upload -o payload.bin",
+            "curl https://u:<BASIC_AUTH_CREDENTIALS>@host.example.com/api/upload -o payload.bin",
+        ),
+        (
+            "git clone https://bob:p@ss/w0rd@github.com/org/repo.git && cd repo",
+            "git clone https://bob:<BASIC_AUTH_CREDENTIALS>@github.com/org/repo.git && cd repo",
+        ),
+        ("sshpass -p 'Tr0ub4dor&3' ssh ops@bastion", "sshpass -p '<PASSWORD>' ssh ops@bastion"),
+        ("mysql -uroot -pS3cr3t!x shop -e 'SELECT 1'", "mysql -uroot -p<MYSQL_PASSWORD> shop -e 'SELECT 1'"),
+        ('export X_TOKEN="two words"; make', 'export X_TOKEN="<X_TOKEN>"; make'),
+        ("openssl rsa -passin pass:hunter2x -in k.pem", "openssl rsa -passin pass:<PASSWORD> -in k.pem"),
+    ],
+)
+def test_only_the_secrets_own_characters_are_replaced(redactor: Redactor, text: str, redacted: str) -> None:
+    assert redactor.redact(text).text == redacted
+
+
+def test_a_secret_split_over_two_cells_is_replaced_in_both(redactor: Redactor) -> None:
+    token = "ghp_" + "x7Kq2Lm9Pw4Rt6Yv8Zb1Nc3Df5Gh7Jk9Ls0Qa"
+    cells = [{"kind": "code", "text": "export GITHUB_TOKEN=" + token[:12]}, {"kind": "code", "text": token[12:]}]
+    out = redactor.redact_json({"cells": cells})["cells"]
+    assert all(token[:12] not in c["text"] and token[12:] not in c["text"] for c in out), out

@@ -50,9 +50,18 @@ TOKENS = {  # provider: (documented shape, a variable a person would put it in)
     "aws access key id": (lambda: "AKIA" + draw("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16), "AWS_ACCESS_KEY_ID"),
     "aws session key id": (lambda: "ASIA" + draw("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16), "KEY_ID"),
     "aws secret access key": (lambda: draw(ALNUM + "+/", 40), "AWS_SECRET_ACCESS_KEY"),
-    "slack bot token": (lambda: f"xoxb-{draw(string.digits, 12)}-{draw(string.digits, 13)}-{draw(ALNUM, 24)}", "SLACK_BOT"),
-    "slack user token": (lambda: f"xoxp-{draw(string.digits, 12)}-{draw(string.digits, 12)}-{draw(ALNUM, 32)}", "SLACK"),
-    "slack app token": (lambda: f"xapp-1-A{draw(UPPER_DIGITS, 10)}-{draw(string.digits, 13)}-{draw(HEX, 64)}", "SLACK_APP"),
+    "slack bot token": (
+        lambda: f"xoxb-{draw(string.digits, 12)}-{draw(string.digits, 13)}-{draw(ALNUM, 24)}",
+        "SLACK_BOT",
+    ),
+    "slack user token": (
+        lambda: f"xoxp-{draw(string.digits, 12)}-{draw(string.digits, 12)}-{draw(ALNUM, 32)}",
+        "SLACK",
+    ),
+    "slack app token": (
+        lambda: f"xapp-1-A{draw(UPPER_DIGITS, 10)}-{draw(string.digits, 13)}-{draw(HEX, 64)}",
+        "SLACK_APP",
+    ),
     "stripe live secret key": (lambda: "sk_live_" + draw(ALNUM, 99), "STRIPE"),
     "stripe restricted key": (lambda: "rk_live_" + draw(ALNUM, 99), "STRIPE_RK"),
     "stripe webhook secret": (lambda: "whsec_" + draw(ALNUM, 32), "WH"),
@@ -83,10 +92,12 @@ TOKENS = {  # provider: (documented shape, a variable a person would put it in)
     "replicate token": (lambda: "r8_" + draw(ALNUM, 37), "REPLICATE"),
     "planetscale token": (lambda: "pscale_tkn_" + draw(ALNUM + "_", 43), "PS"),
     "JWT": (
-        lambda: "eyJhbGciOiJIUzI1NiJ9."
-        + base64.urlsafe_b64encode(json.dumps({"sub": draw(ALNUM, 12)}).encode()).decode().rstrip("=")
-        + "."
-        + draw(ALNUM + "_-", 43),
+        lambda: (
+            "eyJhbGciOiJIUzI1NiJ9."
+            + base64.urlsafe_b64encode(json.dumps({"sub": draw(ALNUM, 12)}).encode()).decode().rstrip("=")
+            + "."
+            + draw(ALNUM + "_-", 43)
+        ),
         "SESSION_JWT",
     ),
 }
@@ -181,16 +192,30 @@ def forms() -> list[dict]:
     value = password()
     add("docker run -e NAME=value", "Start postgres", f"docker run -d -e POSTGRES_PASSWORD={value} postgres:16", value)
     value = password()
-    add("helm --set x.password=", "Install the chart", f"helm install db bitnami/postgresql --set auth.password={value}", value)
+    add(
+        "helm --set x.password=",
+        "Install the chart",
+        f"helm install db bitnami/postgresql --set auth.password={value}",
+        value,
+    )
     value = password()
-    add("kubectl --from-literal", "Create the secret",
-        f"kubectl create secret generic db --from-literal=password={value} -n prod", value)
+    add(
+        "kubectl --from-literal",
+        "Create the secret",
+        f"kubectl create secret generic db --from-literal=password={value} -n prod",
+        value,
+    )
     value = password()
     add("java -D…password=", "Start the service", f"java -Dspring.datasource.password={value} -jar app.jar", value)
     # 4. headers
     for header in ("X-Api-Key", "X-Auth-Token", "Private-Token", "X-Vault-Token", "Api-Key"):
         value = draw(ALNUM, 32)
-        add(f"header {header}:", "Query the service", f"curl -H '{header}: {value}' https://svc.example.com/v2/items", value)
+        add(
+            f"header {header}:",
+            "Query the service",
+            f"curl -H '{header}: {value}' https://svc.example.com/v2/items",
+            value,
+        )
     value = draw(ALNUM, 40)
     add("httpie header item", "List the items", f"http GET https://api.example.com/items X-API-Key:{value}", value)
     value = base64.b64encode(f"admin:{password()}".encode()).decode()
@@ -200,40 +225,69 @@ def forms() -> list[dict]:
     # 5. URL userinfo, passwords with @ and /
     for i, symbols in enumerate(("@", "/", "@/", ":", "#!")):
         value = draw(ALNUM, 8) + symbols + draw(ALNUM, 6)
-        url = ["git clone https://bob:{v}@github.com/org/repo.git", "psql postgresql://app:{v}@db.example.com:5432/shop",
-               "pip install --index-url https://ci:{v}@pypi.example.com/simple pkg",
-               "redis-cli -u redis://default:{v}@cache.example.com:6379", "mongosh 'mongodb+srv://app:{v}@c0.example.net/db'"][i]
+        url = [
+            "git clone https://bob:{v}@github.com/org/repo.git",
+            "psql postgresql://app:{v}@db.example.com:5432/shop",
+            "pip install --index-url https://ci:{v}@pypi.example.com/simple pkg",
+            "redis-cli -u redis://default:{v}@cache.example.com:6379",
+            "mongosh 'mongodb+srv://app:{v}@c0.example.net/db'",
+        ][i]
         add(f"URL userinfo with {symbols!r}", "Connect", url.format(v=value), value)
     # 6. split over lines and cells
     value = "ghp_" + draw(ALNUM, 36)
     add("line continuation before the value", "Export it", f"export GITHUB_TOKEN=\\\n{value}", value)
     value = password()
-    add("line continuation between flag and value", "Log in",
-        f"docker login \\\n  -u ci \\\n  -p \\\n  {value} \\\n  registry.example.com", value)
+    add(
+        "line continuation between flag and value",
+        "Log in",
+        f"docker login \\\n  -u ci \\\n  -p \\\n  {value} \\\n  registry.example.com",
+        value,
+    )
     value = password()
-    add("heredoc .netrc", "Write the netrc", f"cat > ~/.netrc <<EOF\nmachine api.example.com login ci password {value}\nEOF", value)
+    add(
+        "heredoc .netrc",
+        "Write the netrc",
+        f"cat > ~/.netrc <<EOF\nmachine api.example.com login ci password {value}\nEOF",
+        value,
+    )
     value = "sk-ant-api03-" + draw(ALNUM, 60)
-    add("split over two cells", "", "python train.py", value,
-        cells=["Set the key for the run:", f"export ANTHROPIC_API_KEY=\\", value[:30], value[30:]])
+    add(
+        "split over two cells",
+        "",
+        "python train.py",
+        value,
+        cells=["Set the key for the run:", "export ANTHROPIC_API_KEY=\\", value[:30], value[30:]],
+    )
     value = password()
-    add("cell ends with the flag, next cell has the value", "", "ls", value,
-        cells=["Log in:", "docker login -u ci --password \\", f"{value} registry.example.com"])
+    add(
+        "cell ends with the flag, next cell has the value",
+        "",
+        "ls",
+        value,
+        cells=["Log in:", "docker login -u ci --password \\", f"{value} registry.example.com"],
+    )
     # 7. base64 that decodes to a secret
     for secret in ("ghp_" + draw(ALNUM, 36), f"password={password()}", "sk-proj-" + draw(ALNUM, 60)):
         encoded = base64.b64encode(secret.encode()).decode().rstrip("=")
         add("base64 of a secret", "Decode the key", f"echo {encoded} | base64 -d > key.txt", encoded, secret)
     # 8. passwords in the intent text
-    for template in ("The bastion password is {p}, log in and restart nginx",
-                     "log in as admin with password {p} and list the users",
-                     "Set the wifi password to {p} on the router", "db creds: app / password: {p}",
-                     "use pw={p} for the staging db"):
+    for template in (
+        "The bastion password is {p}, log in and restart nginx",
+        "log in as admin with password {p} and list the users",
+        "Set the wifi password to {p} on the router",
+        "db creds: app / password: {p}",
+        "use pw={p} for the staging db",
+    ):
         value = password()
         add("password in the intent", template.format(p=value), "ssh admin@bastion.example.com", value)
     # 9. PEM private key
     key = "\n".join(draw(ALNUM + "+/", 64) for _ in range(4))
-    add("PEM private key", "Save the deploy key",
+    add(
+        "PEM private key",
+        "Save the deploy key",
         f"cat > id_ed25519 <<'EOF'\n-----BEGIN OPENSSH PRIVATE KEY-----\n{key}\n-----END OPENSSH PRIVATE KEY-----\nEOF",
-        *key.split("\n"))
+        *key.split("\n"),
+    )
     return out
 
 
