@@ -55,7 +55,9 @@ def test_secrets_are_redacted_before_storage_and_dangerous_commands_never_learne
         "AWS_SECRET_ACCESS_KEY": 1,
         "BASIC_AUTH_PASSWORD": 1,
     }
-    assert summary["refused_by_policy"] == {"refused by policy: recursive deletion or overwrite of home, root or a device": 1}
+    assert summary["refused_by_policy"] == {
+        "refused by policy: recursive deletion or overwrite of home, root or a device": 1
+    }
     for root in (state, docs, export):
         for secret in (KEY_ID, SECRET, PASSWORD):
             assert files_holding(root, secret.encode()) == [], f"{secret} is stored under {root}"
