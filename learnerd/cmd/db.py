@@ -5,9 +5,10 @@ PostgreSQL: :mod:`learnerd.store.db`), and secrets redacted from what is already
 PostgreSQL it is the only way the schema changes (replicas refuse to start while one is missing).
 ``check`` prints the migrations the store lacks or does not know, and exits 0 when it holds exactly this
 learnerd's, 1 when it needs ``migrate`` or is newer than this learnerd (or cannot be reached). ``scrub`` runs
-the secret redactor (``[privacy]``) once over the stored state — tables, the documents' auto-written sections,
-the probe journal, the ``POST /v1/blocks`` log files, evaluation reports, foyle export files — with the state
-directory locked (no daemon may run; :mod:`learnerd.store.scrub`); ``--dry-run`` shows what would change.
+the privacy screen (``[privacy]``: the secret redactor, and the policy on examples and sections) once over the
+stored state — tables, the documents' auto-written sections, the probe journal, the ``POST /v1/blocks`` log
+files, evaluation reports, foyle export files — with the state directory locked (no daemon may run;
+:mod:`learnerd.store.scrub`); ``--dry-run`` shows what would change.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def scrub(cfg: Any, dry_run: bool) -> dict[str, Any]:
     from learnerd.daemon.control import forget_scope
     from learnerd.daemon.statelock import StateDirBusy, StateLock
     from learnerd.eval.history import REPORT_FILE
-    from learnerd.privacy.redact import Redactor
+    from learnerd.privacy.screen import Screen
     from learnerd.store import scrub as scrubbing
     from learnerd.store.dlm import ConflictError, DocumentError
     from learnerd.store.state_dir import UnsafeStateDir
@@ -61,21 +62,21 @@ def scrub(cfg: Any, dry_run: bool) -> dict[str, Any]:
         raise CommandError(f"{exc} (scrub needs the daemon stopped: learnerd ctl drain)") from exc
     conn = open_store(cfg)
     try:
-        redactor, report = Redactor(cfg.privacy), scrubbing.ScrubReport(dry_run=dry_run)
+        screen, report = Screen(cfg.privacy), scrubbing.ScrubReport(dry_run=dry_run)
         documents, export_dir = forget_scope(cfg)
-        scrubbing.scrub_store(conn, redactor, report, export_dir)
+        scrubbing.scrub_store(conn, screen, report, export_dir)
         try:
-            scrubbing.scrub_documents(documents, redactor, report)
+            scrubbing.scrub_documents(documents, screen, report)
         except (DocumentError, ConflictError) as exc:
             raise CommandError(f"not scrubbed: {exc}") from exc
-        scrubbing.scrub_lines(cfg.layout.probe_journal, redactor, report)
+        scrubbing.scrub_lines(cfg.layout.probe_journal, screen, report)
         ingest = sorted(cfg.layout.ingest_dir.glob("*.jsonl")) if cfg.layout.ingest_dir.is_dir() else []
-        rewritten = [path for path in ingest if scrubbing.scrub_lines(path, redactor, report)]
+        rewritten = [path for path in ingest if scrubbing.scrub_lines(path, screen, report)]
         if not dry_run:
             scrubbing.drop_watermarks(conn, rewritten)
         adapters = cfg.layout.adapters_dir
         for path in sorted(adapters.rglob(REPORT_FILE)) if adapters.is_dir() else ():
-            scrubbing.scrub_json_file(path, redactor, report)
+            scrubbing.scrub_json_file(path, screen, report)
         return report.to_json()
     finally:
         conn.close()
@@ -92,6 +93,7 @@ def _print_scrub(result: dict[str, Any]) -> None:
     for path, n in {**result["documents"], **result["files"]}.items():
         print(f"  {path}: {n} section(s) or line(s)")
     print(f"  foyle export files deleted (written again at the next run): {result['export_files']}")
+    print(f"  examples and sections the privacy policy refuses, deleted: {result['refused']}")
     if result["documents"] and not result["dry_run"]:
         print("  the documents above retrain from scratch at their next cycle")
 

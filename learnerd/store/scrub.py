@@ -20,8 +20,13 @@ existed (or before a ``[privacy]`` pattern was added) is scrubbed here, place by
   scratch, and older versions stay until they are deleted;
 * foyle export files of changed examples are deleted (the export reconciler writes them again).
 
-The caller holds the state directory's lock (no daemon may write meanwhile). The redactor is passed in (a
-:class:`Scrubber`, in practice :class:`learnerd.privacy.redact.Redactor`), so the store does not depend on the
+The privacy policy is applied too: an example, or an auto-written section's Q/A pair, that the command policy
+or the injection rule refuses now (a rule added since it was learned) is deleted with its vector and foyle
+export file (``refused`` in the report); its block stays, and the next run's examples reconciler, judging it
+the same way, does not learn it again.
+
+The caller holds the state directory's lock (no daemon may write meanwhile). The screen is passed in (a
+:class:`Scrubber`, in practice :class:`learnerd.privacy.screen.Screen`), so the store does not depend on the
 privacy package. With ``dry_run`` nothing is written; the report says what would change.
 """
 
@@ -36,7 +41,7 @@ from typing import Any, Protocol
 
 from learnerd.store import db, foyle_examples
 from learnerd.store.atomic import atomic_write_bytes
-from learnerd.store.dlm import Document, read_document, update_document
+from learnerd.store.dlm import Document, DocumentError, Section, read_document, update_document
 from learnerd.store.embeddings import get_metas
 
 
@@ -48,11 +53,13 @@ class Redacted(Protocol):
 
 
 class Scrubber(Protocol):
-    """The redactor's two entry points (:class:`learnerd.privacy.redact.Redactor`)."""
+    """The screen's entry points (:class:`learnerd.privacy.screen.Screen`): redaction, and the policy's refusal."""
 
     def redact(self, text: str) -> Redacted: ...
 
     def redact_json(self, value: Any, kinds: Counter[str] | None = None) -> Any: ...
+
+    def refusal(self, intent: str, command: str) -> str | None: ...
 
 
 @dataclass
@@ -66,6 +73,7 @@ class ScrubReport:
     files: dict[str, int] = field(default_factory=dict)
     export_files: int = 0
     redacted: Counter[str] = field(default_factory=Counter)
+    refused: int = 0
     dry_run: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -78,6 +86,7 @@ class ScrubReport:
             "files": dict(sorted(self.files.items())),
             "export_files": self.export_files,
             "redacted": dict(sorted(self.redacted.items())),
+            "refused": self.refused,
         }
 
 
@@ -92,7 +101,11 @@ def scrub_store(conn: Any, scrubber: Scrubber, report: ScrubReport, export_dir: 
             context = json.dumps(cells, ensure_ascii=False, separators=(",", ":"))
             blocks.append((context, generated, executed, row[0]))
             report.redacted.update(kinds)
+    refused: list[str] = []
     for row in conn.execute("SELECT id, query, answer FROM examples ORDER BY id"):
+        if scrubber.refusal(row[1], row[2]):
+            refused.append(row[0])
+            continue
         kinds = Counter()
         query, answer = _text(scrubber, row[1], kinds), _text(scrubber, row[2], kinds)
         if kinds:
@@ -111,9 +124,10 @@ def scrub_store(conn: Any, scrubber: Scrubber, report: ScrubReport, export_dir: 
             served.append((*texts, row[0]))
             report.redacted.update(kinds)
     report.tables.update(blocks=len(blocks), examples=len(examples), foyle_traces=len(traces), suggestions=len(served))
+    report.refused += len(refused)
     requery = [e[2] for e in examples if e[3]]
     if report.dry_run:
-        report.vectors = len(get_metas(conn, requery))
+        report.vectors = len(get_metas(conn, requery + refused))
     else:
         with db.transaction(conn):
             for values in blocks:
@@ -124,14 +138,16 @@ def scrub_store(conn: Any, scrubber: Scrubber, report: ScrubReport, export_dir: 
                 conn.execute("UPDATE foyle_traces SET request = ?, response = ? WHERE trace_id = ?", values)
             for values in served:
                 conn.execute("UPDATE suggestions SET answer = ?, command = ?, session = ? WHERE block_id = ?", values)
-            for example_id in requery:
+            for example_id in refused:
+                conn.execute("DELETE FROM examples WHERE id = ?", (example_id,))
+            for example_id in requery + refused:
                 report.vectors += conn.execute("DELETE FROM embeddings WHERE example_id = ?", (example_id,)).rowcount
-        if getattr(conn, "dialect", "sqlite") == "sqlite" and (blocks or examples or traces or served):
+        if getattr(conn, "dialect", "sqlite") == "sqlite" and (blocks or examples or traces or served or refused):
             # the old values must not survive in free pages or the write-ahead log
             conn.execute("VACUUM")
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     if export_dir is not None:
-        for _, _, example_id, _ in examples:
+        for example_id in [e[2] for e in examples] + refused:
             path = foyle_examples.example_path(export_dir, example_id)
             if path.exists() if report.dry_run else foyle_examples.remove(path):
                 report.export_files += 1
@@ -147,11 +163,13 @@ def scrub_documents(documents: Iterable[Path], scrubber: Scrubber, report: Scrub
     for path in documents:
         if not path.is_file():
             continue
-        counts: list[tuple[int, Counter[str]]] = []
+        counts: list[tuple[int, Counter[str], int]] = []
 
-        def edit(document: Document, counts: list[tuple[int, Counter[str]]] = counts) -> Document:
+        def edit(document: Document, counts: list[tuple[int, Counter[str], int]] = counts) -> Document:
             kinds: Counter[str] = Counter()
-            changed = 0
+            refused = {s.section_id for s in document.sections if s.harvest_source is not None and _refused(scrubber, s)}
+            document = document.remove_sections(lambda s: s.harvest_source is not None and s.section_id in refused)
+            changed = len(refused)
             for section in document.sections:
                 if section.harvest_source is None:
                     continue
@@ -159,17 +177,29 @@ def scrub_documents(documents: Iterable[Path], scrubber: Scrubber, report: Scrub
                 if body != section.body:
                     document = document.upsert_auto_section(replace(section, body=body))
                     changed += 1
-            counts.append((changed, kinds))
+            counts.append((changed, kinds, len(refused)))
             return document
 
         if report.dry_run:
             edit(read_document(path))
         else:
             update_document(path, edit)
-        changed, kinds = counts[-1]
+        changed, kinds, refused_sections = counts[-1]
         if changed:
             report.documents[str(path)] = changed
             report.redacted.update(kinds)
+            report.refused += refused_sections
+
+
+def _refused(scrubber: Scrubber, section: Section) -> bool:
+    """Whether a Q/A pair of an auto-written ``::instruction::`` section is one the policy refuses."""
+    if section.type != "instruction":
+        return False
+    try:
+        pairs = section.qa_pairs()
+    except DocumentError:  # not Q/A pairs: nothing the policy judges
+        return False
+    return any(scrubber.refusal(pair.question, pair.answer) for pair in pairs)
 
 
 def scrub_lines(path: Path, scrubber: Scrubber, report: ScrubReport) -> bool:
