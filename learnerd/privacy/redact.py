@@ -230,21 +230,20 @@ class Redactor:
         return {i: tuple(spans) for i, spans in out.items()}
 
     def _redact_string(self, text: str, kinds: Counter[str], extra: tuple[Span, ...] = ()) -> str:
-        redaction = self._redact(text, extra) if extra else self.redact(text)
-        if not redaction.kinds:
-            return text
-        if text.lstrip()[:1] in ("{", "["):
+        if text.lstrip()[:1] in ("{", "["):  # JSON in a string: its strings are what a reader parses (a shell command)
             try:
                 decoded = json.loads(text)
             except ValueError:
                 decoded = None
             inner: Counter[str] = Counter()
             redacted = self.redact_json(decoded, inner) if isinstance(decoded, dict | list) else None
-            if inner:  # else the secret is only seen in the encoded text (a key and its value): redact that
+            if inner:
                 kinds.update(inner)
                 return json.dumps(redacted, ensure_ascii=False)
+        # else the secret, if any, is only seen in the text as it is (in JSON: a key and its value)
+        redaction = self._redact(text, extra) if extra else self.redact(text)
         kinds.update(redaction.kinds)
-        return redaction.text
+        return redaction.text if redaction.kinds else text
 
     def _replace(self, text: str, spans: list[Span]) -> Redaction:
         kinds: Counter[str] = Counter()
