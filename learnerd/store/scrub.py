@@ -167,7 +167,8 @@ def scrub_documents(documents: Iterable[Path], scrubber: Scrubber, report: Scrub
 
         def edit(document: Document, counts: list[tuple[int, Counter[str], int]] = counts) -> Document:
             kinds: Counter[str] = Counter()
-            refused = {s.section_id for s in document.sections if s.harvest_source is not None and _refused(scrubber, s)}
+            auto = [s for s in document.sections if s.harvest_source is not None]
+            refused = {s.section_id for s in auto if _refused(scrubber, s)}
             document = document.remove_sections(lambda s: s.harvest_source is not None and s.section_id in refused)
             changed = len(refused)
             for section in document.sections:

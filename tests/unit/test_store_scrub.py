@@ -11,8 +11,8 @@ from pathlib import Path
 from learnerd.privacy.screen import Screen
 from learnerd.store import db
 from learnerd.store.blocks import get_block
-from learnerd.store.examples import Example, get_example, put_example
 from learnerd.store.dlm import Section, new_document, probe_section, read_document
+from learnerd.store.examples import Example, get_example, put_example
 from learnerd.store.scrub import ScrubReport, scrub_documents, scrub_json_file, scrub_lines, scrub_store
 from learnerd.store.suggestions import ServedAnswer, get_suggestion, record
 
