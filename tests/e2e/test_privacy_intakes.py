@@ -22,7 +22,7 @@ from learnerd.store.blocks import Cell
 from tests.support.daemon_process import daemon_process, free_port, wait_until
 from tests.support.pipeline import table_rows
 from tests.support.privacy_corpora import SecretForm, lines, rate, secret_forms
-from tests.support.serving import client
+from tests.support.serving import client, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -31,37 +31,12 @@ T0 = 1_700_000_000.0
 
 
 def config(root: Path, models_dir: Path) -> None:
-    state = root / "state"
-    state.mkdir(parents=True)
-    (state / "models").symlink_to(models_dir)
-    for directory in ("logs/claude", "logs/codex", "docs"):
+    """Serving's test config (tiny models), training on for the RPC's probe inbox but no cycle during the test,
+    and the foyle export."""
+    quiet = "num_threads = 1\nniceness = 0\nwarm_spare = false\ndebounce_s = 3600.0\ndebounce_max_s = 3600.0"
+    write_config(root, models_dir, f'[serve]\nmax_tokens = 1\n\n[export.foyle]\ndir = "{root / "foyle"}"\n', quiet)
+    for directory in ("logs/claude", "logs/codex"):
         (root / directory).mkdir(parents=True)
-    (root / "learnerd.toml").write_text(
-        f"""\
-state_dir = "state"
-log_dirs = ["logs"]
-docs_dirs = ["docs"]
-
-[analyzer]
-poll_interval_s = 0.2
-
-[training]            # enabled for the RPC's probe inbox; no cycle runs during the test
-num_threads = 1
-niceness = 0
-warm_spare = false
-debounce_s = 3600.0
-debounce_max_s = 3600.0
-
-[shutdown]
-drain_timeout_s = 120.0
-
-[serve]
-max_tokens = 1
-
-[export.foyle]
-dir = "{state / "foyle"}"
-"""
-    )
 
 
 def blocklog(block_id: str, context: tuple[str, ...], command: str, when: float) -> str:
@@ -119,8 +94,10 @@ async def post_everything(rpc: str, forms: list[SecretForm]) -> dict[str, int]:
 
 
 def stored_files(root: Path) -> list[Path]:
-    """What the daemon wrote: the state directory, the documents, and its captured log output."""
-    files = [p for d in ("state", "docs") for p in (root / d).rglob("*") if p.is_file() and "models" not in p.parts]
+    """What the daemon wrote: the state directory, the documents, the foyle export, and its captured log output."""
+    files = [
+        p for d in ("state", "docs", "foyle") for p in (root / d).rglob("*") if p.is_file() and "models" not in p.parts
+    ]
     return [*files, root / "daemon.log"]
 
 

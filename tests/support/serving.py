@@ -14,19 +14,19 @@ from tests.support.daemon_process import DaemonProcess, daemon_process
 TOKEN = "test-" + secrets.token_hex(16)
 
 
-def write_config(root: Path, models_dir: Path, extra: str = "", training: bool = False) -> None:
-    """``<root>/learnerd.toml``: state, logs and docs under ``root``; the session's tiny models."""
+def write_config(root: Path, models_dir: Path, extra: str = "", training: bool | str = False) -> None:
+    """``<root>/learnerd.toml``: state, logs and docs under ``root``; the session's tiny models. ``training``:
+    cycles on (a short debounce), off, or the ``[training]`` section's own lines."""
     state = root / "state"
     state.mkdir(parents=True, exist_ok=True)
     if not (state / "models").exists():
         (state / "models").symlink_to(models_dir)  # the built-in tiny model, built once per session
     (root / "logs").mkdir(exist_ok=True)
     (root / "docs").mkdir(exist_ok=True)
-    training_section = (
+    cycles = (
         "enabled = true\ndebounce_s = 0.3\nnum_threads = 1\nniceness = 0\nwarm_spare = false\nrescan_interval_s = 1.0"
-        if training
-        else "enabled = false"
     )
+    training_section = training if isinstance(training, str) else cycles if training else "enabled = false"
     (root / "learnerd.toml").write_text(
         f"""\
 state_dir = "state"
