@@ -317,6 +317,10 @@ class _Walker:
         ``escapable`` inside double quotes; an escaped newline is a line continuation (removed)."""
         text = self._data[start:end].decode("utf-8", "surrogatepass")
         base = self._at(start)
+        if "\\" not in text:
+            values.append(text)
+            offsets.extend(range(base, base + len(text)))
+            return
         i = 0
         while i < len(text):
             ch = text[i]
