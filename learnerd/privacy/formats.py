@@ -48,7 +48,9 @@ def secret_name(name: str) -> bool:
 
 def templated(value: str) -> bool:
     """A reference to a secret rather than one: ``$VAR``, ``${VAR…}``, ``$(cmd)``, ``{{ var }}``, ``%VAR%``,
-    ``<PLACEHOLDER>``, ``***``."""
+    ``<PLACEHOLDER>``, ``***``, code reading one from its environment (``process.env.KEY``)."""
+    if re.match(r"(?:process\.env|os\.environ|import\.meta\.env|secrets|vars|env)\.[\w.]+$", value):
+        return True
     return bool(
         re.fullmatch(r"\$\w+|\$\{[^}]*\}|\$\(.*\)|`.*`|\{\{.*\}\}|%\w+%|<[\w.\- ]+>|\*+|x{3,}|\.{3}|…", value, re.S)
     )
@@ -132,7 +134,7 @@ TEXT_PATTERNS: tuple[tuple[str | None, str], ...] = (
     (
         "API_KEY",
         r"(?i)(?<![\w-])(?:x-[\w-]*?(?:key|token|secret|auth|signature|password|session)[\w-]*|[\w-]*api[-_]?key"
-        r"|[\w-]+-token|private-token|job-token)\s*:\s*(?P<secret>[^\s\"'\\]+)",
+        r"|[\w-]+-token|private-token|job-token)\s*:\s*(?P<secret>[A-Za-z0-9_\-+/=.~]{8,})(?![\w(\[])",
     ),
     ("COOKIE", r"(?i)(?<![\w-])(?:cookie|set-cookie)\s*:\s*(?P<secret>[^\"'\n\\]+?)(?=\s*(?:[\"'\n\\]|$))"),
     (

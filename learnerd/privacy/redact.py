@@ -207,26 +207,29 @@ class Redactor:
         return root[0]
 
     def _split_secrets(self, items: list[Any]) -> dict[int, tuple[Span, ...]]:
-        """Spans, per item, of the secrets seen in the text items of ``items`` joined by line breaks (a secret
-        crossing from one item into the next, or one whose item alone does not say it is one)."""
+        """Spans, per item, of the secrets seen in the text items of ``items`` (strings, or the ``text`` of cell
+        objects) joined: by line breaks (a value in the cell after its option or assignment; any span found), and
+        end to end (a token cut in two; only spans that cross from one item into the next)."""
         texts = {
             i: t if isinstance(t, str) else t.get("text") for i, t in enumerate(items) if isinstance(t, str | dict)
         }
         texts = {i: t for i, t in texts.items() if isinstance(t, str)}
+        out: dict[int, list[Span]] = {}
         if len(texts) < 2:
             return {}
-        starts, at = {}, 0
-        for i, text in texts.items():
-            starts[i] = at
-            at += len(text) + 1
-        joined = "\n".join(texts.values())
-        out: dict[int, list[Span]] = {}
-        for start, end, kind in _merged(self.spans(joined)):
-            inside = [i for i, s in starts.items() if s < end and start < s + len(texts[i])]
-            for i in inside:
-                local = (max(start, starts[i]) - starts[i], min(end, starts[i] + len(texts[i])) - starts[i])
-                if local[1] > local[0] and texts[i][local[0] : local[1]].strip():
-                    out.setdefault(i, []).append((*local, kind))
+        for separator in ("\n", ""):
+            starts, at = {}, 0
+            for i, text in texts.items():
+                starts[i] = at
+                at += len(text) + len(separator)
+            for start, end, kind in _merged(self.spans(separator.join(texts.values()))):
+                inside = [i for i, s in starts.items() if s < end and start < s + len(texts[i])]
+                if separator == "" and len(inside) < 2:
+                    continue
+                for i in inside:
+                    local = (max(start, starts[i]) - starts[i], min(end, starts[i] + len(texts[i])) - starts[i])
+                    if local[1] > local[0] and texts[i][local[0] : local[1]].strip():
+                        out.setdefault(i, []).append((*local, kind))
         return {i: tuple(spans) for i, spans in out.items()}
 
     def _redact_string(self, text: str, kinds: Counter[str], extra: tuple[Span, ...] = ()) -> str:

@@ -336,10 +336,11 @@ class _Walker:
 
 
 def words_of(script: Script) -> list[Word]:
-    """Every word of every command of ``script``: arguments, assignment values and redirect targets."""
+    """Every word of every command of ``script`` but the command names: arguments, assignment values and
+    redirect targets (a lone word — an id in a JSON record — parses as a command name, and is not among them)."""
     return list(
         itertools.chain.from_iterable(
-            [*c.argv, *(w for _, w in c.assignments), *(r.target for r in c.redirects)] for c in script.commands
+            [*c.args, *(w for _, w in c.assignments), *(r.target for r in c.redirects)] for c in script.commands
         )
     )
 
