@@ -26,8 +26,7 @@ redirects and what feeds its standard input — and of the script around it:
   ``WHERE``; ``dropdb``; ``redis-cli FLUSHALL``/``FLUSHDB``; ``mongosh --eval 'db.dropDatabase()'``;
 * **cluster-wide deletes**: ``kubectl delete`` with ``--all`` across namespaces (``-A``) or of
   cluster-scoped kinds (``ns``, ``nodes``, ``pv``, ``crd``…), ``kubectl delete all --all``, deleting
-  ``kube-system``; ``terraform destroy``; removing whole buckets (``aws s3 rb --force``, ``aws s3 rm
-  s3://b --recursive``, ``gsutil rm -r gs://b``).
+  ``kube-system``; ``terraform destroy``; ``gcloud projects delete``.
 
 A command string given to another program (``bash -c '…'``, ``su -c``, ``eval``, ``ssh host '…'``,
 ``find -exec sh -c``, ``xargs``, ``docker exec … sh -c``) is parsed and judged the same way.
@@ -519,14 +518,6 @@ def _cluster(command: Command, argv: list[Word], script: Script) -> str | None:
             return f"{name} deletes a system namespace"
     if name == "terraform" and (operands[:1] == ["destroy"] or (operands[:1] == ["apply"] and "-destroy" in values)):
         return "terraform destroy"
-    if name == "aws" and operands[:2] == ["s3", "rb"] and "--force" in values:
-        return "aws s3 rb --force"
-    whole_s3 = any(re.fullmatch(r"s3://[^/]+/?", v) for v in operands[2:])
-    if name == "aws" and operands[:2] == ["s3", "rm"] and "--recursive" in values and whole_s3:
-        return "aws s3 rm of a whole bucket"
-    whole_gs = any(re.fullmatch(r"gs://[^/]+/?(?:\*\*?)?", v) for v in operands)
-    if name == "gsutil" and "rm" in operands and any(v in ("-r", "-R", "-a") for v in values) and whole_gs:
-        return "gsutil rm of a whole bucket"
     if name == "gcloud" and operands[:2] == ["projects", "delete"]:
         return "gcloud projects delete"
     return None

@@ -30,7 +30,7 @@ _DISREGARD = (
 )
 _TOLD = (
     r"(?:instructions?|prompts?|rules|directions|directives|guidelines|guidance|orders|commands|constraints"
-    r"|guardrails|restrictions|policies|programming|system prompt|context|messages"
+    r"|guardrails|restrictions|polic(?:y|ies)|safety|programming|system prompt|context|messages"
     r"|what (?:you(?:'ve| have)? (?:were|was|been|are) )?"
     r"(?:told|given|said|instructed|asked)|everything (?:above|before|said|you know)|all (?:of )?(?:the )?above"
     r"|the above|above text|prior text|previous text)"
@@ -63,8 +63,7 @@ PHRASINGS: tuple[tuple[str, str], ...] = (
     ),
     (
         "gives the model a new role",
-        r"\b(?:developer|god|jailbreak|jailbroken|dan|unrestricted|admin|debug|sudo) mode\b(?! (?:of"
-        r"|for) (?:the )?(?:app|server|build|service|cluster|device))",
+        r"\b(?:god|jailbreak|jailbroken|dan|unrestricted|unfiltered|unrestrained) mode\b",
     ),
     ("gives the model a new role", r"\bdo anything now\b|\bjailbreak(?:ing)? (?:the|this|yourself|you)\b"),
     (
