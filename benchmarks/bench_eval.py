@@ -60,8 +60,8 @@ def noisy_lora(base_dir: Path, scale: float = 0.05) -> tuple[Any, Any]:
     import torch
 
     from learnerd.ml.base_model import load_model_directory
-    from learnerd.ml.lora import attach_lora
     from learnerd.store.dlm import TrainingConfig
+    from learnerd.training.lora import attach_lora
 
     model, tokenizer = load_model_directory(base_dir)
     peft_model = attach_lora(model, TrainingConfig())

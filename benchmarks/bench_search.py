@@ -46,7 +46,7 @@ import numpy as np  # noqa: E402
 from benchmarks.tldr_to_blocklog import PEER_TLDR, TLDR_INPUT, block_lines, iter_blocks, positive, require_tldr  # noqa: E402
 from learnerd.analyzer.settings import AnalyzerConfig  # noqa: E402
 from learnerd.daemon.config import Config  # noqa: E402
-from learnerd.ml.settings import TrainingSettings  # noqa: E402
+from learnerd.training.settings import TrainingSettings  # noqa: E402
 
 PAD_SEED = 20240501
 

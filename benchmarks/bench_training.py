@@ -43,13 +43,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import anyio
 
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
-from learnerd.ml.cycle import train_cycle
 from learnerd.ml.rows import TrainingRow, document_rows
-from learnerd.ml.settings import TrainingSettings
-from learnerd.ml.train_runner import WarmSpare
 from learnerd.reconcilers.training import TrainingReconciler
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import TrainingConfig, new_document, read_document
+from learnerd.training.cycle import train_cycle
+from learnerd.training.runner import WarmSpare
+from learnerd.training.settings import TrainingSettings
 
 
 def make_document(path: Path, n: int, training: dict, base_model: str = DEFAULT_BASE_MODEL) -> Path:

@@ -8,7 +8,7 @@ want and what learnerd's clients send: the OpenAI-compatible endpoint serves a d
 to a bearer of it.
 
 The document holds what dlm and learnerd need (``dlm_id``, ``dlm_version``, ``base_model``) and no
-``training`` block, so learnerd's recipe for its base applies (:mod:`learnerd.ml.recipes`); ``init`` says
+``training`` block, so learnerd's recipe for its base applies (:mod:`learnerd.training.recipes`); ``init`` says
 which base it chose and which pretrained bases are installed (:func:`installed_bases`).
 """
 

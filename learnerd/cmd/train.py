@@ -50,12 +50,12 @@ def train(args: argparse.Namespace) -> int:
     from learnerd.daemon.statelock import StateDirBusy, StateLock
     from learnerd.ml.base_model import BaseModelError
     from learnerd.ml.device import DeviceError
-    from learnerd.ml.train_runner import TrainingFailed
     from learnerd.reconcilers.evaluation import evaluation_reconciler
     from learnerd.reconcilers.training import DuplicateDocumentError, training_reconciler
     from learnerd.store.dlm import DocumentError, TrainingConfigError
     from learnerd.store.probe_journal import JournalError
     from learnerd.store.state_dir import UnsafeStateDir
+    from learnerd.training.runner import TrainingFailed
 
     cfg = load_config_from_args(args)
     if args.threads is not None:

@@ -34,7 +34,7 @@ from learnerd.analyzer.settings import AnalyzerConfig
 from learnerd.api.settings import AdminConfig, RpcConfig, ServeConfig
 from learnerd.eval.settings import EvaluationSettings
 from learnerd.fleet.settings import FleetConfig
-from learnerd.ml.settings import EmbeddingsConfig, TrainingSettings
+from learnerd.ml.settings import EmbeddingsConfig
 from learnerd.privacy.settings import PrivacyConfig
 from learnerd.reconcilers.settings import (
     ControllerConfig,
@@ -46,6 +46,7 @@ from learnerd.reconcilers.settings import (
 from learnerd.sections import CONFIG_ENV, ConfigError, Section, default_config_dir, resolve_path
 from learnerd.steering.settings import SteeringConfig
 from learnerd.store.settings import StoreConfig, SuggestionsConfig
+from learnerd.training.settings import TrainingSettings
 
 if TYPE_CHECKING:
     from learnerd.store.layout import StateLayout

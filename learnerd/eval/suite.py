@@ -34,7 +34,7 @@ from learnerd.eval.report import ProbeResult, Report
 from learnerd.eval.score import compute_score
 from learnerd.ml.base_model import BaseModelRef
 from learnerd.ml.device import Placement
-from learnerd.ml.recipes import undertrained_reason
+from learnerd.ml.undertrained import undertrained_finding
 from learnerd.store.adapters import AdapterVersion
 from learnerd.store.dlm import Document
 
@@ -120,7 +120,7 @@ def evaluate_version(
     ``answer_cache_dir`` (the model cache), the base's answers to ``answer_retention``'s pool and every
     log-likelihood it scores are kept there for the next evaluation on this base
     (:mod:`learnerd.eval.base_answers`, :mod:`learnerd.eval.base_logprobs`). A version that
-    trained too little (:func:`learnerd.ml.recipes.undertrained_reason` on its metadata's steps, final loss
+    trained too little (:func:`learnerd.ml.undertrained.undertrained_finding` on its metadata's steps, final loss
     and vocabulary size) gets an ``undertrained: ...`` finding first.
 
     Raises:
@@ -147,7 +147,7 @@ def evaluate_version(
         progress=progress,
     )
     meta = version.metadata()
-    reason = undertrained_reason(meta.steps, meta.final_loss, backend.vocab_size)
+    reason = undertrained_finding(meta.steps, meta.final_loss, backend.vocab_size)
     if reason is None:
         return report
     return dataclasses.replace(

@@ -41,7 +41,6 @@ from typing import Any
 import anyio.to_thread
 import structlog
 
-from learnerd.ml.recipes import default_training
 from learnerd.reconcilers.spec import EXAMPLES, ControllerSpec, ExampleChange, Watch, Wiring
 from learnerd.runtime.reconcile import Result
 from learnerd.store.db import connect
@@ -56,6 +55,7 @@ from learnerd.store.dlm import (
 )
 from learnerd.store.examples import EXAMPLE_SOURCE_PREFIX, Example, list_examples
 from learnerd.store.routing import DocumentRouter
+from learnerd.training.recipes import default_training
 
 log = structlog.get_logger(__name__)
 

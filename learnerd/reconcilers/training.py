@@ -19,7 +19,7 @@ the document's current adapter was trained on. One cycle:
 3. **Check** its base model and ``training`` block: an unknown base or a block learnerd cannot train
    raises :class:`~learnerd.runtime.reconcile.TerminalError` with a one-line message (retried only after the
    document changes again).
-4. **Plan and train** with :func:`learnerd.ml.cycle.train_cycle`: nothing when the rows' section ids are
+4. **Plan and train** with :func:`learnerd.training.cycle.train_cycle`: nothing when the rows' section ids are
    the current adapter's (so an identical save trains nothing), else a fresh or incremental cycle in a
    child process (niced, ``num_threads`` torch threads; cancelled and cleaned up when the daemon stops),
    committed as the document's next adapter version — a candidate: the evaluation reconciler's promotion
@@ -49,14 +49,8 @@ import structlog
 
 from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.base_model import BaseModelError, resolve_base_model
-from learnerd.ml.cycle import CycleOutcome, ReplayPolicy, train_cycle
 from learnerd.ml.device import DeviceError, resolve_device
-from learnerd.ml.hyperparams import check_trainable
-from learnerd.ml.lora import ProgressEvent
-from learnerd.ml.recipes import default_training, document_training
 from learnerd.ml.rows import TrainingRow, document_rows
-from learnerd.ml.settings import TrainingSettings
-from learnerd.ml.train_runner import TrainingFailed, WarmSpare
 from learnerd.reconcilers.probes import document_router
 from learnerd.reconcilers.spec import ADAPTERS, AdapterCommit, ControllerSpec, Wiring
 from learnerd.runtime.progress import ProgressBoard
@@ -76,6 +70,12 @@ from learnerd.store.dlm import (
 from learnerd.store.manifest import document_origins
 from learnerd.store.probe_journal import ProbeJournal
 from learnerd.store.routing import DocumentScope
+from learnerd.training.config import check_trainable
+from learnerd.training.cycle import CycleOutcome, ReplayPolicy, train_cycle
+from learnerd.training.lora import ProgressEvent
+from learnerd.training.recipes import default_training, document_training
+from learnerd.training.runner import TrainingFailed, WarmSpare
+from learnerd.training.settings import TrainingSettings
 
 log = structlog.get_logger(__name__)
 
@@ -160,9 +160,9 @@ class TrainingReconciler:
         db_path: the store (SQLite path or PostgreSQL URL) a version's manifest looks its learned examples up in
             (:func:`learnerd.store.manifest.document_origins`; None: recorded by their marker alone).
         served_rag_k: ``[serve] rag_k``; above 0, a document whose ``training`` block sets no ``retrieval_k``
-            trains with that many retrieved examples (:func:`learnerd.ml.recipes.recipe_for`).
+            trains with that many retrieved examples (:func:`learnerd.training.recipes.recipe_for`).
 
-    ``spare`` (a running :class:`~learnerd.ml.train_runner.WarmSpare`, or None) may be set while the
+    ``spare`` (a running :class:`~learnerd.training.runner.WarmSpare`, or None) may be set while the
     daemon runs, so cycles skip the training process's start-up.
     """
 

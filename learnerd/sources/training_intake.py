@@ -15,7 +15,7 @@
 * A removed document: the watcher logs it; its adapters are kept and it is not trained again until it
   reappears (the reconciler finds it missing).
 
-While :meth:`TrainingIntake.run` runs it also keeps a :class:`~learnerd.ml.train_runner.WarmSpare`
+While :meth:`TrainingIntake.run` runs it also keeps a :class:`~learnerd.training.runner.WarmSpare`
 training process (``[training] warm_spare``) for the reconciler, so a cycle skips the process start-up.
 """
 
@@ -31,14 +31,14 @@ import structlog
 from anyio.abc import TaskStatus
 
 from learnerd.analyzer.settings import AnalyzerConfig
-from learnerd.ml.settings import TrainingSettings
-from learnerd.ml.train_runner import WarmSpare
 from learnerd.runtime.debounce import Debouncer
 from learnerd.runtime.workqueue import RateLimitingQueue
 from learnerd.sources.cycle_eta import CycleEta
 from learnerd.sources.filewatch import DocumentWatcher
 from learnerd.sources.probe_inbox import ProbeInbox
 from learnerd.store.probe_journal import ProbeJournal
+from learnerd.training.runner import WarmSpare
+from learnerd.training.settings import TrainingSettings
 
 log = structlog.get_logger(__name__)
 

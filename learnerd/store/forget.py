@@ -13,7 +13,7 @@ Two steps, so the daemon can run the first on its event loop and the second in a
    document rewritten atomically by :func:`~learnerd.store.dlm.update_document`, and delete the foyle export
    files (``<dir>/<id>.example.binpb``).
 
-A document that lost sections trains **fresh** at its next cycle: :func:`learnerd.ml.cycle.plan_cycle`
+A document that lost sections trains **fresh** at its next cycle: :func:`learnerd.training.cycle.plan_cycle`
 plans a from-scratch adapter whenever a section the current adapter trained on is gone, so no trace of the
 example survives in the weights (the daemon queues that cycle at once; offline, the next ``learnerd run``
 or ``learnerd train`` does it). With ``dry_run`` nothing is written: the report says what would go.

@@ -1,6 +1,6 @@
 """An adapter version's manifest (``versions/vNNNN/manifest.json``): what it learned, and where that came from.
 
-Written by :func:`learnerd.ml.cycle.train_cycle` into the version's staging directory before the commit
+Written by :func:`learnerd.training.cycle.train_cycle` into the version's staging directory before the commit
 renames it into place (:mod:`learnerd.store.adapters`), so a committed version always has the manifest it
 was committed with, and a crash leaves none half-written. Versions committed before manifests existed have
 none (:func:`read_manifest` returns None).

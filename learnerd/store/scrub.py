@@ -11,7 +11,7 @@ existed (or before a ``[privacy]`` pattern was added) is scrubbed here, place by
 * the ``.dlm`` documents given: every auto-written section (a ``dlm-auto-harvest`` marker: learnerd's probe
   sections, harvests, injected probes) whose text holds a secret is rewritten in place; hand-written
   sections are a person's own and are not touched. A changed section has a new section id, so the
-  document's next training cycle is fresh (:func:`learnerd.ml.cycle.plan_cycle`);
+  document's next training cycle is fresh (:func:`learnerd.training.cycle.plan_cycle`);
 * the probe journal and the ``POST /v1/blocks`` block-log files (``<state_dir>/ingest``): rewritten line by
   line, atomically (temp file, fsync, rename); the watermark of a rewritten block-log file is dropped, so
   the analyzer reads it again from its start (merging an event twice changes nothing);

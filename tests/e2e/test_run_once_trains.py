@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from learnerd.ml.recipes import RANDOM_BASE_RECIPE
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
+from learnerd.training.recipes import RANDOM_BASE_RECIPE
 from tests.conftest import REPO_ROOT
 from tests.support.pipeline import run_once
 

@@ -13,12 +13,12 @@ import anyio
 import pytest
 
 from learnerd.api.rpc import MAX_BODY_BYTES, RpcServer
-from learnerd.ml.settings import TrainingSettings
 from learnerd.reconcilers.training import TrainingReconciler
 from learnerd.sources.probe_inbox import ProbeInbox
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from learnerd.store.probe_journal import ProbeJournal
+from learnerd.training.settings import TrainingSettings
 from tests.support.documents import qa_document
 
 pytestmark = pytest.mark.anyio

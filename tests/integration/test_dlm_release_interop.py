@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from learnerd.daemon.config import config_from_dict
-from learnerd.ml.recipes import default_training
 from learnerd.reconcilers.examples import judge
 from learnerd.reconcilers.probes import probes_reconciler
 from learnerd.reconcilers.settings import ExamplesConfig
@@ -19,6 +18,7 @@ from learnerd.store.blocks import Block, Cell
 from learnerd.store.db import connect, transaction
 from learnerd.store.dlm import LEARNERD_KEYS, TrainingConfig, read_document
 from learnerd.store.examples import Example, put_example
+from learnerd.training.recipes import default_training
 from tests.conftest import cli_env, learnerd_command
 
 pytestmark = pytest.mark.slow  # installs the release once per session (about a minute)

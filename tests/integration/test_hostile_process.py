@@ -1,6 +1,6 @@
 """Issue 14, case 14: the training child dies with its parent.
 
-A real daemon-side parent (a Python process holding a :class:`~learnerd.ml.train_runner.WarmSpare`) is
+A real daemon-side parent (a Python process holding a :class:`~learnerd.training.runner.WarmSpare`) is
 killed with SIGKILL; its training child — stopped with SIGSTOP first, as a child deep in a long torch
 call would not read its stdin either — must be gone (dead or a zombie awaiting its reaper), never left
 running or stopped. Before the fix the child noticed only its stdin closing, which a busy or stopped
@@ -20,7 +20,7 @@ from tests.conftest import cli_env
 
 PARENT = """
 import anyio
-from learnerd.ml.train_runner import WarmSpare
+from learnerd.training.runner import WarmSpare
 
 async def main():
     async with WarmSpare() as spare:

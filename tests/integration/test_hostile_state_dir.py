@@ -19,10 +19,10 @@ import pytest
 
 from learnerd.daemon.app import Daemon
 from learnerd.daemon.statelock import StateLock
-from learnerd.ml.settings import TrainingSettings
 from learnerd.reconcilers.training import training_reconciler
 from learnerd.store.probe_journal import JournalError
 from learnerd.store.state_dir import UnsafeStateDir
+from learnerd.training.settings import TrainingSettings
 from tests.conftest import cli_env, learnerd_command
 from tests.support.daemon import daemon_config
 

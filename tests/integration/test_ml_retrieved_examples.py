@@ -17,9 +17,9 @@ from learnerd.ml.retrieved_examples import (
     split_learned,
 )
 from learnerd.ml.rows import ChatMessage, TrainingRow, encode_rows
-from learnerd.ml.train_worker import TrainingRequest, retention_rows
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import TrainingConfig
+from learnerd.training.worker import TrainingRequest, retention_rows
 from tests.qa_pairs import QA_PAIRS
 from tests.support.tied_model import commit_noise_adapter
 

@@ -11,12 +11,12 @@ import anyio
 import pytest
 
 from learnerd.daemon.config import config_from_dict
-from learnerd.ml.settings import TrainingSettings
 from learnerd.reconcilers.training import TrainingReconciler, training_reconciler
 from learnerd.runtime.reconcile import Result, TerminalError
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from learnerd.store.probe_journal import InjectedProbe, ProbeJournal
+from learnerd.training.settings import TrainingSettings
 from tests.qa_pairs import EXTRA_QA_PAIRS, QA_PAIRS
 from tests.support.documents import qa_document
 

@@ -13,10 +13,10 @@ import torch
 
 from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.loader import load_adapter
-from learnerd.ml.lora import attach_lora
 from learnerd.store import adapters as adapters_module
 from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterStoreError, GateVerdict
 from learnerd.store.dlm import TrainingConfig
+from learnerd.training.lora import attach_lora
 from tests.conftest import cli_env
 
 

@@ -19,8 +19,8 @@ from learnerd.analyzer.settings import AnalyzerConfig
 from learnerd.daemon.app import Daemon
 from learnerd.daemon.config import Config
 from learnerd.daemon.service import Service, ServiceOptions
-from learnerd.ml.settings import TrainingSettings
 from learnerd.store.blocks import Cell
+from learnerd.training.settings import TrainingSettings
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ import anyio
 
 from tests.qa_pairs import QA_PAIRS
 
-# dlm's own keys: the tiny model memorises the 20 answers with these (tests/integration/test_ml_training.py).
+# dlm's own keys: the tiny model memorises the 20 answers with these (tests/integration/test_training_lora.py).
 TRAINING_BLOCK = {"learning_rate": 1e-2, "num_epochs": 40}
 DLM_ID = "01J0STEER0000000000000000A"
 
@@ -47,11 +47,11 @@ def document_text(pairs=QA_PAIRS) -> str:
 def trained_document(root: Path) -> TrainedDocument:
     """Write the document under ``root`` and train its adapter into ``root/state`` (cached per ``root``)."""
     from learnerd.ml.base_model import resolve_base_model
-    from learnerd.ml.cycle import train_cycle
-    from learnerd.ml.hyperparams import check_trainable
     from learnerd.ml.rows import document_rows
     from learnerd.store.adapters import AdapterStore
     from learnerd.store.dlm import read_document
+    from learnerd.training.config import check_trainable
+    from learnerd.training.cycle import train_cycle
 
     state = root / "state"
     doc = root / "docs" / "qa.dlm"

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from learnerd.eval.history import adapter_key
 from learnerd.ml.base_model import resolve_base_model
-from learnerd.ml.cycle import CycleOutcome, train_cycle
-from learnerd.ml.hyperparams import check_trainable
 from learnerd.ml.rows import document_rows
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
+from learnerd.training.config import check_trainable
+from learnerd.training.cycle import CycleOutcome, train_cycle
 
 
 async def train_document(store: AdapterStore, path: Path, models_dir: Path) -> CycleOutcome:

@@ -53,9 +53,9 @@ def test_config_sections_validate_the_device(tmp_path):
 def test_cuda_placement_trains_and_answers(tiny_model_dir):
     from learnerd.ml.base_model import load_model_directory
     from learnerd.ml.generate import greedy_reply
-    from learnerd.ml.lora import train_lora
     from learnerd.ml.rows import TrainingRow
     from learnerd.store.dlm import TrainingConfig
+    from learnerd.training.lora import train_lora
 
     placement = resolve_device("cuda")
     assert placement.dtype in (torch.bfloat16, torch.float16)

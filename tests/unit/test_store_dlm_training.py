@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from learnerd.ml.hyperparams import check_trainable
 from learnerd.store.dlm import DocumentError, TrainingConfig, TrainingConfigError
 from learnerd.store.dlm.document import MAX_DOCUMENT_BYTES, parse_bytes
+from learnerd.training.config import check_trainable
 
 
 def test_defaults_are_dlms():

@@ -11,13 +11,13 @@ learnerd adds keys dlm does not have: ``max_steps``, a budget of optimizer steps
 that replaces ``num_epochs`` when set (``None`` by default); ``retrieval_k`` (0..16, examples quoted in each
 retrieval-augmented row: every Q/A pair trained once more under the block of retrieved examples the endpoint
 serves, ``learnerd.ml.retrieved_examples``; 0, off, by default); and three that keep the base's abilities
-(``learnerd.ml.general_replay``, docs/retention.md), all off by default here (the per-base recipe of
-``learnerd.ml.recipes`` may turn them on): ``general_replay`` (0..10, replay rows per document row: the
+(``learnerd.training.ingredients.replay``, docs/retention.md), all off by default here (the per-base recipe of
+``learnerd.training.recipes`` may turn them on): ``general_replay`` (0..10, replay rows per document row: the
 base's own cached greedy answers to a general prompt pool), ``replay_kl_weight`` (0..100, the weight of a
 KL(base ‖ adapted) term on the replay rows' answer tokens) and ``multi_turn_rows`` (0..10,000
 conversations chaining several of the document's Q/A pairs). ``group_by_length`` (a boolean, off by default) batches
 rows of similar length together, as the transformers Trainer's ``group_by_length`` does: the same rows and
-steps, less padding computed (``learnerd.ml.lora``).
+steps, less padding computed (``learnerd.training.lora``).
 
 learnerd bounds what dlm leaves open, so a hostile or mistyped document cannot hold the one training worker
 for days or commit a garbage adapter: ``lora_alpha`` 1..1024 (at most 4 × the largest rank), ``num_epochs``
@@ -28,7 +28,7 @@ matters for YAML 1.1: PyYAML reads ``learning_rate: 2e-4`` (no dot) as the *stri
 but that are not single-adapter fields (``preference``, ``cpt``, ``adapters``, ``sources``, ...:
 :data:`DLM_BLOCK_KEYS`) and keys nobody knows are kept, unvalidated, in :attr:`TrainingConfig.extra`, so a
 document written by a newer dlm still parses; :meth:`TrainingConfig.unknown_keys` names the ones dlm would
-refuse, and learnerd's trainer (``learnerd.ml.hyperparams.check_trainable``) refuses them too, so a typo never
+refuse, and learnerd's trainer (``learnerd.training.config.check_trainable``) refuses them too, so a typo never
 trains silently.
 """
 

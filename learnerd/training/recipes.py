@@ -11,7 +11,7 @@ document leaves out from a recipe chosen by its base model (the document's own k
 * :data:`PRETRAINED_RECIPE` for every other base: LoRA r = 4 (alpha 8) on every linear projection (attention
   and MLP), ``learning_rate`` 1e-3, micro-batch 4, 12 epochs, with general replay — four rows of the base's own
   answers to general prompts per document row (``general_replay`` 4) under a KL term to the base of weight
-  10 (``replay_kl_weight``; :mod:`learnerd.ml.general_replay`) — and 20 conversations chaining three of the
+  10 (``replay_kl_weight``; :mod:`learnerd.training.ingredients.replay`) — and 20 conversations chaining three of the
   document's pairs (``multi_turn_rows``), in micro-batches of rows of similar length (``group_by_length``).
   On the benchmark's document at full size (100 nl2bash and tldr pairs, 1,560 steps) it keeps 63, 63 and 62 of
   SmolLM2-135M-Instruct's 65 right general answers on three seeds, all promoted, where the same recipe at r = 8
@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from learnerd.ml.base_model import BUILTIN_BASE_MODELS
+from learnerd.ml.undertrained import MIN_STEPS, undertrained_finding
 from learnerd.store.dlm import LEARNERD_KEYS, MAX_RETRIEVAL_K, TrainingConfig
 
 RANDOM_BASE_RECIPE: dict[str, Any] = {
@@ -64,9 +65,6 @@ PRETRAINED_RECIPE: dict[str, Any] = {
     "multi_turn_rows": 20,
     "group_by_length": True,
 }
-MIN_STEPS = 50
-UNDERTRAINED = "undertrained"
-"""The prefix of the report finding (sway reports findings as one-line strings)."""
 STEP_KEYS = ("num_epochs", "max_steps", "micro_batch_size", "grad_accum")
 """The ``training`` keys that decide how many optimizer steps a cycle takes over its rows."""
 
@@ -132,28 +130,14 @@ def document_training(raw_block: Mapping[str, Any] | None, *, builtin: bool, ser
 def undertrained_reason(
     steps: int, final_loss: float, vocab_size: int | None, *, training: DocumentTraining | None = None, rows: int = 0
 ) -> str | None:
-    """A one-line ``undertrained: <cause>; <fix>`` finding when a cycle trained fewer than :data:`MIN_STEPS`
-    steps or ended above the uniform-guess loss ln(``vocab_size``) nats/token; None when neither holds.
-
-    ``vocab_size`` None or 0 (unknown) skips the loss check. With the cycle's ``training`` and the number of
-    ``rows`` it trained on, the fix names the document's own keys to delete, or the ``num_epochs`` that
-    reaches :data:`MIN_STEPS`; without them it is the general advice (more epochs or more rows).
-    """
-    few = steps < MIN_STEPS
-    high = bool(vocab_size) and final_loss > math.log(vocab_size or 1)
-    causes = []
-    if few:
-        causes.append(f"{steps} optimizer steps (< {MIN_STEPS})")
-    if high:
-        uniform = math.log(vocab_size or 1)
-        causes.append(f"final loss {final_loss:.3f} nats/token above a uniform guess ln({vocab_size}) = {uniform:.3f}")
-    if not causes:
-        return None
+    """:func:`learnerd.ml.undertrained.undertrained_finding` of a cycle: with its ``training`` and the number of
+    ``rows`` it trained on, the fix names the document's own keys to delete, or the ``num_epochs`` that reaches
+    :data:`MIN_STEPS`; without them it is the general advice (more epochs or more rows)."""
     if training is None or rows <= 0:
-        remedy = "fix: more epochs (training.num_epochs) or more rows"
-    else:
-        remedy = _remedy(training, steps, rows, few=few, high=high)
-    return f"{UNDERTRAINED}: {' and '.join(causes)}; {remedy}"
+        return undertrained_finding(steps, final_loss, vocab_size)
+    return undertrained_finding(
+        steps, final_loss, vocab_size, lambda few, high: _remedy(training, steps, rows, few=few, high=high)
+    )
 
 
 def _epochs_to_reach(config: TrainingConfig, rows: int) -> int:

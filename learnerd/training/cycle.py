@@ -15,7 +15,7 @@ never a rejected candidate, so a cycle after a rejection starts again from the c
   ones so old knowledge is not forgotten. The rehearsal budget is ``k = min(unchanged, max(min_rows,
   ceil(ratio × new)))`` rows an epoch (all counted in rows; the defaults, ratio 2 and at least 32 rows, are
   dlm's replay budget ``k = max(32, 2 × |new|)``), and every unchanged row shares it: each epoch trains the new
-  rows and the next ``k`` unchanged ones in turn (:func:`learnerd.ml.lora.train_lora`), so a cycle costs what
+  rows and the next ``k`` unchanged ones in turn (:func:`learnerd.training.lora.train_lora`), so a cycle costs what
   ``|new| + k`` rows cost and every unchanged row is rehearsed about ``epochs × k / unchanged`` times. dlm
   draws ``k`` rows and rehearses only those; on a small model the rows left out fade (SmolLM2-135M-Instruct,
   100 pairs: a cycle of 3 new rows and 32 replayed forgot 29 learned commands, docs/benchmarks.md).
@@ -41,13 +41,7 @@ import anyio
 import structlog
 
 from learnerd.ml.base_model import BaseModelRef
-from learnerd.ml.checkpoint import CHECKPOINT_DIR, DEFAULT_EVERY_S, remove_checkpoint
-from learnerd.ml.general_replay import cache_path
-from learnerd.ml.lora import ProgressEvent, TrainingResult
-from learnerd.ml.recipes import DocumentTraining, undertrained_reason
 from learnerd.ml.rows import TrainingRow, system_prompt
-from learnerd.ml.train_runner import WarmSpare, run_training
-from learnerd.ml.train_worker import TrainingRequest
 from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersion
 from learnerd.store.dlm import TrainingConfig
 from learnerd.store.manifest import (
@@ -58,6 +52,12 @@ from learnerd.store.manifest import (
     sections_with_rows,
     write_manifest,
 )
+from learnerd.training.checkpoint import CHECKPOINT_DIR, DEFAULT_EVERY_S, remove_checkpoint
+from learnerd.training.ingredients.replay import cache_path
+from learnerd.training.lora import ProgressEvent, TrainingResult
+from learnerd.training.recipes import DocumentTraining, undertrained_reason
+from learnerd.training.runner import WarmSpare, run_training
+from learnerd.training.worker import TrainingRequest
 
 log = structlog.get_logger(__name__)
 
@@ -115,7 +115,7 @@ class CyclePlan:
 class CycleOutcome:
     """The plan, and — unless the plan was ``none`` — the committed version and the training result;
     ``undertrained``: the ``undertrained: <cause>; <fix>`` line when the cycle trained too little
-    (:func:`learnerd.ml.recipes.undertrained_reason`), else None."""
+    (:func:`learnerd.training.recipes.undertrained_reason`), else None."""
 
     plan: CyclePlan
     version: AdapterVersion | None
@@ -224,17 +224,17 @@ async def train_cycle(
         replay, fresh: see :func:`plan_cycle`; without ``fresh``, nothing is trained when the newest
             candidate was trained on the same rows (:func:`already_tried`).
         own_keys: the fields of ``config`` the document itself sets
-            (:attr:`learnerd.ml.recipes.DocumentTraining.own_keys`); the undertrained warning blames only these.
+            (:attr:`learnerd.training.recipes.DocumentTraining.own_keys`); the undertrained warning blames only these.
         num_threads: torch threads in the training process (None: torch's default).
         niceness: added to the training process's nice value (0: unchanged).
         device: where the training process trains (``auto``, ``cpu``, ``cuda``, ``cuda:N``).
-        on_progress, on_start, spare: passed to :func:`learnerd.ml.train_runner.run_training`.
+        on_progress, on_start, spare: passed to :func:`learnerd.training.runner.run_training`.
         origins: where the document's sections came from, by section id
             (:func:`learnerd.store.manifest.section_origins`); a section without one is recorded as a person's.
         replay_cache_dir: where the base's general replay answers are cached (the model cache,
-            ``<state_dir>/models``; :func:`learnerd.ml.general_replay.cache_path`); None: not cached.
+            ``<state_dir>/models``; :func:`learnerd.training.ingredients.replay.cache_path`); None: not cached.
         checkpoint_every_s: seconds of training between two checkpoints, kept in the document's adapter directory
-            (``training-checkpoint/``, :mod:`learnerd.ml.checkpoint`) until the version is committed: a cycle
+            (``training-checkpoint/``, :mod:`learnerd.training.checkpoint`) until the version is committed: a cycle
             stopped part-way (a restart, a crash, a cancellation) goes on from its last one when the same
             training is asked for again.
 

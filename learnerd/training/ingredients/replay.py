@@ -3,7 +3,7 @@
 GeRe (Zhang et al., "GeRe: Towards Efficient Anti-Forgetting in Continual Learning of LLM via General
 Samples Replay", arXiv 2508.04676) keeps an LLM's general abilities through continual fine-tuning by replaying
 a small fixed set of general samples. learnerd replays self-distilled ones — no download, no other model's
-text: the prompts are :data:`POOL` (``learnerd/ml/packs/replay_prompts.jsonl``, one JSON object a line with
+text: the prompts are :data:`POOL` (``learnerd/training/ingredients/packs/replay_prompts.jsonl``, one JSON object a line with
 ``category`` and ``prompt``; 388 general questions — knowledge, arithmetic, writing, code — none of them an
 item of the ``answer_retention`` probe's pool, which a test pins), the answers are the base's greedy replies
 (at most :data:`MAX_NEW_TOKENS` new tokens, :func:`learnerd.ml.generate.greedy_replies`).
@@ -12,7 +12,7 @@ A cycle of ``training.general_replay`` r mixes in ``round(r × document rows)`` 
 takes that many distinct prompts of the pool in an order seeded with ``training.seed`` (all of them when more
 are asked for), and :func:`replay_rows` cycles through their answers to the count, section id
 ``general-replay:<pool index>``: single-turn chat rows with the document's system prompt, whose answer tokens
-carry the loss (and, with ``training.replay_kl_weight``, a KL term to the base: :func:`learnerd.ml.lora.train_lora`).
+carry the loss (and, with ``training.replay_kl_weight``, a KL term to the base: :func:`learnerd.training.lora.train_lora`).
 A large document rehearses more distinct prompts, not the same ones more often.
 
 Answers are generated only for the prompts a cycle draws and cached as JSON in the model cache
@@ -41,7 +41,7 @@ from learnerd.ml.rows import TrainingRow
 from learnerd.store.atomic import write_cache_file
 
 POOL = "packs/replay_prompts.jsonl"
-"""The prompt pool's file, relative to the ``learnerd.ml`` package."""
+"""The prompt pool's file, relative to this package."""
 MAX_NEW_TOKENS = 64
 """New tokens of each cached greedy answer at most."""
 SECTION_PREFIX = "general-replay:"
@@ -66,7 +66,7 @@ def replay_prompts() -> tuple[str, ...]:
     Raises:
         ValueError: a line is not a JSON object with a non-empty ``prompt`` string (file and line named).
     """
-    text = resources.files("learnerd.ml").joinpath(POOL).read_text(encoding="utf-8")
+    text = resources.files(__package__).joinpath(POOL).read_text(encoding="utf-8")
     prompts = []
     for number, line in enumerate(text.splitlines(), start=1):
         entry = json.loads(line)

@@ -6,7 +6,7 @@ gradient clipping at 1.0 and gradient accumulation. The loss of an optimizer ste
 cross-entropy per loss-carrying token over all its micro-batches (``num_items_in_batch``, as the
 transformers Trainer computes it), in nats per token. With ``training.replay_kl_weight`` w > 0 the
 objective adds w × the KL divergence KL(base ‖ adapted) of the next-token distributions at the answer
-tokens of the general replay rows (:mod:`learnerd.ml.general_replay`), summed over those tokens and divided
+tokens of the general replay rows (:mod:`learnerd.training.ingredients.replay`), summed over those tokens and divided
 by the same token count as the cross-entropy (the base's distribution is the same model's inside peft's
 ``disable_adapter()``, computed without gradients) — a distillation term to the base in the style of
 LwF (Li & Hoiem, "Learning without Forgetting", 2016). Reported losses stay the cross-entropy alone.
@@ -22,7 +22,7 @@ An incremental cycle rehearses its document's unchanged rows on a budget (``rehe
 the rehearsal rows, taken in turn from seeded permutations of them, so the budget's passes are spread over
 all of them (each seen about ``epochs × per_epoch / len(rehearsal)`` times) rather than spent on a few.
 
-Runs wherever it is called; :mod:`learnerd.ml.train_worker` calls it in a child process so the
+Runs wherever it is called; :mod:`learnerd.training.worker` calls it in a child process so the
 daemon's event loop never waits on it.
 """
 
@@ -39,12 +39,12 @@ from typing import Any
 
 import structlog
 
-from learnerd.ml.checkpoint import TrainingCheckpoint
-from learnerd.ml.general_replay import is_replay
-from learnerd.ml.hyperparams import check_trainable
 from learnerd.ml.loader import load_adapter, loading
 from learnerd.ml.rows import IGNORE_INDEX, EncodedRow, RowEncodingError, TrainingRow, encode_rows
 from learnerd.store.dlm import TrainingConfig
+from learnerd.training.checkpoint import TrainingCheckpoint
+from learnerd.training.config import check_trainable
+from learnerd.training.ingredients.replay import is_replay
 
 log = structlog.get_logger(__name__)
 
@@ -81,7 +81,7 @@ class TrainingResult:
     every step; ``group_by_length`` lowers it); ``train_s`` is the wall time of the steps alone; ``rows`` the
     rows an epoch trains (rehearsed ones included). ``dropped`` lists section ids of rows left without a loss
     token by truncation to ``sequence_len``. ``vocab_size`` is the base's vocabulary size (tokens; 0: unknown),
-    for the uniform-guess loss ln(vocab_size) of :func:`learnerd.ml.recipes.undertrained_reason`.
+    for the uniform-guess loss ln(vocab_size) of :func:`learnerd.training.recipes.undertrained_reason`.
     """
 
     steps: int
@@ -169,7 +169,7 @@ def train_lora(
             every epoch, as ``rows`` are.
         rehearsal_per_epoch: rehearsal rows per epoch (>= 0).
         checkpoint: where to save this training's state every ``checkpoint.every_s`` seconds, and whence to go on
-            when it holds this training's (:mod:`learnerd.ml.checkpoint`: the saved progress events are passed to
+            when it holds this training's (:mod:`learnerd.training.checkpoint`: the saved progress events are passed to
             ``on_progress`` again first); None: no checkpoints.
 
     Returns:
@@ -305,7 +305,7 @@ def _restore(
     batches: Iterator[list[EncodedRow]],
     accumulation: int,
 ) -> tuple[int, int, int, list[dict[str, Any]]]:
-    """Load a checkpoint's state into the run (the module :mod:`learnerd.ml.checkpoint`): parameters, optimizer,
+    """Load a checkpoint's state into the run (the module :mod:`learnerd.training.checkpoint`): parameters, optimizer,
     schedule, torch's CPU generator, and the micro-batches its steps drew skipped. Returns ``(step, tokens,
     computed, events)``.
 

@@ -2,7 +2,7 @@
 last checkpoint when the same training is asked for again, instead of from its first step.
 
 On SmolLM2 at full size a cycle trains for an hour and a half on two cores; a daemon restarted near its end
-would otherwise pay all of it again. :func:`learnerd.ml.lora.train_lora` saves a checkpoint every
+would otherwise pay all of it again. :func:`learnerd.training.lora.train_lora` saves a checkpoint every
 ``every_s`` seconds of training (never after the last step: the adapter itself is saved then): the adapter's
 trainable parameters, the AdamW state, the learning-rate schedule's state, torch's CPU generator (the dropout
 masks), the step, the token counters, the start loss, the elapsed seconds and every progress event so far. Resumed,
@@ -19,7 +19,7 @@ another recipe is never resumed: it is logged (``training.checkpoint_other``) an
 trained on rows the document may no longer have: a section ``learnerd forget`` removed, for one). One
 that cannot be read is logged (``training.checkpoint_unreadable``) and training starts at step 1; one that cannot
 be written is logged and skipped — a checkpoint never fails a cycle. The caller removes the directory once the
-version is committed (:func:`learnerd.ml.cycle.train_cycle`).
+version is committed (:func:`learnerd.training.cycle.train_cycle`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ CHECKPOINT_VERSION = 1
 """Bumped whenever a checkpoint's contents change meaning: an older one is then another fingerprint."""
 FILE = "checkpoint.pt"
 CHECKPOINT_DIR = "training-checkpoint"
-"""The directory, in a document's adapter directory, of its training's checkpoint (:mod:`learnerd.ml.cycle`)."""
+"""The directory, in a document's adapter directory, of its training's checkpoint (:mod:`learnerd.training.cycle`)."""
 DEFAULT_EVERY_S = 600.0
 """Seconds of training between two checkpoints (each is the adapter and twice its size in optimizer state:
 about 30 MB on SmolLM2-135M at the recipe's rank)."""

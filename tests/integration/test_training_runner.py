@@ -16,13 +16,13 @@ import pytest
 import structlog
 
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
-from learnerd.ml.cycle import plan_cycle, train_cycle
 from learnerd.ml.loader import load_adapter
-from learnerd.ml.lora import train_lora
 from learnerd.ml.rows import TrainingRow
-from learnerd.ml.train_runner import TrainingFailed, WarmSpare
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import TrainingConfig
+from learnerd.training.cycle import plan_cycle, train_cycle
+from learnerd.training.lora import train_lora
+from learnerd.training.runner import TrainingFailed, WarmSpare
 from tests.conftest import cli_env
 from tests.qa_pairs import EXTRA_QA_PAIRS, QA_PAIRS
 
@@ -138,7 +138,7 @@ def test_kill_9_of_the_daemon_mid_training(store_with_v1, base, models_dir):
         f"""
         import anyio, functools, sys
         from learnerd.ml.base_model import resolve_base_model
-        from learnerd.ml.cycle import train_cycle
+        from learnerd.training.cycle import train_cycle
         from learnerd.store.dlm import TrainingConfig
         from learnerd.ml.rows import TrainingRow
         from learnerd.store.adapters import AdapterStore

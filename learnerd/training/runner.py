@@ -1,6 +1,6 @@
-"""Run one training job in a child process (:mod:`learnerd.ml.train_worker`) from async code.
+"""Run one training job in a child process (:mod:`learnerd.training.worker`) from async code.
 
-:func:`run_training` starts ``python -m learnerd.ml.train_worker`` with anyio, sends it the request,
+:func:`run_training` starts ``python -m learnerd.training.worker`` with anyio, sends it the request,
 streams its progress events to a callback and to the log, and returns its result. Training never
 blocks the caller's event loop: the parent only reads pipes.
 
@@ -8,7 +8,7 @@ Cancellation: cancelling the awaiting task terminates the child (SIGTERM, then S
 ``terminate_grace_s``) before the cancellation propagates; the child writes nothing but its
 ``output_dir``, which the caller owns and removes (``AdapterStore.stage`` does). If the parent itself
 dies (``kill -9`` included), the kernel kills the child at once (``PR_SET_PDEATHSIG``; see
-:mod:`learnerd.ml.train_worker`); elsewhere than Linux the child sees its stdin close and exits.
+:mod:`learnerd.training.worker`); elsewhere than Linux the child sees its stdin close and exits.
 
 Start-up: a child spends seconds starting Python and importing torch, transformers and peft before
 it can train. A long-lived caller (the daemon) hides that with a :class:`WarmSpare`: one child started
@@ -35,8 +35,8 @@ from anyio.abc import ByteReceiveStream, Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 import learnerd
-from learnerd.ml.lora import ProgressEvent, TrainingResult
-from learnerd.ml.train_worker import PARENT_PID_ENV, TrainingRequest
+from learnerd.training.lora import ProgressEvent, TrainingResult
+from learnerd.training.worker import PARENT_PID_ENV, TrainingRequest
 
 log = structlog.get_logger(__name__)
 
@@ -68,7 +68,7 @@ class _Child:
 
     @classmethod
     async def spawn(cls, python: str) -> _Child:
-        return cls(await anyio.open_process([python, "-m", "learnerd.ml.train_worker"], env=_child_env()))
+        return cls(await anyio.open_process([python, "-m", "learnerd.training.worker"], env=_child_env()))
 
 
 class WarmSpare:

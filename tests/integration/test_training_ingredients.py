@@ -11,8 +11,11 @@ import torch
 
 from learnerd.eval.probes.retention import general_pool
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
-from learnerd.ml.cycle import train_cycle
-from learnerd.ml.general_replay import (
+from learnerd.ml.rows import MULTI_TURN_PAIRS, TrainingRow, multi_turn_rows
+from learnerd.store.adapters import AdapterStore
+from learnerd.store.dlm import TrainingConfig
+from learnerd.training.cycle import train_cycle
+from learnerd.training.ingredients.replay import (
     CORE_PROMPTS,
     SECTION_PREFIX,
     ReplayAnswer,
@@ -22,11 +25,8 @@ from learnerd.ml.general_replay import (
     replay_prompts,
     replay_rows,
 )
-from learnerd.ml.lora import train_lora
-from learnerd.ml.rows import MULTI_TURN_PAIRS, TrainingRow, multi_turn_rows
-from learnerd.ml.train_worker import TrainingRequest, retention_rows
-from learnerd.store.adapters import AdapterStore
-from learnerd.store.dlm import TrainingConfig
+from learnerd.training.lora import train_lora
+from learnerd.training.worker import TrainingRequest, retention_rows
 from tests.qa_pairs import QA_PAIRS
 
 QA_ROWS = [TrainingRow.chat(f"qa{i:02d}", q, a) for i, (q, a) in enumerate(QA_PAIRS)]
@@ -163,8 +163,8 @@ def test_the_kl_term_runs_the_base_on_the_replay_rows_alone_and_equals_the_whole
     the KL the whole padded batch gives (float32 rounding apart): the other rows carry no KL term."""
     import torch.nn.functional as F
 
-    from learnerd.ml.lora import _collate, attach_lora, replay_kl
     from learnerd.ml.rows import IGNORE_INDEX, encode_rows
+    from learnerd.training.lora import _collate, attach_lora, replay_kl
 
     model, tokenizer = load_model_directory(tiny_model_dir)
     peft_model = attach_lora(model, TrainingConfig(lora_dropout=0.0), None)

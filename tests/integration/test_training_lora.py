@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
-from learnerd.ml.cycle import ReplayPolicy, plan_cycle, train_cycle
 from learnerd.ml.generate import greedy_answer
 from learnerd.ml.loader import load_adapter
-from learnerd.ml.lora import rows_loss, train_lora
 from learnerd.ml.rows import TrainingRow
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import TrainingConfig
+from learnerd.training.cycle import ReplayPolicy, plan_cycle, train_cycle
+from learnerd.training.lora import rows_loss, train_lora
 from tests.qa_pairs import EXTRA_QA_PAIRS, QA_PAIRS
 
 # The tiny model knows nothing, so it needs a far higher learning rate than dlm's 2e-4 default; both
@@ -94,7 +94,7 @@ def test_same_seed_same_adapter(tiny_model_dir):
 
 
 def test_a_budget_within_one_epoch_tokenises_only_the_rows_it_trains(tiny_model_dir, monkeypatch):
-    from learnerd.ml import lora
+    from learnerd.training import lora
 
     encoded_rows: list[str] = []
     encode_rows = lora.encode_rows
@@ -115,8 +115,8 @@ def test_a_budget_within_one_epoch_tokenises_only_the_rows_it_trains(tiny_model_
 
 
 def test_group_by_length_trains_every_row_each_epoch_and_computes_less_padding(tiny_model_dir):
-    from learnerd.ml import lora
     from learnerd.ml.rows import encode_rows, multi_turn_rows
+    from learnerd.training import lora
 
     # single-turn pairs and 3-pair conversations: 64 rows, four mega-batches of 16 (transformers' default)
     rows = QA_ROWS + multi_turn_rows(QA_ROWS, 44, seed=0)
@@ -173,8 +173,8 @@ def test_without_replay_old_rows_are_forgotten(trained):
 
 
 def test_rehearsal_epochs_hold_every_row_and_the_next_share_of_the_rehearsal_rows():
-    from learnerd.ml.lora import _micro_batches
     from learnerd.ml.rows import EncodedRow
+    from learnerd.training.lora import _micro_batches
 
     def encoded(name, n):
         return [EncodedRow(f"{name}{i}", (1,) * (i + 1), (1,) * (i + 1)) for i in range(n)]

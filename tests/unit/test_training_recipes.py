@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from learnerd.ml.recipes import (
+from learnerd.store.dlm import LEARNERD_KEYS, MAX_RETRIEVAL_K, TrainingConfig, TrainingConfigError
+from learnerd.training.recipes import (
     MIN_STEPS,
     PRETRAINED_RECIPE,
     RANDOM_BASE_RECIPE,
@@ -15,7 +16,6 @@ from learnerd.ml.recipes import (
     document_training,
     undertrained_reason,
 )
-from learnerd.store.dlm import LEARNERD_KEYS, MAX_RETRIEVAL_K, TrainingConfig, TrainingConfigError
 
 DLM_DEFAULTS = {k: v for k, v in TrainingConfig().to_dict().items() if v is not None}
 """dlm's whole block spelled out: what ``learnerd init`` used to write."""
