@@ -241,14 +241,14 @@ def choose_sets(tldr: Path, nl2bash: Path, pairs: int, seed: int = 0) -> Sets:
 def training_overrides(pairs: list[str]) -> dict[str, Any]:
     """``--training KEY=VALUE`` arguments as a document's ``training`` mapping, each VALUE read as JSON when it
     is JSON (``5e-4``, ``true``, ``["q_proj", "v_proj"]``) and as the plain string otherwise (``cosine``),
-    checked as learnerd reads a document's frontmatter
-    (:meth:`learnerd.store.dlm.training.TrainingConfig.from_mapping`).
+    checked as learnerd reads a document's ``training`` block (:mod:`learnerd.training.config`).
 
     Raises:
         TrainingConfigError: an argument without ``=``, a value out of range, or a key neither learnerd nor
             dlm knows (a typo would otherwise measure the default recipe).
     """
-    from learnerd.store.dlm.training import TrainingConfig, TrainingConfigError
+    from learnerd.store.dlm import TrainingConfigError
+    from learnerd.training.config import TrainingConfig
 
     out: dict[str, Any] = {}
     for pair in pairs:

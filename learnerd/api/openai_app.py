@@ -8,7 +8,7 @@ and its ``system_prompt`` first when the request has no system message.
 learnerd's extension, ``"learnerd": {"rag_k": K}`` in the body (default ``[serve] rag_k``): the K learned
 examples nearest to the last user message go into the system message as one block of quoted data
 (:func:`learnerd.ml.retrieved_examples.with_examples`), as foyle's agent puts its few-shot examples in the
-prompt; an adapter trained with ``training.retrieval_k`` has learned to answer under that block. A document
+prompt; an adapter trained with retrieval-augmented rows has learned to answer under that block. A document
 version trained without it is quoted only the examples it has not learned (its manifest says which it did):
 the others, among the K nearest, are held back (``withheld``), as it answers them better without the block.
 Every response carries ``"learnerd": {"adapter", "doc_key", "max_tokens", "retrieved", "withheld"}`` (the first

@@ -113,7 +113,7 @@ class ServeConfig(Section):
     """larger request bodies are refused (413)"""
     rag_k: int = Field(0, ge=0)
     """retrieved examples quoted in the system message (0 = off; per request: learnerd.rag_k); > 0 needs the token,
-    and documents train with retrieval_k = rag_k unless they set it"""
+    and documents train under rag_k retrieved examples unless their training block says otherwise"""
     steering: bool = False
     """apply `learnerd evolve`'s deltas_best.json of the document's run, when there is one"""
     num_threads: int = Field(0, ge=0)

@@ -1,31 +1,23 @@
-"""Retrieved examples in a prompt: how the OpenAI-compatible endpoint quotes them, and the training rows that
-teach an adapter to answer under them.
+"""Retrieved examples in a prompt: how the OpenAI-compatible endpoint quotes them, and which of them it holds back.
 
 The endpoint (``learnerd.api.openai_app``, ``rag_k``) puts the examples nearest to a request into its system
-message as one block of quoted data (:func:`with_examples`). An adapter trained only on bare questions meets
-that block first when it is served: on SmolLM2-135M-Instruct the adapter answered fewer of its own learned
-prompts exactly with the block than without it (docs/benchmarks.md). :func:`retrieval_rows` trains each Q/A pair
-once more under a block built the same way from the document's other pairs (``training.retrieval_k``), so the
-adapter learns to answer with the examples in front of it: from them when one of them answers the question,
-and from what it learned when none does.
-
-An adapter trained without those rows is better off not reading, in that block, the examples it learned:
-:func:`learned_without_block` names them (its manifest's examples) and :func:`split_learned` holds them back,
-so the endpoint quotes such an adapter only what it has not learned yet (examples logged since its cycle).
+message as one block of quoted data (:func:`with_examples`); the retrieval ingredient trains rows under the same
+block (:mod:`learnerd.training.ingredients.retrieval`). An adapter trained without those rows answers its learned
+prompts worse with that block in front of it: :func:`learned_without_block` names the examples it learned (its
+manifest's) and :func:`split_learned` holds them back, so the endpoint quotes such an adapter only what it has
+not learned yet (examples logged since its cycle).
 """
 
 from __future__ import annotations
 
 import functools
-import random
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import structlog
 
-from learnerd.ml.rows import ChatMessage, TrainingRow
+from learnerd.ml.rows import ChatMessage
 from learnerd.store.adapters import AdapterStoreError, AdapterVersion
 from learnerd.store.manifest import ManifestError, read_manifest
 
@@ -68,59 +60,6 @@ def with_examples(messages: list[ChatMessage], hits: list[dict[str, Any]]) -> li
         first = messages[0]
         return [ChatMessage("system", f"{first.content}\n\n{block}" if first.content else block), *messages[1:]]
     return [ChatMessage("system", block), *messages]
-
-
-RETRIEVAL_PREFIX = "retrieval:"
-"""The section id prefix of a retrieval-augmented row (``retrieval:<the pair's section id>``)."""
-
-
-def retrieval_rows(
-    rows: Sequence[TrainingRow], k: int, embed: Callable[[Sequence[str]], np.ndarray], *, seed: int
-) -> list[TrainingRow]:
-    """One retrieval-augmented row per single-turn Q/A pair of ``rows``: the pair's own messages, with ``k``
-    pairs of ``rows`` quoted in its system message as the endpoint quotes retrieved examples
-    (:func:`with_examples`; the fences carry no language tag: a pair has none), the loss on its answer as before.
-
-    The quoted pairs are those whose questions are nearest to the pair's question (cosine similarity of
-    ``embed``'s vectors, best first, each answer once, as ``learnerd.store.retrieval.describe_hits`` serves
-    them). Half of the pairs (``ceil(n / 2)``, drawn by ``random.Random(seed)``) quote their own pair among
-    them, as retrieval does for a prompt learnerd has already learned; the others quote only pairs with another
-    answer, as for a prompt it has not — so the adapter learns neither to ignore the block nor to copy it.
-
-    Args:
-        rows: training rows; chat rows with exactly one assistant message are the pairs, the rest are ignored.
-        k: examples per block (the endpoint's ``rag_k``); 0 gives no rows.
-        embed: texts → float32 ``(n, d)`` unit rows (:meth:`learnerd.ml.embedders.MiniLMEmbedder.embed`).
-        seed: the seed of the draw.
-
-    Returns:
-        the rows, in the pairs' order; empty when ``k`` is 0 or ``rows`` hold fewer than two pairs.
-    """
-    pairs = [
-        (r.section_id, r.messages) for r in rows if r.messages and sum(m.role == "assistant" for m in r.messages) == 1
-    ]
-    if k <= 0 or len(pairs) < 2:
-        return []
-    questions = [next(m.content for m in messages if m.role == "user") for _, messages in pairs]
-    answers = [next(m.content for m in messages if m.role == "assistant") for _, messages in pairs]
-    folded = [" ".join(answer.split()) for answer in answers]  # whitespace folded, as describe_hits compares
-    vectors = np.asarray(embed(questions), dtype=np.float32)
-    similarity = vectors @ vectors.T
-    in_store = set(random.Random(seed).sample(range(len(pairs)), (len(pairs) + 1) // 2))
-    out = []
-    for i, (section_id, messages) in enumerate(pairs):
-        seen = set() if i in in_store else {folded[i]}
-        hits: list[dict[str, Any]] = []
-        for j in np.argsort(-similarity[i], kind="stable"):
-            if folded[j] not in seen:
-                seen.add(folded[j])
-                hits.append({"query": questions[j], "answer": answers[j], "language": ""})
-            if len(hits) == k:
-                break
-        prompt = with_examples([m for m in messages if m.role != "assistant"], hits)
-        answer_turn = [m for m in messages if m.role == "assistant"]
-        out.append(TrainingRow(section_id=f"{RETRIEVAL_PREFIX}{section_id}", messages=(*prompt, *answer_turn)))
-    return out
 
 
 def learned_without_block(version: AdapterVersion) -> frozenset[str]:

@@ -18,7 +18,6 @@ of the rendering of the whole (true of every common template); :class:`RowEncodi
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -104,30 +103,6 @@ def document_rows(document: Document) -> list[TrainingRow]:
 def system_prompt(rows: Iterable[TrainingRow]) -> str | None:
     """The first system message of ``rows``' chat rows (the document's ``system_prompt``), or None."""
     return next((m.content for r in rows if r.messages for m in r.messages if m.role == "system"), None)
-
-
-MULTI_TURN_PAIRS = 3
-"""Q/A pairs a multi-turn row chains (fewer when the rows have fewer single-turn pairs)."""
-MULTI_TURN_PREFIX = "multi-turn:"
-"""The section id prefix of a multi-turn row (``multi-turn:<n>``)."""
-
-
-def multi_turn_rows(rows: Sequence[TrainingRow], count: int, *, seed: int) -> list[TrainingRow]:
-    """``count`` conversations, each chaining :data:`MULTI_TURN_PAIRS` of ``rows``' single-turn Q/A pairs
-    (user, assistant, user, assistant, ...; the first pair's system message, if any, first), the pairs of
-    each drawn without replacement by ``random.Random(seed)``; the loss covers every assistant turn. Empty
-    when ``rows`` hold fewer than two single-turn pairs (a chain needs two)."""
-    pairs = [r.messages for r in rows if r.messages is not None and sum(m.role == "assistant" for m in r.messages) == 1]
-    if len(pairs) < 2 or count <= 0:
-        return []
-    rng = random.Random(seed)
-    out = []
-    for n in range(count):
-        chosen = rng.sample(pairs, min(MULTI_TURN_PAIRS, len(pairs)))
-        system = [m for m in chosen[0] if m.role == "system"]
-        turns = [m for messages in chosen for m in messages if m.role != "system"]
-        out.append(TrainingRow(section_id=f"{MULTI_TURN_PREFIX}{n}", messages=(*system, *turns)))
-    return out
 
 
 @dataclass(frozen=True)

@@ -159,8 +159,8 @@ class TrainingReconciler:
         clock: monotonic seconds, for durations.
         db_path: the store (SQLite path or PostgreSQL URL) a version's manifest looks its learned examples up in
             (:func:`learnerd.store.manifest.document_origins`; None: recorded by their marker alone).
-        served_rag_k: ``[serve] rag_k``; above 0, a document whose ``training`` block sets no ``retrieval_k``
-            trains with that many retrieved examples (:func:`learnerd.training.recipes.recipe_for`).
+        served_rag_k: ``[serve] rag_k``; above 0, a document trains under that many retrieved examples unless its
+            ``training`` block says otherwise (:func:`learnerd.training.recipes.recipe_for`).
 
     ``spare`` (a running :class:`~learnerd.training.runner.WarmSpare`, or None) may be set while the
     daemon runs, so cycles skip the training process's start-up.

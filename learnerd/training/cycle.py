@@ -1,28 +1,21 @@
-"""One training cycle of one document: decide what to train, train it in a child process, commit the
-adapter as the document's next version — a candidate, which the evaluation's promotion gate promotes or
-rejects (docs/evaluation.md). Called by ``learnerd train`` and by the training reconciler.
+"""One training cycle of one document: decide what to train, train it in a child process, commit the adapter
+as the document's next version — a candidate, which the evaluation's promotion gate promotes or rejects
+(docs/evaluation.md). Called by ``learnerd train`` and by the training reconciler.
 
 What a cycle trains (:func:`plan_cycle`), given the document's rows now and its current (promoted) adapter —
-never a rejected candidate, so a cycle after a rejection starts again from the current version:
+never a rejected candidate:
 
-* **none** — the set of row section ids equals the one the current adapter was trained on (dlm's
-  delta: a section's id is a hash of its content, so an edit is a removal plus a new section);
-* **fresh** — a new adapter on every row: there is no adapter yet, the base model or the adapter's
-  shape (``adapter``, ``lora_r``, ``lora_alpha``, ``target_modules``) changed, rows were removed (LoRA
-  cannot subtract what it learned; retraining is how the adapter forgets a deleted section), or
-  the caller asked for it;
-* **incremental** — resume from the current adapter and train on the new rows, rehearsing the unchanged
-  ones so old knowledge is not forgotten. The rehearsal budget is ``k = min(unchanged, max(min_rows,
-  ceil(ratio × new)))`` rows an epoch (all counted in rows; the defaults, ratio 2 and at least 32 rows, are
-  dlm's replay budget ``k = max(32, 2 × |new|)``), and every unchanged row shares it: each epoch trains the new
-  rows and the next ``k`` unchanged ones in turn (:func:`learnerd.training.lora.train_lora`), so a cycle costs what
-  ``|new| + k`` rows cost and every unchanged row is rehearsed about ``epochs × k / unchanged`` times. dlm
-  draws ``k`` rows and rehearses only those; on a small model the rows left out fade (SmolLM2-135M-Instruct,
-  100 pairs: a cycle of 3 new rows and 32 replayed forgot 29 learned commands, docs/benchmarks.md).
+* **none** — the row section ids are those the current adapter was trained on (a section's id is a hash of
+  its content, so an edit is a removal plus a new section);
+* **fresh** — a new adapter on every row: no adapter yet, the base model or the adapter's shape changed, rows
+  were removed (LoRA cannot subtract what it learned), or the caller asked for it;
+* **incremental** — resume from the current adapter and train the new rows, rehearsing the unchanged ones on a
+  budget of ``k = min(unchanged, max(min_rows, ceil(ratio × new)))`` rows an epoch (dlm's replay budget
+  ``k = max(32, 2 × |new|)`` by default), every unchanged row in turn (:func:`learnerd.training.lora.train_lora`),
+  rather than dlm's ``k`` drawn rows alone.
 
 A plan that would train exactly what the newest candidate was trained on (same rows, ``training`` block and
-base model) trains nothing instead (:func:`already_tried`): that candidate awaits its verdict, or was rejected
-— training it again would give the same adapter. Changing the document, or ``fresh``, trains again.
+base model) trains nothing instead (:func:`already_tried`): it would give the same adapter.
 """
 
 from __future__ import annotations
@@ -275,7 +268,7 @@ async def train_cycle(
             niceness=niceness,
             device=device,
             replay_cache=str(cache_path(replay_cache_dir, base.identity, system_prompt(plan.rows)))
-            if replay_cache_dir is not None and config.general_replay
+            if replay_cache_dir is not None
             else None,
             checkpoint_dir=str(checkpoint_dir),
             checkpoint_every_s=checkpoint_every_s,

@@ -1,29 +1,19 @@
-"""The LoRA training loop (peft on a transformers causal LM), in-process.
+"""The LoRA step loop (peft on a transformers causal LM), in-process.
 
-:func:`train_lora` wraps a base model in a fresh LoRA adapter — or resumes a saved one — and trains it
-on encoded rows with AdamW, a warm-up + ``lr_scheduler`` schedule from ``transformers.get_scheduler``,
-gradient clipping at 1.0 and gradient accumulation. The loss of an optimizer step is the mean
-cross-entropy per loss-carrying token over all its micro-batches (``num_items_in_batch``, as the
-transformers Trainer computes it), in nats per token. With ``training.replay_kl_weight`` w > 0 the
-objective adds w × the KL divergence KL(base ‖ adapted) of the next-token distributions at the answer
-tokens of the general replay rows (:mod:`learnerd.training.ingredients.replay`), summed over those tokens and divided
-by the same token count as the cross-entropy (the base's distribution is the same model's inside peft's
-``disable_adapter()``, computed without gradients) — a distillation term to the base in the style of
-LwF (Li & Hoiem, "Learning without Forgetting", 2016). Reported losses stay the cross-entropy alone.
+:func:`train_lora` wraps a base model in a fresh LoRA adapter — or resumes a saved one — and trains it on encoded
+rows with AdamW, a warm-up + ``lr_scheduler`` schedule (``transformers.get_scheduler``), gradient clipping at 1.0
+and gradient accumulation. A step's loss is the mean cross-entropy per loss-carrying token over its micro-batches
+(nats/token, as the transformers Trainer's ``num_items_in_batch``) plus each ingredient's loss term
+(:mod:`learnerd.training.ingredients`); reported losses are the cross-entropy alone.
 
-Deterministic for a fixed ``seed`` and a fixed number of torch threads: the adapter's initial weights,
-the dropout masks and the row order all come from generators seeded with it. Rows are shuffled once
-per epoch; ``max_steps`` cycles through as many epochs as it needs. A ``max_steps`` budget that ends
-within the first epoch trains a seeded sample of the rows it reaches (:func:`budget_rows`), and only those
-are tokenised and scored: a large document costs a small-budget cycle its budget, not its size.
+Deterministic for a fixed ``seed`` and number of torch threads: the adapter's initial weights, the dropout masks
+and the row order come from generators seeded with it. Rows are shuffled once per epoch. A ``max_steps`` budget
+that ends within the first epoch trains, and tokenises, a seeded sample of the rows it reaches
+(:func:`budget_rows`). An incremental cycle's rehearsed rows share a budget: each epoch trains every row of
+``rows`` and the next ``rehearsal_per_epoch`` rehearsal rows, in turn from seeded permutations of them, so
+every rehearsal row comes round before any comes twice.
 
-An incremental cycle rehearses its document's unchanged rows on a budget (``rehearsal`` and
-``rehearsal_per_epoch``): each epoch holds every row of ``rows`` and the next ``rehearsal_per_epoch`` of
-the rehearsal rows, taken in turn from seeded permutations of them, so the budget's passes are spread over
-all of them (each seen about ``epochs × per_epoch / len(rehearsal)`` times) rather than spent on a few.
-
-Runs wherever it is called; :mod:`learnerd.training.worker` calls it in a child process so the
-daemon's event loop never waits on it.
+:mod:`learnerd.training.worker` runs it in a child process, so the daemon's event loop never waits on it.
 """
 
 from __future__ import annotations
@@ -42,9 +32,10 @@ import structlog
 from learnerd.ml.loader import load_adapter, loading
 from learnerd.ml.rows import IGNORE_INDEX, EncodedRow, RowEncodingError, TrainingRow, encode_rows
 from learnerd.store.dlm import TrainingConfig
+from learnerd.training import ingredients
 from learnerd.training.checkpoint import TrainingCheckpoint
 from learnerd.training.config import check_trainable
-from learnerd.training.ingredients.replay import is_replay
+from learnerd.training.ingredients.spec import Batch
 
 log = structlog.get_logger(__name__)
 
@@ -155,36 +146,87 @@ def train_lora(
     ``config.total_steps(len(rows) + rehearsal_per_epoch)`` steps.
 
     Args:
-        model: a transformers causal LM on any device (batches follow its parameters); it is wrapped
-            in place by peft.
+        model: a transformers causal LM on any device (batches follow its parameters); peft wraps it in place.
         tokenizer: its tokenizer (chat rows need a chat template).
-        rows: the rows of this cycle (new rows plus any replay sample: the caller chooses); a ``max_steps``
-            budget that ends within one epoch trains only :func:`budget_rows` of them.
-        config: hyperparameters; rows are truncated to ``sequence_len`` tokens (or the model's
+        rows: the rows every epoch trains; a ``max_steps`` budget within one epoch trains :func:`budget_rows`.
+        config: the ``training`` block; rows are cut to ``sequence_len`` tokens (or the model's
             ``max_position_embeddings`` when shorter); ``seed`` fixes everything random.
         resume_from: a saved adapter directory to continue from, or None for a fresh adapter.
         on_progress: called after every optimizer step with a :class:`ProgressEvent`.
-        rehearsal: rows of which each epoch trains the next ``rehearsal_per_epoch`` in turn (the module
-            docstring); at most ``len(rehearsal)`` an epoch, so a budget as large as they are trains all of them
-            every epoch, as ``rows`` are.
-        rehearsal_per_epoch: rehearsal rows per epoch (>= 0).
+        rehearsal, rehearsal_per_epoch: each epoch also trains the next ``rehearsal_per_epoch`` (>= 0; at most
+            all) of ``rehearsal``, in turn (the module docstring).
         checkpoint: where to save this training's state every ``checkpoint.every_s`` seconds, and whence to go on
-            when it holds this training's (:mod:`learnerd.training.checkpoint`: the saved progress events are passed to
-            ``on_progress`` again first); None: no checkpoints.
+            (:mod:`learnerd.training.checkpoint`; its saved progress events reach ``on_progress`` first); None: none.
 
     Returns:
         ``(peft_model, result)``: the adapted model (in eval mode; ``save_pretrained`` writes the adapter).
 
     Raises:
-        RowEncodingError: a row cannot be encoded (e.g. chat rows on a base without a chat template),
-            or no row has a token to learn.
-        TrainingConfigError: ``config`` asks for what learnerd cannot train (see ``check_trainable``).
+        RowEncodingError: a row cannot be encoded, or no row has a token to learn.
+        TrainingConfigError: ``config`` asks for what learnerd cannot train (``check_trainable``).
     """
-    import torch
-    from transformers import get_scheduler
+    config = check_trainable(config)
+    data = _encode(model, tokenizer, rows, config, rehearsal, rehearsal_per_epoch)
+    peft_model = attach_lora(model, config, resume_from)
+    total_steps = config.total_steps(len(data.encoded) + data.per_epoch)
+    saved = checkpoint.load() if checkpoint is not None else None
+    loop = _Loop(peft_model, config, data, total_steps)
+    peft_model.train()
+    if saved is not None and not loop.restore(saved, checkpoint):
+        saved = None
+    batch_size = config.batch_size()
+    start_loss = float(saved["start_loss"]) if saved else mean_loss(peft_model, data.scored, data.pad_id, batch_size)
+    if on_progress is not None:
+        for event in loop.events:
+            on_progress(ProgressEvent(**{**event, "restored": True}))
+    started = time.perf_counter() - (loop.events[-1]["elapsed_s"] if loop.events else 0.0)
+    last_saved = time.perf_counter()
+    for step in range(loop.done + 1, total_steps + 1):
+        event = loop.step(step, started)
+        if on_progress is not None:
+            on_progress(event)
+        if checkpoint is not None and step < total_steps and time.perf_counter() - last_saved >= checkpoint.every_s:
+            checkpoint.save(loop.state(step, start_loss))
+            last_saved = time.perf_counter()
+    train_s = time.perf_counter() - started
+    peft_model.eval()
+    result = TrainingResult(
+        steps=total_steps,
+        start_loss=start_loss,
+        final_loss=mean_loss(peft_model, data.scored, data.pad_id, batch_size),
+        tokens_trained=loop.tokens,
+        rows=len(data.encoded) + data.per_epoch,
+        dropped=data.dropped,
+        train_s=train_s,
+        vocab_size=int(getattr(model.config, "vocab_size", 0) or 0),
+        tokens_computed=loop.computed,
+        resumed_at_step=loop.done,
+    )
+    return peft_model, result
 
-    check_trainable(config)
 
+@dataclass(frozen=True)
+class _Encoded:
+    """A run's rows as token ids: ``encoded`` (every epoch), ``rehearsed`` (``per_epoch`` of them an epoch), those
+    both score (``scored``), the section ids of the rows truncation left without a loss token, and the pad id."""
+
+    encoded: list[EncodedRow]
+    rehearsed: list[EncodedRow]
+    per_epoch: int
+    scored: list[EncodedRow]
+    dropped: tuple[str, ...]
+    pad_id: int
+
+
+def _encode(
+    model: Any,
+    tokenizer: Any,
+    rows: Sequence[TrainingRow],
+    config: TrainingConfig,
+    rehearsal: Sequence[TrainingRow],
+    rehearsal_per_epoch: int,
+) -> _Encoded:
+    """Encode the rows a run of ``config`` trains. Raises ``RowEncodingError`` as :func:`train_lora`."""
     max_length = min(config.sequence_len, getattr(model.config, "max_position_embeddings", None) or config.sequence_len)
     encoded, dropped = encode_rows(tokenizer, budget_rows(rows, config), max_length)
     rehearsed, dropped_rehearsal = encode_rows(tokenizer, rehearsal if rehearsal_per_epoch > 0 else (), max_length)
@@ -192,173 +234,127 @@ def train_lora(
         raise RowEncodingError("no training row has a token to learn (no rows, or all truncated away)")
     per_epoch = min(rehearsal_per_epoch, len(rehearsed)) if rehearsed else 0  # dropped rows leave the share
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
-    vocab_size = int(getattr(model.config, "vocab_size", 0) or 0)
-    peft_model = attach_lora(model, config, resume_from)
-    batch_size, accumulation = config.batch_size(), config.accumulation()
-    total_steps = config.total_steps(len(encoded) + per_epoch)
     scored = [*encoded, *rehearsed] if per_epoch else encoded
-    saved = checkpoint.load() if checkpoint is not None else None
+    return _Encoded(encoded, rehearsed, per_epoch, scored, (*dropped, *dropped_rehearsal), pad_id)
 
-    named = [(n, p) for n, p in peft_model.named_parameters() if p.requires_grad]
-    params = [p for _, p in named]
-    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
-    scheduler = get_scheduler(
-        config.lr_scheduler,
-        optimizer,
-        num_warmup_steps=math.ceil(config.warmup_ratio * total_steps),
-        num_training_steps=total_steps,
-    )
-    order = torch.Generator().manual_seed(config.seed)
-    batches = _micro_batches(
-        encoded, batch_size, order, by_length=config.group_by_length, rehearsal=rehearsed, per_epoch=per_epoch
-    )
-    peft_model.train()
-    tokens = computed = done = 0
-    events: list[dict[str, Any]] = []
-    if saved is not None:
-        try:
-            done, tokens, computed, events = _restore(saved, named, optimizer, scheduler, batches, accumulation)
-        except ValueError as exc:  # refused before anything was loaded: train from the first step
-            log.warning(
-                "training.checkpoint_unreadable", path=str(checkpoint.path if checkpoint else ""), error=str(exc)
-            )
-            saved = None
-    start_loss = float(saved["start_loss"]) if saved is not None else mean_loss(peft_model, scored, pad_id, batch_size)
-    if on_progress is not None:
-        for event in events:
-            on_progress(ProgressEvent(**{**event, "restored": True}))
-    started = time.perf_counter() - (events[-1]["elapsed_s"] if events else 0.0)
-    last_saved = time.perf_counter()
-    for step in range(done + 1, total_steps + 1):
-        group = [next(batches) for _ in range(accumulation)]
+
+class _Loop:
+    """One run's optimizer (AdamW), learning-rate schedule, micro-batches, loss terms and counters."""
+
+    def __init__(self, peft_model: Any, config: TrainingConfig, data: _Encoded, total_steps: int) -> None:
+        import torch
+        from transformers import get_scheduler
+
+        self.model, self.pad_id, self.accumulation = peft_model, data.pad_id, config.accumulation()
+        self.named = [(n, p) for n, p in peft_model.named_parameters() if p.requires_grad]
+        self.params = [p for _, p in self.named]
+        self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate, weight_decay=0.0)
+        self.scheduler = get_scheduler(
+            config.lr_scheduler,
+            self.optimizer,
+            num_warmup_steps=math.ceil(config.warmup_ratio * total_steps),
+            num_training_steps=total_steps,
+        )
+        order = torch.Generator().manual_seed(config.seed)
+        self.batches = _micro_batches(
+            data.encoded,
+            config.batch_size(),
+            order,
+            by_length=config.group_by_length,
+            rehearsal=data.rehearsed,
+            per_epoch=data.per_epoch,
+        )
+        self.terms = [(i.loss, i.options.of(config)) for i in ingredients.INGREDIENTS if i.loss is not None]
+        self.total_steps = total_steps
+        self.done = self.tokens = self.computed = 0
+        self.events: list[dict[str, Any]] = []
+
+    def step(self, step: int, started: float) -> ProgressEvent:
+        """Train optimizer step ``step``: ``accumulation`` micro-batches, each's cross-entropy (summed over its
+        loss tokens and divided by the step's, as the transformers Trainer's ``num_items_in_batch``) plus the
+        ingredients' loss terms, then clipping, AdamW and the schedule."""
+        import torch
+
+        group = [next(self.batches) for _ in range(self.accumulation)]
         num_items = sum(_loss_tokens(b) for b in group)
         step_loss = 0.0
         for batch in group:
-            input_ids, attention_mask, labels = _collate(batch, pad_id, peft_model.device)
-            out = peft_model(
+            input_ids, attention_mask, labels = _collate(batch, self.pad_id, self.model.device)
+            out = self.model(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 labels=labels,
                 num_items_in_batch=torch.tensor(num_items),
             )
             loss = out.loss
-            if config.replay_kl_weight:
-                kl = replay_kl(peft_model, batch, input_ids, attention_mask, labels, out.logits)
-                loss = loss + config.replay_kl_weight * kl / num_items
+            for term_of, options in self.terms:
+                term = term_of(options, Batch(self.model, tuple(batch), input_ids, attention_mask, labels, out.logits))
+                if term is not None:
+                    loss = loss + term / num_items
             loss.backward()
             step_loss += float(out.loss.detach())
-            tokens += int(attention_mask.sum())
-            computed += attention_mask.numel()
-        torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+            self.tokens += int(attention_mask.sum())
+            self.computed += attention_mask.numel()
+        torch.nn.utils.clip_grad_norm_(self.params, MAX_GRAD_NORM)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.done = step
         event = ProgressEvent(
             step=step,
-            total_steps=total_steps,
+            total_steps=self.total_steps,
             loss=step_loss,
-            learning_rate=float(scheduler.get_last_lr()[0]),
-            tokens=tokens,
+            learning_rate=float(self.scheduler.get_last_lr()[0]),
+            tokens=self.tokens,
             elapsed_s=time.perf_counter() - started,
         )
-        events.append(dataclasses.asdict(event))
-        if on_progress is not None:
-            on_progress(event)
-        if checkpoint is not None and step < total_steps and time.perf_counter() - last_saved >= checkpoint.every_s:
-            checkpoint.save(
-                {
-                    "step": step,
-                    "tokens": tokens,
-                    "computed": computed,
-                    "start_loss": start_loss,
-                    "events": events,
-                    "params": {n: p.detach().cpu().clone() for n, p in named},
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "rng": torch.get_rng_state(),
-                }
-            )
-            last_saved = time.perf_counter()
-    train_s = time.perf_counter() - started
-    peft_model.eval()
-    final_loss = mean_loss(peft_model, scored, pad_id, batch_size)
-    result = TrainingResult(
-        steps=total_steps,
-        start_loss=start_loss,
-        final_loss=final_loss,
-        tokens_trained=tokens,
-        rows=len(encoded) + per_epoch,
-        dropped=tuple(dropped) + tuple(dropped_rehearsal),
-        train_s=train_s,
-        vocab_size=vocab_size,
-        tokens_computed=computed,
-        resumed_at_step=done,
-    )
-    return peft_model, result
+        self.events.append(dataclasses.asdict(event))
+        return event
+
+    def state(self, step: int, start_loss: float) -> dict[str, Any]:
+        """What a checkpoint after ``step`` holds (:mod:`learnerd.training.checkpoint`)."""
+        import torch
+
+        return {
+            "step": step,
+            "tokens": self.tokens,
+            "computed": self.computed,
+            "start_loss": start_loss,
+            "events": self.events,
+            "params": {n: p.detach().cpu().clone() for n, p in self.named},
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": torch.get_rng_state(),
+        }
+
+    def restore(self, saved: dict[str, Any], checkpoint: TrainingCheckpoint | None) -> bool:
+        """Load a checkpoint's state: parameters, optimizer, schedule, torch's CPU generator, and the micro-batches
+        its steps drew skipped. False (logged) when it is not this run's: nothing was loaded, training starts at
+        step 1."""
+        import torch
+
+        by_name, params = dict(self.named), saved["params"]
+        if set(params) != set(by_name) or any(params[n].shape != p.shape for n, p in self.named):
+            return _unreadable(checkpoint, "the checkpoint's parameters are not this adapter's")
+        try:
+            self.optimizer.load_state_dict(saved["optimizer"])  # raises on groups of other sizes, changing nothing
+        except ValueError as exc:
+            return _unreadable(checkpoint, str(exc))
+        with torch.no_grad():
+            for name, value in params.items():
+                by_name[name].copy_(value)
+        self.scheduler.load_state_dict(saved["scheduler"])
+        self.done = int(saved["step"])
+        for _ in range(self.done * self.accumulation):
+            next(self.batches)
+        torch.set_rng_state(saved["rng"])
+        self.tokens, self.computed, self.events = int(saved["tokens"]), int(saved["computed"]), list(saved["events"])
+        return True
 
 
-def _restore(
-    saved: dict[str, Any],
-    named: Sequence[tuple[str, Any]],
-    optimizer: Any,
-    scheduler: Any,
-    batches: Iterator[list[EncodedRow]],
-    accumulation: int,
-) -> tuple[int, int, int, list[dict[str, Any]]]:
-    """Load a checkpoint's state into the run (the module :mod:`learnerd.training.checkpoint`): parameters, optimizer,
-    schedule, torch's CPU generator, and the micro-batches its steps drew skipped. Returns ``(step, tokens,
-    computed, events)``.
-
-    Raises:
-        ValueError: the checkpoint's parameters or optimizer groups are not this run's; nothing was loaded.
-    """
-    import torch
-
-    by_name, params = dict(named), saved["params"]
-    if set(params) != set(by_name) or any(params[n].shape != p.shape for n, p in named):
-        raise ValueError("the checkpoint's parameters are not this adapter's")
-    # raises ValueError on groups of other sizes, before it changes anything
-    optimizer.load_state_dict(saved["optimizer"])
-    with torch.no_grad():
-        for name, value in params.items():
-            by_name[name].copy_(value)
-    scheduler.load_state_dict(saved["scheduler"])
-    step = int(saved["step"])
-    for _ in range(step * accumulation):
-        next(batches)
-    torch.set_rng_state(saved["rng"])
-    return step, int(saved["tokens"]), int(saved["computed"]), list(saved["events"])
-
-
-def replay_kl(
-    peft_model: Any, batch: Sequence[EncodedRow], input_ids: Any, attention_mask: Any, labels: Any, logits: Any
-) -> Any:
-    """KL(base ‖ adapted) of the next-token distributions, in nats, summed over the loss-carrying tokens of the
-    batch's general replay rows (a 0-d float tensor with gradient through ``logits``; 0 when the batch has
-    none). ``input_ids`` / ``attention_mask`` / ``labels``: the batch as :func:`_collate` lays it out,
-    ``(rows, length)`` int64; ``logits``: the adapted model's output on it, ``(rows, length, vocab)``.
-
-    The base's forward pass sees the replay rows alone, cut to the longest of them: the other rows of the
-    batch (document, multi-turn and retrieval rows, often longer) carry no KL term, and right padding changes
-    no logit of a causal model at a real position, so the result is the whole batch's up to float rounding."""
-    import torch
-    import torch.nn.functional as F
-
-    flags = [is_replay(row.section_id) for row in batch]
-    if not any(flags):
-        return logits.sum() * 0.0
-    replay = torch.tensor(flags, device=labels.device)
-    width = max(len(row.input_ids) for row, flag in zip(batch, flags, strict=True) if flag)
-    mask = labels[replay, 1:width] != IGNORE_INDEX
-    if not bool(mask.any()):
-        return logits.sum() * 0.0
-    with torch.no_grad(), peft_model.disable_adapter():
-        base_logits = peft_model(
-            input_ids=input_ids[replay, :width], attention_mask=attention_mask[replay, :width]
-        ).logits
-    log_adapted = F.log_softmax(logits[replay, : width - 1][mask].float(), dim=-1)
-    log_base = F.log_softmax(base_logits[:, :-1][mask].float(), dim=-1)
-    return F.kl_div(log_adapted, log_base, log_target=True, reduction="sum")
+def _unreadable(checkpoint: TrainingCheckpoint | None, error: str) -> bool:
+    log.warning("training.checkpoint_unreadable", path=str(checkpoint.path if checkpoint else ""), error=error)
+    return False
 
 
 def mean_loss(model: Any, encoded: Sequence[EncodedRow], pad_id: int, batch_size: int = 8) -> float:

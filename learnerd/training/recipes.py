@@ -1,37 +1,19 @@
 """Per-base training defaults, and the check that a cycle trained enough to have learned anything.
 
-dlm's ``training`` defaults (``learning_rate`` 2e-4, ``num_epochs`` 3) suit a pretrained model with a
-few hundred rows; on a handful of Q/A pairs they train a dozen steps. learnerd fills the keys a
-document leaves out from a recipe chosen by its base model (the document's own keys always win):
+dlm's ``training`` defaults (``learning_rate`` 2e-4, ``num_epochs`` 3) suit a pretrained model with a few hundred
+rows; on a handful of Q/A pairs they train a dozen steps. learnerd fills the keys a document leaves out from a
+recipe chosen by its base model (the document's own keys always win; docs/retention.md, "The recipe"):
 
-* :data:`RANDOM_BASE_RECIPE` for the built-in random tiny models: memorisation — LoRA r = 16 without
-  dropout, ``learning_rate`` 1e-2, micro-batch 4, 60 epochs. On the 20 pairs of the shipped example logs
-  (360 steps) it answers 19/20 probes exactly, where dlm's lr 1e-2 / 40 epochs at micro-batch 8 answers
-  6/20 and at micro-batch 4 15/20, and lr 2e-2 diverges (``tests/e2e/test_run_once_trains.py``);
-* :data:`PRETRAINED_RECIPE` for every other base: LoRA r = 4 (alpha 8) on every linear projection (attention
-  and MLP), ``learning_rate`` 1e-3, micro-batch 4, 12 epochs, with general replay — four rows of the base's own
-  answers to general prompts per document row (``general_replay`` 4) under a KL term to the base of weight
-  10 (``replay_kl_weight``; :mod:`learnerd.training.ingredients.replay`) — and 20 conversations chaining three of the
-  document's pairs (``multi_turn_rows``), in micro-batches of rows of similar length (``group_by_length``).
-  On the benchmark's document at full size (100 nl2bash and tldr pairs, 1,560 steps) it keeps 63, 63 and 62 of
-  SmolLM2-135M-Instruct's 65 right general answers on three seeds, all promoted, where the same recipe at r = 8
-  (until 2026-11-29) kept 62, 60 and 60, two rejected; it answers 96–97 of the 100 probes exactly
-  (r = 8: 97–100) and fewer of them at later turns of a dialogue. On ``examples/commands.dlm`` (20 pairs, 384
-  steps) it takes SmolLM2 from 0/20 to 20/20 exact recall, answers the document's questions asked one after
-  another at every turn of a dialogue (4/4 at turns 1–4) and keeps 62, 63 and 61 of 65 on seeds 42, 7 and 123,
-  the last rejected (r = 8: 63, 62 and 63); docs/retention.md, "The recipe". Without replay (plain LoRA,
-  r = 8): 20/20 but 15/65 kept, rejected.
+* :data:`RANDOM_BASE_RECIPE` for the built-in random tiny models: memorisation (LoRA r 16 without dropout,
+  ``learning_rate`` 1e-2, micro-batch 4, 60 epochs);
+* :data:`PRETRAINED_RECIPE` for every other base: LoRA r 4 (alpha 8) on every linear projection,
+  ``learning_rate`` 1e-3, micro-batch 4, 12 epochs, with general replay under a KL term to the base, multi-turn
+  rows, and micro-batches of rows of similar length.
 
-Where the daemon serves retrieved examples (``[serve] rag_k`` above 0), either recipe also sets
-``retrieval_k`` to that k, so an adapter learns to answer under the block it is served with.
-
-:func:`document_training` resolves a document's block over the recipe and remembers which values are the
-document's own (:class:`DocumentTraining`). :func:`undertrained_reason` is the check behind the
-``training.undertrained`` warning and the report finding: fewer than :data:`MIN_STEPS` optimizer steps, or
-a final loss above ln(vocabulary size) nats/token — worse than a uniform guess over the vocabulary, so the
-adapter cannot have learned its rows. Given the cycle's :class:`DocumentTraining` it names the cause and the
-fix: the document's own keys that caused it (never a value that is learnerd's recipe), or — when learnerd's
-defaults gave too few steps — how many epochs would reach :data:`MIN_STEPS`.
+Where the daemon serves retrieved examples (``[serve] rag_k`` above 0), either recipe also trains under as many
+(:func:`learnerd.training.ingredients.retrieval.served`). :func:`document_training` resolves a document's block
+over the recipe and remembers which values are the document's own (:class:`DocumentTraining`), so
+:func:`undertrained_reason` blames only those, or says how many epochs would reach :data:`MIN_STEPS`.
 """
 
 from __future__ import annotations
@@ -43,7 +25,9 @@ from typing import Any
 
 from learnerd.ml.base_model import BUILTIN_BASE_MODELS
 from learnerd.ml.undertrained import MIN_STEPS, undertrained_finding
-from learnerd.store.dlm import LEARNERD_KEYS, MAX_RETRIEVAL_K, TrainingConfig
+from learnerd.store.dlm import TrainingConfig
+from learnerd.training.config import LEARNERD_KEYS, training_config
+from learnerd.training.ingredients import retrieval
 
 RANDOM_BASE_RECIPE: dict[str, Any] = {
     "lora_r": 16,
@@ -82,26 +66,20 @@ class DocumentTraining:
 
     def recipe(self) -> TrainingConfig:
         """What learnerd's recipe alone gives for this base (and the served ``rag_k``)."""
-        return TrainingConfig.from_mapping(recipe_for(self.builtin, self.served_rag_k))
+        return training_config().from_mapping(recipe_for(self.builtin, self.served_rag_k))
 
 
 def recipe_for(builtin: bool, served_rag_k: int = 0) -> dict[str, Any]:
-    """The default ``training`` keys for a built-in random base (``builtin``) or a pretrained one (a copy).
-    With ``served_rag_k`` > 0 (``[serve] rag_k``: the endpoint quotes that many retrieved examples in every
-    request's system message) the recipe adds ``retrieval_k`` = that k (at most :data:`MAX_RETRIEVAL_K`), so
-    the adapter learns to answer under the block it is served with (docs/retention.md, "Retrieval-augmented
-    rows": without it SmolLM2's adapter answers 12 of its 20 learned prompts with the block, 19 without, so the
-    endpoint holds back from such a version the examples it learned)."""
-    recipe = dict(RANDOM_BASE_RECIPE if builtin else PRETRAINED_RECIPE)
-    if served_rag_k > 0:
-        recipe["retrieval_k"] = min(served_rag_k, MAX_RETRIEVAL_K)
-    return recipe
+    """The default ``training`` keys for a built-in random base (``builtin``) or a pretrained one (a copy), with
+    :func:`learnerd.training.ingredients.retrieval.served`'s keys for ``served_rag_k`` (``[serve] rag_k``; 0: off),
+    so the adapter learns to answer under the block of retrieved examples it is served with."""
+    return {**(RANDOM_BASE_RECIPE if builtin else PRETRAINED_RECIPE), **retrieval.served(served_rag_k)}
 
 
 def default_training(base_model: str) -> dict[str, Any]:
     """The explicit ``training`` block learnerd writes into a document it creates for ``base_model``: the
     recipe's keys that dlm knows, so the released dlm trains the document as learnerd does and still loads it
-    (it refuses learnerd's own keys, :data:`~learnerd.store.dlm.LEARNERD_KEYS`). learnerd fills those from the
+    (it refuses learnerd's own keys, :data:`~learnerd.training.config.LEARNERD_KEYS`). learnerd fills those from the
     recipe all the same (:func:`document_training`: a key the block leaves out is the recipe's)."""
     recipe = recipe_for(base_model.strip() in BUILTIN_BASE_MODELS)
     return {k: v for k, v in recipe.items() if k not in LEARNERD_KEYS}
@@ -113,16 +91,17 @@ def document_training(raw_block: Mapping[str, Any] | None, *, builtin: bool, ser
     Args:
         raw_block: the block as written in the frontmatter (None or empty: all defaults).
         builtin: the base is one of learnerd's built-in random models.
-        served_rag_k: ``[serve] rag_k`` (0: off): the default ``retrieval_k`` of a block that sets none.
+        served_rag_k: ``[serve] rag_k`` (0: off), as :func:`recipe_for` takes it.
 
     Raises:
         TrainingConfigError: a value of the block is invalid (as :meth:`TrainingConfig.from_mapping`).
     """
     block = dict(raw_block or {})
     recipe = recipe_for(builtin, served_rag_k)
-    config = TrainingConfig.from_mapping({**recipe, **block})
-    default = TrainingConfig.from_mapping(recipe)
-    fields = TrainingConfig.model_fields.keys() - {"extra"}
+    model = training_config()
+    config = model.from_mapping({**recipe, **block})
+    default = model.from_mapping(recipe)
+    fields = model.model_fields.keys() - {"extra"}
     own = frozenset(k for k in block if k in fields and getattr(config, k) != getattr(default, k))
     return DocumentTraining(config, builtin, own, served_rag_k)
 

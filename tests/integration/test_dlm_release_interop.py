@@ -16,8 +16,9 @@ from learnerd.reconcilers.probes import probes_reconciler
 from learnerd.reconcilers.settings import ExamplesConfig
 from learnerd.store.blocks import Block, Cell
 from learnerd.store.db import connect, transaction
-from learnerd.store.dlm import LEARNERD_KEYS, TrainingConfig, read_document
+from learnerd.store.dlm import read_document
 from learnerd.store.examples import Example, put_example
+from learnerd.training.config import LEARNERD_KEYS, TrainingConfig
 from learnerd.training.recipes import default_training
 from tests.conftest import cli_env, learnerd_command
 

@@ -16,8 +16,8 @@ from structlog.testing import capture_logs
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
 from learnerd.ml.rows import TrainingRow
 from learnerd.store.adapters import AdapterStore
-from learnerd.store.dlm import TrainingConfig
 from learnerd.training.checkpoint import CHECKPOINT_DIR, TrainingCheckpoint, fingerprint
+from learnerd.training.config import TrainingConfig
 from learnerd.training.cycle import train_cycle
 from learnerd.training.lora import ProgressEvent, train_lora
 from tests.qa_pairs import QA_PAIRS

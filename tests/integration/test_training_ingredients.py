@@ -11,10 +11,11 @@ import torch
 
 from learnerd.eval.probes.retention import general_pool
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
-from learnerd.ml.rows import MULTI_TURN_PAIRS, TrainingRow, multi_turn_rows
+from learnerd.ml.rows import TrainingRow
 from learnerd.store.adapters import AdapterStore
-from learnerd.store.dlm import TrainingConfig
+from learnerd.training.config import TrainingConfig
 from learnerd.training.cycle import train_cycle
+from learnerd.training.ingredients.multi_turn import MULTI_TURN_PAIRS, multi_turn_rows
 from learnerd.training.ingredients.replay import (
     CORE_PROMPTS,
     SECTION_PREFIX,
@@ -164,7 +165,8 @@ def test_the_kl_term_runs_the_base_on_the_replay_rows_alone_and_equals_the_whole
     import torch.nn.functional as F
 
     from learnerd.ml.rows import IGNORE_INDEX, encode_rows
-    from learnerd.training.lora import _collate, attach_lora, replay_kl
+    from learnerd.training.ingredients.replay_kl import replay_kl
+    from learnerd.training.lora import _collate, attach_lora
 
     model, tokenizer = load_model_directory(tiny_model_dir)
     peft_model = attach_lora(model, TrainingConfig(lora_dropout=0.0), None)

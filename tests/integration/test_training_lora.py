@@ -15,7 +15,7 @@ from learnerd.ml.generate import greedy_answer
 from learnerd.ml.loader import load_adapter
 from learnerd.ml.rows import TrainingRow
 from learnerd.store.adapters import AdapterStore
-from learnerd.store.dlm import TrainingConfig
+from learnerd.training.config import TrainingConfig
 from learnerd.training.cycle import ReplayPolicy, plan_cycle, train_cycle
 from learnerd.training.lora import rows_loss, train_lora
 from tests.qa_pairs import EXTRA_QA_PAIRS, QA_PAIRS
@@ -115,8 +115,9 @@ def test_a_budget_within_one_epoch_tokenises_only_the_rows_it_trains(tiny_model_
 
 
 def test_group_by_length_trains_every_row_each_epoch_and_computes_less_padding(tiny_model_dir):
-    from learnerd.ml.rows import encode_rows, multi_turn_rows
+    from learnerd.ml.rows import encode_rows
     from learnerd.training import lora
+    from learnerd.training.ingredients.multi_turn import multi_turn_rows
 
     # single-turn pairs and 3-pair conversations: 64 rows, four mega-batches of 16 (transformers' default)
     rows = QA_ROWS + multi_turn_rows(QA_ROWS, 44, seed=0)

@@ -19,7 +19,7 @@ from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, res
 from learnerd.ml.loader import load_adapter
 from learnerd.ml.rows import TrainingRow
 from learnerd.store.adapters import AdapterStore
-from learnerd.store.dlm import TrainingConfig
+from learnerd.training.config import TrainingConfig
 from learnerd.training.cycle import plan_cycle, train_cycle
 from learnerd.training.lora import train_lora
 from learnerd.training.runner import TrainingFailed, WarmSpare

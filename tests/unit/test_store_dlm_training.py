@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from learnerd.store.dlm import DocumentError, TrainingConfig, TrainingConfigError
+from learnerd.store.dlm import DocumentError, TrainingConfigError
 from learnerd.store.dlm.document import MAX_DOCUMENT_BYTES, parse_bytes
-from learnerd.training.config import check_trainable
+from learnerd.training.config import TrainingConfig, check_trainable
 
 
 def test_defaults_are_dlms():

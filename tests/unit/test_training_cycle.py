@@ -9,7 +9,7 @@ import pytest
 from learnerd.ml.base_model import BaseModelRef
 from learnerd.ml.rows import TrainingRow
 from learnerd.store.adapters import AdapterMetadata, AdapterStore, GateVerdict
-from learnerd.store.dlm import TrainingConfig
+from learnerd.training.config import TrainingConfig
 from learnerd.training.cycle import ReplayPolicy, already_tried, plan_cycle
 
 BASE = BaseModelRef("learnerd/tiny-llama", Path("/nonexistent"), identity="learnerd/tiny-llama@aa", builtin=True)

@@ -7,7 +7,9 @@ import math
 
 import pytest
 
-from learnerd.store.dlm import LEARNERD_KEYS, MAX_RETRIEVAL_K, TrainingConfig, TrainingConfigError
+from learnerd.store.dlm import TrainingConfigError
+from learnerd.training.config import LEARNERD_KEYS, TrainingConfig
+from learnerd.training.ingredients.retrieval import MAX_RETRIEVAL_K
 from learnerd.training.recipes import (
     MIN_STEPS,
     PRETRAINED_RECIPE,

@@ -3,8 +3,8 @@
 * :mod:`learnerd.store.dlm.document` — :class:`Document`, :class:`Section`, parsing and serializing,
   section ids, in-memory edits (append / upsert / remove / strip auto-written sections);
 * :mod:`learnerd.store.dlm.frontmatter` — :class:`Frontmatter`, :func:`new_ulid`;
-* :mod:`learnerd.store.dlm.training` — :class:`TrainingConfig`, the ``training`` block (dlm's names,
-  defaults and ranges; learnerd's one definition of them);
+* :mod:`learnerd.store.dlm.training` — :class:`TrainingConfig`, the ``training`` block's dlm keys (names,
+  defaults, ranges) and learnerd's step budget; the training ingredients add theirs (:mod:`learnerd.training.config`);
 * :mod:`learnerd.store.dlm.qa` — the ``### Q`` / ``### A`` grammar, :class:`QAPair`;
 * :mod:`learnerd.store.dlm.edit` — :func:`new_document`, :func:`probe_section` (:func:`probe_section_ids`), and
   :func:`update_document`, the compare-and-swap write every learnerd writer uses;
@@ -38,13 +38,12 @@ from learnerd.store.dlm.errors import DocumentError
 from learnerd.store.dlm.frontmatter import CURRENT_DLM_VERSION, Frontmatter, new_ulid
 from learnerd.store.dlm.qa import QAPair, parse_qa
 from learnerd.store.dlm.rows import ChatRow, TextRow, training_rows
-from learnerd.store.dlm.training import LEARNERD_KEYS, MAX_RETRIEVAL_K, TrainingConfig, TrainingConfigError
+from learnerd.store.dlm.training import LEARNERD_LOOP_KEYS, TrainingConfig, TrainingConfigError
 
 __all__ = [
     "CURRENT_DLM_VERSION",
     "HARVEST_MARKER_RE",
-    "LEARNERD_KEYS",
-    "MAX_RETRIEVAL_K",
+    "LEARNERD_LOOP_KEYS",
     "MEDIA_TYPES",
     "SECTION_TYPES",
     "ChatRow",

@@ -1,35 +1,15 @@
-"""The ``training`` block of a .dlm document's frontmatter: learnerd's one definition of its fields.
+"""The ``training`` block of a .dlm document: dlm's keys, and learnerd's step budget and batching.
 
-Field names, defaults and ranges are dlm's (``src/dlm/doc/schema.py``, ``TrainingConfig``, schema v15):
-LoRA rank ``lora_r`` 8 (1..256), ``lora_alpha`` 16, ``lora_dropout`` 0.05 (0..0.5), ``learning_rate``
-2e-4 (> 0), ``sequence_len`` 2048 tokens (64..32768), ``num_epochs`` 3, a ``cosine`` schedule with
-``warmup_ratio`` 0.1 (0..0.5, a fraction of the optimizer steps), ``seed`` 42, ``target_modules``
-``"auto"`` (every linear layer but the output head: peft's ``"all-linear"``), ``micro_batch_size`` and
-``grad_accum`` ``"auto"`` (8 rows and 1 micro-batch per step on learnerd, which trains on CPU).
-
-learnerd adds keys dlm does not have: ``max_steps``, a budget of optimizer steps per training cycle
-that replaces ``num_epochs`` when set (``None`` by default); ``retrieval_k`` (0..16, examples quoted in each
-retrieval-augmented row: every Q/A pair trained once more under the block of retrieved examples the endpoint
-serves, ``learnerd.ml.retrieved_examples``; 0, off, by default); and three that keep the base's abilities
-(``learnerd.training.ingredients.replay``, docs/retention.md), all off by default here (the per-base recipe of
-``learnerd.training.recipes`` may turn them on): ``general_replay`` (0..10, replay rows per document row: the
-base's own cached greedy answers to a general prompt pool), ``replay_kl_weight`` (0..100, the weight of a
-KL(base ‖ adapted) term on the replay rows' answer tokens) and ``multi_turn_rows`` (0..10,000
-conversations chaining several of the document's Q/A pairs). ``group_by_length`` (a boolean, off by default) batches
-rows of similar length together, as the transformers Trainer's ``group_by_length`` does: the same rows and
-steps, less padding computed (``learnerd.training.lora``).
-
-learnerd bounds what dlm leaves open, so a hostile or mistyped document cannot hold the one training worker
-for days or commit a garbage adapter: ``lora_alpha`` 1..1024 (at most 4 × the largest rank), ``num_epochs``
-1..1000, ``max_steps`` 1..1,000,000, ``seed`` 0..2³²−1 (numpy's and the data loader's seed range).
+Field names, defaults and ranges are dlm's (``src/dlm/doc/schema.py``, ``TrainingConfig``, schema v15), each
+field's meaning the docstring below it; learnerd bounds what dlm leaves open (``lora_alpha``, ``num_epochs``,
+``seed``), so a hostile or mistyped document cannot hold the one training worker for days. learnerd's training
+ingredients add their own keys to this model (:mod:`learnerd.training.config`, which cannot be imported here).
 
 The block is a pydantic model in lax mode (but booleans are no numbers, and nan and inf are refused), which
 matters for YAML 1.1: PyYAML reads ``learning_rate: 2e-4`` (no dot) as the *string* ``"2e-4"``. Keys dlm knows
-but that are not single-adapter fields (``preference``, ``cpt``, ``adapters``, ``sources``, ...:
-:data:`DLM_BLOCK_KEYS`) and keys nobody knows are kept, unvalidated, in :attr:`TrainingConfig.extra`, so a
-document written by a newer dlm still parses; :meth:`TrainingConfig.unknown_keys` names the ones dlm would
-refuse, and learnerd's trainer (``learnerd.training.config.check_trainable``) refuses them too, so a typo never
-trains silently.
+but that are not single-adapter fields (:data:`DLM_BLOCK_KEYS`) and keys nobody knows are kept, unvalidated, in
+:attr:`TrainingConfig.extra`, so a document written by a newer dlm still parses; :meth:`TrainingConfig.unknown_keys`
+names the ones dlm would refuse.
 """
 
 from __future__ import annotations
@@ -39,20 +19,17 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from annotated_types import Ge, Gt, Le, Lt
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic.fields import FieldInfo
 
 AUTO_MICRO_BATCH_SIZE = 8
 """Rows per forward pass when ``micro_batch_size`` is ``"auto"`` (dlm asks its hardware doctor)."""
 
-MAX_RETRIEVAL_K = 16
-"""``retrieval_k``'s upper bound (examples quoted per retrieval-augmented row)."""
 DLM_BLOCK_KEYS = frozenset({"preference", "cpt", "gate", "cache", "audio", "adapters", "sources", "sources_policy"})
 """Keys of dlm's training block that are not single-adapter fields: kept in ``extra``, not acted on."""
-LEARNERD_KEYS = frozenset(
-    {"max_steps", "retrieval_k", "general_replay", "replay_kl_weight", "multi_turn_rows", "group_by_length"}
-)
-"""The fields learnerd adds to dlm's block: the released dlm (0.10.0, ``extra="forbid"``) refuses a document
-that sets one (``training.<key>: Extra inputs are not permitted``)."""
+LEARNERD_LOOP_KEYS = frozenset({"max_steps", "group_by_length"})
+"""The fields of this model that learnerd adds to dlm's block (the ingredients add more: the released dlm refuses
+a document that sets any of them)."""
 
 
 class TrainingConfigError(ValueError):
@@ -63,9 +40,8 @@ class TrainingConfigError(ValueError):
         self.key = key
 
 
-_NUMBERS = ("lora_r", "lora_alpha", "lora_dropout", "sequence_len", "learning_rate", "num_epochs")
-_NUMBERS += ("warmup_ratio", "seed", "max_steps", "general_replay", "replay_kl_weight", "multi_turn_rows")
-_NUMBERS += ("retrieval_k",)
+_NUMBERS = (int, float, int | None)
+"""The annotations of number fields: a boolean is refused there, not read as 0 or 1."""
 
 
 class TrainingConfig(BaseModel):
@@ -79,43 +55,60 @@ class TrainingConfig(BaseModel):
             e.g. ``training.lora_r must be in 1..256, not 0``).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, use_attribute_docstrings=True)
 
     adapter: Literal["lora", "qlora", "dora"] = "lora"
+    """the adapter kind; qlora needs bitsandbytes and a GPU, which learnerd's trainer refuses"""
     lora_r: int = Field(8, ge=1, le=256)
+    """LoRA rank"""
     lora_alpha: int = Field(16, ge=1, le=1024)
+    """LoRA scale numerator: the update is scaled by lora_alpha / lora_r"""
     lora_dropout: float = Field(0.05, ge=0.0, le=0.5)
+    """dropout on the adapted layers' inputs while training"""
     target_modules: str | tuple[str, ...] = "auto"
+    """the layers adapted: auto (every linear layer but the output head, peft's all-linear) or a list of module
+    names"""
     sequence_len: int = Field(2048, ge=64, le=32768)
+    """tokens a row is cut to (the model's max_position_embeddings when that is shorter)"""
     micro_batch_size: str | int = "auto"
+    """rows per forward pass: auto (8) or an integer >= 1"""
     grad_accum: str | int = "auto"
+    """micro-batches per optimizer step: auto (1) or an integer >= 1"""
     learning_rate: float = Field(2e-4, gt=0.0)
+    """AdamW's peak learning rate"""
     num_epochs: int = Field(3, ge=1, le=1000)
+    """passes over the rows a cycle trains (unless max_steps is set)"""
     optimizer: Literal["adamw_torch", "adamw_bnb_8bit", "paged_adamw_8bit", "galore_adamw", "galore_adamw_8bit"] = (
         "adamw_torch"
     )
+    """the optimizer; all but adamw_torch need bitsandbytes or GaLore and a GPU, which learnerd's trainer refuses"""
     lr_scheduler: Literal["cosine", "linear", "constant"] = "cosine"
+    """the learning rate's schedule after the warm-up (transformers' get_scheduler)"""
     warmup_ratio: float = Field(0.1, ge=0.0, le=0.5)
+    """the fraction of a cycle's optimizer steps that warm the learning rate up"""
     precision: Literal[None, "bf16", "fp16", "fp32"] = None
+    """accepted, not acted on: the device picks the dtype (float32 on CPU, bfloat16 on CUDA where supported)"""
     seed: int = Field(42, ge=0, le=2**32 - 1)
+    """seeds the adapter's initial weights, the dropout masks, the row order and every ingredient's draws"""
     max_steps: int | None = Field(None, ge=1, le=1_000_000)
-    general_replay: float = Field(0.0, ge=0.0, le=10.0)
-    replay_kl_weight: float = Field(0.0, ge=0.0, le=100.0)
-    multi_turn_rows: int = Field(0, ge=0, le=10_000)
-    retrieval_k: int = Field(0, ge=0, le=MAX_RETRIEVAL_K)
+    """optimizer steps per cycle, replacing num_epochs (none: num_epochs decides); a budget that ends
+    within the first epoch trains, and tokenises, a seeded sample of the rows it reaches"""
     group_by_length: bool = Field(False, strict=True)
+    """micro-batches of rows of similar length (the transformers Trainer's group_by_length): the same
+    rows and steps, less padding computed"""
     extra: dict[str, Any] = Field(default_factory=dict)
+    """every other key of the block, unvalidated"""
 
     def __init__(self, **data: Any) -> None:
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            raise _training_error(exc) from None
+            raise _training_error(exc, type(self)) from None
 
-    @field_validator(*_NUMBERS, mode="before")
+    @field_validator("*", mode="before")
     @classmethod
-    def _no_booleans(cls, value: Any) -> Any:
-        if isinstance(value, bool):
+    def _no_booleans(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name and cls.model_fields[info.field_name].annotation in _NUMBERS:
             raise ValueError(f"must be a number, not {value!r}")
         return value
 
@@ -202,9 +195,9 @@ class TrainingConfig(BaseModel):
         return {**out, **self.extra}
 
 
-def _bounds(key: str) -> str:
-    """``"in 1..256"`` (an integer field) or ``">= 0.0 and <= 0.5"`` (a number) from a field's bounds."""
-    info = TrainingConfig.model_fields[key]
+def field_range(info: FieldInfo) -> str:
+    """``"in 1..256"`` (an integer field) or ``">= 0.0 and <= 0.5"`` (a number) from a field's bounds; empty
+    when it has none."""
     low = high = None
     for bound in info.metadata:
         if isinstance(bound, Ge | Gt):
@@ -217,15 +210,16 @@ def _bounds(key: str) -> str:
     return " and ".join(parts)
 
 
-def _training_error(exc: ValidationError) -> TrainingConfigError:
-    """The first error of ``exc`` as ``training.KEY must …, not VALUE`` (the form learnerd has always used)."""
+def _training_error(exc: ValidationError, model: type[TrainingConfig]) -> TrainingConfigError:
+    """The first error of ``exc`` (raised by ``model``) as ``training.KEY must …, not VALUE`` (the form learnerd has
+    always used)."""
     error = exc.errors(include_url=False)[0]
     key = str(error["loc"][0]) if error["loc"] else None
     kind, value = error["type"], error.get("input")
     if kind == "value_error":
         text = str(error["ctx"]["error"])
     elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        text = f"must be {_bounds(key)}, not {value}"
+        text = f"must be {field_range(model.model_fields[str(key)])}, not {value}"
     elif kind == "finite_number":
         text = f"must be a finite number, not {value!r}"
     elif kind.startswith("int_"):

@@ -1,26 +1,13 @@
-"""General replay: the base model's own greedy answers to general prompts, mixed into every training cycle.
+"""General replay: the base model's own greedy answers to general prompts, mixed into every training cycle so
+the adapter keeps what the base could do (GeRe: Zhang et al., "GeRe: Towards Efficient Anti-Forgetting in
+Continual Learning of LLM via General Samples Replay", arXiv 2508.04676; docs/retention.md).
 
-GeRe (Zhang et al., "GeRe: Towards Efficient Anti-Forgetting in Continual Learning of LLM via General
-Samples Replay", arXiv 2508.04676) keeps an LLM's general abilities through continual fine-tuning by replaying
-a small fixed set of general samples. learnerd replays self-distilled ones — no download, no other model's
-text: the prompts are :data:`POOL` (``learnerd/training/ingredients/packs/replay_prompts.jsonl``, one JSON object a line with
-``category`` and ``prompt``; 388 general questions — knowledge, arithmetic, writing, code — none of them an
-item of the ``answer_retention`` probe's pool, which a test pins), the answers are the base's greedy replies
-(at most :data:`MAX_NEW_TOKENS` new tokens, :func:`learnerd.ml.generate.greedy_replies`).
-
-A cycle of ``training.general_replay`` r mixes in ``round(r × document rows)`` replay rows: :func:`drawn_prompts`
-takes that many distinct prompts of the pool in an order seeded with ``training.seed`` (all of them when more
-are asked for), and :func:`replay_rows` cycles through their answers to the count, section id
-``general-replay:<pool index>``: single-turn chat rows with the document's system prompt, whose answer tokens
-carry the loss (and, with ``training.replay_kl_weight``, a KL term to the base: :func:`learnerd.training.lora.train_lora`).
-A large document rehearses more distinct prompts, not the same ones more often.
-
-Answers are generated only for the prompts a cycle draws and cached as JSON in the model cache
-(``<state_dir>/models/``, :func:`cache_path`: keyed by a hash of the base's identity and the system prompt;
-written atomically), prompt by prompt, so a later cycle on that base generates only the prompts no earlier
-cycle drew. The file is derived data, kept as the evaluation's base answers are
-(:mod:`learnerd.eval.base_answers`): one that cannot be read is a miss (logged, generated again and replaced),
-and one that cannot be written is logged and skipped; a cache never fails a cycle.
+The prompts are :data:`POOL` (one JSON object a line with ``category`` and ``prompt``, none of them an item of
+the ``answer_retention`` probe's pool); a cycle draws distinct prompts in an order seeded with the block's seed
+(:func:`drawn_prompts`) and trains the base's answers to them as chat rows under the document's system prompt,
+section id ``general-replay:<pool index>`` (:func:`replay_rows`). The answers are generated for the prompts drawn
+and cached in the model cache (:func:`cache_path`; written atomically). The cache is derived data: one that cannot
+be read is a miss (logged, generated again and replaced), one that cannot be written is logged and skipped.
 """
 
 from __future__ import annotations
@@ -36,9 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from pydantic import Field
 
 from learnerd.ml.rows import TrainingRow
 from learnerd.store.atomic import write_cache_file
+from learnerd.training.ingredients import spec
 
 POOL = "packs/replay_prompts.jsonl"
 """The prompt pool's file, relative to this package."""
@@ -49,6 +38,13 @@ SECTION_PREFIX = "general-replay:"
 CACHE_VERSION = 2
 
 log = structlog.get_logger(__name__)
+
+
+class Options(spec.Options):
+    general_replay: float = Field(0.0, ge=0.0, le=10.0)
+    """replay rows per document row: the base's own greedy answers to general prompts, a distinct prompt for
+    each row while the pool lasts; a cycle takes (1 + r) times the steps, and the base answers each prompt drawn
+    for the first time (cached)"""
 
 
 @dataclass(frozen=True)
@@ -177,3 +173,17 @@ def replay_rows(
 def is_replay(section_id: str) -> bool:
     """Whether a row's ``section_id`` is a general replay row's."""
     return section_id.startswith(SECTION_PREFIX)
+
+
+def rows(options: Options, cycle: spec.CycleRows) -> spec.Rows:
+    """Every epoch: ``round(general_replay × n)`` replay rows, ``n`` the document rows an epoch trains (those
+    rehearsed included), the answers read from or added to ``cycle.replay_cache``."""
+    count = replay_count(options.general_replay, len(cycle.rows) + cycle.rehearsed_per_epoch)
+    if not count:
+        return spec.Rows([])
+    drawn = drawn_prompts(count, cycle.seed)
+    answers = cached_answers(cycle.replay_cache, cycle.model, cycle.tokenizer, drawn, cycle.system)
+    return spec.Rows(replay_rows(drawn, answers, count, system=cycle.system))
+
+
+INGREDIENT = spec.Ingredient("general_replay", Options, rows=rows)

@@ -1,0 +1,79 @@
+"""Retrieval-augmented training rows (the retrieval ingredient), with the real bundled MiniLM embedder."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from learnerd.ml.base_model import load_model_directory
+from learnerd.ml.retrieved_examples import EXAMPLES_HEADER, quote_example
+from learnerd.ml.rows import ChatMessage, TrainingRow, encode_rows
+from learnerd.training.config import TrainingConfig
+from learnerd.training.ingredients.retrieval import RETRIEVAL_PREFIX, retrieval_rows
+from learnerd.training.worker import TrainingRequest, retention_rows
+from tests.qa_pairs import QA_PAIRS
+
+QA_ROWS = [TrainingRow.chat(f"qa{i:02d}", q, a) for i, (q, a) in enumerate(QA_PAIRS)]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def quoted_pairs(system: str) -> list[tuple[str, str]]:
+    """The (question, answer) pairs of ``QA_PAIRS`` quoted in ``system``, in the order they appear there."""
+    found = [(system.find(quote_example(q, a)), (q, a)) for q, a in QA_PAIRS if quote_example(q, a) in system]
+    return [pair for _, pair in sorted(found)]
+
+
+def test_each_pair_is_trained_once_more_under_the_examples_nearest_to_its_question(minilm):
+    """Half the rows quote their own pair first (a prompt already learned: retrieval's best hit is itself),
+    the others only pairs with another answer, nearest first by MiniLM's cosine similarity."""
+    rows = retrieval_rows(QA_ROWS, 3, minilm.embed, seed=7)
+    assert [r.section_id for r in rows] == [f"{RETRIEVAL_PREFIX}{r.section_id}" for r in QA_ROWS]
+    vectors = minilm.embed([q for q, _ in QA_PAIRS])
+    own_first = 0
+    for i, (row, (question, answer)) in enumerate(zip(rows, QA_PAIRS, strict=True)):
+        system, user, reply = row.messages
+        assert (user, reply) == (ChatMessage("user", question), ChatMessage("assistant", answer))
+        assert system.role == "system" and system.content.startswith(EXAMPLES_HEADER + "\n\n> ")
+        quoted = quoted_pairs(system.content)
+        assert len(quoted) == 3 and len({a for _, a in quoted}) == 3
+        if quoted[0] == (question, answer):
+            own_first += 1
+            continue
+        assert answer not in {a for _, a in quoted}, "a row without its own pair quotes no pair with its answer"
+        others = [j for j, (_, a) in enumerate(QA_PAIRS) if a != answer]
+        nearest = max(others, key=lambda j: float(vectors[i] @ vectors[j]))
+        assert quoted[0] == QA_PAIRS[nearest]
+    assert own_first == len(QA_PAIRS) // 2
+
+
+def test_the_documents_system_prompt_stays_first_and_too_few_pairs_give_no_rows(minilm):
+    rows = [TrainingRow.chat(f"s{i}", q, a, system="Answer with one word.") for i, (q, a) in enumerate(QA_PAIRS[:4])]
+    for row in retrieval_rows(rows, 2, minilm.embed, seed=1):
+        system = row.messages[0]
+        assert system.content.startswith(f"Answer with one word.\n\n{EXAMPLES_HEADER}\n\n")
+        assert len(quoted_pairs(system.content)) == 2
+    assert retrieval_rows(rows, 0, minilm.embed, seed=1) == []
+    assert retrieval_rows(rows[:1], 3, minilm.embed, seed=1) == []
+    prose = [TrainingRow.plain("p", "Some prose.")]
+    assert retrieval_rows(prose + rows[:2], 3, minilm.embed, seed=1)[0].section_id == f"{RETRIEVAL_PREFIX}s0"
+
+
+def test_the_train_worker_adds_them_after_the_document_rows_and_they_encode_whole(tiny_model_dir, tmp_path):
+    model, tokenizer = load_model_directory(tiny_model_dir)
+    config = TrainingConfig(retrieval_k=3)
+    request = TrainingRequest(str(tiny_model_dir), str(tmp_path), tuple(QA_ROWS), config, replay_cache=None)
+    rows, rehearsal, _ = retention_rows(model, tokenizer, request)
+    assert rows[:20] == QA_ROWS and len(rows) == 40 and rehearsal == []
+    assert all(r.section_id.startswith(RETRIEVAL_PREFIX) for r in rows[20:])
+    # Rehearsed pairs are rehearsed with their retrieval rows, and an epoch's share counts the rows they bring
+    # (4 pairs an epoch: 8 rows, as 4 new pairs would be); neighbours come from all the pairs.
+    split = dataclasses.replace(request, rows=tuple(QA_ROWS[:5]), rehearsal=tuple(QA_ROWS[5:]), rehearsal_per_epoch=4)
+    every, rehearsed, per_epoch = retention_rows(model, tokenizer, split)
+    assert [r.section_id for r in every] == [*(r.section_id for r in QA_ROWS[:5]), *(r.section_id for r in rows[20:25])]
+    assert rehearsed == [*QA_ROWS[5:], *rows[25:]] and per_epoch == 8
+    encoded, skipped = encode_rows(tokenizer, rows, config.sequence_len)
+    assert skipped == [] and len(encoded) == 40
+    plain, augmented = encoded[0], encoded[20]
+    assert len(augmented.input_ids) > len(plain.input_ids)
+    assert augmented.loss_tokens == plain.loss_tokens, "the loss covers the answer only, as in the plain row"
