@@ -174,6 +174,7 @@ def train_lora(
     peft_model.train()
     if saved is not None and not loop.restore(saved, checkpoint):
         saved = None
+    resumed_at_step = loop.done
     batch_size = config.batch_size()
     start_loss = float(saved["start_loss"]) if saved else mean_loss(peft_model, data.scored, data.pad_id, batch_size)
     if on_progress is not None:
@@ -181,7 +182,7 @@ def train_lora(
             on_progress(ProgressEvent(**{**event, "restored": True}))
     started = time.perf_counter() - (loop.events[-1]["elapsed_s"] if loop.events else 0.0)
     last_saved = time.perf_counter()
-    for step in range(loop.done + 1, total_steps + 1):
+    for step in range(resumed_at_step + 1, total_steps + 1):
         event = loop.step(step, started)
         if on_progress is not None:
             on_progress(event)
@@ -200,7 +201,7 @@ def train_lora(
         train_s=train_s,
         vocab_size=int(getattr(model.config, "vocab_size", 0) or 0),
         tokens_computed=loop.computed,
-        resumed_at_step=loop.done,
+        resumed_at_step=resumed_at_step,
     )
     return peft_model, result
 

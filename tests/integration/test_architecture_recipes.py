@@ -1,9 +1,11 @@
 """docs/architecture.md's recipes are true: the reconciler's example module plus one entry in the controller
 table is a working, configurable controller fed by what it watches — nothing else is edited; the probe's
-example module composes with the registry's options and measures a real adapter."""
+example module composes with the registry's options and measures a real adapter; the training ingredient's plus
+one entry in ``INGREDIENTS`` is a documented key and a loss term."""
 
 from __future__ import annotations
 
+import math
 import re
 import types
 from pathlib import Path
@@ -90,3 +92,23 @@ def test_the_probe_recipe_composes_with_the_registry_and_measures_an_adapter(tin
     assert (lenient.verdict, strict.verdict) == (Verdict.PASS, Verdict.FAIL)
     no_probes = document_inputs(parse_text(frontmatter + "Prose only.\n"), tokenizer)
     assert probe.run(ProbeContext(backend, no_probes, options_model())).verdict == Verdict.SKIP
+
+
+def test_the_training_ingredient_recipe_is_its_module_plus_one_entry_in_the_tuple(monkeypatch) -> None:
+    """Its key is read and documented; its term is PaLM's z-loss: all-zero logits over V tokens have log Z = ln V."""
+    import torch
+
+    from learnerd.training import ingredients
+    from learnerd.training.config import check_trainable, reference
+    from learnerd.training.ingredients.spec import Batch
+    from learnerd.training.recipes import document_training
+
+    z_loss = recipe_module("training ingredient")
+    monkeypatch.setattr(ingredients, "INGREDIENTS", (*ingredients.INGREDIENTS, z_loss.INGREDIENT))
+    config = check_trainable(document_training({"z_loss_weight": 1e-4}, builtin=True).config)
+    assert "| `z_loss_weight` | `0` |" in reference()
+    labels = torch.tensor([[-100, -100, 5, 6], [-100, 7, -100, -100]])  # 3 tokens carry loss
+    batch = Batch(None, (), labels.clamp(min=0), torch.ones_like(labels), labels, torch.zeros(2, 4, 50))
+    term = z_loss.loss(z_loss.Options.of(config), batch)
+    assert torch.isclose(term, torch.tensor(1e-4 * 3 * math.log(50) ** 2))
+    assert z_loss.loss(z_loss.Options(), batch) is None
