@@ -2,8 +2,8 @@
 the config directory.
 
 Each subsystem declares its own sections in a ``settings.py`` beside its code (``store/``, ``ml/``,
-``analyzer/``, ``fleet/``, ``eval/``, ``steering/``, ``reconcilers/``, ``api/``); the daemon's config module
-(:mod:`learnerd.daemon.config`) composes them into the file's layout, loads TOML and generates the commented
+``training/``, ``analyzer/``, ``fleet/``, ``eval/``, ``steering/``, ``reconcilers/``, ``api/``); the daemon's config
+module (:mod:`learnerd.daemon.config`) composes them into the file's layout, loads TOML and generates the commented
 reference from the fields' own docstrings. A setting is declared once: its field, its range, its docstring.
 """
 

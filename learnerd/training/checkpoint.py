@@ -1,25 +1,18 @@
 """Training checkpoints: a cycle that stops part-way (a restart, a crash, a drain, a power cut) goes on from its
 last checkpoint when the same training is asked for again, instead of from its first step.
 
-On SmolLM2 at full size a cycle trains for an hour and a half on two cores; a daemon restarted near its end
-would otherwise pay all of it again. :func:`learnerd.training.lora.train_lora` saves a checkpoint every
-``every_s`` seconds of training (never after the last step: the adapter itself is saved then): the adapter's
-trainable parameters, the AdamW state, the learning-rate schedule's state, torch's CPU generator (the dropout
-masks), the step, the token counters, the start loss, the elapsed seconds and every progress event so far. Resumed,
-it loads them, skips the micro-batches the saved steps drew (the row order comes from a generator seeded
-with ``training.seed``, so drawing them again gives the same order) and re-emits the saved progress events, so
-the caller's loss curve is whole. On CPU the resumed run's adapter is the uninterrupted run's, bit for bit,
-with the same torch thread count (another count changes float summation order, not the training).
+:func:`learnerd.training.lora.train_lora` saves one every ``every_s`` seconds of training (never after the last
+step): the adapter's trainable parameters, the AdamW and schedule states, torch's CPU generator, the step, the
+counters, the start loss and the progress events so far. Resumed, it loads them, skips the micro-batches the saved
+steps drew and re-emits the saved events; on CPU, with the same torch thread count, the adapter is the
+uninterrupted run's, bit for bit.
 
-One file, ``<directory>/checkpoint.pt`` (``torch.save`` of a dict of tensors and plain values; read back with
-``torch.load(weights_only=True)``, written atomically: temp file, fsync, rename). It holds the ``fingerprint``
-of the training it belongs to — a SHA-256 over everything that decides the adapter (rows, rehearsal, the
-training block, the base model and the adapter it resumes from, the device), so a checkpoint of other rows or
-another recipe is never resumed: it is logged (``training.checkpoint_other``) and removed at once (it holds weights
-trained on rows the document may no longer have: a section ``learnerd forget`` removed, for one). One
-that cannot be read is logged (``training.checkpoint_unreadable``) and training starts at step 1; one that cannot
-be written is logged and skipped — a checkpoint never fails a cycle. The caller removes the directory once the
-version is committed (:func:`learnerd.training.cycle.train_cycle`).
+One file, ``<directory>/checkpoint.pt`` (``torch.save``; read with ``torch.load(weights_only=True)``; written
+atomically). It holds the ``fingerprint`` of its training — a SHA-256 over everything that decides the adapter —
+so another training's checkpoint is never resumed: it is logged (``training.checkpoint_other``) and removed (its
+weights may hold rows the document no longer has). One that cannot be read is logged
+(``training.checkpoint_unreadable``) and training starts at step 1; one that cannot be written is logged and
+skipped. The caller removes the directory once the version is committed (:func:`learnerd.training.cycle.train_cycle`).
 """
 
 from __future__ import annotations
