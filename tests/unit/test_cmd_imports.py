@@ -13,7 +13,7 @@ from tests.conftest import REPO_ROOT
 HEAVY = ("torch", "transformers", "peft", "sentence_transformers", "numpy")
 MAX_HELP_MODULES = 30
 """learnerd modules ``learnerd --help`` may load: the 15 subcommands and what their parsers need (26 today)."""
-LIGHT_HELPERS = ("learnerd.ml.checkpoint", "learnerd.store.atomic")
+LIGHT_HELPERS = ("learnerd.training.checkpoint", "learnerd.store.atomic")
 """Not settings, loaded by the config: ``[training] checkpoint_every_s``'s default (``DEFAULT_EVERY_S``) and
 the atomic writes its module imports; neither imports numpy or the store's machinery."""
 
