@@ -31,13 +31,15 @@ ARCHITECTURE = REPO_ROOT / "docs" / "architecture.md"
 
 
 def recipe_module(recipe: str = "reconciler") -> types.ModuleType:
-    """The code block of ``recipe``'s recipe, as a module."""
+    """The code block of ``recipe``'s recipe, as a module; its line numbers are the page's, so pydantic reads
+    its fields' docstrings from the page."""
     text = ARCHITECTURE.read_text(encoding="utf-8")
-    section = text[text.index(f"<!-- recipe: {recipe} -->") :]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
+    start = text.index(f"<!-- recipe: {recipe} -->")
+    code = re.search(r"```python\n(.*?)```", text[start:], re.S)
     assert code is not None, f"the {recipe} recipe shows its module"
     module = types.ModuleType(f"{recipe}_recipe")
-    exec(compile(code.group(1), str(ARCHITECTURE), "exec"), module.__dict__)
+    lines_above = text[: start + code.start(1)].count("\n")
+    exec(compile("\n" * lines_above + code.group(1), str(ARCHITECTURE), "exec"), module.__dict__)
     return module
 
 
@@ -106,7 +108,7 @@ def test_the_training_ingredient_recipe_is_its_module_plus_one_entry_in_the_tupl
     z_loss = recipe_module("training ingredient")
     monkeypatch.setattr(ingredients, "INGREDIENTS", (*ingredients.INGREDIENTS, z_loss.INGREDIENT))
     config = check_trainable(document_training({"z_loss_weight": 1e-4}, builtin=True).config)
-    assert "| `z_loss_weight` | `0` |" in reference()
+    assert "| `z_loss_weight` | `0` | >= 0.0 and <= 1.0 | `z_loss` | the weight of log² Z" in reference()
     labels = torch.tensor([[-100, -100, 5, 6], [-100, 7, -100, -100]])  # 3 tokens carry loss
     batch = Batch(None, (), labels.clamp(min=0), torch.ones_like(labels), labels, torch.zeros(2, 4, 50))
     term = z_loss.loss(z_loss.Options.of(config), batch)
