@@ -72,7 +72,7 @@ class TinyModelSpec:
     """The builder's parameters; equal specs give byte-identical weights.
 
     The defaults are sized so a LoRA adapter memorises a few dozen short Q/A pairs in a few seconds of
-    CPU (``tests/integration/test_ml_training.py``): 2 layers of width 128 are enough capacity
+    CPU (``tests/integration/test_training_lora.py``): 2 layers of width 128 are enough capacity
     for rank-8 LoRA on every linear layer, and ``initializer_range`` 0.1 (instead of Llama's 0.02)
     gives the frozen, random output projection logits large enough that a trained hidden state can
     make its answer token clearly the most likely one.

@@ -10,7 +10,8 @@ from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.retrieved_examples import EXAMPLES_HEADER, quote_example
 from learnerd.ml.rows import ChatMessage, TrainingRow, encode_rows
 from learnerd.training.config import TrainingConfig
-from learnerd.training.ingredients.retrieval import RETRIEVAL_PREFIX, retrieval_rows
+from learnerd.training.ingredients.retrieval import RETRIEVAL_PREFIX, REWRITE_PREFIX, retrieval_rows, rewrite_rows
+from learnerd.training.rewrites import rewrite_question
 from learnerd.training.worker import TrainingRequest, retention_rows
 from tests.qa_pairs import QA_PAIRS
 
@@ -77,3 +78,37 @@ def test_the_train_worker_adds_them_after_the_document_rows_and_they_encode_whol
     plain, augmented = encoded[0], encoded[20]
     assert len(augmented.input_ids) > len(plain.input_ids)
     assert augmented.loss_tokens == plain.loss_tokens, "the loss covers the answer only, as in the plain row"
+
+
+def test_each_rewrite_asks_the_pair_in_other_words_under_the_block_its_rewrite_retrieves(minilm):
+    """A rewrite row trains the pair's answer after a reworded question, under the k pairs nearest to the rewrite:
+    its own pair among them when retrieval finds it (as for a logged task asked anew)."""
+    rows = rewrite_rows(QA_ROWS, 3, 2, minilm.embed, seed=7)
+    assert len(rows) == 2 * len(QA_ROWS)
+    questions = [q for q, _ in QA_PAIRS]
+    vectors = minilm.embed(questions)
+    own_quoted = 0
+    for row in rows:
+        _, pair_id = row.section_id.removeprefix(REWRITE_PREFIX).split(":", 1)
+        question, answer = QA_PAIRS[int(pair_id.removeprefix("qa"))]
+        system, user, reply = row.messages
+        assert reply == ChatMessage("assistant", answer)
+        assert user.content != question and user.content in rewrite_question(question, 2, seed=f"7:{pair_id}")
+        quoted = quoted_pairs(system.content)
+        asked = minilm.embed([user.content])[0]
+        assert quoted[0] == max(QA_PAIRS, key=lambda qa: float(asked @ vectors[questions.index(qa[0])]))
+        own_quoted += (question, answer) in quoted
+    assert own_quoted > len(rows) // 2, "rewrites keep the task's words, so retrieval mostly finds their own pair"
+    assert rewrite_rows(QA_ROWS, 3, 0, minilm.embed, seed=7) == rewrite_rows(QA_ROWS, 0, 2, minilm.embed, seed=7) == []
+
+
+def test_rewrites_keep_the_context_lines_and_the_tasks_words():
+    question = "# yamllint\nA linter for YAML files.\nLint a file."
+    rewrites = rewrite_question(question, 4, seed=3)
+    assert len(rewrites) == 4 and len(set(rewrites)) == 4
+    for text in rewrites:
+        context, last = text.rsplit("\n", 1)
+        assert context == "# yamllint\nA linter for YAML files." and last != "Lint a file."
+        assert "lint" in last and "file" in last
+    assert rewrite_question(question, 4, seed=3) == rewrites, "seeded"
+    assert rewrite_question("   ", 3, seed=1) == [] and rewrite_question("List pods", 0, seed=1) == []

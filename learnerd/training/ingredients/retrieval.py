@@ -1,7 +1,13 @@
 """Retrieval-augmented rows: each Q/A pair trained once more under a block of its nearest pairs, quoted as the
 OpenAI-compatible endpoint quotes retrieved examples (:func:`learnerd.ml.retrieved_examples.with_examples`,
 ``[serve] rag_k``), so the adapter learns to answer with that block in front of it — from the examples when one
-answers the question, from what it learned when none does (docs/retention.md, "Retrieval-augmented rows")."""
+answers the question, from what it learned when none does (docs/retention.md, "Retrieval-augmented rows"). This is
+RAFT's recipe (Zhang et al., "RAFT: Adapting Language Model to Domain Specific RAG", 2024: train under the
+retrieved documents, distractors included).
+
+With ``retrieval_rewrites`` each pair is also asked in other words (:mod:`learnerd.training.rewrites`) under the
+block its rewrite retrieves, so the adapter learns to take a quoted example's answer for a request worded unlike
+the example's question — as a person asks a task they logged (PAFT: prompt-agnostic fine-tuning, 2025)."""
 
 from __future__ import annotations
 
@@ -13,7 +19,8 @@ import numpy as np
 from pydantic import Field
 
 from learnerd.ml.retrieved_examples import with_examples
-from learnerd.ml.rows import TrainingRow
+from learnerd.ml.rows import ChatMessage, TrainingRow
+from learnerd.training import rewrites
 from learnerd.training.ingredients import spec
 
 MAX_RETRIEVAL_K = 16
@@ -24,6 +31,10 @@ class Options(spec.Options):
     retrieval_k: int = Field(0, ge=0, le=MAX_RETRIEVAL_K)
     """examples quoted per retrieval-augmented row: each Q/A pair trained once more under its k nearest pairs,
     as the endpoint quotes retrieved examples (rag_k); one more, longer, row per pair"""
+    retrieval_rewrites: int = Field(0, ge=0, le=rewrites.MAX_REWRITES)
+    """with retrieval_k: rewrites of each question (request templates, seeded) trained as more rows, each under
+    the k pairs nearest to the rewrite (its own pair among them when retrieval finds it); one more row per
+    rewrite and pair"""
 
 
 def served(rag_k: int) -> dict[str, Any]:
@@ -34,6 +45,32 @@ def served(rag_k: int) -> dict[str, Any]:
 
 RETRIEVAL_PREFIX = "retrieval:"
 """The section id prefix of a retrieval-augmented row (``retrieval:<the pair's section id>``)."""
+REWRITE_PREFIX = "rewrite:"
+"""The section id prefix of a rewrite's row (``rewrite:<n>:<the pair's section id>``)."""
+
+
+def _hits(
+    similarity: np.ndarray, questions: Sequence[str], answers: Sequence[str], k: int, skip: str | None = None
+) -> list[dict[str, Any]]:
+    """The ``k`` pairs of ``similarity`` (one row of cosine similarities to every pair), best first, each answer
+    once (whitespace folded, as ``learnerd.store.retrieval.describe_hits`` serves them), ``skip`` (a folded
+    answer) left out."""
+    seen = {skip} if skip is not None else set()
+    hits: list[dict[str, Any]] = []
+    for j in np.argsort(-similarity, kind="stable"):
+        folded = " ".join(answers[j].split())
+        if folded not in seen:
+            seen.add(folded)
+            hits.append({"query": questions[j], "answer": answers[j], "language": ""})
+        if len(hits) == k:
+            break
+    return hits
+
+
+def _single_turn(rows: Sequence[TrainingRow]) -> list[tuple[str, tuple[ChatMessage, ...]]]:
+    return [
+        (r.section_id, r.messages) for r in rows if r.messages and sum(m.role == "assistant" for m in r.messages) == 1
+    ]
 
 
 def retrieval_rows(
@@ -58,46 +95,81 @@ def retrieval_rows(
     Returns:
         the rows, in the pairs' order; empty when ``k`` is 0 or ``rows`` hold fewer than two pairs.
     """
-    pairs = [
-        (r.section_id, r.messages) for r in rows if r.messages and sum(m.role == "assistant" for m in r.messages) == 1
-    ]
+    pairs = _single_turn(rows)
     if k <= 0 or len(pairs) < 2:
         return []
     questions = [next(m.content for m in messages if m.role == "user") for _, messages in pairs]
     answers = [next(m.content for m in messages if m.role == "assistant") for _, messages in pairs]
-    folded = [" ".join(answer.split()) for answer in answers]  # whitespace folded, as describe_hits compares
     vectors = np.asarray(embed(questions), dtype=np.float32)
     similarity = vectors @ vectors.T
     in_store = set(random.Random(seed).sample(range(len(pairs)), (len(pairs) + 1) // 2))
     out = []
     for i, (section_id, messages) in enumerate(pairs):
-        seen = set() if i in in_store else {folded[i]}
-        hits: list[dict[str, Any]] = []
-        for j in np.argsort(-similarity[i], kind="stable"):
-            if folded[j] not in seen:
-                seen.add(folded[j])
-                hits.append({"query": questions[j], "answer": answers[j], "language": ""})
-            if len(hits) == k:
-                break
+        skip = None if i in in_store else " ".join(answers[i].split())
+        hits = _hits(similarity[i], questions, answers, k, skip)
         prompt = with_examples([m for m in messages if m.role != "assistant"], hits)
         answer_turn = [m for m in messages if m.role == "assistant"]
         out.append(TrainingRow(section_id=f"{RETRIEVAL_PREFIX}{section_id}", messages=(*prompt, *answer_turn)))
     return out
 
 
+def rewrite_rows(
+    rows: Sequence[TrainingRow], k: int, count: int, embed: Callable[[Sequence[str]], np.ndarray], *, seed: int
+) -> list[TrainingRow]:
+    """``count`` rows per single-turn Q/A pair of ``rows``, each the pair asked in other words
+    (:func:`learnerd.training.rewrites.rewrite_question`, seeded with ``seed`` and the pair's section id) under the
+    ``k`` pairs whose questions are nearest to the rewrite (cosine similarity of ``embed``'s vectors; the pair's own
+    among them when it is near enough, as retrieval finds a logged task asked anew), the loss on the pair's answer.
+
+    Returns:
+        the rows, rewrite by rewrite in the pairs' order; empty when ``k`` or ``count`` is 0 or ``rows`` hold fewer
+        than two pairs.
+    """
+    pairs = _single_turn(rows)
+    if k <= 0 or count <= 0 or len(pairs) < 2:
+        return []
+    questions = [next(m.content for m in messages if m.role == "user") for _, messages in pairs]
+    answers = [next(m.content for m in messages if m.role == "assistant") for _, messages in pairs]
+    asked = [
+        rewrites.rewrite_question(q, count, seed=f"{seed}:{sid}") for q, (sid, _) in zip(questions, pairs, strict=True)
+    ]
+    vectors = np.asarray(embed(questions), dtype=np.float32)
+    flat = [text for texts in asked for text in texts]
+    rewritten = np.asarray(embed(flat), dtype=np.float32) if flat else np.zeros((0, vectors.shape[1]), np.float32)
+    out, at = [], 0
+    for (section_id, messages), texts in zip(pairs, asked, strict=True):
+        for n, text in enumerate(texts):
+            hits = _hits(rewritten[at] @ vectors.T, questions, answers, k)
+            at += 1
+            turns = [ChatMessage("user", text) if m.role == "user" else m for m in messages if m.role != "assistant"]
+            answer_turn = [m for m in messages if m.role == "assistant"]
+            prompt = with_examples(turns, hits)
+            out.append(TrainingRow(section_id=f"{REWRITE_PREFIX}{n}:{section_id}", messages=(*prompt, *answer_turn)))
+    return out
+
+
 def rows(options: Options, cycle: spec.CycleRows) -> spec.Rows:
-    """One row per pair of the cycle, neighbours among all its pairs (the MiniLM embedder, loaded here): every
-    epoch for a trained pair, with the rehearsal for a rehearsed one (so a rehearsed pair costs an epoch what a
-    new one does)."""
+    """One row per pair of the cycle and ``retrieval_rewrites`` more, neighbours among all its pairs (the MiniLM
+    embedder, loaded here): every epoch for a trained pair, with the rehearsal for a rehearsed one (so a rehearsed
+    pair costs an epoch what a new one does)."""
     if not options.retrieval_k:
         return spec.Rows([])
     from learnerd.ml.embedders import MiniLMEmbedder
 
-    rehearsed = {f"{RETRIEVAL_PREFIX}{r.section_id}" for r in cycle.rehearsal}
-    augmented = retrieval_rows(cycle.pairs, options.retrieval_k, MiniLMEmbedder().embed, seed=cycle.seed)
+    embed = MiniLMEmbedder().embed
+    rehearsed = {r.section_id for r in cycle.rehearsal}
+    augmented = retrieval_rows(cycle.pairs, options.retrieval_k, embed, seed=cycle.seed)
+    augmented += rewrite_rows(cycle.pairs, options.retrieval_k, options.retrieval_rewrites, embed, seed=cycle.seed)
     return spec.Rows(
-        [r for r in augmented if r.section_id not in rehearsed], [r for r in augmented if r.section_id in rehearsed]
+        [r for r in augmented if _pair_of(r) not in rehearsed], [r for r in augmented if _pair_of(r) in rehearsed]
     )
+
+
+def _pair_of(row: TrainingRow) -> str:
+    """The section id of the pair a retrieval-augmented or rewrite row trains."""
+    if row.section_id.startswith(REWRITE_PREFIX):
+        return row.section_id.removeprefix(REWRITE_PREFIX).split(":", 1)[1]
+    return row.section_id.removeprefix(RETRIEVAL_PREFIX)
 
 
 INGREDIENT = spec.Ingredient("retrieval", Options, rows=rows)
