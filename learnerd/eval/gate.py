@@ -8,6 +8,12 @@ promoted only when no check fails; a check that cannot be made (a probe skipped:
 
 * ``evaluation_complete`` — no probe of the report errored. (An evaluation that raised, was cancelled or timed
   out wrote no report at all, so it never reaches the gate: nothing is promoted.)
+* ``same_base`` — the candidate was evaluated on the base model the current version was (the reports'
+  ``learnerd.base_model_identity``). A candidate on another base fails: none of its numbers compare with the
+  served version's, and a base that knows nothing (the built-in tiny model) would switch retention off. A
+  document moves to another base as a new adapter lineage (a new ``dlm_id``), whose first version is judged
+  alone. Not applicable for a document's first version, or when a report does not name its base (written
+  before learnerd recorded it).
 * ``probe_recall`` — paired with the current version's report on the recall probes both judged (pass or
   fail; matched by name): ``b`` probes the current version passed now fail, ``c`` it failed now pass. With
   fewer than ``mcnemar_min_pairs`` changed probes (``b + c``) the candidate fails when ``b − c`` exceeds
@@ -20,13 +26,22 @@ promoted only when no check fails; a check that cannot be made (a probe skipped:
   ``raw``) is at most ``max_fraction_regressed``. Not applicable when the probe was skipped (``dlm-sway`` not
   installed), and when the base model has no general knowledge to lose: ``answer_retention`` was skipped
   because the base answers none of its general questions right (the built-in random tiny model).
-* ``answer_retention`` — the candidate still answers at least ``min_answer_retention`` of the general
-  questions the base answers right (the probe's ``raw``). With ``answer_retention_counts = "knowledge"`` only
-  the answers it no longer gives when led along the base's own answer count as lost (the probe's
-  ``lost_knowledge``; a report without it counts every lost answer). Not applicable when skipped (the base
-  answers none).
+* ``answer_retention`` — of the ``n`` general questions the base answers right (the probe's ``base_right``),
+  the candidate lost at most the count :func:`~learnerd.eval.retention_rule.retention_rule` allows for ``n``
+  at ``retention_target_keep``, ``retention_floor_keep`` and ``retention_power``: a candidate that truly keeps
+  the target passes, one that keeps only the floor fails, each with that probability (the detail says both, and
+  when ``n`` is too small for both). With ``answer_retention_counts = "knowledge"`` only the answers it no
+  longer gives when led along the base's own answer count as lost (the probe's ``lost_knowledge``; a report
+  without it counts every lost answer). Not applicable when skipped (the base answers none).
+* ``dialogue_answers`` — in the multi-turn probe's dialogues of the document's questions, every later turn
+  answers at least ``min_dialogue_answers`` × as many exactly as turn 1 (the probe's ``answered_per_turn``; its
+  KL half-life is reported, not gated). Not applicable when the probe was skipped, when turn 1 answered none,
+  and, as ``calibration_drift``, when the base has no general knowledge (``answer_retention`` skipped: the
+  built-in random tiny model, which only memorises its rows and holds no dialogue).
 
-A document's first version is promoted when the other checks pass.
+A document's first version is promoted when the other checks pass. Every check reads greedy answers and
+log-likelihoods, none a z-score against the seeded noise adapters: the verdict does not depend on the
+evaluation's seeds.
 """
 
 from __future__ import annotations
@@ -36,6 +51,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from learnerd.eval.probes.calibration_drift import KIND as CALIBRATION_DRIFT
+from learnerd.eval.probes.coherence import KIND as MULTI_TURN
 from learnerd.eval.probes.recall import judged
 from learnerd.eval.probes.retention import KIND as ANSWER_RETENTION
 from learnerd.eval.probes.retention import lost_split
@@ -92,9 +108,11 @@ def decide(
     docstring for the checks."""
     checks = (
         _complete(candidate),
+        _same_base(candidate, current),
         _recall(candidate, current, settings),
         _drift(candidate, settings),
         _retention(candidate, settings),
+        _dialogue(candidate, settings),
     )
     return GateDecision(checks, current_version if current is not None else None)
 
@@ -109,6 +127,30 @@ def _complete(report: Report) -> GateCheck:
         shown = ", ".join(errored[:3]) + (f" and {len(errored) - 3} more" if len(errored) > 3 else "")
         return GateCheck("evaluation_complete", "fail", f"{len(errored)} probe(s) errored: {shown}")
     return GateCheck("evaluation_complete", "pass", f"{len(report.probes)} probe(s) ran without error")
+
+
+def base_identity(report: Report) -> str | None:
+    """The identity of the base model ``report`` was evaluated on (``extra.learnerd.base_model_identity``,
+    :func:`learnerd.eval.suite.evaluate_version`); None when the report does not say."""
+    identity = (report.extra.get("learnerd") or {}).get("base_model_identity")
+    return identity if isinstance(identity, str) and identity else None
+
+
+def _same_base(candidate: Report, current: Report | None) -> GateCheck:
+    name = "same_base"
+    if current is None:
+        return GateCheck(name, "not applicable", "no current version to compare with (the document's first)")
+    now, before = base_identity(candidate), base_identity(current)
+    if now is None or before is None:
+        return GateCheck(name, "not applicable", "a report does not name its base model (written by an older learnerd)")
+    if now != before:
+        return GateCheck(
+            name,
+            "fail",
+            f"the candidate was evaluated on {now}, the current version on {before}: its recall and retention do "
+            "not compare with the served version's; to move the document to another base, give it a new dlm_id",
+        )
+    return GateCheck(name, "pass", f"both on {now}")
 
 
 def _judged_recall(report: Report) -> dict[str, bool]:
@@ -177,14 +219,44 @@ def _retention(report: Report, settings: GateSettings) -> GateCheck:
         return GateCheck(name, "fail", f"not measured: {probe.message}")
     evidence = probe.evidence
     right, kept, unknown = evidence.get("base_right"), evidence.get("kept"), evidence.get("lost_knowledge")
-    by_knowledge = settings.answer_retention_counts == "knowledge" and unknown is not None and right
-    fraction = (right - unknown) / right if by_knowledge else probe.raw
-    failed = fraction < settings.min_answer_retention
-    bound = f"{fraction:.1%} {'<' if failed else '>='} {settings.min_answer_retention:.1%}"
+    if not isinstance(right, int) or not isinstance(kept, int) or right <= 0:
+        return GateCheck(name, "fail", f"not measured: the report has no base_right and kept counts ({probe.message})")
+    by_knowledge = settings.answer_retention_counts == "knowledge" and unknown is not None
+    lost = unknown if by_knowledge else right - kept
+    rule = settings.retention_rule(right)
+    failed = not rule.passes(lost)
+    bound = f"{lost} lost {'>' if failed else '<='} {rule.describe()}"
     if by_knowledge:
-        detail = f"still knows {right - unknown}/{right} of the base's right answers ({bound}; answers {kept}/{right})"
+        detail = f"still knows {right - unknown}/{right} of the base's right answers (answers {kept}/{right}): {bound}"
     else:
-        detail = f"kept {kept}/{right} of the base's right answers ({bound})"
+        detail = f"kept {kept}/{right} of the base's right answers: {bound}"
         if unknown is not None and kept < right:  # as the probe's message says it
             detail += f"; {lost_split(evidence['lost_wording'], right - kept)}"
+    return GateCheck(name, "fail" if failed else "pass", detail)
+
+
+def _dialogue(report: Report, settings: GateSettings) -> GateCheck:
+    name = "dialogue_answers"
+    probe = _probe(report, MULTI_TURN)
+    if probe is None or probe.verdict == Verdict.SKIP:
+        return GateCheck(name, "not applicable", probe.message if probe is not None else "not in the report")
+    retention = _probe(report, ANSWER_RETENTION)
+    if retention is not None and retention.verdict == Verdict.SKIP:
+        return GateCheck(
+            name, "not applicable", f"a base without general knowledge holds no dialogue: {retention.message}"
+        )
+    answered = probe.evidence.get("answered_per_turn")
+    if probe.verdict == Verdict.ERROR or not isinstance(answered, list) or len(answered) < 2:
+        return GateCheck(name, "fail", f"not measured: {probe.message}")
+    first, later = answered[0], answered[1:]
+    if first == 0:
+        return GateCheck(name, "not applicable", "turn 1 answered none of the document's questions exactly")
+    need = settings.min_dialogue_answers * first
+    fewest = min(later)
+    failed = fewest < need
+    per_turn = " / ".join(str(a) for a in answered)
+    detail = (
+        f"exact answers per turn {per_turn} of {probe.evidence.get('num_prompts', '?')}: the fewest at turns 2–"
+        f"{len(answered)}, {fewest}, {'<' if failed else '>='} {settings.min_dialogue_answers:g} × {first}"
+    )
     return GateCheck(name, "fail" if failed else "pass", detail)

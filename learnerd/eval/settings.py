@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from learnerd.ml.settings import device_spec
 from learnerd.sections import Section
 
 if TYPE_CHECKING:  # a settings module stays a leaf: ml.divergence imports numpy
+    from learnerd.eval.retention_rule import RetentionRule
     from learnerd.ml.divergence import Completion
 
 
@@ -27,12 +28,38 @@ class GateSettings(Section):
     """McNemar's exact one-sided test rejects a candidate whose recall is worse at this significance level"""
     max_fraction_regressed: float = Field(0.05, ge=0, le=1)
     """calibration_drift: the largest fraction of sway's general-knowledge items the candidate may regress"""
-    min_answer_retention: float = Field(0.95, ge=0, le=1)
-    """answer_retention: the smallest fraction of the base's right answers the candidate must keep"""
+    retention_target_keep: float = Field(0.97, gt=0, le=1)
+    """answer_retention: a candidate that truly keeps this fraction of the base's right answers passes with
+    probability retention_power (the rule's first operating point)"""
+    retention_floor_keep: float = Field(0.90, ge=0, lt=1)
+    """answer_retention: a candidate that truly keeps only this fraction fails with probability
+    retention_power (the second; 0.0 fails only a candidate that loses every right answer)"""
+    retention_power: float = Field(0.95, gt=0.5, lt=1)
+    """answer_retention: the probability of both operating points; the allowed lost count follows from the
+    base's right answers at each evaluation (docs/evaluation.md, "Retention as a statistical decision")"""
     answer_retention_counts: Literal["answers", "knowledge"] = "answers"
-    """which lost answers min_answer_retention counts: "answers", every right answer the candidate no longer
+    """which lost answers answer_retention counts: "answers", every right answer the candidate no longer
     gives; "knowledge", only those it no longer gives when led along the base's own answer (the probe's
     lost_knowledge: a wording that parted from the base's at a near-tie does not count)"""
+    min_dialogue_answers: float = Field(0.9, ge=0, le=1)
+    """dialogue_answers: at every later turn of the multi-turn probe the candidate answers at least this
+    fraction as many of the document's questions exactly as at turn 1"""
+
+    @model_validator(mode="after")
+    def _floor_below_target(self) -> GateSettings:
+        if not self.retention_floor_keep < self.retention_target_keep:
+            raise ValueError(
+                f"evaluation.gate.retention_floor_keep ({self.retention_floor_keep}) must be below "
+                f"retention_target_keep ({self.retention_target_keep})"
+            )
+        return self
+
+    def retention_rule(self, n: int) -> RetentionRule:
+        """``answer_retention``'s rule for ``n`` right answers at these operating points
+        (:func:`~learnerd.eval.retention_rule.retention_rule`)."""
+        from learnerd.eval.retention_rule import retention_rule  # a settings module stays a leaf
+
+        return retention_rule(n, self.retention_target_keep, self.retention_floor_keep, self.retention_power)
 
 
 class EvaluationSettings(Section):

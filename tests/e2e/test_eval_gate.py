@@ -2,7 +2,8 @@
 the tiny model learns is promoted; a bad cycle of the same document (``learning_rate: 0.5``, trained fresh)
 is rejected — ``current`` does not move, a real ``learnerd run`` serves the previous version to the official
 ``openai`` client and names the rejected one in ``/v1/models``, and the rejection is shown by
-``learnerd ctl status`` and ``learnerd eval --history``; the next cycle plans from the current version."""
+``learnerd ctl status`` and ``learnerd eval --history``; the next cycle plans from the current version. The
+same candidate evaluated again with other evaluation seeds gets the same verdict, check for check."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
+from learnerd.eval.gate import decide
+from learnerd.eval.probes.base import EvalOptions
+from learnerd.eval.report import load_report
+from learnerd.eval.settings import GateSettings
+from learnerd.eval.suite import evaluate_version
+from learnerd.ml.base_model import resolve_base_model
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.qa_pairs import QA_PAIRS
@@ -66,3 +74,35 @@ def test_a_bad_cycle_is_rejected_and_the_previous_version_stays_served(tmp_path:
         assert status["rejected"]["reasons"] == gate["reasons"]
         ctl = run_cli("ctl", "status", *config).stdout
         assert "v0002: probe_recall" in ctl
+
+
+def test_the_same_candidate_evaluated_with_three_seeds_gets_one_verdict(tmp_path: Path, models_dir: Path):
+    """Issue 59, gate stability. An evaluation's only seeds are its noise adapters' (``null_seed_base``); they move
+    the z-scores, and no check of the gate reads a z-score: every check counts greedy answers or compares
+    log-likelihoods. A second version's candidate evaluated with seeds 1, 2 and 3 (and torch's global seed set to
+    each) is decided against the current version's report as ``learnerd train``'s own evaluation decided it (the
+    test config's: no noise adapters at all, one prompt per divergence probe)."""
+    write_config(tmp_path, models_dir)
+    config = ("--config", str(tmp_path / "learnerd.toml"))
+    doc = tmp_path / "docs" / "notes.dlm"
+    doc.write_text(qa_document(PAIRS, epochs=20))
+    run_cli("train", str(doc), *config)
+    doc.write_text(qa_document(QA_PAIRS[:8], epochs=20))
+    trained = json.loads(run_cli("train", str(doc), "--json", *config).stdout)
+    assert trained["gate"]["outcome"] == "promoted" and trained["gate"]["baseline"] == 1
+    document = read_document(doc)
+    store = AdapterStore(tmp_path / "state" / "adapters")
+    current = load_report(store.resolve(document.frontmatter.dlm_id, 1).path / "eval.json")
+    candidate = store.resolve(document.frontmatter.dlm_id, 2)
+    base = resolve_base_model(document.frontmatter.base_model, cache_dir=models_dir)
+    torch.set_num_threads(1)
+    decisions, null_means = [], []
+    for seed in (1, 2, 3):
+        torch.manual_seed(seed)
+        report = evaluate_version(document, candidate, base, options=EvalOptions(null_seed_base=seed, null_runs=3))
+        decisions.append(decide(report, current, GateSettings(), current_version=1))
+        null_means.append(report.null_stats["delta_kl"]["mean"])
+    assert len(set(null_means)) == 3  # the seeds changed what they seed
+    checks = {tuple((c.name, c.outcome, c.detail) for c in d.checks) for d in decisions}
+    assert len(checks) == 1 and {d.promoted for d in decisions} == {True}
+    assert [(c["name"], c["outcome"], c["detail"]) for c in trained["gate"]["checks"]] == list(checks.pop())

@@ -123,10 +123,12 @@ max_prompts = 1
 
 [evaluation.gate]
 max_fraction_regressed = 1.0
-min_answer_retention = 0.0
+retention_floor_keep = 0.0
+min_dialogue_answers = 0.0
 """
 """The tests of this module check training, evaluation, generation and serving on a real model, not the gate:
-its retention checks are relaxed so the trained version is served. ``learnerd``'s default gate rejects it.
+its retention and dialogue checks are relaxed so the trained version is served (a floor of 0.0 fails only a
+version that loses every right answer). ``learnerd``'s default gate rejects it.
 Like the daemons of :func:`tests.support.serving.write_config`, its evaluations run the divergence and
 dialogue probes on one prompt of the document (``max_prompts``): what the tests assert on (recall, the
 retention probes, the report's shape) does not depend on it, and each evaluation is shorter."""

@@ -24,6 +24,7 @@ from learnerd.eval.probes import calibration_drift, paraphrase, retention
 from learnerd.eval.probes.base import EvalOptions, ProbeContext
 from learnerd.eval.probes.null_adapter import run as calibrate
 from learnerd.eval.report import Verdict
+from learnerd.eval.settings import GateSettings
 from learnerd.eval.suite import evaluate
 from learnerd.eval.summary import render_report
 from learnerd.store.dlm import parse_text
@@ -107,8 +108,11 @@ def test_an_adapter_that_changes_the_answers_fails_and_names_what_it_lost(tiny_m
     assert retention.contains(lost["base_answer"], lost["gold"]) and not retention.contains(
         lost["answer"], lost["gold"]
     )
-    threshold = retention.judge(context(tiny_model_dir, noisy, retention_min_kept=0.0), pool)
+    assert evidence["allowed_lost"] == 0 and evidence["rule"].startswith(f"at most 0 of {len(pool)} may be lost")
+    relaxed = context(tiny_model_dir, noisy, gate=GateSettings(retention_floor_keep=0.0))
+    threshold = retention.judge(relaxed, pool)  # fails only an adapter that loses every right answer
     assert threshold.verdict == Verdict.PASS and threshold.raw == result.raw
+    assert threshold.evidence["allowed_lost"] == len(pool) - 1
 
 
 def test_each_lost_answer_is_led_along_the_bases_answer_to_tell_wording_from_knowledge(tiny_model_dir, faint):

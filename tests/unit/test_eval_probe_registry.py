@@ -41,10 +41,10 @@ def test_eval_options_are_the_settings_and_each_probe_modules_options():
     defaults = EvalOptions()
     for model in owned[1:]:
         assert model().model_dump() == {k: getattr(defaults, k) for k in model.model_fields}
-    options = EvalOptions(top_k=8, min_similarity=0.5, drift_items_limit=10, retention_min_kept=0.5)
+    options = EvalOptions(top_k=8, min_similarity=0.5, drift_items_limit=10, retention_max_new_tokens=16)
     assert (options.top_k, options.min_similarity, options.drift_items_limit) == (8, 0.5, 10)
     with pytest.raises(ValidationError):
-        EvalOptions(retention_min_kept=1.5)
+        EvalOptions(retention_max_new_tokens=0)
     with pytest.raises(ValidationError):
         EvalOptions(no_such_option=1)
 

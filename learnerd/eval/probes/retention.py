@@ -14,9 +14,11 @@ token for the others: a generation's first step is the next-token distribution t
 are kept in the model cache when the backend has an answer store (:mod:`learnerd.eval.base_answers`): the
 next evaluation on the same base only runs the adapter's side.
 ``raw`` and ``score`` are the fraction the adapter still answers right (``kept / base_right``); the verdict
-passes when it is at least ``retention_min_kept`` (default 0.95). Evidence: ``pool_size``, ``base_right``,
-``kept``, ``kept_fraction``, ``by_category`` (``{category: {"base_right", "kept"}}``), ``lost`` (5 of the
-items the adapter no longer answers right, those it no longer knows first: ``prompt``, ``gold``,
+is the gate's statistical rule (:meth:`~learnerd.eval.settings.GateSettings.retention_rule`, the
+``[evaluation.gate]`` operating points): it passes when at most the rule's ``allowed_lost`` of the
+``base_right`` answers were lost. Evidence: ``pool_size``, ``base_right``, ``kept``, ``kept_fraction``,
+``allowed_lost``, ``rule`` (the rule in words), ``by_category`` (``{category: {"base_right", "kept"}}``),
+``lost`` (5 of the items the adapter no longer answers right, those it no longer knows first: ``prompt``, ``gold``,
 ``base_answer``, ``answer``, ``led``, ``knows``; below), ``lost_wording``, ``lost_knowledge``, and
 ``mean_js_nats``: the mean Jensen–Shannon divergence (nats, at most ln 2) between the base's and the adapter's
 next-token distributions after each prompt of the pool (:mod:`learnerd.ml.divergence`, ``top_k`` tokens). A
@@ -64,8 +66,6 @@ LOST_EVIDENCE = 5
 class Options(ProbeOptions):
     """``answer_retention``'s knobs."""
 
-    retention_min_kept: float = Field(0.95, ge=0, le=1)
-    """passes when the adapter keeps at least this fraction of the answers the base got right"""
     retention_max_new_tokens: int = Field(32, ge=1)
     """new tokens of each greedy answer at most"""
 
@@ -185,13 +185,15 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
         counts["kept"] += i in kept
     fraction = len(kept) / len(right)
     mean_js = statistics.fmean(divergence(b, f, "js") for b, f in zip(base_dists, ft_dists, strict=True))
-    passed = fraction >= opts.retention_min_kept
+    rule = opts.gate.retention_rule(len(right))
+    passed = rule.passes(len(lost_items))
     evidence: dict[str, Any] = {
         "pool_size": len(pool),
         "base_right": len(right),
         "kept": len(kept),
         "kept_fraction": fraction,
-        "min_kept": opts.retention_min_kept,
+        "allowed_lost": rule.allowed_lost,
+        "rule": rule.describe(),
         "by_category": by_category,
         "lost": lost[:LOST_EVIDENCE],
         "lost_wording": sum(knows),
@@ -202,8 +204,8 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
     }
     split = f"; {lost_split(sum(knows), len(lost))}" if lost else ""
     message = (
-        f"kept {len(kept)}/{len(right)} answers the base got right ({fraction:.0%} "
-        f"{'>=' if passed else '<'} {opts.retention_min_kept:.0%}{split}); mean JS {mean_js:.4f} nats over "
+        f"kept {len(kept)}/{len(right)} answers the base got right ({len(lost_items)} lost "
+        f"{'<=' if passed else '>'} {rule.allowed_lost} allowed{split}); mean JS {mean_js:.4f} nats over "
         f"{len(pool)} prompts"
     )
     verdict = Verdict.PASS if passed else Verdict.FAIL
