@@ -7,15 +7,17 @@ what they do carry:
 * a failing probe's ``evidence.prompt`` + ``evidence.reference`` → one candidate (dlm's rule;
   ``evidence.confidence`` in [0, 1], default 1.0, is compared with ``min_confidence``);
 * a *failing* ``calibration_drift``'s ``evidence.worst_offenders[]`` (``prompt``, ``gold``): the
-  general-knowledge items whose per-token log-probability regressed most → knowledge-retention
-  candidates. Like every candidate, only from a failing probe (dlm reads failing probes only): a passing
-  probe lists its worst items too, and they are general knowledge, not the document's subject. The closed
-  loop (``reinforce``) writes none of them: it reinforces what the document teaches, and learnerd's own
-  evaluation reports ``calibration_drift`` after every cycle (on the built-in tiny model, which knows no
-  general knowledge, it always fails), so each cycle would append five more general-knowledge probes;
+  general-knowledge items whose per-token log-probability regressed most. Like every candidate, only from a
+  failing probe (dlm reads failing probes only). They are sway's calibration items — what judges every
+  candidate — so they are **sealed**: planned, then skipped (:attr:`SkipReason.SEALED`), never written;
 * a failing ``section_internalization``'s ``evidence.per_section[]`` entries with ``passed: false``
   → :class:`UndertrainedSection` findings: the document's own sections (by section id) the adapter did
   not learn. They need more training, not a new section, so they are reported and never written.
+
+**The sealed holdout** (:mod:`learnerd.eval.holdout`): a candidate whose prompt is one of the texts that judge a
+candidate — ``answer_retention``'s pool, sway's calibration items, ``paraphrase_invariance``'s paraphrases of the
+document's questions — is skipped as :attr:`SkipReason.SEALED` whatever probe it came from: trained, it would
+make the evaluation measure recitation.
 
 A failing probe that yields none of these has no reference: ``strict`` refuses the whole harvest
 (:class:`NoReferenceError`), lax lists it in :attr:`HarvestPlan.unharvestable`. Each candidate becomes
@@ -44,6 +46,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
+from learnerd.eval.holdout import SWAY_ITEMS, holdout
 from learnerd.eval.report import SCHEMA_VERSION, Verdict
 from learnerd.store.dlm import (
     Document,
@@ -59,7 +62,7 @@ from learnerd.store.dlm import (
 from learnerd.store.dlm.qa import Q_HEADER
 
 DEFAULT_TAG = "auto-harvest"
-GENERAL_KNOWLEDGE = "general-knowledge items (evidence.worst_offenders) are not written with reinforce"
+WORST_OFFENDERS = "evidence.worst_offenders"
 
 
 class HarvestError(Exception):
@@ -176,6 +179,8 @@ class SkipReason(StrEnum):
     ALREADY_PRESENT = "already_present"
     BELOW_CONFIDENCE = "below_confidence"
     UNREPRESENTABLE = "unrepresentable"
+    SEALED = "sealed"
+    """a judging item (:mod:`learnerd.eval.holdout`): never written into a document"""
 
 
 @dataclass(frozen=True)
@@ -259,23 +264,27 @@ def plan_harvest(
             continue
         evidence: Mapping[str, Any] = probe.evidence
         general = _worst_offenders(probe.name, probe.kind, evidence) if probe.kind == "calibration_drift" else []
-        found = ([] if reinforce else general) + _prompt_reference(probe.name, probe.kind, evidence)
+        found = general + _prompt_reference(probe.name, probe.kind, evidence)
         if probe.kind == "section_internalization" and isinstance(evidence.get("per_section"), list):
             ids = [e["section_id"] for e in evidence["per_section"] if _failed_section(e)]
             undertrained += [UndertrainedSection(probe.name, sid, by_id.get(sid)) for sid in ids]
         elif not found:
-            why = GENERAL_KNOWLEDGE if general else "no evidence.prompt / evidence.reference"
-            unharvestable.append(UnharvestableProbe(probe.name, probe.kind, why))
+            unharvestable.append(UnharvestableProbe(probe.name, probe.kind, "no evidence.prompt / evidence.reference"))
         candidates += found
     if strict and unharvestable:
         names = ", ".join(f"{u.name} ({u.kind})" for u in unharvestable)
         raise NoReferenceError(f"failing probe(s) without a reference: {names}; --lax skips them")
 
     existing = set(by_id)
-    pairs = _pairs_by_source(document) if reinforce else {}
+    pairs = _pairs_by_source(document)
+    sealed = holdout(held[0] for held_pairs in pairs.values() for held in held_pairs)
     additions: list[Addition] = []
     skipped: list[Skipped] = []
     for c in candidates:
+        judging = SWAY_ITEMS if c.origin.startswith(WORST_OFFENDERS) else sealed.judging_set(c.prompt)
+        if judging is not None:
+            skipped.append(Skipped(c, SkipReason.SEALED, f"one of {judging}, which judge every candidate"))
+            continue
         if c.confidence < min_confidence:
             skipped.append(
                 Skipped(c, SkipReason.BELOW_CONFIDENCE, f"confidence {c.confidence:.2f} < {min_confidence:.2f}")
@@ -417,7 +426,7 @@ def _worst_offenders(name: str, kind: str, evidence: Mapping[str, Any]) -> list[
     if not isinstance(items, list):
         return []
     return [
-        Candidate(item["prompt"], item["gold"], name, kind, f"evidence.worst_offenders[{i}]")
+        Candidate(item["prompt"], item["gold"], name, kind, f"{WORST_OFFENDERS}[{i}]")
         for i, item in enumerate(items)
         if isinstance(item, dict)
         and isinstance(item.get("prompt"), str)

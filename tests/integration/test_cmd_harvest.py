@@ -41,12 +41,23 @@ def test_a_passing_calibration_drift_writes_no_general_knowledge_probes(audit: t
     assert len(plan["undertrained"]) == 34
 
 
+KIND_QUESTION = "Which Fortran intrinsic gives the kind of a real with 15 significant digits?"
+RECALL_FAILS = {
+    "name": "recall_kind",
+    "kind": "probe_recall",
+    "verdict": "fail",
+    "evidence": {"prompt": KIND_QUESTION, "reference": "selected_real_kind(15)", "confidence": 1.0},
+}
+
+
 def with_failing_calibration(report: Path) -> Path:
-    """A copy of the real report in which cal_general fails."""
+    """A copy of the real report in which cal_general fails (its items are sealed: sway's calibration items judge
+    every candidate), and a recall probe of the document's subject fails too."""
     data = json.loads(report.read_text())
     for probe in data["probes"]:
         if probe["name"] == "cal_general":
             probe["verdict"] = "fail"
+    data["probes"].append(RECALL_FAILS)
     out = report.with_name("cal-fails.json")
     out.write_text(json.dumps(data))
     return out
@@ -62,10 +73,14 @@ def test_dry_run_apply_revert_leaves_the_document_byte_identical(audit: tuple[Pa
     assert dry.returncode == 0, dry.stderr
     assert doc.read_bytes() == original
     assert "dry-run" in dry.stdout and "evidence.worst_offenders[0]" in dry.stdout and "cal_general" in dry.stdout
+    assert "1 to add, 5 skipped" in dry.stdout and dry.stdout.count("sealed") == 5
     assert "79e3ec8ad3461cef" in dry.stdout and "Modern Fortran practitioner notes" in dry.stdout  # undertrained
     assert "dk_fortran (delta_kl)" in dry.stdout  # failing, nothing to harvest
-    marker = '<!-- dlm-auto-harvest: source="auto-harvest/cal_general" -->'
-    assert f"::instruction::\n{marker}\n### Q !probe\nThe Colosseum is in\n\n### A\nRome\ndry-run" in dry.stdout
+    marker = '<!-- dlm-auto-harvest: source="auto-harvest/recall_kind" -->'
+    assert (
+        f"::instruction::\n{marker}\n### Q !probe\n{KIND_QUESTION}\n\n### A\nselected_real_kind(15)\ndry-run"
+        in dry.stdout
+    )
 
     explicit = harvest(doc, "--sway-json", report, "--dry-run")
     assert explicit.returncode == 0 and explicit.stdout == dry.stdout and doc.read_bytes() == original
@@ -75,13 +90,7 @@ def test_dry_run_apply_revert_leaves_the_document_byte_identical(audit: tuple[Pa
     after = read_document(doc)
     added = after.auto_sections("auto-harvest/")
     assert [s.section_id for s in after.sections][: len(before)] == before  # hand-written sections untouched
-    assert [p.question for s in added for p in s.qa_pairs()] == [
-        "The Eiffel Tower is in",
-        "The pyramids of Giza are in",
-        "The chemical symbol for silver is",
-        "The Mediterranean Sea borders southern",
-        "The Colosseum is in",
-    ]
+    assert [p.question for s in added for p in s.qa_pairs()] == [KIND_QUESTION]
     assert all(s.section_id in dry.stdout for s in added)
 
     again = harvest(doc, "--sway-json", report, "--apply")  # every candidate is already there
@@ -89,7 +98,7 @@ def test_dry_run_apply_revert_leaves_the_document_byte_identical(audit: tuple[Pa
 
     reverted = harvest(doc, "--revert")
     assert reverted.returncode == 0, reverted.stderr
-    assert "stripped 5" in reverted.stdout
+    assert "stripped 1" in reverted.stdout
     assert doc.read_bytes() == original
 
 
@@ -151,8 +160,8 @@ def test_config_gives_the_tag_and_min_confidence(audit: tuple[Path, Path], tmp_p
     config.write_text('[evaluation]\nharvest_tag = "nightly"\n')
     applied = harvest(doc, "--sway-json", report, "--apply", "--config", config, "--json")
     assert applied.returncode == 0, applied.stderr
-    assert {s.harvest_source for s in read_document(doc).auto_sections()} == {"nightly/cal_general"}
-    assert len(json.loads(applied.stdout)["additions"]) == 5
+    assert {s.harvest_source for s in read_document(doc).auto_sections()} == {"nightly/recall_kind"}
+    assert len(json.loads(applied.stdout)["additions"]) == 1
     config.write_text("[evaluation]\nmin_confidence = 0.9\n")
     weak = tmp_path / "weak.json"
     weak.write_text(

@@ -44,15 +44,16 @@ def test_real_report_plan(peer_data: Path) -> None:
     failing_cal = replace(cal, verdict=Verdict.FAIL)
     report = replace(report, probes=tuple(failing_cal if p is cal else p for p in report.probes))
     plan = plan_harvest(document, report)
-    assert [(a.candidate.prompt, a.candidate.reference) for a in plan.additions][:2] == [
+    # sway's calibration items judge every candidate: a failing calibration_drift's are sealed, never written
+    assert plan.additions == ()
+    assert [(s.candidate.prompt, s.candidate.reference) for s in plan.skipped][:2] == [
         ("The Eiffel Tower is in", " Paris"),
         ("The pyramids of Giza are in", " Egypt"),
     ]
-    assert len(plan.additions) == 5 and {a.candidate.origin for a in plan.additions} == {
+    assert {s.reason for s in plan.skipped} == {SkipReason.SEALED} and {s.candidate.origin for s in plan.skipped} == {
         f"evidence.worst_offenders[{i}]" for i in range(5)
     }
-    assert plan.additions[0].section.qa_pairs()[0].answer == "Paris"
-    assert plan.additions[0].section.harvest_source == "auto-harvest/cal_general"
+    assert plan.skipped[0].detail == "one of sway's calibration items, which judge every candidate"
     sis = next(p for p in report.probes if p.kind == "section_internalization")
     failed = [e["section_id"] for e in sis.evidence["per_section"] if not e["passed"]]
     assert [u.section_id for u in plan.undertrained] == failed and len(failed) == 34
@@ -189,20 +190,37 @@ def test_a_report_is_read_with_dlms_requirements_only(tmp_path: Path) -> None:
             load_harvest_report(path)
 
 
-def test_worst_offenders_come_only_from_a_failing_calibration_drift() -> None:
-    offenders = {"worst_offenders": [{"prompt": "The Colosseum is in", "gold": " Rome"}]}
+def test_worst_offenders_are_sealed_whether_or_not_dlm_sway_is_installed() -> None:
+    """A failing calibration_drift's items are sway's own (whatever pack this machine has): read as candidates
+    and skipped as sealed, with or without reinforce; a passing one's are not even read."""
+    offenders = {"worst_offenders": [{"prompt": "An item of some other sway release is", "gold": " sealed"}]}
     passing = ProbeResult("cal", "calibration_drift", Verdict.PASS, 0.9, 0.01, offenders, "")
-    assert plan_harvest(parse_text(FM), report_of(passing)).additions == ()
-    plan = plan_harvest(parse_text(FM), report_of(failing("cal", "calibration_drift", **offenders)))
-    assert [(a.candidate.prompt, a.candidate.reference) for a in plan.additions] == [("The Colosseum is in", " Rome")]
+    plan = plan_harvest(parse_text(FM), report_of(passing))
+    assert plan.additions == () and plan.skipped == ()
+    for reinforce in (False, True):
+        plan = plan_harvest(
+            parse_text(FM), report_of(failing("cal", "calibration_drift", **offenders)), reinforce=reinforce
+        )
+        assert plan.additions == () and plan.unharvestable == ()
+        assert [(s.candidate.prompt, s.reason) for s in plan.skipped] == [
+            ("An item of some other sway release is", SkipReason.SEALED)
+        ]
 
 
-def test_the_closed_loop_writes_no_general_knowledge() -> None:
-    offenders = {"worst_offenders": [{"prompt": "The Colosseum is in", "gold": " Rome"}]}
-    report = report_of(failing("cal", "calibration_drift", **offenders))
-    plan = plan_harvest(parse_text(FM), report, reinforce=True)
-    assert plan.additions == () and [(u.name, u.reason) for u in plan.unharvestable] == [
-        ("cal", "general-knowledge items (evidence.worst_offenders) are not written with reinforce")
+def test_no_judging_item_is_harvested_from_any_probe() -> None:
+    """A failing probe whose pair is an answer_retention pool item or a paraphrase_invariance paraphrase of one of
+    the document's questions is sealed; the document's own pairs are not."""
+    document = parse_text(FM + "\n::instruction::\n### Q !probe\nList the files.\n\n### A\nls\n")
+    report = report_of(
+        failing("pool", "probe_recall", prompt="what is the capital of FRANCE", reference="Paris"),
+        failing("para", "probe_recall", prompt="Could you explain: List the files?", reference="ls"),
+        failing("own", "probe_recall", prompt="List the files.", reference="ls -a"),
+    )
+    plan = plan_harvest(document, report)
+    assert [a.candidate.probe_name for a in plan.additions] == ["own"]
+    assert [(s.candidate.probe_name, s.reason, s.detail) for s in plan.skipped] == [
+        ("pool", SkipReason.SEALED, "one of answer_retention's pool, which judge every candidate"),
+        ("para", SkipReason.SEALED, "one of paraphrase_invariance's paraphrases, which judge every candidate"),
     ]
 
 
