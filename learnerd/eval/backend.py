@@ -22,8 +22,9 @@ running evaluation stops within one forward pass.
 Every forward pass checks that the logits are finite: a NaN or inf raises :class:`NonFiniteLogitsError`
 naming the view, so no probe ever computes on garbage. Log-softmax runs in float64. Results of the base
 view are cached per input (the base never changes), which makes null-adapter calibration cost only the
-other side's forward passes; its log-likelihoods and its answers to a fixed pool are kept between evaluations
-too when the backend has the stores (:mod:`learnerd.eval.base_logprobs`, :mod:`learnerd.eval.base_answers`).
+other side's forward passes; its log-likelihoods, next-token distributions and answers to a fixed pool are kept
+between evaluations too when the backend has the stores (:mod:`learnerd.eval.base_logprobs`,
+:mod:`learnerd.eval.base_answers`).
 Not thread-safe: one evaluation at a time per backend.
 """
 
@@ -40,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from learnerd.eval.base_answers import Answers, BaseAnswerStore
-from learnerd.eval.base_logprobs import BaseLogprobStore, item_key
+from learnerd.eval.base_logprobs import BaseLogprobStore, dist_key, item_key
 from learnerd.ml.base_model import BaseModelRef, load_model_directory
 from learnerd.ml.device import Placement
 from learnerd.ml.divergence import TokenDist
@@ -196,7 +197,7 @@ class DifferentialBackend:
         ids = list(self.tokenizer("Hello")["input_ids"])
         for enter in (self.as_base, self.as_finetuned):
             with enter() as view:
-                view.next_token_dist(ids, top_k=8)
+                view._logits([ids])  # past every cache: this model's logits, now
 
     @contextlib.contextmanager
     def _entered(self, name: str) -> Iterator[None]:
@@ -261,7 +262,10 @@ class View:
         return self.next_token_dists([ids], top_k)[0]
 
     def next_token_dists(self, prompts: Sequence[Sequence[int]], top_k: int = 256) -> list[TokenDist]:
-        """:meth:`next_token_dist` of each of ``prompts``, in order, in batched forward passes.
+        """:meth:`next_token_dist` of each of ``prompts``, in order, in batched forward passes. On the base view
+        the distributions are kept for the backend's life, and between evaluations in its
+        :attr:`~DifferentialBackend.logprob_store` when it has one: only the prompts this base has not seen
+        before run.
 
         Raises:
             ValueError: a prompt is empty.
@@ -271,6 +275,14 @@ class View:
         import torch
 
         keys = [("dist", tuple(p), top_k) for p in prompts]
+        store = self.backend.logprob_store if self._cached else None
+        named: dict[int, bytes] = {}  # the store's key of each prompt neither in memory nor in the store
+        if store is not None:
+            cache = self.backend._base_cache
+            named = {i: dist_key(p, top_k) for i, p in enumerate(prompts) if keys[i] not in cache}
+            found = store.load_dists(list(named.values()))
+            cache.update((keys[i], found[key]) for i, key in named.items() if key in found)
+            named = {i: key for i, key in named.items() if key not in found}
 
         def compute(i: int, logits: Any) -> TokenDist:
             logprobs = torch.log_softmax(logits[-1].double(), dim=-1)
@@ -279,7 +291,10 @@ class View:
                 top.indices.numpy().astype(np.int64), top.values.numpy().astype(np.float64), self.backend.vocab_size
             )
 
-        return self._map(keys, [list(p) for p in prompts], compute)
+        dists = self._map(keys, [list(p) for p in prompts], compute)
+        if store is not None:
+            store.save_dists({key: dists[i] for i, key in named.items()})
+        return dists
 
     def logprob(self, context: Sequence[int], target: Sequence[int]) -> float:
         """``Σ_t ln p(target[t] | context + target[:t])`` in nats (<= 0), summed in float64.

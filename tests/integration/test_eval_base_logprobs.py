@@ -3,7 +3,8 @@ built-in tiny model with a real LoRA adapter: read back by a later backend witho
 what it computes; a later call computes only the items it has not seen; the fine-tuned view is never kept; a
 damaged database is removed and built again; a model cache that cannot be written is skipped. A second
 ``calibration_drift`` and ``section_internalization`` on the same base run only the adapter's side and report
-the same."""
+the same. The base's next-token distributions are kept the same way: a second ``delta_kl`` and
+``multi_turn_coherence_decay`` run no base forward pass."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from benchmarks.bench_eval import make_adapter
 from learnerd.eval.backend import DifferentialBackend
 from learnerd.eval.base_logprobs import BaseLogprobStore, item_key
 from learnerd.eval.inputs import document_inputs
-from learnerd.eval.probes import calibration_drift, internalization
+from learnerd.eval.probes import calibration_drift, coherence, delta_kl, internalization
 from learnerd.eval.probes.base import EvalOptions, ProbeContext
 from learnerd.eval.report import ProbeResult
 from learnerd.store.dlm import parse_text
@@ -139,3 +140,43 @@ def test_a_second_evaluation_of_a_probe_runs_only_the_adapters_side(tiny_model_d
     assert first.verdict == second.verdict and first.raw is not None
     assert second.raw == pytest.approx(first.raw, rel=1e-6, abs=1e-9)
     assert 0 < second_passes < first_passes
+
+
+def test_the_base_next_token_dists_are_kept_and_read_back_without_a_forward_pass(tiny_model_dir, noisy, tmp_path):
+    first = backend(tiny_model_dir, noisy, tmp_path)
+    prompts = [context for context, _ in items(first)]
+    with first.as_base() as base:
+        stored = base.next_token_dists(prompts, 16)
+    second = backend(tiny_model_dir, noisy, tmp_path)
+    with second.as_base() as base:
+        read = base.next_token_dists(prompts, 16)
+        assert second.forward_passes == 0
+        other_k = base.next_token_dists(prompts, 8)  # another top_k is another item
+    assert second.forward_passes > 0 and len(other_k[0].token_ids) == 8
+    for got, kept in zip(read, stored, strict=True):
+        assert np.array_equal(got.token_ids, kept.token_ids) and got.token_ids.dtype == np.int64
+        assert got.logprobs.tolist() == kept.logprobs.tolist() and got.vocab_size == kept.vocab_size
+    with second.as_finetuned() as ft:  # the fine-tuned view is never kept
+        ft.next_token_dists([[*p, 5] for p in prompts], 16)
+    with sqlite3.connect(second.logprob_store.path) as conn:
+        assert conn.execute("SELECT count(*) FROM dists").fetchone()[0] == 2 * len(prompts)
+
+
+@pytest.mark.parametrize("probe", [delta_kl, coherence], ids=lambda m: m.KIND)
+def test_a_second_evaluation_runs_none_of_the_base_sides_next_token_passes(tiny_model_dir, noisy, tmp_path, probe):
+    """``multi_turn_coherence_decay``'s base side is one batch a later turn (its 4 dialogues' histories, the
+    adapter's answers in them the same again), ``delta_kl``'s one batch of the document's prompts."""
+
+    def judged(cache: Path | None) -> tuple[ProbeResult, int]:
+        b = backend(tiny_model_dir, noisy, cache) if cache is not None else learnerd_backend(tiny_model_dir, noisy)
+        ctx = ProbeContext(b, document_inputs(parse_text(DOC), b.tokenizer), EvalOptions(null_runs=0))
+        return probe.run(ctx), b.forward_passes
+
+    first, first_passes = judged(tmp_path)
+    second, second_passes = judged(tmp_path)
+    uncached, uncached_passes = judged(None)
+    base_batches = EvalOptions().max_turns - 1 if probe is coherence else 1
+    assert first_passes == uncached_passes and second_passes == first_passes - base_batches
+    measured = [r.evidence["per_turn_kls"] if probe is coherence else [r.raw] for r in (first, second, uncached)]
+    assert first.verdict == second.verdict == uncached.verdict and all(measured[0])
+    assert measured[1] == pytest.approx(measured[0], rel=1e-6) and measured[2] == pytest.approx(measured[0], rel=1e-6)
