@@ -12,8 +12,8 @@ characteristics at the two keep rates the gate names (``[evaluation.gate]``):
 
 ``c`` is the **largest** count for which the second holds: the most losses the rule can allow while a candidate
 at the floor still fails with probability ``retention_power`` (``scipy.stats.binom``'s survival function). With
-that ``c`` the first holds too once ``n`` is large enough (130 right answers at the defaults; not every ``n``
-above: the counts are whole numbers). When it does not, ``n`` is too small for both operating points and the
+that ``c`` the first holds too once ``n`` is large enough (from 142 right answers on at the defaults, and at
+129–134: the counts are whole numbers). When it does not, ``n`` is too small for both operating points and the
 rule still uses that ``c`` — the gate fails closed: a forgetting candidate is rejected as often as stated, and
 the pass probability at the target, below ``retention_power``, is said in the check's detail. When even
 ``c = 0`` cannot reject a candidate at the floor that often (``n`` of 28 or fewer at the defaults), ``c`` is 0:

@@ -37,7 +37,7 @@ def test_the_judging_sets_are_disjoint_from_the_replay_prompts_and_from_each_oth
     pool = [normalized(item.prompt) for item in general_pool()]
     sway = {normalized(prompt) for prompt in sway_prompts()}
     replay = {normalized(prompt) for prompt in replay_prompts()}
-    assert len(set(pool)) == len(pool) >= 600 and len(sway) == 200 and len(replay) >= 380
+    assert len(set(pool)) == len(pool) >= 450 and len(sway) == 200 and len(replay) >= 380
     assert not set(pool) & replay
     assert not sway & replay
     assert not set(pool) & sway

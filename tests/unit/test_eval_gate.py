@@ -191,7 +191,7 @@ def test_answer_retention_rejects_losing_more_than_the_rule_allows(kept, promote
 
 def test_skipped_retention_probes_do_not_block():
     no_sway = drift(None, Verdict.SKIP, "dlm-sway is not installed")
-    no_knowledge = retention(None, 0, Verdict.SKIP, "the base model answers none of the 130 general questions right")
+    no_knowledge = retention(None, 0, Verdict.SKIP, "the base model answers none of the 470 general questions right")
     decision = decide(report(*recalls("p"), no_sway, no_knowledge), None, GATE)
     assert decision.promoted
     assert outcomes(decision)["calibration_drift"] == outcomes(decision)["answer_retention"] == "not applicable"
@@ -200,7 +200,7 @@ def test_skipped_retention_probes_do_not_block():
 def test_drift_does_not_gate_a_base_without_general_knowledge():
     """The built-in random tiny model answers no general question right: nothing to lose, however the
     log-probabilities of sway's items move."""
-    no_knowledge = retention(None, 0, Verdict.SKIP, "the base model answers none of the 130 general questions right")
+    no_knowledge = retention(None, 0, Verdict.SKIP, "the base model answers none of the 470 general questions right")
     decision = decide(report(*recalls("p"), drift(0.69, Verdict.FAIL), no_knowledge), None, GATE)
     assert decision.promoted
     assert outcomes(decision)["calibration_drift"] == "not applicable"
@@ -231,7 +231,7 @@ def test_a_candidate_on_another_base_fails_with_the_reason():
     """issue 60, finding 9: a document switched to the built-in tiny model would be judged without retention (its
     base answers none of the pool): the base switch itself fails."""
     current = report(*recalls("pp"), *HEALTHY, base="smollm2-135m-instruct@cf955087bdf0c002")
-    no_knowledge = retention(None, 0, Verdict.SKIP, "the base model answers none of the 600 general questions right")
+    no_knowledge = retention(None, 0, Verdict.SKIP, "the base model answers none of the 470 general questions right")
     tiny = report(*recalls("pp"), drift(0.69, Verdict.FAIL), no_knowledge, dialogue(4, 4, 4, 4), base="tiny@abc")
     decision = decide(tiny, current, GATE, current_version=1)
     assert not decision.promoted
@@ -265,7 +265,7 @@ def test_the_dialogue_check_reads_answers_not_the_half_life():
     assert fading.reasons == (
         "dialogue_answers: exact answers per turn 4 / 2 / 1 / 1 of 4: the fewest at turns 2–4, 1, < 0.9 × 4",
     )
-    no_knowledge = retention(None, 0, Verdict.SKIP, "the base model answers none of the 600 general questions right")
+    no_knowledge = retention(None, 0, Verdict.SKIP, "the base model answers none of the 470 general questions right")
     tiny = decide(report(*recalls("p"), drift(0.0), no_knowledge, dialogue(4, 3, 2, 0)), None, GATE)
     assert tiny.promoted and outcomes(tiny)["dialogue_answers"] == "not applicable"
     skipped = dialogue(verdict=Verdict.SKIP, message="the base model's tokenizer has no chat template")

@@ -68,8 +68,8 @@ def test_a_new_probe_module_brings_its_options_and_a_clash_is_refused():
 def test_the_general_pool():
     pool = retention.general_pool()
     categories = {item.category for item in pool}
-    assert len(pool) >= 100 and categories == {"knowledge", "arithmetic", "writing", "code"}
-    assert all(sum(item.category == c for item in pool) >= 20 for c in categories)
+    assert len(pool) >= 450 and categories == {"knowledge", "arithmetic", "writing", "code"}
+    assert all(sum(item.category == c for item in pool) >= 80 for c in categories)
     assert len({item.prompt for item in pool}) == len(pool)
     # a gold of one character would be "right" by chance in a random model's bytes; one in its own
     # question would be "right" for a model that repeats the question

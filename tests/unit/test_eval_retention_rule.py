@@ -16,7 +16,7 @@ from learnerd.eval.retention_rule import retention_rule
 from learnerd.eval.settings import GateSettings
 
 GATE = GateSettings()
-BASE_RIGHT = 220
+BASE_RIGHT = 231
 """SmolLM2-135M-Instruct's right answers on the pool (docs/evaluation.md, "Retention as a statistical decision")."""
 DRAWS = 4000
 
@@ -29,7 +29,12 @@ def candidate(kept: int, n: int) -> Report:
     return Report("0.1.0", "b", "a", t, t, 0.0, Score(0.5), (probe,))
 
 
-@pytest.mark.parametrize("n", [BASE_RIGHT, 130, 300, 600])
+def test_every_n_from_142_on_is_enough_for_both():
+    assert all(GATE.retention_rule(n).sufficient for n in range(142, 701))
+    assert not GATE.retention_rule(141).sufficient
+
+
+@pytest.mark.parametrize("n", [BASE_RIGHT, 142, 300, 600])
 def test_both_operating_points_hold_from_enough_right_answers(n):
     rule = GATE.retention_rule(n)
     assert rule.sufficient
