@@ -13,7 +13,7 @@ They are
 
 Texts are compared by :func:`normalized` (case folded, every run of non-word characters one space, ends
 stripped), so ``"What is the capital of France?"`` and ``"what is the capital of france"`` are one text. The
-training replay prompts (:func:`learnerd.ml.general_replay.replay_prompts`) are disjoint from all of them
+training replay prompts (:func:`learnerd.training.ingredients.replay.replay_prompts`) are disjoint from all of them
 (``tests/integration/test_eval_holdout.py`` pins it and scans a cycle's rows).
 """
 

@@ -1,7 +1,7 @@
 """The sealed holdout (learnerd.eval.holdout): the sets that judge a candidate — answer_retention's pool, sway's
 calibration items, paraphrase_invariance's paraphrases — are disjoint from the training replay prompts, harvest
 never writes them into a document, and a cycle's training rows hold none of them: the rows the training worker
-builds (:func:`learnerd.ml.train_worker.retention_rows`: the document's pairs, multi-turn, retrieval-augmented
+builds (:func:`learnerd.training.worker.retention_rows`: the document's pairs, multi-turn, retrieval-augmented
 and general replay rows) of ``examples/commands.dlm`` after the closed loop's harvest and the CLI's, the replay
 answers given by the built-in tiny model."""
 
@@ -19,12 +19,13 @@ from learnerd.eval.probes.paraphrase import paraphrased
 from learnerd.eval.probes.retention import general_pool
 from learnerd.eval.report import ProbeResult, Report, Score, Verdict
 from learnerd.ml.base_model import load_model_directory
-from learnerd.ml.general_replay import SECTION_PREFIX, replay_prompts
-from learnerd.ml.recipes import document_training
-from learnerd.ml.retrieved_examples import RETRIEVAL_PREFIX
-from learnerd.ml.rows import MULTI_TURN_PREFIX, TrainingRow, document_rows
-from learnerd.ml.train_worker import TrainingRequest, retention_rows
+from learnerd.ml.rows import TrainingRow, document_rows
 from learnerd.store.dlm import read_document
+from learnerd.training.ingredients.multi_turn import MULTI_TURN_PREFIX
+from learnerd.training.ingredients.replay import SECTION_PREFIX, replay_prompts
+from learnerd.training.ingredients.retrieval import RETRIEVAL_PREFIX
+from learnerd.training.recipes import document_training
+from learnerd.training.worker import TrainingRequest, retention_rows
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 EXAMPLE = Path(__file__).parents[2] / "examples" / "commands.dlm"
