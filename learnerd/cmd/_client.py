@@ -15,9 +15,12 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from learnerd.cmd._common import CommandError
+
+if TYPE_CHECKING:
+    from learnerd.daemon.config import Config
 
 #: Exit status when no daemon is running.
 NOT_RUNNING = 3
@@ -119,7 +122,7 @@ def _owner(path: Path) -> str:
         return "?"
 
 
-def client_for(cfg: Any) -> AdminClient:
+def client_for(cfg: Config) -> AdminClient:
     """The client of the daemon running on ``cfg.state_dir``."""
     return AdminClient(cfg.layout.socket_path)
 

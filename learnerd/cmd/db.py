@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from learnerd.cmd._common import CommandError, add_common_options, add_dir_options, load_config_from_args, plain
+
+if TYPE_CHECKING:
+    from learnerd.daemon.config import Config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def scrub(cfg: Any, dry_run: bool) -> dict[str, Any]:
+def scrub(cfg: Config, dry_run: bool) -> dict[str, Any]:
     """The scrub of :mod:`learnerd.store.scrub` over ``cfg``'s state, under the state directory's lock.
 
     Raises:

@@ -33,6 +33,7 @@ from learnerd.cmd._common import CommandError, add_common_options, apply_logging
 from learnerd.cmd._generation import add_generation_options, load_document_model, load_steering_processor, read_dlm
 
 if TYPE_CHECKING:
+    from learnerd.daemon.config import Config
     from learnerd.steering.settings import SteeringConfig
 
 # flag dest -> [steering] key; a flag left out keeps the config's value
@@ -191,7 +192,7 @@ def _make_reflector(settings: SteeringConfig) -> Any:
     return OfflineReflector(settings.offline_step, settings.seed)
 
 
-def _clusters(console: Any, cfg: Any, settings: SteeringConfig, loaded: Any, as_json: bool) -> Any:
+def _clusters(console: Any, cfg: Config, settings: SteeringConfig, loaded: Any, as_json: bool) -> Any:
     from learnerd.cmd._progress import progress_display
     from learnerd.ml.embedders import EmbedderError, embedder_name, make_embedder
     from learnerd.steering.clusters import ClusterError, eos_token_ids, load_or_build_clusters

@@ -21,9 +21,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from learnerd.cmd._common import CommandError, add_common_options, add_dir_options, load_config_from_args, plain
+
+if TYPE_CHECKING:
+    from learnerd.daemon.config import Config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -88,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _offline(cfg: Any, args: argparse.Namespace) -> Any:
+def _offline(cfg: Config, args: argparse.Namespace) -> Any:
     """The same work as the daemon's, in this process, under the state directory's lock."""
     from learnerd.cmd._common import open_store
     from learnerd.daemon.control import forget_scope

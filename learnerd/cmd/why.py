@@ -16,9 +16,12 @@ import argparse
 import datetime as dt
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from learnerd.cmd._common import CommandError, add_common_options, add_wait_option, load_config_from_args, plain
+
+if TYPE_CHECKING:
+    from learnerd.daemon.config import Config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -91,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _nearest(cfg: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+def _nearest(cfg: Config, args: argparse.Namespace) -> list[dict[str, Any]]:
     """``learnerd search``'s results for the text: from the running daemon, else searched in this process."""
     from learnerd.cmd._client import DaemonNotRunning, client_for
     from learnerd.cmd.search import search_daemon, search_offline

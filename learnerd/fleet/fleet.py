@@ -31,20 +31,23 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import psycopg
 import structlog
 
 from learnerd.fleet import membership, notify
-from learnerd.fleet.ledger import adapter_store
+from learnerd.fleet.ledger import ReplicaConfig, adapter_store
 from learnerd.fleet.ownership import lock_id, owner
 from learnerd.runtime.reconcile import Result
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.embeddings import iter_vectors
 from learnerd.store.pg import PgConnection
 from learnerd.store.vector_index import VectorIndex
+
+if TYPE_CHECKING:
+    from learnerd.store.settings import StoreConfig
 
 log = structlog.get_logger(__name__)
 
@@ -515,7 +518,21 @@ class Fleet:
             self.adapters.close()
 
 
-def fleet_for(cfg: Any, conn: Any, embedding_model: str, model_queues: tuple[str, ...] = ()) -> Fleet | None:
+class TrainingEnabled(Protocol):
+    @property
+    def enabled(self) -> bool: ...
+
+
+class FleetedConfig(ReplicaConfig, Protocol):
+    """What :func:`fleet_for` reads of the configuration (``[training]`` is declared in a layer above)."""
+
+    @property
+    def store(self) -> StoreConfig: ...
+    @property
+    def training(self) -> TrainingEnabled: ...
+
+
+def fleet_for(cfg: FleetedConfig, conn: Any, embedding_model: str, model_queues: tuple[str, ...] = ()) -> Fleet | None:
     """The :class:`Fleet` of a daemon on ``cfg`` (a :class:`learnerd.daemon.config.Config`; None on SQLite: one
     process, nothing to share); ``embedding_model`` names the vectors its index holds; ``model_queues``
     the queues only "train" replicas own.

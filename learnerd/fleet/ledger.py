@@ -23,13 +23,19 @@ import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from learnerd.fleet import membership, notify
 from learnerd.fleet.ownership import lock_id
 from learnerd.store import db
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.pg import PgConnection
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from learnerd.fleet.settings import FleetConfig
+    from learnerd.store.layout import StateLayout
 
 LOCK_QUEUE = "adapters"
 """The advisory lock space of adapter commits (distinct from the training queue's reconcile locks)."""
@@ -148,7 +154,18 @@ def _newest_promoted(conn: PgConnection, doc_key: str) -> int | None:
     return row[0] if row is not None else None
 
 
-def adapter_store(cfg: Any) -> AdapterStore:
+class ReplicaConfig(Protocol):
+    """What :func:`adapter_store` reads of the configuration (the daemon's :class:`~learnerd.daemon.config.Config`)."""
+
+    @property
+    def state_dir(self) -> Path: ...
+    @property
+    def layout(self) -> StateLayout: ...
+    @property
+    def fleet(self) -> FleetConfig: ...
+
+
+def adapter_store(cfg: ReplicaConfig) -> AdapterStore:
     """The adapter store of ``cfg`` (the daemon's :class:`~learnerd.daemon.config.Config`): on PostgreSQL with an
     :class:`AdapterLedger` (recording this replica's id with its commits), else the plain one (SQLite)."""
     layout = cfg.layout

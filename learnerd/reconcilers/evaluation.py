@@ -87,6 +87,7 @@ from learnerd.reconcilers.spec import (
     AdapterCommit,
     AdapterPromotion,
     ControllerSpec,
+    SpecConfig,
     Watch,
     Wiring,
 )
@@ -497,7 +498,7 @@ def stuck_probes(store: AdapterStore, doc_key: str, report: Report, max_failing_
 
 
 def evaluation_reconciler(
-    cfg: Any,
+    cfg: SpecConfig,
     on_report: Callable[[Path, Report], None] | None = None,
     on_failure: Callable[[Path], None] | None = None,
     on_verdict: Callable[[Path, GateVerdict], None] | None = None,

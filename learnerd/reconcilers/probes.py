@@ -36,12 +36,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import anyio.to_thread
 import structlog
 
-from learnerd.reconcilers.spec import EXAMPLES, ControllerSpec, ExampleChange, Watch, Wiring
+from learnerd.reconcilers.spec import EXAMPLES, ControllerSpec, ExampleChange, SpecConfig, Watch, Wiring
 from learnerd.runtime.reconcile import Result
 from learnerd.store.db import connect
 from learnerd.store.dlm import (
@@ -101,7 +100,7 @@ class ProbesReconciler:
         self,
         router: DocumentRouter,
         *,
-        db_path: Path,
+        db_path: str | Path,
         base_model: str,
         broken_document_retry_s: float = 60.0,
         rewrite_interval_s: float = 1.0,
@@ -269,13 +268,13 @@ def _same_probe(present: Section, wanted: Section) -> bool:
         return False
 
 
-def document_router(cfg: Any) -> DocumentRouter:
+def document_router(cfg: SpecConfig) -> DocumentRouter:
     """Example → document, from ``[probes]`` of ``cfg`` (the daemon's :class:`~learnerd.daemon.config.Config`;
     relative names under the first docs root)."""
     return DocumentRouter(cfg.probes.document, cfg.probes.by_language, cfg.layout.docs_base)
 
 
-def probes_reconciler(cfg: Any, router: DocumentRouter | None = None, **hooks: object) -> ProbesReconciler:
+def probes_reconciler(cfg: SpecConfig, router: DocumentRouter | None = None, **hooks: object) -> ProbesReconciler:
     """The probes reconciler of ``cfg`` (``hooks``: its test hooks, ``before_replace`` / ``monotonic``)."""
     return ProbesReconciler(
         router or document_router(cfg),

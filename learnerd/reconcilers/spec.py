@@ -29,12 +29,22 @@ from learnerd.runtime.reconcile import Reconciler
 
 if TYPE_CHECKING:
     import sqlite3
+    from pathlib import Path
 
+    from learnerd.eval.report import Report
+    from learnerd.eval.settings import EvaluationSettings
+    from learnerd.fleet.settings import FleetConfig
     from learnerd.ml.embedders import Embedder
-    from learnerd.store.adapters import AdapterVersion
+    from learnerd.ml.settings import EmbeddingsConfig
+    from learnerd.privacy.settings import PrivacyConfig
+    from learnerd.reconcilers.settings import ExamplesConfig, ExportConfig, ProbesConfig
+    from learnerd.reconcilers.training import CycleReport
+    from learnerd.store.adapters import AdapterVersion, GateVerdict
     from learnerd.store.examples import Example
+    from learnerd.store.layout import StateLayout
     from learnerd.store.routing import DocumentRouter
     from learnerd.store.vector_index import VectorIndex
+    from learnerd.training.settings import TrainingSettings
 
 BLOCKS = "blocks"
 """The producer of block ids: the analyzer's intake and a backfill's listing."""
@@ -71,21 +81,78 @@ class AdapterPromotion:
     version: AdapterVersion
 
 
+class RpcDocument(Protocol):
+    """What specs read of ``[rpc]`` (declared in :mod:`learnerd.api.settings`, a layer above)."""
+
+    @property
+    def document(self) -> str: ...
+
+
+class ServeRagK(Protocol):
+    """What specs read of ``[serve]`` (declared in :mod:`learnerd.api.settings`, a layer above)."""
+
+    @property
+    def rag_k(self) -> int: ...
+
+
+class SpecConfig(Protocol):
+    """The sections of the configuration that specs read (the daemon's :class:`learnerd.daemon.config.Config`
+    has them; ``reconcilers`` never imports ``daemon``)."""
+
+    @property
+    def state_dir(self) -> Path: ...
+    @property
+    def layout(self) -> StateLayout: ...
+    @property
+    def examples(self) -> ExamplesConfig: ...
+    @property
+    def privacy(self) -> PrivacyConfig: ...
+    @property
+    def embeddings(self) -> EmbeddingsConfig: ...
+    @property
+    def probes(self) -> ProbesConfig: ...
+    @property
+    def training(self) -> TrainingSettings: ...
+    @property
+    def evaluation(self) -> EvaluationSettings: ...
+    @property
+    def export(self) -> ExportConfig: ...
+    @property
+    def fleet(self) -> FleetConfig: ...
+    @property
+    def rpc(self) -> RpcDocument: ...
+    @property
+    def serve(self) -> ServeRagK: ...
+
+
+class SpecMetrics(Protocol):
+    """The metrics hooks specs pass to their reconcilers (the daemon's
+    :class:`learnerd.daemon.metrics.DaemonMetrics`)."""
+
+    def cycle(self, report: CycleReport) -> None: ...
+    def evaluated(self, path: Path, report: Report) -> None: ...
+    def evaluation_failed(self, path: Path) -> None: ...
+    def gate_verdict(self, path: Path, verdict: GateVerdict) -> None: ...
+    def vllm_export_failed(self, server: str) -> None: ...
+
+
 class Wiring(Protocol):
     """What a spec's ``build`` and a watch's ``keys`` may use: the daemon's shared parts.
 
-        ``cfg`` is the daemon's composed :class:`learnerd.daemon.config.Config` (a reconciler reads its own
-        sections from it and passes explicit values to its constructor); ``notify(source, event)`` fans an event
-        out to every spec watching ``source`` (and to the daemon's own listeners); ``metrics`` is the daemon's
-    :class:`learnerd.daemon.metrics.DaemonMetrics` (``evaluated(path, report)``, ``cycle(report)``).
+    ``cfg``: the sections of the configuration a reconciler reads (it passes explicit values to its
+    constructor); ``notify(source, event)`` fans an event out to every spec watching ``source`` (and to the
+    daemon's own listeners); ``metrics``: the hooks of the daemon's metrics.
     """
 
-    cfg: Any
+    @property
+    def cfg(self) -> SpecConfig: ...
+    @property
+    def metrics(self) -> SpecMetrics: ...
+
     conn: sqlite3.Connection
     clock: Callable[[], float]
     router: DocumentRouter
     index: VectorIndex
-    metrics: Any
 
     def require_embedder(self) -> Embedder: ...
 
@@ -126,7 +193,7 @@ class ControllerSpec:
     stage: Literal["pipeline", "training"] = "pipeline"
     shutdown: Literal["drain", "cancel"] = "drain"
     needs_embedder: bool = False
-    enabled: Callable[[Any], bool] | None = None
+    enabled: Callable[[SpecConfig], bool] | None = None
     model_work: bool = False
     key_kind: str = "document path"
 

@@ -52,7 +52,7 @@ from learnerd.ml.base_model import BaseModelError, resolve_base_model
 from learnerd.ml.device import DeviceError, resolve_device
 from learnerd.ml.rows import TrainingRow, document_rows
 from learnerd.reconcilers.probes import document_router
-from learnerd.reconcilers.spec import ADAPTERS, AdapterCommit, ControllerSpec, Wiring
+from learnerd.reconcilers.spec import ADAPTERS, AdapterCommit, ControllerSpec, SpecConfig, Wiring
 from learnerd.runtime.progress import ProgressBoard
 from learnerd.runtime.reconcile import Result, TerminalError
 from learnerd.store.adapters import AdapterStore, AdapterVersion
@@ -422,7 +422,7 @@ def _read_rows(path: Path) -> tuple[Document, list[TrainingRow]]:
 
 
 def training_reconciler(
-    cfg: Any,
+    cfg: SpecConfig,
     on_committed: Callable[[str | os.PathLike[str], AdapterVersion], None] | None = None,
     on_cycle: Callable[[CycleReport], None] | None = None,
 ) -> TrainingReconciler:
