@@ -28,6 +28,7 @@ from typing import Any, Required, TypedDict, Unpack
 
 import aiohttp
 import openai
+from openai.types.chat import ChatCompletionMessageParam
 
 from learnerd.analyzer.blocklog import event_line
 from learnerd.api.tokens import client_token
@@ -127,7 +128,7 @@ def _block_events(
     block_id = block_id or f"block-{uuid.uuid4().hex}"
     when = _time.time() if time is None else time
     cells = [Cell("markup", c) if isinstance(c, str) else c for c in context]
-    common = {"eval_mode": eval_mode, "session": session}
+    common: dict[str, Any] = {"eval_mode": eval_mode, "session": session}
     lines = [event_line("context", block_id, when, cells=cells, **common)]
     if generated is not None:
         suggested = Cell("code", generated, language)
@@ -194,7 +195,7 @@ class LearnerdClient(_Endpoints):
         except urllib.error.HTTPError as exc:
             return _checked(exc.code, exc.read())
 
-    def chat(self, model: str, messages: Sequence[dict[str, Any]], **kwargs: Any) -> Any:
+    def chat(self, model: str, messages: Sequence[ChatCompletionMessageParam], **kwargs: Any) -> Any:
         """``chat.completions.create`` of the ``openai`` package on learnerd (``stream=True`` gives the
         chunk iterator; ``extra_body={"learnerd": {"rag_k": 3}}`` adds retrieved examples)."""
         self.url(self.openai_url, "", "OpenAI endpoint")
@@ -264,7 +265,7 @@ class AsyncLearnerdClient(_Endpoints):
         async with self._http.post(url, json=body, headers=headers) as response:
             return _checked(response.status, await response.read())
 
-    async def chat(self, model: str, messages: Sequence[dict[str, Any]], **kwargs: Any) -> Any:
+    async def chat(self, model: str, messages: Sequence[ChatCompletionMessageParam], **kwargs: Any) -> Any:
         self.url(self.openai_url, "", "OpenAI endpoint")
         return await self.openai.chat.completions.create(model=model, messages=list(messages), **kwargs)
 

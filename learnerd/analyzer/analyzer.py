@@ -66,6 +66,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import anyio
 import structlog
@@ -299,14 +300,14 @@ class Analyzer:
             self._rename(t, new_path, rotated=t.path in found)
         tracked_inodes = {t.inode: t.path for t in self._tracked.values()}
         for path, inode in found.items():
-            t = self._tracked.get(path)
-            if t is None:
+            tracked = self._tracked.get(path)
+            if tracked is None:
                 if inode in tracked_inodes:  # a hard link to a file already tailed under another name
                     continue
-                t = _Tracked(path, inode)
-                self._tracked[path] = t
+                tracked = _Tracked(path, inode)
+                self._tracked[path] = tracked
                 tracked_inodes[inode] = path
-            await self._drain_guarded(t)
+            await self._drain_guarded(tracked)
         self._stats.set_files_tracked(len(self._tracked))
 
     async def _on_changes(self, paths: Iterable[str]) -> None:
@@ -749,7 +750,7 @@ class Analyzer:
                     ignore_permission_denied=True,
                 ):
                     paths = {path for _, path in changes}
-                    await self._guarded(lambda paths=paths: self._on_changes(paths))
+                    await self._guarded(partial(self._on_changes, paths))
             except Exception as exc:  # e.g. a watched directory removed; rescans go on meanwhile
                 self._watching = False
                 self._rescan_soon = True

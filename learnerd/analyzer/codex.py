@@ -161,13 +161,13 @@ def parse_line(conn: sqlite3.Connection, record: Record, now: float, path: str) 
         return _events(sessions.suggested(session, _block_id(session, call_id), SOURCE, command, when))
     if kind == "function_call_output":
         block_id = _block_id(session, require(payload, "call_id", str, "payload"))
-        command = sessions.suggested_command(conn, block_id)
-        if command is None:
+        suggested = sessions.suggested_command(conn, block_id)
+        if suggested is None:
             return Parsed(SKIPPED)  # the output of another function
         exit_code = _output_exit_code(payload.get("output"))
         if exit_code is None:
             return Parsed(SKIPPED)  # still running: exec_command_end (or nothing) says how it ended
-        return _events(sessions.ran(conn, session, block_id, SOURCE, command, exit_code, when, now))
+        return _events(sessions.ran(conn, session, block_id, SOURCE, suggested, exit_code, when, now))
     return Parsed(SKIPPED)
 
 

@@ -54,7 +54,7 @@ DATABASE_FAILURES: tuple[type[BaseException], ...] = (
 )
 """Exceptions that mean the database failed (disk full, I/O error, locked, corrupt; on PostgreSQL also a
 lost connection), not the line."""
-STORE_ERRORS: tuple[type[BaseException], ...] = (sqlite3.Error, pg.ERRORS)
+STORE_ERRORS = (sqlite3.Error, pg.ERRORS)
 """Every exception either store backend raises."""
 
 

@@ -62,7 +62,7 @@ from learnerd.api.peercred import PeerCred, is_allowed, peer_cred
 from learnerd.api.search import search_handler
 from learnerd.api.surface import ControlSurface
 
-_PEER = web.RequestKey("learnerd.peer", object)
+_PEER = web.RequestKey[PeerCred | None]("learnerd.peer")
 
 
 def _peer(request: web.Request) -> PeerCred | None:

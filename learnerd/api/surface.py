@@ -7,13 +7,87 @@ Every method may raise a :class:`~learnerd.api.errors.ControlError` subclass.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict
 
+from learnerd.store.retrieval import SearchHit
 from learnerd.store.suggestions import ServedAnswer
 
 
+class StoreCounts(TypedDict):
+    """Rows in the store (``vectors``), vectors in the live index (``indexed``), committed adapter versions."""
+
+    blocks: int
+    examples: int
+    vectors: int
+    indexed: int
+    adapters: int
+
+
+class EmbedderStatus(TypedDict):
+    name: str | None
+    loaded: bool
+
+
+class PrivacyStatus(TypedDict):
+    """Secrets redacted by the analyzer and examples refused, each by kind; tombstones kept."""
+
+    redacted: dict[str, int]
+    refused: dict[str, int]
+    tombstones: int
+
+
+class Status(TypedDict):
+    """``GET /status``: what ``learnerd ctl status`` shows (docs/operations.md); times in seconds."""
+
+    version: str
+    pid: int
+    state: str
+    uptime_s: float
+    config_path: str | None
+    state_dir: str
+    log_level: str
+    endpoints: dict[str, str | None]
+    openai_access: dict[str, Any] | None
+    embedder: EmbedderStatus
+    counts: StoreCounts
+    controllers: dict[str, dict[str, Any]]
+    documents: dict[str, dict[str, Any]]
+    analyzer: dict[str, Any]
+    evaluation_failures: dict[str, dict[str, Any]]
+    backfill: dict[str, Any] | None
+    fleet: dict[str, Any] | None
+    warnings: list[str]
+    privacy: PrivacyStatus
+    suggestions: dict[str, dict[str, dict[str, int]]]
+
+
+class Paused(TypedDict):
+    """Whether each controller is paused, by name."""
+
+    paused: dict[str, bool]
+
+
+class Requeued(TypedDict):
+    controller: str
+    key: str
+    queue_depth: int
+
+
+class Draining(TypedDict):
+    state: str
+    drain_timeout_s: float
+
+
+class LogLevel(TypedDict):
+    """The level now; ``previous``: the level before a change."""
+
+    level: str
+    previous: NotRequired[str]
+
+
 class ControlSurface(Protocol):
-    """The admin and search operations, each returning JSON-able data (docs/operations.md)."""
+    """The admin and search operations, each returning JSON-able data (docs/operations.md); a ``dict[str, Any]``
+    is the ``to_json()`` of the job, report or tombstone it names."""
 
     @property
     def state(self) -> str:
@@ -24,27 +98,27 @@ class ControlSurface(Protocol):
         """Why a running daemon is not ready (a served model failed its known-answer check), or None."""
         ...
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> Status: ...
 
-    def pause(self, controller: str | None = None) -> dict[str, Any]: ...
+    def pause(self, controller: str | None = None) -> Paused: ...
 
-    def resume(self, controller: str | None = None) -> dict[str, Any]: ...
+    def resume(self, controller: str | None = None) -> Paused: ...
 
-    def requeue(self, controller: str, key: str) -> dict[str, Any]: ...
+    def requeue(self, controller: str, key: str) -> Requeued: ...
 
     def start_backfill(self, since: float) -> dict[str, Any]: ...
 
     def backfill_status(self) -> dict[str, Any] | None: ...
 
-    def drain(self) -> dict[str, Any]: ...
+    def drain(self) -> Draining: ...
 
     def reload(self) -> dict[str, Any]: ...
 
-    def log_level(self) -> dict[str, Any]: ...
+    def log_level(self) -> LogLevel: ...
 
-    def set_log_level(self, level: str) -> dict[str, Any]: ...
+    def set_log_level(self, level: str) -> LogLevel: ...
 
-    async def search(self, text: str, k: int) -> list[Any]: ...
+    async def search(self, text: str, k: int) -> list[SearchHit]: ...
 
     async def forget(self, kind: str, value: str, dry_run: bool = False) -> dict[str, Any]: ...
 

@@ -116,10 +116,12 @@ def load_document_model(
             )
     except (AdapterStoreError, db.StoreUnavailable, db.SchemaError) as exc:
         raise CommandError(str(exc)) from None
-    try:
-        model = load_adapter(base.model, version) if version is not None else base.model
-    except ModelCheckError as exc:
-        raise CommandError(f"{document.path}: adapter {version.name}: {exc}") from None
+    model = base.model
+    if version is not None:
+        try:
+            model = load_adapter(base.model, version)
+        except ModelCheckError as exc:
+            raise CommandError(f"{document.path}: adapter {version.name}: {exc}") from None
     return DocumentModel(document=document, doc_key=key, base=base, model=model, adapter=version)
 
 

@@ -284,8 +284,8 @@ def _in_flight(controllers: dict[str, Any]) -> Any:
             table.add_row(name, escape(shown + more), "—")
         for key in keys if progress is not None else ():
             p = progress.get(key)
-            shown = {k: v for k, v in p.items() if k != "doc_key"} if p is not None else None
-            table.add_row(name, escape(key), escape(progress_line(shown)) if shown is not None else "starting")
+            fields = {k: v for k, v in p.items() if k != "doc_key"} if p is not None else None
+            table.add_row(name, escape(key), escape(progress_line(fields)) if fields is not None else "starting")
     return table
 
 

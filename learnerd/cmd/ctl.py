@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
+from typing import Any
 
 from learnerd.cmd._common import add_common_options, load_config_from_args, parse_since, plain
 from learnerd.daemon.logging import LEVELS
@@ -53,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config_from_args(args)
     client = client_for(cfg)
     command = args.ctl_command
+    show: Callable[[Any], None]  # the renderer of the answer
 
     if command == "status":
         answer, show = client.call("GET", "/status"), _render.print_status

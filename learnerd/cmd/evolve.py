@@ -137,9 +137,9 @@ def run(args: argparse.Namespace) -> int:
     pool = _load_pool(settings, document)
     loaded = load_document_model(cfg, document, args.adapter, args.doc_key, args.device)
     run_dir = (args.run_dir or cfg.layout.steering_dir / "runs" / loaded.doc_key).expanduser().resolve()
-    from learnerd.steering.evolve import SteeredModel
+    from learnerd.steering.evolve import PoolModel, SteeredModel
 
-    model = SteeredModel(
+    model: PoolModel = SteeredModel(
         loaded.model, loaded.tokenizer, loaded.document.frontmatter.system_prompt, settings.max_new_tokens
     )
     if settings.server.start and not args.apply_best:
@@ -323,6 +323,7 @@ def _apply_best(
             records = answer_items(model, proc, pool, judge)
         except JudgeError as exc:
             raise CommandError(str(exc)) from None
+        assert records is not None  # None only when a stop event is set, and none is passed
         scores = score([r.tokens for r in records], [r.correct for r in records], settings.scale)
         results[label] = {**dataclasses.asdict(scores), "answers": [dataclasses.asdict(r) for r in records]}
     table = Table(title=f"{len(pool)} pool question(s) with {steering_path}", show_lines=True)

@@ -123,8 +123,8 @@ def run(args: argparse.Namespace) -> int:
         out.print("no candidates to harvest: no failing probe with a reference, or all are already in the document")
         return 2
     if result.written:
-        removed = f", removed {len(result.removed)}" if result.removed else ""
-        out.print(f"wrote {len(result.plan.additions)} section(s) to {args.doc}{removed}")
+        also = f", removed {len(result.removed)}" if result.removed else ""
+        out.print(f"wrote {len(result.plan.additions)} section(s) to {args.doc}{also}")
         return 0
     out.print("the sections, as they would be appended:")
     for addition in result.plan.additions:

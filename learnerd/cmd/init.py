@@ -56,6 +56,8 @@ class _HelpWhenShown(argparse.Action):
     """A plain store option whose help text ``make_help()`` writes when argparse first reads it (to show
     ``--help`` or a usage error), not when the parser is built: every other command skips the work."""
 
+    _help: str | None
+
     def __init__(self, option_strings: list[str], dest: str, make_help: Callable[[], str], **kwargs: Any) -> None:
         self._make_help = make_help
         super().__init__(option_strings, dest, **kwargs)
@@ -132,14 +134,14 @@ def render_config(log_dirs: list[str]) -> str:
     """The text of a new config: ``log_dirs`` and ``docs_dirs`` set, every other key listed, commented out."""
     from learnerd.daemon.config import reference
 
-    reference = "".join(f"# {line}".rstrip() + "\n" for line in reference().splitlines())
+    commented = "".join(f"# {line}".rstrip() + "\n" for line in reference().splitlines())
     return (
         "# learnerd's configuration, written by `learnerd init`. Every key is optional: the block below lists\n"
         "# them all with their defaults. Relative paths are resolved against this file's directory.\n\n"
         f"log_dirs = {json.dumps(log_dirs)}  # directories of assistant logs to watch (empty: nothing is learned)\n"
         'docs_dirs = ["docs"]  # .dlm documents; learned probes go into docs/learned.dlm\n\n'
         "# ---- every setting, with its default ------------------------------------------------------------\n"
-        f"{reference}"
+        f"{commented}"
     )
 
 

@@ -136,7 +136,7 @@ async def serve(daemon, once: bool, options=None, display=None):
                     async for signum in signals:
                         if signum == signal.SIGHUP and service is None:
                             log.info("SIGHUP ignored: nothing to reload in --once mode")
-                        elif signum == signal.SIGHUP:
+                        elif signum == signal.SIGHUP and service is not None:
                             log.info("signal received: reloading the config", signal="SIGHUP")
                             service.reload()
                         elif not stop.is_set():

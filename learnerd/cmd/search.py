@@ -11,8 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from learnerd.cmd._common import CommandError, add_common_options, add_wait_option, load_config_from_args, plain
+
+if TYPE_CHECKING:
+    from learnerd.daemon.config import Config
+    from learnerd.store.retrieval import SearchHit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def search_offline(cfg, text: str, k: int) -> list[dict]:
+def search_offline(cfg: Config, text: str, k: int) -> list[SearchHit]:
     """Load the embedder and the stored vectors, embed ``text``, return the top-``k`` examples.
 
     Each result is ``{"id", "score", "query", "answer", "language"}``; ``score`` is the cosine
@@ -49,7 +54,7 @@ def search_offline(cfg, text: str, k: int) -> list[dict]:
         conn.close()
 
 
-def print_results(results: list[dict], as_json: bool) -> None:
+def print_results(results: list[SearchHit], as_json: bool) -> None:
     if as_json:
         json.dump(results, sys.stdout, ensure_ascii=False, indent=2)
         print()
@@ -66,7 +71,7 @@ def print_results(results: list[dict], as_json: bool) -> None:
     Console().print(table)
 
 
-def search_daemon(client, text: str, k: int, wait_s: float, poll_s: float = 0.5) -> list[dict]:
+def search_daemon(client, text: str, k: int, wait_s: float, poll_s: float = 0.5) -> list[SearchHit]:
     """``POST /search`` on the running daemon; while it answers 503 (starting), retry for ``wait_s`` seconds.
 
     Raises:

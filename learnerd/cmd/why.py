@@ -16,12 +16,14 @@ import argparse
 import datetime as dt
 import json
 import sys
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from learnerd.cmd._common import CommandError, add_common_options, add_wait_option, load_config_from_args, plain
 
 if TYPE_CHECKING:
     from learnerd.daemon.config import Config
+    from learnerd.store.retrieval import SearchHit
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -94,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _nearest(cfg: Config, args: argparse.Namespace) -> list[dict[str, Any]]:
+def _nearest(cfg: Config, args: argparse.Namespace) -> list[SearchHit]:
     """``learnerd search``'s results for the text: from the running daemon, else searched in this process."""
     from learnerd.cmd._client import DaemonNotRunning, client_for
     from learnerd.cmd.search import search_daemon, search_offline
@@ -114,7 +116,7 @@ def _why(
     conn: Any,
     store: Any,
     documents: dict[str, str],
-    hits: list[dict[str, Any]] | None,
+    hits: Sequence[Mapping[str, Any]] | None,
     answering: tuple[str, str] | None,
 ) -> dict[str, Any]:
     """The answer as plain data (see the module docstring)."""

@@ -23,6 +23,7 @@ import structlog
 import learnerd
 from learnerd.analyzer.block_ids import block_ids_in_file
 from learnerd.api.errors import BadRequest, Conflict, NotFound, TooManyRequests, Unavailable
+from learnerd.api.surface import Draining, LogLevel, Paused, Requeued, Status
 from learnerd.daemon.app import Daemon
 from learnerd.daemon.config import Config
 from learnerd.daemon.controllers import TRAINING
@@ -222,7 +223,7 @@ class DaemonControl:
 
     # ------------------------------------------------------------------ read
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Status:
         """Everything ``learnerd ctl status`` shows; see docs/operations.md for the shape."""
         daemon = self.daemon
         cfg = daemon.cfg
@@ -301,7 +302,7 @@ class DaemonControl:
     def _paused(self) -> dict[str, bool]:
         return {name: c.paused for name, c in self.daemon.controllers.items()}
 
-    def pause(self, controller: str | None = None) -> dict[str, Any]:
+    def pause(self, controller: str | None = None) -> Paused:
         """Stop handing keys to the workers of ``controller`` (None: all); intake keeps queueing. The paused
         set is saved in the state directory: a restart keeps it.
 
@@ -316,7 +317,7 @@ class DaemonControl:
         self._save_paused()
         return {"paused": self._paused()}
 
-    def resume(self, controller: str | None = None) -> dict[str, Any]:
+    def resume(self, controller: str | None = None) -> Paused:
         """Undo :meth:`pause` for ``controller`` (None: all).
 
         Raises:
@@ -339,7 +340,7 @@ class DaemonControl:
             keys |= {str(p) for p in intake.watcher.documents()}
         return keys
 
-    def requeue(self, controller: str, key: str) -> dict[str, Any]:
+    def requeue(self, controller: str, key: str) -> Requeued:
         """Queue ``key`` on ``controller`` now, with its failure backoff reset.
 
         Raises:
@@ -379,7 +380,7 @@ class DaemonControl:
         job = self.backfill_tracker.current()
         return job.to_json() if job is not None else None
 
-    def drain(self) -> dict[str, Any]:
+    def drain(self) -> Draining:
         """Stop intake, finish in-flight and queued work (within ``[shutdown] drain_timeout_s``), exit."""
         if not self.stop.is_set():
             log.info("drain requested: stopping intake and draining queues")
@@ -401,10 +402,10 @@ class DaemonControl:
             raise BadRequest(f"config not reloaded: {exc}") from exc
         return dataclasses.asdict(apply_config(self.daemon, new))
 
-    def log_level(self) -> dict[str, Any]:
+    def log_level(self) -> LogLevel:
         return {"level": current_level()}
 
-    def set_log_level(self, level: str) -> dict[str, Any]:
+    def set_log_level(self, level: str) -> LogLevel:
         """Change the log level until the next change or reload.
 
         Raises:

@@ -57,7 +57,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import structlog
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
@@ -124,6 +124,19 @@ def score(lengths: Sequence[int], correct: Sequence[bool], scale: float) -> Scor
     correctness = sum(correct) / len(correct)
     shortness = 1.0 / (1.0 + mean_len / scale)
     return Scores(mean_len, correctness, shortness, SHORTNESS_WEIGHT * shortness + CORRECTNESS_WEIGHT * correctness)
+
+
+class PoolModel(Protocol):
+    """What answers the pool: :class:`SteeredModel` in process, or :class:`learnerd.steering.server.ServedModel`
+    through the server."""
+
+    tokenizer: Any
+    system: str | None
+    max_new_tokens: int
+
+    def reply(
+        self, question: str, processor: ClusterBiasProcessor | None, stop: threading.Event | None = None
+    ) -> Reply: ...
 
 
 @dataclass
@@ -199,7 +212,7 @@ def run_parameters(
 def run_evolution(
     run_dir: str | Path,
     *,
-    model: SteeredModel,
+    model: PoolModel,
     clusters: VocabularyClusters,
     pool: Sequence[PoolItem],
     judge: Judge,
@@ -331,7 +344,7 @@ def run_evolution(
 
 
 def answer_items(
-    model: SteeredModel,
+    model: PoolModel,
     processor: ClusterBiasProcessor | None,
     items: Sequence[PoolItem],
     judge: Judge,

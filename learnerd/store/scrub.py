@@ -37,7 +37,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from learnerd.store import db, foyle_examples
 from learnerd.store.atomic import atomic_write_bytes
@@ -48,8 +48,10 @@ from learnerd.store.embeddings import get_metas
 class Redacted(Protocol):
     """What a redaction gives: the ``text`` and how many placeholders of each kind were put in."""
 
-    text: str
-    kinds: Mapping[str, int]
+    @property
+    def text(self) -> str: ...
+    @property
+    def kinds(self) -> Mapping[str, int]: ...
 
 
 class Scrubber(Protocol):
@@ -209,7 +211,7 @@ def scrub_lines(path: Path, scrubber: Scrubber, report: ScrubReport) -> bool:
     when the file changed (or, with ``dry_run``, would)."""
     if not path.is_file():
         return False
-    out, changed, kinds = [], 0, Counter()
+    out, changed, kinds = [], 0, Counter[str]()
     data = path.read_bytes()
     for line in data.splitlines(keepends=True):
         try:
@@ -262,6 +264,10 @@ def drop_watermarks(conn: Any, paths: Iterable[Path]) -> None:
             conn.execute("DELETE FROM watermarks WHERE path = ?", (str(path),))
 
 
+@overload
+def _text(scrubber: Scrubber, text: str, kinds: Counter[str]) -> str: ...
+@overload
+def _text(scrubber: Scrubber, text: str | None, kinds: Counter[str]) -> str | None: ...
 def _text(scrubber: Scrubber, text: str | None, kinds: Counter[str]) -> str | None:
     if not text:
         return text
