@@ -19,9 +19,12 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from learnerd.cmd._common import add_common_options, document_store_errors, load_config_from_args, plain
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,7 +73,7 @@ def _print_rows(rows: list[dict[str, Any]], doc: Path) -> None:
     from rich.table import Table
 
     table = Table(title=f"adapter versions of {doc}")
-    for name, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("version", "left"),
         ("trained (UTC)", "left"),
         ("mode", "left"),
@@ -82,8 +85,9 @@ def _print_rows(rows: list[dict[str, Any]], doc: Path) -> None:
         ("score", "right"),
         ("retention", "left"),
         ("status", "left"),
-    ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    )
+    for name, justify in columns:
+        table.add_column(name, justify=justify)
     for r in rows:
         retention = r["retention"]
         kept, drift = retention.get("answer_retention"), retention.get("calibration_drift")

@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import structlog
@@ -244,6 +244,7 @@ class Daemon:
         queue = RateLimitingQueue(
             name, rate_limiter=default_controller_rate_limiter(self.cfg.workqueue), metrics=self._queue_metrics
         )
+        # a RoutedQueue forwards every method but add to the queue it wraps (__getattr__), unseen by mypy
         return self.fleet.route(queue) if self.fleet is not None else queue  # type: ignore[return-value]
 
     def _wire(self, spec: ControllerSpec) -> Controller:
@@ -311,26 +312,27 @@ class Daemon:
                 on_refused=lambda reason: self.examples.refusals.update([category(reason)]),
             )
 
-    # The reconcilers by their role (None until wired: embeddings waits for the embedder).
+    # The reconcilers by their role (None until wired: embeddings waits for the embedder); each spec's
+    # reconciler is under the spec's name, so these are downcasts.
     @property
     def examples(self) -> ExamplesReconciler:
-        return self.reconcilers[ExamplesReconciler.name]  # type: ignore[return-value]
+        return cast(ExamplesReconciler, self.reconcilers[ExamplesReconciler.name])
 
     @property
     def embeddings(self) -> EmbeddingsReconciler | None:
-        return self.reconcilers.get(EmbeddingsReconciler.name)  # type: ignore[return-value]
+        return cast(EmbeddingsReconciler | None, self.reconcilers.get(EmbeddingsReconciler.name))
 
     @property
     def probes(self) -> ProbesReconciler:
-        return self.reconcilers[ProbesReconciler.name]  # type: ignore[return-value]
+        return cast(ProbesReconciler, self.reconcilers[ProbesReconciler.name])
 
     @property
     def evaluation(self) -> EvaluationReconciler:
-        return self.reconcilers[EvaluationReconciler.name]  # type: ignore[return-value]
+        return cast(EvaluationReconciler, self.reconcilers[EvaluationReconciler.name])
 
     @property
     def training(self) -> TrainingReconciler | None:
-        return self.reconcilers.get(TRAINING)  # type: ignore[return-value]
+        return cast(TrainingReconciler | None, self.reconcilers.get(TRAINING))
 
     def require_embedder(self) -> Embedder:
         """The loaded embedder (a spec that ``needs_embedder`` is built only after it loaded)."""

@@ -49,6 +49,8 @@ from learnerd.store.settings import StoreConfig, SuggestionsConfig
 from learnerd.training.settings import TrainingSettings
 
 if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
     from learnerd.store.layout import StateLayout
 
 STORE_URL_ENV = "LEARNERD_STORE_URL"
@@ -305,7 +307,7 @@ def _range(key: str, info: Any) -> str:
     return f"{low}{key}{high}"
 
 
-def _describe(error: dict[str, Any], root: str) -> str:
+def _describe(error: ErrorDetails, root: str) -> str:
     """One pydantic error as one clear sentence naming the key (and the allowed range)."""
     loc = tuple(error["loc"])
     kind, value = error["type"], error.get("input")

@@ -220,7 +220,7 @@ class DaemonMetrics:
         outcome, result = report.outcome, report.outcome.result
         trained = outcome.version is not None and result is not None
         self.training_cycles.labels("committed" if trained else "nothing to train").inc()
-        if trained:
+        if trained and result is not None:
             document = str(report.path)
             self.training_duration.observe(report.duration_s)
             self.training_loss.labels(document).set(result.final_loss)

@@ -68,7 +68,7 @@ def model_catalog(cfg: Config) -> ModelCatalog:
 def served_model(doc_path: str | os.PathLike[str]) -> ServedModel | None:
     """The served model of the document at ``doc_path`` (None when it no longer parses)."""
     try:
-        fm = read_document(doc_path).frontmatter
+        fm = read_document(Path(doc_path)).frontmatter
     except (DocumentError, OSError):
         return None
     path = Path(doc_path)

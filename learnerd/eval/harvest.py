@@ -303,11 +303,12 @@ def plan_harvest(
         reinforcement = reinforce and any((pair.question, pair.answer, True) in held for held in pairs.values())
         if reinforcement:
             section = replace(section, body=(Q_HEADER, *section.body[1:]))
-        ids = probe_section_ids(section)
-        if ids & existing:
-            skipped.append(Skipped(c, SkipReason.ALREADY_PRESENT, f"section {min(ids & existing)} is in the document"))
+        section_ids = probe_section_ids(section)
+        if section_ids & existing:
+            held = min(section_ids & existing)
+            skipped.append(Skipped(c, SkipReason.ALREADY_PRESENT, f"section {held} is in the document"))
             continue
-        existing |= ids
+        existing |= section_ids
         additions.append(Addition(c, section, reinforcement))
     return HarvestPlan(tuple(additions), tuple(skipped), tuple(undertrained), tuple(unharvestable))
 

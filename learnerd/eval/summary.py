@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
@@ -36,8 +36,9 @@ def render_report(report: Report, console: Console, *, title: str = "") -> None:
     """A table of the probes — the recall probes folded into one row plus their worst failures — then
     the overall score with its band explained (:func:`~learnerd.eval.score.explain_band`) and the findings."""
     table = Table(title=title or f"evaluation of {report.adapter_id}", title_justify="left")
-    for col, justify in (("probe", "left"), ("kind", "left"), ("verdict", "left"), ("score", "right"),
-                         ("raw", "right"), ("z", "right"), ("message", "left")):  # fmt: skip
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("probe", "left"), ("kind", "left"), ("verdict", "left"),
+        ("score", "right"), ("raw", "right"), ("z", "right"), ("message", "left"))  # fmt: skip
+    for col, justify in columns:
         table.add_column(col, justify=justify, overflow="fold", no_wrap=col in ("verdict", "score", "raw", "z"))
     recall = [p for p in report.probes if p.kind == RECALL]
     for p in report.probes:

@@ -272,7 +272,8 @@ class Fleet:
         Raises:
             psycopg.OperationalError: the database is unreachable (the reconcile fails and backs off).
         """
-        return bool(self._lock_conn.execute("SELECT pg_try_advisory_lock(?)", (lock_id(queue, key),)).fetchone()[0])
+        row = self._lock_conn.execute("SELECT pg_try_advisory_lock(?)", (lock_id(queue, key),)).fetchone()
+        return row is not None and bool(row[0])
 
     def unlock(self, queue: str, key: str) -> None:
         with contextlib.suppress(psycopg.Error):
@@ -325,8 +326,9 @@ class Fleet:
             self.reload_vectors(message.keys)
             return
         if message.queue == notify.ADAPTERS:
-            for key in message.keys if self.adapters_changed is not None else ():
-                self.adapters_changed(key)
+            if self.adapters_changed is not None:
+                for key in message.keys:
+                    self.adapters_changed(key)
             return
         queue = self.queues.get(message.queue)
         if queue is None:

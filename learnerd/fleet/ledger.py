@@ -130,8 +130,8 @@ class AdapterLedger:
                 return
             with conn.transaction():
                 lock = "pg_advisory_xact_lock" if wait else "pg_try_advisory_xact_lock"
-                got = conn.execute(f"SELECT {lock}(?)", (lock_id(LOCK_QUEUE, doc_key),)).fetchone()[0]
-                if got is False:
+                row = conn.execute(f"SELECT {lock}(?)", (lock_id(LOCK_QUEUE, doc_key),)).fetchone()
+                if row is None or row[0] is False:
                     yield None
                     return
                 rows = conn.execute("SELECT version FROM adapter_commits WHERE document = ?", (doc_key,)).fetchall()

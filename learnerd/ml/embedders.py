@@ -34,7 +34,9 @@ class Embedder(Protocol):
 
     name: str
     dim: int
-    calls: int
+
+    @property
+    def calls(self) -> int: ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
@@ -58,7 +60,7 @@ CANARY_TEXTS = (
 CANARY_MIN_MARGIN = 0.3
 
 
-def canary_margin(embedder: Embedder) -> float:
+def canary_margin(embedder: MiniLMEmbedder) -> float:
     """cos(paraphrase pair) − the larger cos(unrelated pair) of :data:`CANARY_TEXTS` under ``embedder``.
 
     Does not count in ``embedder.calls``.

@@ -126,9 +126,10 @@ class Controller:
             )
         self._reconciler = reconciler
         self._batch_size = 1
-        self._batched = isinstance(reconciler, BatchReconciler)
-        if self._batched:
-            self._batch_size = reconciler.batch_size  # type: ignore[attr-defined]
+        self._batch = reconciler if isinstance(reconciler, BatchReconciler) else None
+        self._batched = self._batch is not None
+        if self._batch is not None:
+            self._batch_size = self._batch.batch_size
             if self._batch_size < 1:
                 raise ValueError(f"{reconciler.name}: batch_size must be >= 1, not {self._batch_size}")
         self._queue = queue
@@ -334,8 +335,8 @@ class Controller:
         with anyio.move_on_after(self._timeout_s) as scope:
             self._call_scopes.add(scope)
             try:
-                if self._batched:
-                    returned = await self._reconciler.reconcile_batch(list(keys))  # type: ignore[attr-defined]
+                if self._batch is not None:
+                    returned = await self._batch.reconcile_batch(list(keys))
                     outcomes = _batch_outcomes(keys, returned)
                 else:
                     outcomes = {keys[0]: _checked(await self._reconciler.reconcile(keys[0]), "reconcile")}

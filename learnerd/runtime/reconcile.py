@@ -43,7 +43,9 @@ class Reconciler(Protocol):
     """
 
     name: str
-    changes: Counter[str]
+
+    @property
+    def changes(self) -> Counter[str]: ...
 
     def resync_keys(self) -> Iterable[str]: ...
 

@@ -96,7 +96,7 @@ class Row(tuple):
     __slots__ = ()
     _names: tuple[str, ...] = ()
 
-    def __getitem__(self, item: Any) -> Any:  # type: ignore[override]
+    def __getitem__(self, item: Any) -> Any:
         if isinstance(item, str):
             return tuple.__getitem__(self, self._names.index(item))
         return tuple.__getitem__(self, item)

@@ -39,6 +39,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -125,6 +126,7 @@ def sway_pack() -> Pack:
 def _module_literal(tree: ast.Module, name: str) -> object:
     """The literal a module binds ``name`` to at its top level (``name = …`` or ``name: T = …``); None
     when it binds none."""
+    target: ast.expr
     for node in tree.body:
         if isinstance(node, ast.AnnAssign) and node.value is not None:
             target, value = node.target, node.value
@@ -183,7 +185,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     threshold = opts.drift_regression_nats
     regressed = sorted(
         ({"prompt": p, "gold": g, "delta": d} for (p, g), d in zip(items, values, strict=True) if d < -threshold),
-        key=lambda e: e["delta"],
+        key=itemgetter("delta"),
     )
     frac = len(regressed) / len(items)
     mean = statistics.fmean(values)

@@ -83,7 +83,7 @@ def per_prompt(
         ft_dists = ft.next_token_dists(prompt_ids, top_k)
     kind = ctx.options.delta_divergence
     completion = ctx.options.top_k_completion
-    return [divergence(b, f, kind, completion) for b, f in zip(base_dists, ft_dists, strict=True)]  # type: ignore[arg-type]
+    return [divergence(b, f, kind, completion) for b, f in zip(base_dists, ft_dists, strict=True)]
 
 
 def raw_value(ctx: ProbeContext, ft_view: ViewFactory) -> float:

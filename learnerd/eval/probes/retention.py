@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
@@ -93,7 +94,7 @@ def general_pool() -> tuple[PoolItem, ...]:
         fields = [entry.get(k) if isinstance(entry, dict) else None for k in ("category", "prompt", "gold")]
         if not all(isinstance(f, str) and f for f in fields):
             raise ValueError(f"{POOL}:{number}: not an object of non-empty category, prompt and gold strings")
-        items.append(PoolItem(*fields))
+        items.append(PoolItem(entry["category"], entry["prompt"], entry["gold"]))
     return tuple(items)
 
 
@@ -177,7 +178,7 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
         }
         for i, text, known in zip(lost_items, led, knows, strict=True)
     ]
-    lost.sort(key=lambda entry: entry["knows"])  # what the adapter no longer knows first
+    lost.sort(key=itemgetter("knows"))  # what the adapter no longer knows first
     by_category: dict[str, dict[str, int]] = {}
     for i in right:
         counts = by_category.setdefault(pool[i].category, {"base_right": 0, "kept": 0})

@@ -119,7 +119,8 @@ class _Histogram:
     def samples(self) -> tuple[list[tuple[str, float]], float]:
         """Cumulative ``(le, count)`` buckets as the exposition format wants them, and the sum."""
         counts, total = list(self.counts), self.total
-        buckets, running = [], 0
+        buckets: list[tuple[str, float]] = []
+        running = 0
         for bound, count in zip((*LATENCY_BUCKETS, float("inf")), counts, strict=True):
             running += count
             buckets.append((floatToGoString(bound), running))
