@@ -66,7 +66,7 @@ class CellLogger:
         """Log the cell ``result`` ran (see the module docstring). A daemon that is down, refuses or breaks off
         is reported once on stderr, never raised into the shell."""
         info = result.info
-        if info.silent or not info.store_history:
+        if info is None or info.silent or not info.store_history:
             return
         intent, code = split_intent(info.raw_cell or "")
         if not code.strip():

@@ -164,7 +164,7 @@ class LlamaCppServedModels(ServedModels):
                  seconds=round(time.perf_counter() - started, 3))  # fmt: skip
         return base
 
-    def _activate(self, base: _LlamaBase, version: AdapterVersion | None) -> Any:
+    def _activate(self, base: _LlamaBase, version: AdapterVersion | None) -> Any:  # type: ignore[override]  # bases: _LlamaBase, from its _load_base
         """Set ``version``'s GGUF LoRA (None: none) on ``base``'s context, loading it first if needed.
 
         Raises:
@@ -173,7 +173,7 @@ class LlamaCppServedModels(ServedModels):
         import llama_cpp
 
         name = adapter_name(version) if version is not None else None
-        if version is not None and name not in base.adapters:
+        if version is not None and name is not None and name not in base.adapters:
             identity = version.metadata().base_model_identity
             if identity != base.ref.identity:
                 raise AdapterStoreError(f"{name} was trained on {identity}, not on {base.ref.identity}")
@@ -212,7 +212,7 @@ class LlamaCppServedModels(ServedModels):
             raise AdapterStoreError(f"llama.cpp could not set the adapter {name} (status {status})")
         base.active = name
 
-    def _release(self, base: _LlamaBase, version: AdapterVersion | None) -> None:
+    def _release(self, base: _LlamaBase, version: AdapterVersion | None) -> None:  # type: ignore[override]  # bases: _LlamaBase, from its _load_base
         """Forget a job's hold on ``version``; free adapters nobody holds that are not current."""
         import llama_cpp
 
@@ -313,5 +313,5 @@ def _logit_biases(steering: Any, n_vocab: int) -> Any:
     tokens = np.flatnonzero(bias)
     array = (llama_cpp.llama_logit_bias * len(tokens))()
     for i, token in enumerate(tokens.tolist()):
-        array[i].token, array[i].bias = token, float(bias[token])
+        array[i].token, array[i].bias = token, float(bias[token])  # type: ignore[assignment]  # ctypes converts the int
     return array

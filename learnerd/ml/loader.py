@@ -37,7 +37,7 @@ import os
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from learnerd.ml.device import Placement
 from learnerd.store.adapters import AdapterVersion
@@ -83,8 +83,11 @@ def load_pretrained(
         options["gguf_file"] = gguf_file
     with loading():
         tokenizer = AutoTokenizer.from_pretrained(path, **options)
-        model, info = AutoModelForCausalLM.from_pretrained(
-            path, dtype=placement.dtype if placement else torch.float32, output_loading_info=True, **options
+        model, info = cast(  # with output_loading_info, a pair (transformers annotates the model alone)
+            tuple[Any, dict[str, Any]],
+            AutoModelForCausalLM.from_pretrained(
+                path, dtype=placement.dtype if placement else torch.float32, output_loading_info=True, **options
+            ),
         )
         if placement is not None and placement.device != "cpu":
             model = model.to(placement.device)

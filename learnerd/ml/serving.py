@@ -48,8 +48,8 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,7 +187,7 @@ class Job:
         """Called from the worker thread: hand ``item`` to the event loop."""
         self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
 
-    async def events(self):  # type: ignore[no-untyped-def]
+    async def events(self) -> AsyncIterator[Delta | Finished]:
         """Yield :class:`Delta` items, then one :class:`Finished` (raises its ``error`` if it has one)."""
         while True:
             item = await self.queue.get()
@@ -392,7 +392,12 @@ class ServedModels:
             with self._lock:
                 self._held[adapter_name(version)] += 1
         future = self._executor.submit(self._run, job)
-        future.add_done_callback(lambda f: f.cancelled() and self._end(job, Finished("cancelled", 0, 0, None, 0.0)))
+
+        def cancelled(f: Future[None]) -> None:
+            if f.cancelled():
+                self._end(job, Finished("cancelled", 0, 0, None, 0.0))
+
+        future.add_done_callback(cancelled)
         return job
 
     def _job_done(self) -> None:

@@ -227,15 +227,15 @@ def _options(argv: list[Word]) -> list[Span]:
                 found = (following, 0)
                 i += 1
         if found is not None:
-            target, start = found
-            secret = target.value[start:]
+            holder, start = found
+            secret = holder.value[start:]
             if secret.startswith("pass:"):  # openssl's pass:PASSWORD (env:VAR, file:PATH, fd:N name one)
                 start, secret = start + 5, secret[5:]
             elif command == "openssl" and secret.startswith(("env:", "file:", "fd:", "stdin")):
                 secret = ""
             if secret and not templated(secret) and not _is_path(secret):
                 kind = "MYSQL_PASSWORD" if command.startswith(("mysql", "mariadb")) else "PASSWORD"
-                spans.append((*target.span(start), kind))
+                spans.append((*holder.span(start), kind))
         i += 1
     batch = any(w.value.startswith("-") and "b" in w.value[1:] for w in argv[1:] if is_option(w))
     if command == "htpasswd" and batch and operands:  # htpasswd -b FILE USER PASSWORD, -nb USER PASSWORD

@@ -201,19 +201,19 @@ class Redactor:
                 copy = container[key] = dict(item)
                 stack.extend((copy, k, extra if k == "text" else ()) for k in copy)
             elif isinstance(item, list):
-                copy = container[key] = list(item)
-                split = self._split_secrets(copy)
-                stack.extend((copy, i, split.get(i, ())) for i in range(len(copy)))
+                copied = container[key] = list(item)
+                split = self._split_secrets(copied)
+                stack.extend((copied, i, split.get(i, ())) for i in range(len(copied)))
         return root[0]
 
     def _split_secrets(self, items: list[Any]) -> dict[int, tuple[Span, ...]]:
         """Spans, per item, of the secrets seen in the text items of ``items`` (strings, or the ``text`` of cell
         objects) joined: by line breaks (a value in the cell after its option or assignment; any span found), and
         end to end (a token cut in two; only spans that cross from one item into the next)."""
-        texts = {
+        candidates = {
             i: t if isinstance(t, str) else t.get("text") for i, t in enumerate(items) if isinstance(t, str | dict)
         }
-        texts = {i: t for i, t in texts.items() if isinstance(t, str)}
+        texts = {i: t for i, t in candidates.items() if isinstance(t, str)}
         out: dict[int, list[Span]] = {}
         if len(texts) < 2:
             return {}
@@ -332,7 +332,7 @@ def _detect_secrets_plugins(cfg: PrivacyConfig) -> list[Any]:
     directly rather than through detect-secrets' process-wide settings."""
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 
-    classes = {cls.__name__: cls for cls in get_mapping_from_secret_type_to_class().values()}
+    classes: dict[str, Any] = {cls.__name__: cls for cls in get_mapping_from_secret_type_to_class().values()}
     limits = {"Base64HighEntropyString": cfg.base64_limit, "HexHighEntropyString": cfg.hex_limit}
     plugins = []
     for name in cfg.plugins:

@@ -227,7 +227,9 @@ class _Walker:
             elif kind == "command_name":
                 command.argv.append(self.word(child.named_children[0] if child.named_children else child, script))
             elif kind in ("file_redirect", "herestring_redirect"):
-                dest = child.child_by_field_name("destination") or (child.named_children or [None])[-1]
+                dest = child.child_by_field_name("destination") or (
+                    child.named_children[-1] if child.named_children else None
+                )
                 op = next((c.type for c in child.children if not c.is_named), "")
                 if dest is not None:
                     command.redirects.append(Redirect(op, self.word(dest, script)))

@@ -446,7 +446,7 @@ def training_reconciler(
         models_dir=layout.models_dir,
         journal=ProbeJournal(layout.probe_journal, document_allowed=scope),
         new_document_base_model=cfg.probes.base_model,
-        on_committed=on_committed,  # type: ignore[arg-type]
+        on_committed=on_committed,
         on_cycle=on_cycle,
         db_path=layout.store_target,
         served_rag_k=cfg.serve.rag_k,

@@ -196,7 +196,7 @@ def apply_event(conn: sqlite3.Connection, ev: BlockEvent, now: float, origin: Li
     lock_for_merge(conn, "blocks", ev.block_id)
     row = conn.execute("SELECT * FROM blocks WHERE id = ?", (ev.block_id,)).fetchone()
     old: dict[str, Any] = dict(row) if row is not None else {}
-    new = (
+    new: dict[str, Any] = (
         dict(old)
         if old
         else {

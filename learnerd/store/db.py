@@ -150,7 +150,7 @@ def redact(target: str | Path) -> str:
         return text.split("@")[-1]
     if "password" in params:
         params["password"] = "***"
-    return make_conninfo(**{k: v for k, v in params.items() if v is not None})
+    return make_conninfo("", **{k: v for k, v in params.items() if v is not None})
 
 
 def _connect_pg(url: str) -> Any:

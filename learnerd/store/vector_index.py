@@ -69,7 +69,7 @@ class VectorIndex:
                 if row is None:
                     row = len(self._ids)
                     if row == self._matrix.shape[0]:
-                        grown = np.zeros((2 * row, self.dim), dtype=np.float32)
+                        grown = np.zeros((2 * row, self._matrix.shape[1]), dtype=np.float32)
                         grown[:row] = self._matrix
                         self._matrix = grown
                     self._row_of[example_id] = row

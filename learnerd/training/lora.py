@@ -178,8 +178,8 @@ def train_lora(
     batch_size = config.batch_size()
     start_loss = float(saved["start_loss"]) if saved else mean_loss(peft_model, data.scored, data.pad_id, batch_size)
     if on_progress is not None:
-        for event in loop.events:
-            on_progress(ProgressEvent(**{**event, "restored": True}))
+        for restored in loop.events:
+            on_progress(ProgressEvent(**{**restored, "restored": True}))
     started = time.perf_counter() - (loop.events[-1]["elapsed_s"] if loop.events else 0.0)
     last_saved = time.perf_counter()
     for step in range(resumed_at_step + 1, total_steps + 1):

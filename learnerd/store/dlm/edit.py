@@ -174,7 +174,11 @@ def update_document(
                 if create is None:
                     raise
                 data = None
-            current = create() if data is None else parse_bytes(data, path=target)
+            if data is None:
+                assert create is not None  # a missing file without create was raised above
+                current = create()
+            else:
+                current = parse_bytes(data, path=target)
             wanted = edit(current)
             new = wanted.to_bytes()
             if data is not None and new == data:
