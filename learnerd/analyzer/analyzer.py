@@ -514,7 +514,7 @@ class Analyzer:
     def _commit_rows(self, t: _Tracked, rows: list[dict[str, object]]) -> None:
         """Ingest ``rows`` and move the rowid watermark in one transaction; then count, log and notify."""
         now = self._clock()
-        lines = [RawLine(int(row[ROWID]), b"", 0) for row in rows]  # type: ignore[call-overload]
+        lines = [RawLine(int(row[ROWID]), b"", 0) for row in rows]  # type: ignore[call-overload]  # an INTEGER rowid
         end_rowid = lines[-1].number
         with transaction(self._conn):
             results = [
@@ -525,7 +525,7 @@ class Analyzer:
                     now,
                     self._redactor,
                     path=t.path,
-                    line=int(row[ROWID]),  # type: ignore[call-overload]
+                    line=int(row[ROWID]),  # type: ignore[call-overload]  # an INTEGER rowid
                     formats=self._formats,
                     join_window_s=self._join_window_s,
                 )

@@ -50,7 +50,7 @@ def parse_time(value: Any, field: str = "time") -> float:
         text = value.upper().replace(" ", "T")
         date_time, _, rest = text.partition(".")
         if rest:  # keep at most microseconds: fromisoformat's precision
-            digits = re.match(r"\d+", rest).group(0)  # type: ignore[union-attr]
+            digits = re.match(r"\d+", rest).group(0)  # type: ignore[union-attr]  # _RFC3339: digits follow the dot
             text = f"{date_time}.{digits[:6]}{rest[len(digits) :]}"
         try:
             return datetime.fromisoformat(text).timestamp()

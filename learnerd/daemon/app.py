@@ -244,8 +244,7 @@ class Daemon:
         queue = RateLimitingQueue(
             name, rate_limiter=default_controller_rate_limiter(self.cfg.workqueue), metrics=self._queue_metrics
         )
-        # a RoutedQueue forwards every method but add to the queue it wraps (__getattr__), unseen by mypy
-        return self.fleet.route(queue) if self.fleet is not None else queue  # type: ignore[return-value]
+        return self.fleet.route(queue) if self.fleet is not None else queue  # type: ignore[return-value]  # RoutedQueue forwards the rest (__getattr__)
 
     def _wire(self, spec: ControllerSpec) -> Controller:
         reconciler = self.reconcilers[spec.name] = spec.build(self)

@@ -24,13 +24,22 @@ import re
 import sys
 import warnings
 from collections.abc import MutableMapping
-from typing import Any, TextIO
+from typing import Any, TextIO, TypedDict
 
 import structlog
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 
-_current: dict[str, object] = {"level": "info", "json": None, "stream": None}
+
+class _Settings(TypedDict):
+    """The arguments of the last :func:`configure_logging`."""
+
+    level: str
+    json: bool | None
+    stream: TextIO | None
+
+
+_current: _Settings = {"level": "info", "json": None, "stream": None}
 
 _ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
 """ECMA-48 escape sequences: CSI (colours, bold, cursor moves), OSC (hyperlinks, titles), and the others
@@ -107,7 +116,7 @@ def configure_logging(level: str = "info", json: bool | None = None, stream: Tex
     root.setLevel(max(threshold, logging.WARNING))
     logging.captureWarnings(True)
     adopt_library_loggers()
-    _current.update(level=level.lower(), json=json, stream=stream)
+    _current.update({"level": level.lower(), "json": json, "stream": stream})
 
 
 def set_log_level(level: str) -> str:
@@ -117,7 +126,7 @@ def set_log_level(level: str) -> str:
         ValueError: ``level`` is not one of :data:`LEVELS`.
     """
     previous = current_level()
-    configure_logging(level, _current["json"], _current["stream"])  # type: ignore[arg-type]
+    configure_logging(level, _current["json"], _current["stream"])
     return previous
 
 

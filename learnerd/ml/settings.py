@@ -4,7 +4,6 @@ setting."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -16,7 +15,7 @@ DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")
 DEVICE_CHOICES = "auto | cpu | cuda | cuda:N"
 
 
-def device_spec(section: str) -> Callable[..., Any]:
+def device_spec(section: str) -> classmethod[Any, Any, str]:
     """A field validator: a ``device`` in :data:`DEVICE_PATTERN`'s grammar.
 
     Raises:
@@ -28,7 +27,7 @@ def device_spec(section: str) -> Callable[..., Any]:
             raise ConfigError(f"{section}.device {value!r} is not one of {DEVICE_CHOICES}")
         return value
 
-    return classmethod(check)  # type: ignore[return-value]
+    return classmethod(check)
 
 
 class EmbeddingsConfig(Section):

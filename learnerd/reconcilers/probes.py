@@ -36,6 +36,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 import anyio.to_thread
 import structlog
@@ -274,7 +275,16 @@ def document_router(cfg: SpecConfig) -> DocumentRouter:
     return DocumentRouter(cfg.probes.document, cfg.probes.by_language, cfg.layout.docs_base)
 
 
-def probes_reconciler(cfg: SpecConfig, router: DocumentRouter | None = None, **hooks: object) -> ProbesReconciler:
+class ProbesHooks(TypedDict, total=False):
+    """The probes reconciler's test hooks."""
+
+    before_replace: Callable[[], None] | None
+    monotonic: Callable[[], float]
+
+
+def probes_reconciler(
+    cfg: SpecConfig, router: DocumentRouter | None = None, **hooks: Unpack[ProbesHooks]
+) -> ProbesReconciler:
     """The probes reconciler of ``cfg`` (``hooks``: its test hooks, ``before_replace`` / ``monotonic``)."""
     return ProbesReconciler(
         router or document_router(cfg),
@@ -282,7 +292,7 @@ def probes_reconciler(cfg: SpecConfig, router: DocumentRouter | None = None, **h
         base_model=cfg.probes.base_model,
         broken_document_retry_s=cfg.probes.broken_document_retry_s,
         rewrite_interval_s=cfg.probes.rewrite_interval_s,
-        **hooks,  # type: ignore[arg-type]
+        **hooks,
     )
 
 

@@ -87,7 +87,8 @@ class BackfillTracker:
         self._job = BackfillJob(id=self._next_id, since=since, blocks=blocks, started_at=time.time())
         self._next_id += 1
         log.info("backfill started", job=self._job.id, since=since, blocks=blocks)
-        return self.current()  # type: ignore[return-value]
+        self._refresh(self._job)
+        return self._job
 
     async def follow(self) -> None:
         """Wait until the pipeline is idle, then mark the job done (cancelled if cancelled first)."""

@@ -44,7 +44,7 @@ def option_models(modules: Iterable[ModuleType]) -> tuple[type[common.ProbeOptio
     return tuple(model for _, model in parts)
 
 
-class EvalOptions(EvaluationSettings, *option_models(probes.PROBES)):  # type: ignore[misc]
+class EvalOptions(EvaluationSettings, *option_models(probes.PROBES)):  # type: ignore[misc]  # bases made at import
     """The knobs of an evaluation: the ``[evaluation]`` settings plus every probe module's ``Options``
     (defaults follow sway's where it has one), flat: ``EvalOptions(top_k=64, min_similarity=0.8)``.
     Validated by pydantic like the config (a value out of range raises ``pydantic.ValidationError``, a

@@ -170,7 +170,15 @@ class _WorkqueueCollector(Collector):
         self.queues: list[_PrometheusQueueMetrics] = []
 
     @staticmethod
-    def _families() -> tuple[Metric, ...]:
+    def _families() -> tuple[
+        GaugeMetricFamily,
+        CounterMetricFamily,
+        HistogramMetricFamily,
+        HistogramMetricFamily,
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        GaugeMetricFamily,
+    ]:
         return (
             GaugeMetricFamily("workqueue_depth", "Current depth of the workqueue.", labels=["name"]),
             CounterMetricFamily("workqueue_adds", "Adds handled by the workqueue.", labels=["name"]),
@@ -204,16 +212,16 @@ class _WorkqueueCollector(Collector):
         depth, adds, queue_duration, work_duration, retries, unfinished, longest = self._families()
         for queue in tuple(self.queues):
             labels = [queue.name]
-            depth.add_metric(labels, queue.depth)  # type: ignore[attr-defined]
-            adds.add_metric(labels, queue.adds)  # type: ignore[attr-defined]
-            retries.add_metric(labels, queue.retries)  # type: ignore[attr-defined]
+            depth.add_metric(labels, queue.depth)
+            adds.add_metric(labels, queue.adds)
+            retries.add_metric(labels, queue.retries)
             for family, histogram in ((queue_duration, queue.queue_duration), (work_duration, queue.work_duration)):
                 buckets, total = histogram.samples()
-                family.add_metric(labels, buckets, total)  # type: ignore[attr-defined]
+                family.add_metric(labels, buckets, total)
             now = queue.clock.now()
             ages = [now - started for started in tuple(queue.started_at.values())]
-            unfinished.add_metric(labels, sum(ages))  # type: ignore[attr-defined]
-            longest.add_metric(labels, max(ages, default=0.0))  # type: ignore[attr-defined]
+            unfinished.add_metric(labels, sum(ages))
+            longest.add_metric(labels, max(ages, default=0.0))
         yield from (depth, adds, queue_duration, work_duration, retries, unfinished, longest)
 
 
