@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from learnerd.eval.probes.calibration_drift import KIND as CALIBRATION_DRIFT
 from learnerd.eval.probes.coherence import KIND as MULTI_TURN
@@ -218,7 +218,8 @@ def _retention(report: Report, settings: GateSettings) -> GateCheck:
     if probe.verdict == Verdict.ERROR or probe.raw is None:
         return GateCheck(name, "fail", f"not measured: {probe.message}")
     evidence = probe.evidence
-    right, kept, unknown = evidence.get("base_right"), evidence.get("kept"), evidence.get("lost_knowledge")
+    right, kept = evidence.get("base_right"), evidence.get("kept")
+    unknown: Any = evidence.get("lost_knowledge")  # a count of the report's JSON; None in a report older than it
     if not isinstance(right, int) or not isinstance(kept, int) or right <= 0:
         return GateCheck(name, "fail", f"not measured: the report has no base_right and kept counts ({probe.message})")
     by_knowledge = settings.answer_retention_counts == "knowledge" and unknown is not None
