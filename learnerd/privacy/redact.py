@@ -332,7 +332,8 @@ def _detect_secrets_plugins(cfg: PrivacyConfig) -> list[Any]:
     directly rather than through detect-secrets' process-wide settings."""
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 
-    classes: dict[str, Any] = {cls.__name__: cls for cls in get_mapping_from_secret_type_to_class().values()}
+    by_secret_type: dict[str, type[Any]] = get_mapping_from_secret_type_to_class()
+    classes = {plugin.__name__: plugin for plugin in by_secret_type.values()}
     limits = {"Base64HighEntropyString": cfg.base64_limit, "HexHighEntropyString": cfg.hex_limit}
     plugins = []
     for name in cfg.plugins:
