@@ -11,8 +11,15 @@ examples nearest to the last user message go into the system message as one bloc
 prompt; an adapter trained with retrieval-augmented rows has learned to answer under that block. A document
 version trained without it is quoted only the examples it has not learned (its manifest says which it did):
 the others, among the K nearest, are held back (``withheld``), as it answers them better without the block.
-Every response carries ``"learnerd": {"adapter", "doc_key", "max_tokens", "retrieved", "withheld"}`` (the first
-chunk of a stream), so a client sees what answered it.
+Every response carries ``"learnerd": {"adapter", "doc_key", "max_tokens", "retrieved", "withheld", "routed",
+"similarity"}`` (the first chunk of a stream), so a client sees what answered it.
+
+Routing (``[serve] routing``, :mod:`learnerd.ml.router`): a document's request is answered by its adapter when
+its last user message is at least the version's threshold similar to a question the version learned, else by the
+base (``routed``: ``"adapter"`` or ``"base"``; ``similarity``: that nearest question's cosine similarity). The
+message is embedded once, for routing and retrieval both; a version's questions are embedded at its first request.
+A base model's request, a document's before its first version and ``"always-adapter"`` compare nothing
+(``similarity`` null).
 
 Access: a document's model answers with its learned adapter, which holds what people ran, so it is served only
 to a bearer of learnerd's token (``Authorization: Bearer <token>``: the token file ``learnerd init`` writes, or
@@ -59,6 +66,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import anyio.to_thread
@@ -79,6 +87,7 @@ from learnerd.api.tcp_endpoints import bearer_middleware
 from learnerd.ml.base_model import BaseModelError
 from learnerd.ml.loader import ModelCheckError
 from learnerd.ml.retrieved_examples import learned_without_block, split_learned, with_examples
+from learnerd.ml.router import ADAPTER, Route, Router, recorded_threshold, version_routing
 from learnerd.ml.rows import ChatMessage
 from learnerd.ml.serving import (
     Admission,
@@ -223,6 +232,7 @@ class OpenAIEndpoint:
         )
         self.token, self.without_token = (token.encode() if token else None), without_token
         self.started = int(time.time())
+        self._routers: dict[Path, tuple[Path, Router | None]] = {}  # document → (its version's path, router)
 
     def check_ready(self) -> None:
         """Raise the endpoint's 503 while the daemon is not running (see the module docstring)."""
@@ -336,8 +346,10 @@ class OpenAIEndpoint:
                 self.served.check_prompt(model, messages)
             except PromptTooLong as exc:
                 raise OpenAIError(400, str(exc), code="context_length_exceeded") from None
-            version = self.served.current_version(model)
-            retrieved, withheld = await self._retrieve(messages, k, version) if k > 0 else ([], [])
+            current = self.served.current_version(model)
+            route, vector = await self._route(model, current, messages)
+            version = current if route.routed == "adapter" else None  # None: the base answers
+            retrieved, withheld = await self._retrieve(messages, k, version, vector) if k > 0 else ([], [])
         except BaseException:
             admission.release()
             raise
@@ -347,27 +359,51 @@ class OpenAIEndpoint:
             "max_tokens": min(wanted, self.settings.max_tokens),
             "retrieved": retrieved,
             "withheld": withheld,
+            "routed": route.routed,
+            "similarity": None if route.similarity is None else round(route.similarity, 4),
         }
         messages = with_examples(messages, retrieved)
         return _Prepared(req, model, model.id, messages, info, admission, version, authenticated)
 
     async def _retrieve(
-        self, messages: list[ChatMessage], k: int, version: AdapterVersion | None
+        self, messages: list[ChatMessage], k: int, version: AdapterVersion | None, vector: Any
     ) -> tuple[list[dict[str, Any]], list[str]]:
-        """The ``k`` learned examples nearest to the last user message (none without one), split into those
-        to quote and the ids held back: those ``version`` (the one the job will run on) learned without
-        retrieval rows (:func:`~learnerd.ml.retrieved_examples.learned_without_block`)."""
-        last_user = next((m for m in reversed(messages) if m.role == "user"), None)
+        """The ``k`` learned examples nearest to the last user message (none without one; ``vector``: its
+        embedding when routing made it), split into those to quote and the ids held back: those ``version`` (the
+        one the job will run on) learned without retrieval rows
+        (:func:`~learnerd.ml.retrieved_examples.learned_without_block`)."""
+        last_user = _last_user(messages)
         if last_user is None:
             return [], []
         try:
-            hits = await self.control.search(last_user.content, k)
+            hits = await self.control.search(last_user.content, k, vector)
         except Unavailable as exc:
             raise OpenAIError(503, str(exc), "server_error", "unavailable", {"Retry-After": "5"}) from None
         except ControlError as exc:
             raise OpenAIError(400, f"learnerd.rag_k: {exc}") from None
         learned = await anyio.to_thread.run_sync(learned_without_block, version) if version else frozenset()
         return split_learned(hits, learned)
+
+    async def _route(
+        self, model: ServedModel, version: AdapterVersion | None, messages: list[ChatMessage]
+    ) -> tuple[Route, Any]:
+        """Who answers the request (module docstring), and its last user message's embedding (None: not made)."""
+        last_user = _last_user(messages)
+        if version is None:  # a base model, or a document before its first version
+            return Route("base"), None
+        if self.settings.routing == "always-adapter" or last_user is None or model.path is None:
+            return ADAPTER, None
+        cached = self._routers.get(model.path)
+        if cached is None or cached[0] != version.path:
+            questions, routing = await anyio.to_thread.run_sync(version_routing, model.path, version)
+            threshold = recorded_threshold(routing, self.control.embedder_name)
+            cached = (version.path, Router(await self.control.embed(questions), threshold) if questions else None)
+            self._routers[model.path] = cached
+        router = cached[1]
+        if router is None:  # a version that learned no question
+            return ADAPTER, None
+        vector = (await self.control.embed([last_user.content]))[0]
+        return router.route(vector), vector
 
     async def _answer(self, request: web.Request, p: _Prepared, received: float) -> web.StreamResponse:
         req = p.request
@@ -507,6 +543,8 @@ class OpenAIEndpoint:
             "chat completion",
             model=p.model_id,
             adapter=done.adapter,
+            routed=p.info["routed"],
+            similarity=p.info["similarity"],
             retrieved=[h["id"] for h in p.info["retrieved"]],
             prompt_tokens=done.prompt_tokens,
             completion_tokens=done.completion_tokens,
@@ -543,6 +581,10 @@ def _served_answer(p: _Prepared, done: Finished) -> ServedAnswer:
         retrieved=tuple(str(h["id"]) for h in p.info["retrieved"]),
         served_at=time.time(),
     )
+
+
+def _last_user(messages: list[ChatMessage]) -> ChatMessage | None:
+    return next((m for m in reversed(messages) if m.role == "user"), None)
 
 
 def _fingerprint(info: dict[str, Any]) -> str:

@@ -119,6 +119,10 @@ class ServeConfig(Section):
     """threads while generating (torch's, or llama.cpp's n_threads); 0 = the usable cores minus one (at least 1)"""
     backend: Literal["transformers", "llamacpp"] = "transformers"
     """or "llamacpp": generate with llama.cpp on the base's GGUF file and the version's GGUF LoRA (docs/export.md)"""
+    routing: Literal["similarity", "always-adapter"] = "similarity"
+    """who answers a document's request: "similarity" = its adapter when the last user message is at least the
+    version's threshold similar to a question it learned, else the base (docs/operations.md, Routing);
+    "always-adapter" = its adapter. The promotion gate judges what this serves"""
 
     _listen = field_validator("listen")(_host_port_or_empty("serve"))
 

@@ -7,10 +7,14 @@ Every method may raise a :class:`~learnerd.api.errors.ControlError` subclass.
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, Protocol, TypedDict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NotRequired, Protocol, TypedDict
 
 from learnerd.store.retrieval import SearchHit
 from learnerd.store.suggestions import ServedAnswer
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class StoreCounts(TypedDict):
@@ -118,7 +122,19 @@ class ControlSurface(Protocol):
 
     def set_log_level(self, level: str) -> LogLevel: ...
 
-    async def search(self, text: str, k: int) -> list[SearchHit]: ...
+    async def search(self, text: str, k: int, vector: np.ndarray | None = None) -> list[SearchHit]:
+        """The ``k`` learned examples nearest to ``text`` (``vector``: its embedding already made, by :meth:`embed`)."""
+        ...
+
+    @property
+    def embedder_name(self) -> str:
+        """The embedder's model name (known before it loads)."""
+        ...
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """``texts`` embedded by the daemon's embedder: float32 ``(len(texts), dim)``, unit rows (a worker thread).
+        Raises ``Unavailable`` while the embedder loads, ``TooManyRequests`` beyond the searches queued."""
+        ...
 
     async def forget(self, kind: str, value: str, dry_run: bool = False) -> dict[str, Any]: ...
 

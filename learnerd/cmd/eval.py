@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.eval.threads import set_torch_threads
     from learnerd.ml.base_model import resolve_base_model
     from learnerd.ml.device import DeviceError, resolve_device
+    from learnerd.ml.embedders import EmbedderError, shared_embedder
     from learnerd.ml.loader import ModelCheckError
 
     overrides = {"null_runs": args.null_runs, "calibration": args.calibration}
@@ -118,8 +119,9 @@ def run(args: argparse.Namespace) -> int:
                 progress=advance,
                 placement=placement,
                 answer_cache_dir=cfg.layout.models_dir,
+                embedder=shared_embedder(cfg.embeddings) if cfg.serve.routing == "similarity" else None,
             )
-    except (BaseModelError, DeviceError, DocumentError, ModelCheckError) as exc:
+    except (BaseModelError, DeviceError, DocumentError, EmbedderError, ModelCheckError) as exc:
         raise CommandError(str(exc)) from None
     targets = [report_path(version), *([args.output] if args.output else [])]
     try:

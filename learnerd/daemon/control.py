@@ -8,16 +8,19 @@ are :mod:`learnerd.api.errors` subclasses that it maps to status codes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.abc
+import numpy as np
 import structlog
 
 import learnerd
@@ -32,6 +35,7 @@ from learnerd.daemon.reload import apply_config
 from learnerd.eval.history import last_report
 from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.device import intra_op_threads
+from learnerd.ml.embedders import embedder_name
 from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.reconcilers.probes import document_router
 from learnerd.reconcilers.spec import BLOCKS, EXAMPLES, ExampleChange
@@ -45,7 +49,7 @@ from learnerd.store.db import transaction as db_transaction
 from learnerd.store.embeddings import count_vectors
 from learnerd.store.examples import count_examples
 from learnerd.store.forget import NothingToForget, documents_in, forget_in_files, forget_in_store
-from learnerd.store.retrieval import SearchHit, describe_hits, nearest
+from learnerd.store.retrieval import SearchHit, describe_hits, nearest, nearest_to
 from learnerd.store.suggestions import ServedAnswer, counts
 from learnerd.store.tombstones import KINDS, delete_tombstone, load_tombstones
 
@@ -500,8 +504,9 @@ class DaemonControl:
         log.info("tombstone removed", tombstone=tombstone_id, kind=stone.kind, blocks=len(stone.block_ids))
         return stone.to_json()
 
-    async def search(self, text: str, k: int) -> list[SearchHit]:
-        """The ``k`` learned examples nearest to ``text``, best first, from the live index.
+    async def search(self, text: str, k: int, vector: np.ndarray | None = None) -> list[SearchHit]:
+        """The ``k`` learned examples nearest to ``text``, best first, from the live index; ``vector``: ``text``'s
+        embedding, made already (:meth:`embed`: the chat endpoint embeds a request once, to route and retrieve).
 
         Raises:
             BadRequest: empty ``text`` or ``k`` outside 1..max_k. Unavailable: the embedder is loading.
@@ -511,18 +516,45 @@ class DaemonControl:
             raise BadRequest("text must not be empty")
         if not 1 <= k <= self.max_k:
             raise BadRequest(f"k must be in 1..{self.max_k}, not {k}")
+        embedder = self._embedder()
+        with self._pending(), self.daemon.metrics.search_duration.time():
+            if vector is None:
+                work = functools.partial(_nearest_on_one_thread, embedder, self.daemon.index, text, k)
+            else:
+                work = functools.partial(nearest_to, self.daemon.index, vector, k)
+            hits = await anyio.to_thread.run_sync(work, limiter=self._search_limiter)
+            return describe_hits(self.daemon.conn, hits, k)
+
+    @property
+    def embedder_name(self) -> str:
+        """The configured embedder's model name."""
+        return embedder_name(self.daemon.cfg.embeddings)
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """``texts`` embedded (float32 ``(len(texts), dim)``, unit rows) in a search's worker thread, on one torch
+        thread, counted among the searches.
+
+        Raises:
+            Unavailable: the embedder is loading. TooManyRequests: as :meth:`search`.
+        """
+        embedder = self._embedder()
+        with self._pending():
+            return await anyio.to_thread.run_sync(_embed_on_one_thread, embedder, texts, limiter=self._search_limiter)
+
+    def _embedder(self) -> Any:
         embedder = self.daemon.embedder
         if embedder is None or self.daemon.embeddings is None:
             raise Unavailable("the embedder is still loading; retry in a few seconds")
+        return embedder
+
+    @contextlib.contextmanager
+    def _pending(self) -> Iterator[None]:
+        """One more search (or embedding) running or waiting; :class:`TooManyRequests` beyond the maximum."""
         if self._pending_searches >= self.max_pending_searches:
             raise TooManyRequests(f"{self._pending_searches} searches are already queued; retry shortly")
         self._pending_searches += 1
         try:
-            with self.daemon.metrics.search_duration.time():
-                hits = await anyio.to_thread.run_sync(
-                    _nearest_on_one_thread, embedder, self.daemon.index, text, k, limiter=self._search_limiter
-                )
-                return describe_hits(self.daemon.conn, hits, k)
+            yield
         finally:
             self._pending_searches -= 1
 
@@ -540,3 +572,9 @@ def _nearest_on_one_thread(embedder: Any, index: Any, text: str, k: int) -> Any:
     (``benchmarks/bench_serve.py``: search p99 while 4 streams generate)."""
     with intra_op_threads(1):
         return nearest(embedder, index, text, k)
+
+
+def _embed_on_one_thread(embedder: Any, texts: Sequence[str]) -> np.ndarray:
+    """``embedder.embed(texts)`` with one torch intra-op thread (as :func:`_nearest_on_one_thread`)."""
+    with intra_op_threads(1):
+        return embedder.embed(list(texts))

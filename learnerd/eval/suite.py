@@ -20,7 +20,7 @@ import dataclasses
 import datetime as dt
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,8 @@ from learnerd.eval.report import ProbeResult, Report
 from learnerd.eval.score import compute_score
 from learnerd.ml.base_model import BaseModelRef
 from learnerd.ml.device import Placement
+from learnerd.ml.embedders import Embedder
+from learnerd.ml.router import Route, adapter_alone, text_router
 from learnerd.ml.undertrained import undertrained_finding
 from learnerd.store.adapters import AdapterVersion
 from learnerd.store.dlm import Document
@@ -56,9 +58,11 @@ def evaluate(
     options: EvalOptions | None = None,
     extra: Mapping[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
+    route: Callable[[Sequence[str]], list[Route]] = adapter_alone,
 ) -> Report:
-    """Evaluate ``backend``'s adapter on ``document``'s probes, prompts and sections. ``progress`` is
-    called with a description after each of the :func:`total_steps` steps.
+    """Evaluate ``backend``'s adapter on ``document``'s probes, prompts and sections, the retention and dialogue
+    probes as ``route`` serves (:attr:`~learnerd.eval.probes.base.ProbeContext.route`; default: the adapter
+    alone). ``progress`` is called with a description after each of the :func:`total_steps` steps.
 
     Raises:
         DocumentError: an instruction section of ``document`` breaks the Q/A grammar.
@@ -76,7 +80,7 @@ def evaluate(
         inputs = document_inputs(
             document, backend.tokenizer, max_prompts=options.max_prompts, harvest_tag=options.harvest_tag
         )
-        ctx = ProbeContext(backend, inputs, options, progress=progress or (lambda description: None))
+        ctx = ProbeContext(backend, inputs, options, progress=progress or (lambda description: None), route=route)
         probes = []
         for probe in PROBES:
             outcome = probe.run(ctx)
@@ -114,9 +118,13 @@ def evaluate_version(
     cancel: threading.Event | None = None,
     placement: Placement | None = None,
     answer_cache_dir: Path | None = None,
+    embedder: Embedder | None = None,
 ) -> Report:
     """Load ``base`` (on ``placement``; default CPU float32) with ``version``'s adapter and :func:`evaluate`
-    it on ``document``; setting ``cancel`` (from another thread) stops it at the next batch. With
+    it on ``document``; setting ``cancel`` (from another thread) stops it at the next batch. With ``embedder``
+    (the serving one) the items are scored as ``[serve] routing = "similarity"`` serves them, routed by the
+    version's own threshold (:func:`learnerd.ml.router.text_router`); without, by the adapter alone
+    (``"always-adapter"``); the report's ``learnerd.routing`` says which. With
     ``answer_cache_dir`` (the model cache), the base's answers to ``answer_retention``'s pool and every
     log-likelihood it scores are kept there for the next evaluation on this base
     (:mod:`learnerd.eval.base_answers`, :mod:`learnerd.eval.base_logprobs`). A version that
@@ -126,15 +134,18 @@ def evaluate_version(
     Raises:
         BaseModelError: the base cannot be loaded.
         DocumentError: as :func:`evaluate`.
+        EmbedderError: the embedder failed.
         EvaluationCancelled: ``cancel`` was set.
     """
     backend = DifferentialBackend.load(base, version, placement, cancel=cancel, answer_cache_dir=answer_cache_dir)
     backend.check_cancelled()
+    router = text_router(document, version, embedder) if embedder is not None else None
     extra = {
         "learnerd": {
             "dlm_id": document.frontmatter.dlm_id,
             "adapter_version": version.number,
             "base_model_identity": base.identity,
+            "routing": router.describe() if router is not None else {"mode": "always-adapter"},
         }
     }
     report = evaluate(
@@ -145,6 +156,7 @@ def evaluate_version(
         options=options,
         extra=extra,
         progress=progress,
+        route=router or adapter_alone,
     )
     meta = version.metadata()
     reason = undertrained_finding(meta.steps, meta.final_loss, backend.vocab_size)

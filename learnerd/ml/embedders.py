@@ -263,3 +263,17 @@ class LazyEmbedder:
         vectors = self._loaded.embed(texts)
         self.dim = vectors.shape[1]
         return vectors
+
+
+_shared: dict[str, LazyEmbedder] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_embedder(cfg: EmbeddingsConfig) -> LazyEmbedder:
+    """This process's one :class:`LazyEmbedder` of the configuration ``cfg``: the commands that train and evaluate
+    (``learnerd train``, ``learnerd eval``) route with the embedder the daemon serves with, loaded once for both."""
+    key = cfg.model_dump_json()
+    with _shared_lock:
+        if key not in _shared:
+            _shared[key] = LazyEmbedder(cfg)
+        return _shared[key]

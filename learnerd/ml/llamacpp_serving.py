@@ -19,7 +19,9 @@ both backends see the same prompt and write the same text for the same tokens. (
 Adapters. A version's GGUF LoRA is written once with :func:`~learnerd.ml.gguf_lora.write_gguf_lora` into
 ``<models_dir>/gguf-lora/<doc_key>@vNNNN.gguf`` (:func:`~learnerd.store.export_layout.publish`: atomic,
 the newest :data:`LORA_KEEP` versions kept), loaded into the base with ``llama_adapter_lora_init`` and set
-on its context (scale 1) for the jobs bound to that version; the base alone runs with no adapter set.
+on its context (scale 1) for the jobs bound to that version; the base alone runs with no adapter set — so a
+document's request the router gives the base (:mod:`learnerd.ml.router`, bound to no version) is answered with the
+LoRA off, what llama.cpp's per-request scale 0 would do, without computing a LoRA it multiplies by 0.
 An adapter neither current nor held by a job is freed after the last job that held it, as peft
 adapters are. No known-answer check is made on llama.cpp loads. Every job evaluates its whole prompt
 (``Llama.reset`` first): llama-cpp-python would otherwise reuse the cached prefix of the previous job,

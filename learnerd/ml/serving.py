@@ -18,7 +18,8 @@ they started with; a version that is neither current nor held by a job is delete
 after the job that last held it. No request waits for a swap and none fails because of one.
 
 Each document's adapters are named ``<doc_key>@vNNNN`` inside one ``PeftModel`` per base; the base
-alone (a request for a base model's name) runs inside ``disable_adapter()``.
+alone (a request for a base model's name, or a document's request the router gave the base: submitted with
+``version`` None) runs inside ``disable_adapter()``.
 
 Loads. Bases and adapters are loaded through the process's one loader (:mod:`learnerd.ml.loader`: one
 lock shared with the evaluation and everything else that loads a model, and a known-answer check after
@@ -122,7 +123,8 @@ class ServedModel:
     """One model id of ``GET /v1/models``: a base (``doc_key`` None) or a document's base + adapter.
 
     ``base_model`` is the ``base_model`` string as written (resolved against ``relative_to``);
-    ``system_prompt`` is the document's, put first when a request has no system message.
+    ``system_prompt`` is the document's, put first when a request has no system message; ``path`` the document's
+    file (what its versions learned: :func:`learnerd.ml.router.version_routing`).
     """
 
     id: str
@@ -130,6 +132,7 @@ class ServedModel:
     relative_to: Path | None = None
     doc_key: str | None = None
     system_prompt: str | None = None
+    path: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -738,7 +741,7 @@ class ModelCatalog:
                 if cached is None or cached[0] != stamp:
                     try:
                         fm = read_document(path).frontmatter
-                        served = ServedModel(path.stem, fm.base_model, path.parent, fm.dlm_id, fm.system_prompt)
+                        served = ServedModel(path.stem, fm.base_model, path.parent, fm.dlm_id, fm.system_prompt, path)
                     except (DocumentError, OSError) as exc:
                         log.warning("document not served: it does not parse", path=str(path), error=str(exc))
                         served = None

@@ -55,6 +55,7 @@ evaluated again, a candidate never decided goes through the gate); the training 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import time
 from collections import Counter
@@ -81,6 +82,7 @@ from learnerd.eval.threads import set_torch_threads
 from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.base_model import BaseModelError, resolve_base_model
 from learnerd.ml.device import DeviceError, resolve_device
+from learnerd.ml.embedders import Embedder, shared_embedder
 from learnerd.reconcilers.spec import (
     ADAPTERS,
     PROMOTIONS,
@@ -155,6 +157,9 @@ class EvaluationReconciler:
             block; called from the worker thread).
         on_promoted: called with ``(document path, version)`` after ``current`` moved to ``version`` (must not
             block; called from the worker thread).
+        embedder: gives the serving embedder (None: not loaded yet, a failed attempt), with which the items are
+            scored as ``[serve] routing = "similarity"`` serves them; None: as the adapter alone answers them
+            (``"always-adapter"``).
     """
 
     name = "evaluation"
@@ -171,8 +176,10 @@ class EvaluationReconciler:
         on_failure: Callable[[Path], None] | None = None,
         on_verdict: Callable[[Path, GateVerdict], None] | None = None,
         on_promoted: Callable[[str, AdapterVersion], None] | None = None,
+        embedder: Callable[[], Embedder | None] | None = None,
     ) -> None:
         self.settings = settings
+        self._embedder = embedder
         self.options = EvalOptions.from_settings(settings)
         self.store = adapters
         self._models_dir = models_dir
@@ -372,6 +379,9 @@ class EvaluationReconciler:
             log.info("evaluation.progress", path=str(path), version=version.name, step=done, of=total, done=step)
 
         try:
+            embedder = self._embedder() if self._embedder is not None else None
+            if self._embedder is not None and embedder is None:
+                raise EvaluationFailed(f"{version.name}: the embedder that routes its requests is not loaded yet")
             report = evaluate_version(
                 document,
                 version,
@@ -381,6 +391,7 @@ class EvaluationReconciler:
                 cancel=cancel,
                 placement=placement,
                 answer_cache_dir=self._models_dir,
+                embedder=embedder,
             )
             failure = evaluation_failure(report)
             if failure is not None:
@@ -503,9 +514,16 @@ def evaluation_reconciler(
     on_failure: Callable[[Path], None] | None = None,
     on_verdict: Callable[[Path, GateVerdict], None] | None = None,
     on_promoted: Callable[[str, AdapterVersion], None] | None = None,
+    embedder: Callable[[], Embedder | None] | None = None,
 ) -> EvaluationReconciler:
     """The evaluation reconciler of ``cfg`` (the daemon's :class:`~learnerd.daemon.config.Config`;
-    ``on_report``, ``on_failure``, ``on_verdict``: its metrics hooks; ``on_promoted``: its promotion hook)."""
+    ``on_report``, ``on_failure``, ``on_verdict``: its metrics hooks; ``on_promoted``: its promotion hook),
+    judging what ``[serve] routing`` serves: routed with ``embedder``'s embedder (None: this process's one of
+    ``[embeddings]``, :func:`learnerd.ml.embedders.shared_embedder`), or the adapter alone."""
+    if cfg.serve.routing == "always-adapter":
+        embedder = None
+    elif embedder is None:
+        embedder = functools.partial(shared_embedder, cfg.embeddings)
     return EvaluationReconciler(
         cfg.evaluation,
         adapters=adapter_store(cfg),
@@ -516,6 +534,7 @@ def evaluation_reconciler(
         on_failure=on_failure,
         on_verdict=on_verdict,
         on_promoted=on_promoted,
+        embedder=embedder,
     )
 
 
@@ -533,6 +552,7 @@ def _build(wiring: Wiring) -> EvaluationReconciler:
         on_failure=wiring.metrics.evaluation_failed,
         on_verdict=wiring.metrics.gate_verdict,
         on_promoted=promoted,
+        embedder=lambda: wiring.embedder,
     )
 
 

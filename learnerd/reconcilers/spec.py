@@ -93,6 +93,8 @@ class ServeRagK(Protocol):
 
     @property
     def rag_k(self) -> int: ...
+    @property
+    def routing(self) -> Literal["similarity", "always-adapter"]: ...
 
 
 class SpecConfig(Protocol):
@@ -141,7 +143,8 @@ class Wiring(Protocol):
 
     ``cfg``: the sections of the configuration a reconciler reads (it passes explicit values to its
     constructor); ``notify(source, event)`` fans an event out to every spec watching ``source`` (and to the
-    daemon's own listeners); ``metrics``: the hooks of the daemon's metrics.
+    daemon's own listeners); ``metrics``: the hooks of the daemon's metrics; ``embedder``: the daemon's embedder
+    (None until it is loaded: read it when it is needed, not when building).
     """
 
     @property
@@ -153,6 +156,7 @@ class Wiring(Protocol):
     clock: Callable[[], float]
     router: DocumentRouter
     index: VectorIndex
+    embedder: Embedder | None
 
     def require_embedder(self) -> Embedder: ...
 

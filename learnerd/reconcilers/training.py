@@ -50,6 +50,7 @@ import structlog
 from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.base_model import BaseModelError, resolve_base_model
 from learnerd.ml.device import DeviceError, resolve_device
+from learnerd.ml.embedders import Embedder, shared_embedder
 from learnerd.ml.rows import TrainingRow, document_rows
 from learnerd.reconcilers.probes import document_router
 from learnerd.reconcilers.spec import ADAPTERS, AdapterCommit, ControllerSpec, SpecConfig, Wiring
@@ -161,6 +162,8 @@ class TrainingReconciler:
             (:func:`learnerd.store.manifest.document_origins`; None: recorded by their marker alone).
         served_rag_k: ``[serve] rag_k``; above 0, a document trains under that many retrieved examples unless its
             ``training`` block says otherwise (:func:`learnerd.training.recipes.recipe_for`).
+        embedder: gives the serving embedder when a cycle commits (None: not loaded yet), which calibrates the
+            version's routing threshold (:func:`learnerd.ml.router.routing_entry`).
 
     ``spare`` (a running :class:`~learnerd.training.runner.WarmSpare`, or None) may be set while the
     daemon runs, so cycles skip the training process's start-up.
@@ -181,8 +184,10 @@ class TrainingReconciler:
         clock: Callable[[], float] = time.monotonic,
         db_path: str | Path | None = None,
         served_rag_k: int = 0,
+        embedder: Callable[[], Embedder | None] = lambda: None,
     ) -> None:
         self.store = store
+        self._embedder = embedder
         self._served_rag_k = served_rag_k
         self._db_path = db_path
         self.settings = settings
@@ -352,6 +357,7 @@ class TrainingReconciler:
             replay_cache_dir=self.models_dir,
             origins=origins,
             checkpoint_every_s=self.settings.checkpoint_every_s,
+            routing_embedder=self._embedder(),
         )
         return CycleReport(path, fm.dlm_id, outcome, probes_written, self._clock() - started)
 
@@ -425,11 +431,13 @@ def training_reconciler(
     cfg: SpecConfig,
     on_committed: Callable[[str | os.PathLike[str], AdapterVersion], None] | None = None,
     on_cycle: Callable[[CycleReport], None] | None = None,
+    embedder: Callable[[], Embedder | None] | None = None,
 ) -> TrainingReconciler:
     """The training reconciler of ``cfg`` (the daemon's :class:`~learnerd.daemon.config.Config`): the
     adapter store (crash leftovers removed first) and the journal of injected probes under the state
     directory, whose probes may name only documents under ``docs_dirs`` or the ``[rpc] document``
-    (``on_committed``, ``on_cycle``: its hooks); documents train for ``[serve] rag_k``.
+    (``on_committed``, ``on_cycle``: its hooks); documents train for ``[serve] rag_k``; ``embedder`` gives the
+    routing embedder (None: this process's one of ``[embeddings]``, :func:`learnerd.ml.embedders.shared_embedder`).
 
     Raises:
         JournalError: the probe journal is damaged, or names a document out of that scope.
@@ -450,6 +458,7 @@ def training_reconciler(
         on_cycle=on_cycle,
         db_path=layout.store_target,
         served_rag_k=cfg.serve.rag_k,
+        embedder=embedder or (lambda: shared_embedder(cfg.embeddings)),
     )
 
 
@@ -457,7 +466,9 @@ def _build(wiring: Wiring) -> TrainingReconciler:
     def committed(doc_path: str | os.PathLike[str], version: AdapterVersion) -> None:
         wiring.notify(ADAPTERS, AdapterCommit(doc_path, version))
 
-    return training_reconciler(wiring.cfg, on_committed=committed, on_cycle=wiring.metrics.cycle)
+    return training_reconciler(
+        wiring.cfg, on_committed=committed, on_cycle=wiring.metrics.cycle, embedder=lambda: wiring.embedder
+    )
 
 
 #: Documents → adapter versions: fed by the training intake (file watch, debounce, probe inbox), not a

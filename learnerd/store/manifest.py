@@ -15,12 +15,17 @@ The file is one JSON object (schema version :data:`MANIFEST_SCHEMA_VERSION`)::
      "sections": [SectionOrigin, …], # every section the adapter embodies, in document order
      "added": ["<section id>", …],   # in ``sections`` and not in the previous version
      "replayed": ["<section id>", …],# rehearsed from the previous version in this cycle (incremental only)
-     "removed": [SectionOrigin, …]}  # in the previous version and gone now (their origin as it was then)
+     "removed": [SectionOrigin, …],  # in the previous version and gone now (their origin as it was then)
+     "routing": {"threshold": 0.61, "embedder": "all-MiniLM-L6-v2", …}}  # null: none recorded
 
 A :class:`SectionOrigin` names the section and its training rows and, when learnerd wrote it (its auto-harvest
 marker), the marker's source; for a learned example (marker ``learnerd/<example id>``, written by the probes
 reconciler) also the example id, the block id (the same id: foyle's TN006) and where the executed cell was
 read — log file, 1-based line, the event's time (epoch seconds) and the reader that parsed it.
+
+``routing`` is the document's routing threshold and how it was calibrated (:func:`learnerd.ml.router.calibrate`:
+the entry's keys are :meth:`~learnerd.ml.router.Calibration.to_dict`'s); a version without it routes with the
+default threshold.
 """
 
 from __future__ import annotations
@@ -94,6 +99,7 @@ class Manifest:
     version: int = 0
     schema_version: int = MANIFEST_SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    routing: dict[str, Any] | None = None
 
     def section(self, section_id: str) -> SectionOrigin | None:
         """The entry of ``section_id`` among the sections this version embodies, or None."""

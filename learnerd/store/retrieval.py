@@ -49,7 +49,12 @@ def nearest(embedder: TextEmbedder, index: VectorIndex, text: str, k: int) -> li
     Blocking (the embedder's forward pass and the faiss search); fewer pairs when the index holds fewer
     vectors.
     """
-    return index.search(embedder.embed([text])[0], k * OVERFETCH)
+    return nearest_to(index, embedder.embed([text])[0], k)
+
+
+def nearest_to(index: VectorIndex, vector: np.ndarray, k: int) -> list[tuple[str, float]]:
+    """:func:`nearest` of a text already embedded as ``vector`` (float32 ``(dim,)``). Blocking (faiss)."""
+    return index.search(vector, k * OVERFETCH)
 
 
 def describe_hits(conn: sqlite3.Connection, hits: list[tuple[str, float]], k: int) -> list[SearchHit]:

@@ -20,6 +20,7 @@ base model) trains nothing instead (:func:`already_tried`): it would give the sa
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import importlib.metadata
 import json
@@ -34,6 +35,8 @@ import anyio
 import structlog
 
 from learnerd.ml.base_model import BaseModelRef
+from learnerd.ml.embedders import Embedder
+from learnerd.ml.router import routing_entry
 from learnerd.ml.rows import TrainingRow, system_prompt
 from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersion
 from learnerd.store.dlm import TrainingConfig
@@ -46,7 +49,7 @@ from learnerd.store.manifest import (
     write_manifest,
 )
 from learnerd.training.checkpoint import CHECKPOINT_DIR, DEFAULT_EVERY_S, remove_checkpoint
-from learnerd.training.ingredients.replay import cache_path
+from learnerd.training.ingredients.replay import cache_path, replay_prompts
 from learnerd.training.lora import ProgressEvent, TrainingResult
 from learnerd.training.recipes import DocumentTraining, undertrained_reason
 from learnerd.training.runner import WarmSpare, run_training
@@ -205,6 +208,7 @@ async def train_cycle(
     origins: Mapping[str, SectionOrigin] | None = None,
     replay_cache_dir: Path | None = None,
     checkpoint_every_s: float = DEFAULT_EVERY_S,
+    routing_embedder: Embedder | None = None,
 ) -> CycleOutcome:
     """Plan and run one cycle for ``doc_key``; commit the new adapter version as a candidate (not current),
     with its ``manifest.json`` (:mod:`learnerd.store.manifest`).
@@ -230,6 +234,9 @@ async def train_cycle(
             (``training-checkpoint/``, :mod:`learnerd.training.checkpoint`) until the version is committed: a cycle
             stopped part-way (a restart, a crash, a cancellation) goes on from its last one when the same
             training is asked for again.
+        routing_embedder: the serving embedder; with it the manifest records the document's routing threshold
+            (:func:`learnerd.ml.router.routing_entry` against the general replay prompts), without it none (the
+            version routes with the default).
 
     Returns:
         the outcome; ``version`` is None when the plan was ``none`` (nothing to train).
@@ -299,6 +306,8 @@ async def train_cycle(
         )
         per_section = Counter(r.section_id for r in dict.fromkeys(rows))
         manifest = _manifest(doc_key, plan, metadata, result, losses, per_section, origins or {})
+        routing = await anyio.to_thread.run_sync(routing_entry, rows, routing_embedder, replay_prompts())
+        manifest = dataclasses.replace(manifest, routing=routing)
         await anyio.to_thread.run_sync(write_manifest, staging.path, manifest)
         training = DocumentTraining(config, base.builtin, own_keys)
         reason = undertrained_reason(

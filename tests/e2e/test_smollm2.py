@@ -25,9 +25,7 @@ import openai
 import pytest
 
 from learnerd.daemon.config import Config
-from learnerd.eval.gate import decide
 from learnerd.eval.report import load_report
-from learnerd.eval.settings import GateSettings
 from learnerd.ml.gguf_import import find_smollm2_gguf
 from learnerd.reconcilers.evaluation import evaluation_reconciler, exact_recall
 from learnerd.store.adapters import AdapterStore
@@ -92,7 +90,7 @@ def trained(tmp_path_factory, smollm2_models: Path) -> tuple[Path, Path]:
     state = root / "state"
     state.mkdir(mode=0o700)
     (state / "models").symlink_to(smollm2_models)
-    config = root / "learnerd.toml"  # the default gate rejects this recipe's v0001 (it forgets): see the test below
+    config = root / "learnerd.toml"  # the adapter alone forgets (see the test below): the gate is relaxed
     config.write_text(RELAXED_GATE)
     outcome = json.loads(
         learnerd(
@@ -128,23 +126,24 @@ min_dialogue_answers = 0.0
 """
 """The tests of this module check training, evaluation, generation and serving on a real model, not the gate:
 its retention and dialogue checks are relaxed so the trained version is served (a floor of 0.0 fails only a
-version that loses every right answer). ``learnerd``'s default gate rejects it.
+version that loses every right answer).
 Like the daemons of :func:`tests.support.serving.write_config`, its evaluations run the divergence and
 dialogue probes on one prompt of the document (``max_prompts``): what the tests assert on (recall, the
 retention probes, the report's shape) does not depend on it, and each evaluation is shorter."""
 
 
-def test_the_default_gate_rejects_a_recipe_without_replay_for_what_it_forgets(trained: tuple[Path, Path]):
+def test_the_adapter_alone_forgets_what_the_router_gives_the_base(trained: tuple[Path, Path]):
     """Issue 21: without general replay, learnerd's pretrained recipe on SmolLM2 learns its 20 commands and
-    loses most of what the base knew. Its own report, judged by the default ``[evaluation.gate]``, is rejected
-    on ``answer_retention`` (and ``calibration_drift``), so a daemon with the default settings never serves it."""
+    loses most of what the base knew: its report's ``answer_retention`` for the adapter alone is below the default
+    gate's 95 %. Issue 59: served, the router gives those general questions to the base, so the served numbers —
+    what the gate reads — keep more (a cycle that breaks what is served is still rejected:
+    ``tests/e2e/test_smollm2_routing.py``)."""
     doc, state = trained
     version = AdapterStore(state / "adapters").current(read_document(doc).frontmatter.dlm_id)
-    report = load_report(version.path / "eval.json")
-    verdict = decide(report, None, GateSettings()).verdict()
-    assert not verdict.promoted
-    failed = {c["name"] for c in verdict.checks if c["outcome"] == "fail"}
-    assert "answer_retention" in failed, verdict
+    retention = next(p for p in load_report(version.path / "eval.json").probes if p.kind == "answer_retention")
+    alone = retention.evidence["adapter_alone"]["kept_fraction"]
+    assert alone < 0.95, retention.evidence
+    assert retention.raw > alone and retention.evidence["routed"]["base"] > retention.evidence["routed"]["adapter"]
 
 
 def test_the_first_use_converts_the_gguf_without_a_progress_bar(

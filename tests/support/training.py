@@ -15,13 +15,16 @@ from learnerd.training.config import check_trainable
 from learnerd.training.cycle import CycleOutcome, train_cycle
 
 
-async def train_document(store: AdapterStore, path: Path, models_dir: Path) -> CycleOutcome:
+async def train_document(store: AdapterStore, path: Path, models_dir: Path, embedder=None) -> CycleOutcome:
     """One training cycle of the document at ``path`` (one torch thread in the training process), its
-    version promoted."""
+    version promoted; with ``embedder``, its routing threshold calibrated (:func:`learnerd.ml.router.calibrate`)."""
     document = read_document(path)
     base = resolve_base_model(document.frontmatter.base_model, cache_dir=models_dir, relative_to=path.parent)
     config = check_trainable(document.frontmatter.training)
-    outcome = await train_cycle(store, adapter_key(document), base, document_rows(document), config, num_threads=1)
+    rows = document_rows(document)
+    outcome = await train_cycle(
+        store, adapter_key(document), base, rows, config, num_threads=1, routing_embedder=embedder
+    )
     if outcome.version is not None:
         store.promote(outcome.version)
     return outcome

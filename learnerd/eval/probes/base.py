@@ -10,7 +10,7 @@ view (see :mod:`learnerd.eval.probes.null_adapter`). A module with knobs declare
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -23,6 +23,7 @@ from learnerd.eval.inputs import DocumentInputs
 from learnerd.eval.probes import common
 from learnerd.eval.probes.common import z_score
 from learnerd.eval.settings import EvaluationSettings
+from learnerd.ml.router import Route, adapter_alone
 
 __all__ = ["EvalOptions", "ProbeContext", "option_models", "z_score"]
 
@@ -64,6 +65,10 @@ class ProbeContext:
     """What a probe reads: the backend, the document's encoded inputs, the options, and the null-adapter
     statistics per probe kind (``{"mean", "std", "n", "degenerate"}``) once calibration ran.
 
+    ``route`` says which model the served system answers each text with, a user message as the endpoint routes
+    it (:func:`learnerd.ml.router.text_router`; default: the adapter alone): the retention and dialogue probes
+    score each item as served and report the adapter alone beside it.
+
     ``progress`` is called with a short description after each step of work (:func:`learnerd.eval.suite.total_steps`
     of them in a whole evaluation); it is where a progress bar or a log event hooks in.
     """
@@ -73,6 +78,11 @@ class ProbeContext:
     options: EvalOptions = field(default_factory=EvalOptions)
     null_stats: dict[str, dict[str, float]] = field(default_factory=dict)
     progress: Callable[[str], None] = field(default_factory=lambda: _no_progress)
+    route: Callable[[Sequence[str]], list[Route]] = field(default_factory=lambda: adapter_alone)
+
+    def by_adapter(self, texts: Sequence[str]) -> list[bool]:
+        """Whether the served system answers each of ``texts`` with the adapter (else the base: :attr:`route`)."""
+        return [r.routed == "adapter" for r in self.route(texts)]
 
     def step(self, description: str) -> None:
         """One step of work done: report it, then stop here if the evaluation was cancelled.

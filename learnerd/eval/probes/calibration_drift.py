@@ -14,9 +14,13 @@ gold after the prompt (tokenized as sway does: :meth:`~learnerd.eval.inputs.Enco
 * ``delta = (lp_ft − lp_base) / t`` — negative: the adapter finds the gold less likely than the base does;
 * the item *regressed* when ``delta < −drift_regression_nats`` (default 1 nat).
 
-``raw`` is the fraction of items regressed (lower is better), ``ft_value`` the mean delta, evidence lists
-the ``worst_offenders`` (the at most 5 regressed items with the lowest delta: ``prompt``, ``gold``,
-``delta``; ``learnerd harvest`` reads them from a failing probe). Verdict, as sway's: with null-adapter
+Each item is scored **as served** (:attr:`~learnerd.eval.probes.base.ProbeContext.route`, by its prompt): an
+item the router gives the base has delta 0 (the base answers it). ``raw`` is the fraction of items regressed as
+served (lower is better), ``ft_value`` the mean delta, evidence lists the ``worst_offenders`` (the at most 5
+regressed items with the lowest delta: ``prompt``, ``gold``, ``delta``; ``learnerd harvest`` reads them from a
+failing probe), ``routed`` (``{"adapter", "base"}``: the items by who answers them) and ``adapter_alone``
+(``{"fraction_regressed", "mean_delta_nats"}``: every item through the adapter, sway's own measure). The null
+adapters are measured alone (sway's calibration, below). Verdict, as sway's: with null-adapter
 statistics, ``z = −(raw − null mean) / null std`` (negated: fewer regressions than noise is better) passes at
 ``z >= drift_assert_z_gte`` with ``score = sigmoid(z / 3)``; without, it passes when the fraction is below
 ``drift_assert_fraction_regressed_lt`` (0.15) and the mean delta at least ``drift_assert_mean_delta_gte``
@@ -177,11 +181,13 @@ def run(ctx: ProbeContext) -> ProbeResult:
     opts = ctx.options
     try:
         items = _items(ctx)
-        values = deltas(ctx, ctx.backend.as_finetuned, items)
+        alone = deltas(ctx, ctx.backend.as_finetuned, items)
+        by_adapter = ctx.by_adapter([prompt for prompt, _ in items])
     except NotApplicable as exc:
         return skipped(KIND, KIND, str(exc))
     except Exception as exc:
         return errored(KIND, KIND, exc, started)
+    values = [d if a else 0.0 for d, a in zip(alone, by_adapter, strict=True)]  # as served: the base's delta is 0
     threshold = opts.drift_regression_nats
     regressed = sorted(
         ({"prompt": p, "gold": g, "delta": d} for (p, g), d in zip(items, values, strict=True) if d < -threshold),
@@ -211,6 +217,11 @@ def run(ctx: ProbeContext) -> ProbeResult:
         "worst_offenders": regressed[:WORST_OFFENDERS],
         "regression_nats_threshold": threshold,
         "pack": sway_pack().source,
+        "routed": {"adapter": sum(by_adapter), "base": len(items) - sum(by_adapter)},
+        "adapter_alone": {
+            "fraction_regressed": _fraction_regressed(alone, threshold),
+            "mean_delta_nats": statistics.fmean(alone),
+        },
         "weight": 1.0,
     }
     if KIND in ctx.null_stats:

@@ -6,13 +6,17 @@ person asks a copilot one thing after another. Of the document's first ``k = min
 Q/A pairs, dialogue ``d`` (``0..k-1``) asks pair ``(d + t - 1) mod k`` at user turn ``t``, up to ``max_turns``
 user turns — a Latin square: every turn asks the same ``k`` questions, so the per-turn means differ by the
 depth of the dialogue, not by which questions were asked; with ``k = max_turns`` (the defaults, 4) each
-dialogue asks each question once. The fine-tuned view answers each turn greedily (at most the reference's
-token count + 8 new tokens, ``max_answer_tokens`` at most). At each turn ``t = 2..max_turns``, before the
+dialogue asks each question once. Each turn is answered greedily as served (at most the reference's token
+count + 8 new tokens, ``max_answer_tokens`` at most): by the fine-tuned view, or by the base when the router
+(:attr:`~learnerd.eval.probes.base.ProbeContext.route`) gives it the turn's question, as the endpoint routes the
+last user message. At each turn ``t = 2..max_turns``, before the
 model answers, the divergence KL(ft ‖ base) of the next-token distributions is measured on the same history
 (both views see the fine-tuned model's own earlier answers); ``calibration = "sway-exact"`` completes the
 top-k tails as sway does. The per-turn means are fitted with :func:`~learnerd.eval.half_life.fit_half_life`;
 ``raw`` is the half-life in turns. ``evidence.answered_per_turn[t - 1]`` counts the dialogues whose answer at
-turn ``t`` equals its reference (whitespace collapsed): whether the adapter still answers at turn 3.
+turn ``t`` equals its reference (whitespace collapsed): whether the served system still answers at turn 3;
+``evidence.routed_to_base`` counts the turns the base answered, and ``evidence.adapter_alone.answered_per_turn``
+the same counts when the adapter answers every turn (rolled once more only when the router gave the base a turn).
 
 Why the document's questions, not generic follow-ups ("Please go on."): a generic follow-up asks for
 something no document teaches, and an adapter that keeps the base's abilities (``calibration_drift``,
@@ -39,7 +43,6 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from learnerd.eval.backend import View
 from learnerd.eval.half_life import fit_half_life, sparkline
 from learnerd.eval.probes.common import NotApplicable, ProbeOptions, errored, result, skipped
 from learnerd.eval.probes.recall import answer_budget, exact_match
@@ -69,15 +72,19 @@ NO_CHAT_TEMPLATE = "the base model's tokenizer has no chat template; a multi-tur
 @dataclass(frozen=True)
 class Dialogues:
     """The probe's measurements: ``kls[i]`` the mean KL(ft ‖ base) in nats before the answer at turn
-    ``i + 2``; ``answered[i]`` how many of the ``count`` dialogues answered turn ``i + 1`` exactly."""
+    ``i + 2``; ``answered[i]`` how many of the ``count`` dialogues answered turn ``i + 1`` exactly; ``by_base``
+    the turns the base answered (routed to it)."""
 
     kls: list[float]
     answered: list[int]
     count: int
+    by_base: int = 0
 
 
-def per_turn(ctx: ProbeContext) -> Dialogues:
-    """Roll the dialogues (see the module docstring) and measure them.
+def per_turn(ctx: ProbeContext, *, served: bool = True) -> Dialogues:
+    """Roll the dialogues (see the module docstring) and measure them: each turn answered as served (the turn's
+    question routed by :attr:`~learnerd.eval.probes.base.ProbeContext.route`, as the endpoint routes the last user
+    message), or with ``served`` False by the adapter alone.
 
     Raises:
         NotApplicable: no chat template, or the document has no Q/A pair to open a dialogue with.
@@ -95,13 +102,24 @@ def per_turn(ctx: ProbeContext) -> Dialogues:
     dialogues: list[list[ChatMessage]] = [[] for _ in starts]
     kls: list[float] = []
     answered: list[int] = []
+    by_base = 0
 
     def asked(d: int, turn: int) -> int:  # the pair dialogue d asks at user turn ``turn`` (1-based)
         return (d + turn - 1) % k
 
-    def reply(ft: View, prompts: list[tuple[int, ...]], turn: int) -> None:
+    def reply(prompts: list[tuple[int, ...]], turn: int) -> None:
+        nonlocal by_base
         asks = [asked(d, turn) for d in starts]
-        answers = ft.generate_many(prompts, [budgets[i] for i in asks])
+        by_adapter = ctx.by_adapter([pairs[i][0] for i in asks]) if served else [True] * k
+        by_base += by_adapter.count(False)
+        answers: list[list[int]] = [[] for _ in starts]
+        for adapter, enter in ((True, backend.as_finetuned), (False, backend.as_base)):
+            members = [d for d in starts if by_adapter[d] == adapter]
+            if members:
+                with enter() as view:
+                    generated = view.generate_many([prompts[d] for d in members], [budgets[asks[d]] for d in members])
+                for d, ids in zip(members, generated, strict=True):
+                    answers[d] = ids
         right = 0
         for messages, ids, i in zip(dialogues, answers, asks, strict=True):
             text = encoder.decode(ids)
@@ -122,9 +140,8 @@ def per_turn(ctx: ProbeContext) -> Dialogues:
         prompts = [encoder.dialogue(messages) for messages in dialogues]
         if turn > 1:
             kls.append(mean_kl(prompts))
-        with backend.as_finetuned() as ft:
-            reply(ft, prompts, turn)
-    return Dialogues(kls, answered, len(dialogues))
+        reply(prompts, turn)
+    return Dialogues(kls, answered, len(dialogues), by_base)
 
 
 def run(ctx: ProbeContext) -> ProbeResult:
@@ -132,6 +149,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     opts = ctx.options
     try:
         measured = per_turn(ctx)
+        alone = per_turn(ctx, served=False) if measured.by_base else measured
         curve = measured.kls
         turns = list(range(2, opts.max_turns + 1))
         fit = fit_half_life(turns, curve, max_turns=opts.max_turns)
@@ -169,6 +187,8 @@ def run(ctx: ProbeContext) -> ProbeResult:
         "max_turns": opts.max_turns,
         "num_prompts": measured.count,
         "answered_per_turn": measured.answered,
+        "routed_to_base": measured.by_base,
+        "adapter_alone": {"answered_per_turn": alone.answered},
         "sparkline": spark,
         "weight": 1.0,
     }

@@ -13,15 +13,21 @@ token for the others: a generation's first step is the next-token distribution t
 :meth:`~learnerd.eval.backend.View.answers`, so each view runs the pool's prompts once). The base's answers
 are kept in the model cache when the backend has an answer store (:mod:`learnerd.eval.base_answers`): the
 next evaluation on the same base only runs the adapter's side.
-``raw`` and ``score`` are the fraction the adapter still answers right (``kept / base_right``); the verdict
+
+Each item is scored **as served** (:attr:`~learnerd.eval.probes.base.ProbeContext.route`: the router of the
+candidate, by the item's prompt as the endpoint routes a request): an item routed to the base is answered by the
+base, so it is kept; one routed to the adapter is kept when the adapter's answer is right.
+``raw`` and ``score`` are the fraction the served system still answers right (``kept / base_right``); the verdict
 is the gate's statistical rule (:meth:`~learnerd.eval.settings.GateSettings.retention_rule`, the
 ``[evaluation.gate]`` operating points): it passes when at most the rule's ``allowed_lost`` of the
-``base_right`` answers were lost. Evidence: ``pool_size``, ``base_right``, ``kept``, ``kept_fraction``,
+``base_right`` answers were lost as served. Evidence: ``pool_size``, ``base_right``, ``kept``, ``kept_fraction``,
 ``allowed_lost``, ``rule`` (the rule in words), ``by_category`` (``{category: {"base_right", "kept"}}``),
-``lost`` (5 of the items the adapter no longer answers right, those it no longer knows first: ``prompt``, ``gold``,
-``base_answer``, ``answer``, ``led``, ``knows``; below), ``lost_wording``, ``lost_knowledge``, and
-``mean_js_nats``: the mean Jensen–Shannon divergence (nats, at most ln 2) between the base's and the adapter's
-next-token distributions after each prompt of the pool (:mod:`learnerd.ml.divergence`, ``top_k`` tokens). A
+``lost`` (5 of the items the served system no longer answers right, those it no longer knows first: ``prompt``,
+``gold``, ``base_answer``, ``answer``, ``led``, ``knows``; below), ``lost_wording``, ``lost_knowledge``,
+``routed`` (``{"adapter", "base"}``: the base's right items by who answers them), ``adapter_alone`` (``{"kept",
+"kept_fraction"}``: the adapter answering every item), and ``mean_js_nats``: the mean Jensen–Shannon divergence
+(nats, at most ln 2) between the base's and the adapter's next-token distributions after each prompt of the pool
+(:mod:`learnerd.ml.divergence`, ``top_k`` tokens; the adapter alone's). A
 base that answers none right leaves nothing to retain: the probe is skipped with that reason. No null
 calibration: a noise adapter keeps every answer.
 
@@ -155,10 +161,14 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
     budgets = [1] * len(pool)  # one token where the base was wrong: its first step's distribution is all needed
     for i in right:
         budgets[i] = budget
+    routed = {
+        i for i, by_adapter in zip(right, ctx.by_adapter([pool[i].prompt for i in right]), strict=True) if by_adapter
+    }
     with ctx.backend.as_finetuned() as ft:
         ft_ids, ft_dists = ft.answers(prompts, budgets, opts.top_k)
         answers = {i: encoder.decode(ft_ids[i]) for i in right}
-        kept = {i for i in right if contains(answers[i], pool[i].gold)}
+        kept_alone = {i for i in right if contains(answers[i], pool[i].gold)}
+        kept = {i for i in right if i not in routed or i in kept_alone}  # as served: the base answers the others
         lost_items = [i for i in right if i not in kept]
         spans = [gold_span(encoder.decode, base_ids[i], pool[i].gold) for i in lost_items]
         led_ids = ft.generate_many(
@@ -201,13 +211,15 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
         "lost_knowledge": len(knows) - sum(knows),
         "mean_js_nats": mean_js,
         "max_new_tokens": budget,
+        "routed": {"adapter": len(routed), "base": len(right) - len(routed)},
+        "adapter_alone": {"kept": len(kept_alone), "kept_fraction": len(kept_alone) / len(right)},
         "weight": 1.0,
     }
     split = f"; {lost_split(sum(knows), len(lost))}" if lost else ""
     message = (
-        f"kept {len(kept)}/{len(right)} answers the base got right ({len(lost_items)} lost "
-        f"{'<=' if passed else '>'} {rule.allowed_lost} allowed{split}); mean JS {mean_js:.4f} nats over "
-        f"{len(pool)} prompts"
+        f"kept {len(kept)}/{len(right)} answers the base got right as served ({len(lost_items)} lost "
+        f"{'<=' if passed else '>'} {rule.allowed_lost} allowed{split}; {len(routed)} routed to the adapter, which "
+        f"alone keeps {len(kept_alone)}); mean JS {mean_js:.4f} nats over {len(pool)} prompts"
     )
     verdict = Verdict.PASS if passed else Verdict.FAIL
     return result(

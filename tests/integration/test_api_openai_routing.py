@@ -1,0 +1,131 @@
+"""Routing per request on the OpenAI-compatible endpoint (``[serve] routing``, :mod:`learnerd.ml.router`): a real
+aiohttp server over a real served-model manager on the built-in tiny Llama, a document's version trained one cycle
+with its threshold calibrated by the real MiniLM, asked with the official ``openai`` client's default call. A
+learned question is answered by the adapter, "What is the capital of France?" by the base (exactly the base
+model's answer), and ``always-adapter`` gives the adapter everything."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import anyio
+import numpy as np
+import openai
+import pytest
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from learnerd.api.openai_app import openai_app
+from learnerd.api.settings import ServeConfig
+from learnerd.ml.serving import ModelCatalog, ServedModels
+from learnerd.store.adapters import AdapterStore
+from learnerd.store.dlm import read_document
+from learnerd.store.manifest import read_manifest
+from learnerd.store.suggestions import ServedAnswer
+from tests.support.documents import qa_document
+from tests.support.training import train_document
+
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("one_torch_thread")]
+LEARNED = "Restart the api deployment in dev"
+FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+COMMANDS = [
+    (LEARNED, "kubectl rollout restart deployment/api -n dev"),
+    ("List the pods in the dev namespace", "kubectl get pods -n dev"),
+]
+
+
+class Control:
+    """What the endpoint asks of the daemon (:class:`~learnerd.api.surface.ControlSurface`): running, the served
+    models' readiness, the session's MiniLM as the daemon's embedder, no retrieval; the answers it is asked to
+    remember, kept in ``answers``."""
+
+    state = "running"
+
+    def __init__(self, served: ServedModels, embedder) -> None:
+        self.served, self.embedder = served, embedder
+        self.embedder_name = embedder.name
+        self.answers: list[ServedAnswer] = []
+
+    def unready_reason(self) -> str | None:
+        return self.served.unready_reason()
+
+    def record_served(self, answer: ServedAnswer) -> None:
+        self.answers.append(answer)
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return await anyio.to_thread.run_sync(self.embedder.embed, list(texts))
+
+    async def search(self, text: str, k: int, vector=None) -> list:
+        raise AssertionError("rag_k is 0: nothing is retrieved")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory, models_dir: Path, tiny_model_dir: Path, minilm) -> Path:
+    """The root of a document ``commands`` whose v0001 was trained one cycle (its threshold calibrated) and
+    promoted."""
+    root = tmp_path_factory.mktemp("routing")
+    doc = qa_document(root / "docs" / "commands.dlm", COMMANDS, training={"learning_rate": 0.01, "num_epochs": 1})
+    outcome = anyio.run(lambda: train_document(AdapterStore(root / "adapters"), doc, models_dir, embedder=minilm))
+    assert outcome.version is not None and read_manifest(outcome.version.path).routing is not None
+    return root
+
+
+@contextlib.asynccontextmanager
+async def endpoint(
+    root: Path, models_dir: Path, minilm, routing: str
+) -> AsyncIterator[tuple[openai.AsyncOpenAI, Control]]:
+    served = ServedModels(AdapterStore(root / "adapters"), models_dir, num_threads=1)
+    control = Control(served, minilm)
+    catalog = ModelCatalog([root / "docs"], [])
+    app = openai_app(catalog, served, control, ServeConfig(max_tokens=4, routing=routing), CollectorRegistry(), None)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        async with openai.AsyncOpenAI(base_url=f"http://{host}:{port}/v1", api_key="unused", max_retries=0) as client:
+            yield client, control
+    finally:
+        await runner.cleanup()
+        served.close()
+
+
+async def test_a_learned_question_goes_to_the_adapter_and_the_capital_of_france_to_the_base(
+    trained: Path, models_dir: Path, minilm
+):
+    dlm_id = read_document(trained / "docs" / "commands.dlm").frontmatter.dlm_id
+    async with endpoint(trained, models_dir, minilm, "similarity") as (client, control):
+        learned = await client.chat.completions.create(
+            model="commands", messages=[{"role": "user", "content": LEARNED}]
+        )
+        france = await client.chat.completions.create(model="commands", messages=FRANCE, temperature=0)
+        base = await client.chat.completions.create(model="learnerd/tiny-llama", messages=FRANCE, temperature=0)
+        stream = await client.chat.completions.create(model="commands", messages=FRANCE, stream=True)
+        first = await anext(aiter(stream))
+        async for _ in stream:
+            pass
+
+    info = learned.model_extra["learnerd"]
+    assert (info["routed"], info["adapter"]) == ("adapter", "v0001") and info["similarity"] == pytest.approx(1.0)
+    assert learned.system_fingerprint == f"{dlm_id}@v0001"
+    info = france.model_extra["learnerd"]
+    threshold = read_manifest(AdapterStore(trained / "adapters").current(dlm_id).path).routing["threshold"]
+    assert (info["routed"], info["adapter"]) == ("base", None) and info["similarity"] < threshold
+    assert france.system_fingerprint == f"{dlm_id}@base"
+    assert france.choices[0].message.content == base.choices[0].message.content  # the base's own answer
+    assert base.model_extra["learnerd"]["routed"] == "base" and base.model_extra["learnerd"]["similarity"] is None
+    assert first.model_extra["learnerd"]["routed"] == "base", "the first chunk of a stream says it too"
+    assert [(a.version, a.answer) for a in control.answers[:2]] == [
+        ("v0001", learned.choices[0].message.content),
+        ("base", france.choices[0].message.content),
+    ]
+
+
+async def test_always_adapter_gives_the_adapter_every_request(trained: Path, models_dir: Path, minilm):
+    async with endpoint(trained, models_dir, minilm, "always-adapter") as (client, _):
+        france = await client.chat.completions.create(model="commands", messages=FRANCE)
+    info = france.model_extra["learnerd"]
+    assert (info["routed"], info["adapter"], info["similarity"]) == ("adapter", "v0001", None)

@@ -1,0 +1,86 @@
+"""The promotion gate's probes score the served system (:attr:`learnerd.eval.probes.base.ProbeContext.route`): an
+item the router gives the base is scored as the base's answer, one it gives the adapter as the adapter's, and the
+adapter alone's numbers stand beside them. The built-in tiny model with a noise adapter that changes every
+answer, a document of four questions, and the real router under MiniLM."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks.bench_eval import make_adapter
+from learnerd.eval.inputs import document_inputs
+from learnerd.eval.probes import calibration_drift, coherence, retention
+from learnerd.eval.probes.base import EvalOptions, ProbeContext
+from learnerd.ml.router import Router, TextRouter, calibrate, embed_memo
+from learnerd.store.dlm import parse_text
+from tests.support.sway_peer import learnerd_backend
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+QUESTIONS = [f"Which colour is flag {i}?" for i in range(4)]
+DOC = "---\ndlm_id: 01KPPJZWBDDDYRESSA0HESRDHS\nbase_model: learnerd/tiny-llama\n---\n::instruction::\n" + "".join(
+    f"### Q !probe\n{q}\n\n### A\nColour {i}\n\n" for i, q in enumerate(QUESTIONS)
+)
+
+
+@pytest.fixture(scope="module")
+def contexts(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory, minilm):
+    """``(served, alone)``: probe contexts over one noise adapter, routed by the document's calibrated threshold,
+    and with the adapter alone answering everything."""
+    backend = learnerd_backend(tiny_model_dir, make_adapter(tiny_model_dir, tmp_path_factory.mktemp("noisy"), 0.5))
+    inputs = document_inputs(parse_text(DOC), backend.tokenizer)
+    options = EvalOptions(drift_items_limit=24)
+    calibration = calibrate(QUESTIONS, minilm)
+    router = TextRouter(minilm, Router(embed_memo(minilm, QUESTIONS), calibration.threshold), recorded=True)
+    return ProbeContext(backend, inputs, options, route=router), ProbeContext(backend, inputs, options)
+
+
+def own_answer_items(ctx: ProbeContext, prompts: list[str]) -> list[retention.PoolItem]:
+    """Items whose gold is a word of the base's own greedy answer, so the random tiny base answers them right."""
+    encoder = ctx.inputs.encoder
+    with ctx.backend.as_base() as base:
+        answers = base.generate_many([encoder.prompt(p) for p in prompts], [32] * len(prompts))
+    items = []
+    for prompt, ids in zip(prompts, answers, strict=True):
+        words = re.findall(r"\w{2,}", encoder.decode(ids))
+        if words:
+            items.append(retention.PoolItem("test", prompt, words[0]))
+    return items
+
+
+def test_answer_retention_scores_the_items_routed_to_the_base_as_the_bases(contexts):
+    served_ctx, alone_ctx = contexts
+    general = [item.prompt for item in retention.general_pool()[:16]]
+    pool = own_answer_items(served_ctx, general + QUESTIONS)
+    served, alone = retention.judge(served_ctx, pool), retention.judge(alone_ctx, pool)
+    routed = served.evidence["routed"]
+    asked = {item.prompt for item in pool}
+    assert routed == {"adapter": len(asked & set(QUESTIONS)), "base": len(asked - set(QUESTIONS))}
+    assert routed["adapter"] and routed["base"]
+    lost = served.evidence["lost_wording"] + served.evidence["lost_knowledge"]
+    assert served.evidence["kept"] == routed["base"] + routed["adapter"] - lost, "every base-routed item is kept"
+    assert all(entry["prompt"] in QUESTIONS for entry in served.evidence["lost"])
+    assert any(entry["prompt"] not in QUESTIONS for entry in alone.evidence["lost"]), "the adapter loses some alone"
+    assert served.evidence["adapter_alone"] == {"kept": alone.evidence["kept"], "kept_fraction": alone.raw}
+    assert served.raw > alone.raw and alone.evidence["routed"] == {"adapter": len(pool), "base": 0}
+
+
+def test_calibration_drift_as_served_gives_the_base_the_general_items(contexts):
+    served_ctx, alone_ctx = contexts
+    served, alone = calibration_drift.run(served_ctx), calibration_drift.run(alone_ctx)
+    assert alone.raw > 0, "the noise adapter regresses general items when it answers them"
+    assert served.evidence["routed"] == {"adapter": 0, "base": 24} and served.raw == 0.0
+    assert served.evidence["adapter_alone"]["fraction_regressed"] == alone.raw
+
+
+def test_a_dialogue_turn_the_router_gives_the_base_is_answered_by_the_base(contexts, minilm):
+    served_ctx, alone_ctx = contexts
+    served = coherence.per_turn(served_ctx)
+    assert served.by_base == 0, "the document's own questions go to its adapter"
+    never = TextRouter(minilm, Router(embed_memo(minilm, QUESTIONS), threshold=1.5), recorded=False)
+    to_base = ProbeContext(served_ctx.backend, served_ctx.inputs, served_ctx.options, route=never)
+    result = coherence.run(to_base)
+    assert result.evidence["routed_to_base"] == 4 * served_ctx.options.max_turns
+    assert result.evidence["adapter_alone"]["answered_per_turn"] == coherence.per_turn(alone_ctx).answered
