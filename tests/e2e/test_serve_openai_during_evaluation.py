@@ -26,7 +26,6 @@ import aiohttp
 import anyio
 import openai
 import pytest
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from learnerd.api.openai_app import openai_app
@@ -42,6 +41,7 @@ from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.qa_pairs import QA_PAIRS
 from tests.support.evaluation import qa_document, state_with_models
+from tests.support.serving import local_app
 from tests.support.tied_model import build_tied_tiny_model, commit_noise_adapter
 from tests.support.training import train_document
 
@@ -104,15 +104,10 @@ async def endpoint(cfg: Config, reload_after_s: float = 30.0) -> AsyncIterator[t
     catalog = ModelCatalog(cfg.layout.docs_roots, [])
     settings = ServeConfig(max_tokens=8)
     app = openai_app(catalog, served, Running(served), settings, CollectorRegistry(), TOKEN, without_token="none")
-    runner = web.AppRunner(app)
-    await runner.setup()
     try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        yield f"http://{host}:{port}", served
+        async with local_app(app) as url:
+            yield url, served
     finally:
-        await runner.cleanup()
         served.close()
 
 

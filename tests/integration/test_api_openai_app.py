@@ -17,7 +17,6 @@ import anyio
 import openai
 import pytest
 import structlog
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from learnerd.api.openai_app import WithoutToken, openai_app
@@ -31,6 +30,7 @@ from learnerd.store.dlm import read_document
 from learnerd.store.suggestions import ServedAnswer
 from tests.qa_pairs import QA_PAIRS
 from tests.support.documents import qa_document
+from tests.support.serving import local_app
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("one_torch_thread")]
 CHAT = {"model": "notes", "messages": [{"role": "user", "content": "What is the capital of France?"}]}
@@ -74,15 +74,10 @@ async def endpoint(
     catalog = ModelCatalog([root / "docs"], [])
     settings = ServeConfig(max_tokens=max_tokens)
     app = openai_app(catalog, served, control, settings, registry, token, without_token=without_token)
-    runner = web.AppRunner(app)
-    await runner.setup()
     try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        yield f"http://{host}:{port}", control, registry
+        async with local_app(app) as url:
+            yield url, control, registry
     finally:
-        await runner.cleanup()
         served.close()
 
 

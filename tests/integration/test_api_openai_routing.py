@@ -14,7 +14,6 @@ import anyio
 import numpy as np
 import openai
 import pytest
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from learnerd.api.openai_app import openai_app
@@ -25,6 +24,7 @@ from learnerd.store.dlm import read_document
 from learnerd.store.manifest import read_manifest
 from learnerd.store.suggestions import ServedAnswer
 from tests.support.documents import qa_document
+from tests.support.serving import local_app
 from tests.support.training import train_document
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("one_torch_thread")]
@@ -80,16 +80,13 @@ async def endpoint(
     control = Control(served, minilm)
     catalog = ModelCatalog([root / "docs"], [])
     app = openai_app(catalog, served, control, ServeConfig(max_tokens=4, routing=routing), CollectorRegistry(), None)
-    runner = web.AppRunner(app)
-    await runner.setup()
     try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        async with openai.AsyncOpenAI(base_url=f"http://{host}:{port}/v1", api_key="unused", max_retries=0) as client:
+        async with (
+            local_app(app) as url,
+            openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="-", max_retries=0) as client,
+        ):
             yield client, control
     finally:
-        await runner.cleanup()
         served.close()
 
 

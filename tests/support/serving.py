@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import openai
+from aiohttp import web
 
 from tests.support.daemon_process import DaemonProcess, daemon_process
 
@@ -70,3 +71,17 @@ def serving_daemon(
 def client(url: str, token: str = TOKEN, **kw) -> openai.OpenAI:
     """The official client, without retries (a 429 must be seen, not retried away)."""
     return openai.OpenAI(base_url=url, api_key=token, max_retries=0, timeout=120.0, **kw)
+
+
+@contextlib.asynccontextmanager
+async def local_app(app: web.Application) -> AsyncIterator[str]:
+    """``app`` served on 127.0.0.1 (a free port) on the running event loop: its base URL, ``http://127.0.0.1:PORT``."""
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
