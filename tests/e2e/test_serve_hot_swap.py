@@ -29,7 +29,8 @@ def served_adapter(url: str) -> str | None:
 
 
 def test_a_commit_swaps_the_adapter_under_eight_clients_without_a_failed_request(tmp_path: Path, models_dir: Path):
-    extra = '[serve]\nqueue_size = 64\nmax_tokens = 16\n\n[rpc]\ndocument = "notes.dlm"\n'
+    # routing = "always-adapter": the question is learned only by v0002, and every answer must name its version
+    extra = '[serve]\nqueue_size = 64\nmax_tokens = 16\nrouting = "always-adapter"\n\n[rpc]\ndocument = "notes.dlm"\n'
     write_config(tmp_path, models_dir, extra, training=True)
     doc = qa_document(tmp_path / "docs" / "notes.dlm", QA_PAIRS[:1], training=TRAINING)
     dlm_id = read_document(doc).frontmatter.dlm_id
