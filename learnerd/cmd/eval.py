@@ -3,7 +3,8 @@
 Runs every probe (``probe_recall``, ``delta_kl``, ``multi_turn_coherence_decay``,
 ``section_internalization``, and the retention probes ``paraphrase_invariance``, ``calibration_drift`` and
 ``answer_retention``, with ``null_adapter`` calibration) on the current adapter version of ``DOC``,
-or ``--adapter vN``, showing its progress (a bar on a terminal; lines on stdout when stdout is not a terminal
+or ``--adapter vN`` (the retention and dialogue probes scoring each item as ``[serve] routing`` serves it,
+docs/evaluation.md), showing its progress (a bar on a terminal; lines on stdout when stdout is not a terminal
 and ``--json`` is not given); writes the sway schema-1 report beside that
 version (``versions/vNNNN/eval.json``, the file the daemon's evaluation reconciler also writes) and to
 ``--output PATH``, and prints a one-screen summary whose score line explains the band — or, with

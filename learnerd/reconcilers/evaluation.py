@@ -7,7 +7,9 @@ in the adapter store (key: the document's ``dlm_id``, :func:`~learnerd.eval.hist
 
 1. makes sure each has a report: a version without one (``versions/vNNNN/eval.json``), or with only a failed
    one (below), is evaluated against the document as it is now (:func:`~learnerd.eval.suite.evaluate_version`,
-   in a worker thread, one at a time, on ``[evaluation] num_threads`` torch threads); the *stuck* probes are
+   in a worker thread, one at a time, on ``[evaluation] num_threads`` torch threads; its items scored as
+   ``[serve] routing`` serves them, routed by the version's own threshold under the daemon's embedder); the
+   *stuck* probes are
    added to the report's findings and the report is written atomically. It logs ``evaluation.started``, one
    ``evaluation.progress`` per step (``step`` of ``of``) and ``evaluation.finished``. When the reconcile is
    cancelled (the controller's timeout, a drain or the daemon stopping), the worker thread stops at its next
