@@ -29,6 +29,7 @@ from tests.support.training import train_document
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("one_torch_thread")]
 LEARNED = "Restart the api deployment in dev"
+TOKEN = "routing-test-token-0123456789"
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 COMMANDS = [
     (LEARNED, "kubectl rollout restart deployment/api -n dev"),
@@ -79,11 +80,12 @@ async def endpoint(
     served = ServedModels(AdapterStore(root / "adapters"), models_dir, num_threads=1)
     control = Control(served, minilm)
     catalog = ModelCatalog([root / "docs"], [])
-    app = openai_app(catalog, served, control, ServeConfig(max_tokens=4, routing=routing), CollectorRegistry(), None)
+    settings = ServeConfig(max_tokens=4, routing=routing)
+    app = openai_app(catalog, served, control, settings, CollectorRegistry(), TOKEN, without_token="none")
     try:
         async with (
             local_app(app) as url,
-            openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="-", max_retries=0) as client,
+            openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=TOKEN, max_retries=0) as client,
         ):
             yield client, control
     finally:
