@@ -256,13 +256,13 @@ def embed_memo(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     """
     with _memo_lock:
         memo = _memos.setdefault(embedder, OrderedDict())
-        missing = list(dict.fromkeys(t for t in texts if t not in memo))
-    fresh = embedder.embed(missing) if missing else np.zeros((0, 0), dtype=np.float32)
-    with _memo_lock:
         found = {t: memo[t] for t in texts if t in memo}
-        for text, vector in zip(missing, fresh, strict=True):
-            found[text] = memo[text] = vector
+    missing = [t for t in dict.fromkeys(texts) if t not in found]
+    if missing:
+        found.update(zip(missing, embedder.embed(missing), strict=True))
+    with _memo_lock:
         for text in texts:
+            memo[text] = found[text]
             memo.move_to_end(text)
         while len(memo) > MEMO_SIZE:
             memo.popitem(last=False)

@@ -38,8 +38,10 @@ class Fresh:
 
     def __init__(self, embedder) -> None:
         self._embedder, self.name, self.dim, self.calls = embedder, embedder.name, embedder.dim, 0
+        self.embedded = 0  # texts embedded
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.embedded += len(texts)
         return self._embedder.embed(texts)
 
 
@@ -53,7 +55,11 @@ def test_the_threshold_sends_the_general_pool_to_the_base_and_rewrites_of_a_lear
     rewrites = minilm.embed([t.format(q=q) for q in questions for t in TEMPLATES]).reshape(len(questions), -1, 384)
     own = np.einsum("qd,qtd->qt", vectors, rewrites)
     assert own.min() >= calibration.threshold - 1e-4, "a rewrite of a learned question would leave the adapter"
-    assert calibrate(questions, Fresh(minilm)) == calibration  # deterministic, whatever was embedded before
+    fresh = Fresh(minilm)
+    assert calibrate(questions, fresh) == calibration  # deterministic, whatever was embedded before
+    embedded = fresh.embedded
+    assert embedded == len(questions) * (1 + len(TEMPLATES)) + len(set(replay_prompts()))
+    assert calibrate(questions, fresh) == calibration and fresh.embedded == embedded, "each text is embedded once"
     assert calibrate([], minilm) is None
 
 
