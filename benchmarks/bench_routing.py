@@ -46,6 +46,7 @@ from learnerd.ml.embedders import MiniLMEmbedder  # noqa: E402
 from learnerd.ml.router import Router, calibrate  # noqa: E402
 from learnerd.store.retrieval import nearest_to  # noqa: E402
 from learnerd.store.vector_index import VectorIndex  # noqa: E402
+from learnerd.training.ingredients.replay import replay_prompts  # noqa: E402
 
 NL2BASH = PEER_TLDR.parent / "nl2bash" / "paraphrases.jsonl"
 PAD_SEED = 20240501
@@ -79,7 +80,7 @@ def main() -> None:
 
     embedder = MiniLMEmbedder()
     questions = [e["descriptions"][0] for e in learned]
-    calibration = calibrate(questions, embedder)
+    calibration = calibrate(questions, embedder, replay_prompts())
     assert calibration is not None
     router = Router(embedder.embed(questions), calibration.threshold)
     index = VectorIndex(embedder.dim)

@@ -16,6 +16,7 @@ from learnerd.eval.probes import calibration_drift, coherence, retention
 from learnerd.eval.probes.base import EvalOptions, ProbeContext
 from learnerd.ml.router import Router, TextRouter, calibrate, embed_memo
 from learnerd.store.dlm import parse_text
+from learnerd.training.ingredients.replay import replay_prompts
 from tests.support.sway_peer import learnerd_backend
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -32,7 +33,7 @@ def contexts(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory, min
     backend = learnerd_backend(tiny_model_dir, make_adapter(tiny_model_dir, tmp_path_factory.mktemp("noisy"), 0.5))
     inputs = document_inputs(parse_text(DOC), backend.tokenizer)
     options = EvalOptions(drift_items_limit=24)
-    calibration = calibrate(QUESTIONS, minilm)
+    calibration = calibrate(QUESTIONS, minilm, replay_prompts())
     router = TextRouter(minilm, Router(embed_memo(minilm, QUESTIONS), calibration.threshold), recorded=True)
     return ProbeContext(backend, inputs, options, route=router), ProbeContext(backend, inputs, options)
 

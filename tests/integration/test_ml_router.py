@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from learnerd.ml.base_model import resolve_base_model
-from learnerd.ml.cycle import train_cycle
-from learnerd.ml.general_replay import replay_prompts
-from learnerd.ml.hyperparams import check_trainable
 from learnerd.ml.router import DEFAULT_THRESHOLD, TEMPLATES, calibrate, document_questions, text_router
 from learnerd.ml.rows import document_rows
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from learnerd.store.manifest import read_manifest
+from learnerd.training.config import check_trainable
+from learnerd.training.cycle import train_cycle
+from learnerd.training.ingredients.replay import replay_prompts
 from tests.conftest import REPO_ROOT
 from tests.support.documents import qa_document
 
@@ -47,7 +47,7 @@ class Fresh:
 
 def test_the_threshold_sends_the_general_pool_to_the_base_and_rewrites_of_a_learned_question_to_the_adapter(minilm):
     questions = document_questions(document_rows(read_document(REPO_ROOT / "examples" / "commands.dlm")))
-    calibration = calibrate(questions, minilm)
+    calibration = calibrate(questions, minilm, replay_prompts())
     assert calibration is not None and calibration.questions == len(questions) == 20
     vectors = minilm.embed(questions)
     general = (minilm.embed(list(replay_prompts())) @ vectors.T).max(axis=1)
@@ -56,11 +56,13 @@ def test_the_threshold_sends_the_general_pool_to_the_base_and_rewrites_of_a_lear
     own = np.einsum("qd,qtd->qt", vectors, rewrites)
     assert own.min() >= calibration.threshold - 1e-4, "a rewrite of a learned question would leave the adapter"
     fresh = Fresh(minilm)
-    assert calibrate(questions, fresh) == calibration  # deterministic, whatever was embedded before
+    assert calibrate(questions, fresh, replay_prompts()) == calibration  # deterministic, whatever was embedded before
     embedded = fresh.embedded
     assert embedded == len(questions) * (1 + len(TEMPLATES)) + len(set(replay_prompts()))
-    assert calibrate(questions, fresh) == calibration and fresh.embedded == embedded, "each text is embedded once"
-    assert calibrate([], minilm) is None
+    assert calibrate(questions, fresh, replay_prompts()) == calibration and fresh.embedded == embedded, (
+        "each text is embedded once"
+    )
+    assert calibrate([], minilm, replay_prompts()) is None
 
 
 def test_a_cycle_records_the_threshold_in_the_manifest_and_a_version_without_one_routes_with_the_default(
@@ -77,7 +79,7 @@ def test_a_cycle_records_the_threshold_in_the_manifest_and_a_version_without_one
 
     routed = anyio.run(cycle, minilm).version
     recorded = read_manifest(routed.path).routing
-    assert recorded == calibrate([q for q, _ in COMMANDS], Fresh(minilm)).to_dict()
+    assert recorded == calibrate([q for q, _ in COMMANDS], Fresh(minilm), replay_prompts()).to_dict()
     assert recorded["embedder"] == "all-MiniLM-L6-v2" and 0 < recorded["threshold"] <= 1
     described = text_router(document, routed, minilm).describe()
     assert described["threshold"] == recorded["threshold"] and described["recorded"] and described["questions"] == 3
