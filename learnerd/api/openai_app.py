@@ -5,21 +5,27 @@ Models: the base models, and one per ``.dlm`` document (id = the file's stem, it
 too), answering with the document's current adapter (:mod:`learnerd.ml.serving` swaps it in on promotion)
 and its ``system_prompt`` first when the request has no system message.
 
-learnerd's extension, ``"learnerd": {"rag_k": K}`` in the body (default ``[serve] rag_k``): the K learned
-examples nearest to the last user message go into the system message as one block of quoted data
-(:func:`learnerd.ml.retrieved_examples.with_examples`), as foyle's agent puts its few-shot examples in the
-prompt; an adapter trained with retrieval-augmented rows has learned to answer under that block. A document
-version trained without it is quoted only the examples it has not learned (its manifest says which it did):
-the others, among the K nearest, are held back (``withheld``), as it answers them better without the block.
+learnerd's extension, ``"learnerd": {"rag_k": K}`` in the body (default ``[serve] rag_k`` for a document's model,
+0 for a base's): the K learned examples nearest to the last user message go into the system message as one block
+of quoted data (:func:`learnerd.ml.retrieved_examples.with_examples`), as foyle's agent puts its few-shot
+examples in the prompt; an adapter trained with retrieval-augmented rows has learned to answer under that
+block. A document version trained without it is quoted only the examples it has not learned (its manifest says
+which it did): the others, among the K nearest, are held back (``withheld``), as it answers them better without
+the block.
 Every response carries ``"learnerd": {"adapter", "doc_key", "max_tokens", "retrieved", "withheld", "routed",
 "similarity"}`` (the first chunk of a stream), so a client sees what answered it.
 
-Routing (``[serve] routing``, :mod:`learnerd.ml.router`): a document's request is answered by its adapter when
-its last user message is at least the version's threshold similar to a question the version learned, else by the
-base (``routed``: ``"adapter"`` or ``"base"``; ``similarity``: that nearest question's cosine similarity). The
-message is embedded once, for routing and retrieval both; a version's questions are embedded at its first request.
-A base model's request, a document's before its first version and ``"always-adapter"`` compare nothing
-(``similarity`` null).
+Routing (``[serve] routing = "similarity"``, the default; :mod:`learnerd.ml.router`). A document's request is
+compared with what the document holds: the questions its served version learned and the retrieved examples (those
+logged since included). Its ``similarity`` is the nearest one's cosine similarity; at or above the version's
+threshold (recorded in its manifest; :data:`~learnerd.ml.router.DEFAULT_THRESHOLD` before a first version) the
+adapter answers (``routed: "adapter"``), below it the base (``"base"``, inside ``disable_adapter()``). Only the
+retrieved examples at or above the threshold are quoted, whoever answers: a request about nothing the document
+holds ("What is 17 times 3?") reaches the base as the client sent it, and a task logged seconds ago, before any
+version learned it, is answered from its quoted example. The message is embedded once, for routing and retrieval
+both; a version's questions are embedded at its first request. ``"always-adapter"`` sends every request of a
+document with a version to its adapter and quotes the ``rag_k`` nearest examples, however far; a base model's
+request is compared with nothing and gets retrieved examples only when it asks (``learnerd.rag_k``).
 
 Access: a document's model answers with its learned adapter, which holds what people ran, so it is served only
 to a bearer of learnerd's token (``Authorization: Bearer <token>``: the token file ``learnerd init`` writes, or
@@ -87,7 +93,7 @@ from learnerd.api.tcp_endpoints import bearer_middleware
 from learnerd.ml.base_model import BaseModelError
 from learnerd.ml.loader import ModelCheckError
 from learnerd.ml.retrieved_examples import learned_without_block, split_learned, with_examples
-from learnerd.ml.router import ADAPTER, Route, Router, recorded_threshold, version_routing
+from learnerd.ml.router import ADAPTER, DEFAULT_THRESHOLD, Route, Router, recorded_threshold, version_routing
 from learnerd.ml.rows import ChatMessage
 from learnerd.ml.serving import (
     Admission,
@@ -102,6 +108,7 @@ from learnerd.ml.serving import (
     ServedModels,
 )
 from learnerd.store.adapters import AdapterStoreError, AdapterVersion
+from learnerd.store.retrieval import SearchHit
 from learnerd.store.suggestions import ServedAnswer
 
 log = structlog.get_logger(__name__)
@@ -232,7 +239,9 @@ class OpenAIEndpoint:
         )
         self.token, self.without_token = (token.encode() if token else None), without_token
         self.started = int(time.time())
-        self._routers: dict[Path, tuple[Path, Router | None]] = {}  # document → (its version's path, router)
+        self._routers: dict[
+            Path, tuple[Path, Router | None, float]
+        ] = {}  # document → (version's path, router, threshold)
 
     def check_ready(self) -> None:
         """Raise the endpoint's 503 while the daemon is not running (see the module docstring)."""
@@ -329,7 +338,7 @@ class OpenAIEndpoint:
         if model.system_prompt and not any(m.role == "system" for m in messages):
             messages.insert(0, ChatMessage("system", model.system_prompt))
         asked = req.learnerd.rag_k if req.learnerd is not None else None
-        k = asked if asked is not None else self.settings.rag_k if authenticated else 0
+        k = asked if asked is not None else self.settings.rag_k if authenticated and model.doc_key else 0
         if k > 0 and not authenticated:
             raise OpenAIError(
                 401,
@@ -347,9 +356,7 @@ class OpenAIEndpoint:
             except PromptTooLong as exc:
                 raise OpenAIError(400, str(exc), code="context_length_exceeded") from None
             current = self.served.current_version(model)
-            route, vector = await self._route(model, current, messages)
-            version = current if route.routed == "adapter" else None  # None: the base answers
-            retrieved, withheld = await self._retrieve(messages, k, version, vector) if k > 0 else ([], [])
+            route, version, retrieved, withheld = await self._route_and_retrieve(model, current, messages, k)
         except BaseException:
             admission.release()
             raise
@@ -365,45 +372,59 @@ class OpenAIEndpoint:
         messages = with_examples(messages, retrieved)
         return _Prepared(req, model, model.id, messages, info, admission, version, authenticated)
 
-    async def _retrieve(
-        self, messages: list[ChatMessage], k: int, version: AdapterVersion | None, vector: Any
-    ) -> tuple[list[dict[str, Any]], list[str]]:
-        """The ``k`` learned examples nearest to the last user message (none without one; ``vector``: its
-        embedding when routing made it), split into those to quote and the ids held back: those ``version`` (the
-        one the job will run on) learned without retrieval rows
-        (:func:`~learnerd.ml.retrieved_examples.learned_without_block`)."""
+    async def _route_and_retrieve(
+        self, model: ServedModel, current: AdapterVersion | None, messages: list[ChatMessage], k: int
+    ) -> tuple[Route, AdapterVersion | None, list[dict[str, Any]], list[str]]:
+        """Who answers the request, the version that does (None: the base) and the retrieved examples to quote and
+        those held back (module docstring, "Routing"). The last user message is embedded once, for both."""
         last_user = _last_user(messages)
         if last_user is None:
-            return [], []
+            return (ADAPTER if current else Route("base")), current, [], []
+        similarity = self.settings.routing == "similarity" and model.doc_key is not None and model.path is not None
+        router, threshold = await self._router(model, current) if similarity else (None, None)
+        vector, learned = None, None  # the message's embedding; its nearest learned question's similarity
+        if router is not None or (k > 0 and threshold is not None):
+            vector = (await self.control.embed([last_user.content]))[0]
+            learned = router.route(vector).similarity if router is not None else None
+        hits = await self._search(last_user.content, k, vector) if k > 0 else []
+        if threshold is not None:  # only examples close to the request are quoted
+            hits = [h for h in hits if float(h["score"]) >= threshold]
+        if not similarity:
+            route = ADAPTER if current else Route("base")
+        elif current is None:
+            route = Route("base", float(hits[0]["score"]) if hits else None)
+        elif router is None or learned is None:  # a version that learned no question
+            route = ADAPTER
+        else:
+            nearest = max([learned, *(float(h["score"]) for h in hits)])
+            route = Route("adapter" if nearest >= router.threshold else "base", nearest)
+        version = current if route.routed == "adapter" else None
+        held = await anyio.to_thread.run_sync(learned_without_block, version) if version else frozenset()
+        retrieved, withheld = split_learned(hits, held)
+        return route, version, retrieved, withheld
+
+    async def _search(self, text: str, k: int, vector: Any) -> list[SearchHit]:
+        """The ``k`` examples nearest to ``text`` (``vector``: its embedding, None: not made yet)."""
         try:
-            hits = await self.control.search(last_user.content, k, vector)
+            return await self.control.search(text, k, vector)
         except Unavailable as exc:
             raise OpenAIError(503, str(exc), "server_error", "unavailable", {"Retry-After": "5"}) from None
         except ControlError as exc:
             raise OpenAIError(400, f"learnerd.rag_k: {exc}") from None
-        learned = await anyio.to_thread.run_sync(learned_without_block, version) if version else frozenset()
-        return split_learned(hits, learned)
 
-    async def _route(
-        self, model: ServedModel, version: AdapterVersion | None, messages: list[ChatMessage]
-    ) -> tuple[Route, Any]:
-        """Who answers the request (module docstring), and its last user message's embedding (None: not made)."""
-        last_user = _last_user(messages)
-        if version is None:  # a base model, or a document before its first version
-            return Route("base"), None
-        if self.settings.routing == "always-adapter" or last_user is None or model.path is None:
-            return ADAPTER, None
+    async def _router(self, model: ServedModel, version: AdapterVersion | None) -> tuple[Router | None, float]:
+        """``model``'s router for ``version`` (None: before a first version, or a version that learned no question)
+        and the threshold of its similarities: the version's recorded one, :data:`DEFAULT_THRESHOLD` before one."""
+        if version is None or model.path is None:
+            return None, DEFAULT_THRESHOLD
         cached = self._routers.get(model.path)
         if cached is None or cached[0] != version.path:
             questions, routing = await anyio.to_thread.run_sync(version_routing, model.path, version)
             threshold = recorded_threshold(routing, self.control.embedder_name)
-            cached = (version.path, Router(await self.control.embed(questions), threshold) if questions else None)
+            router = Router(await self.control.embed(questions), threshold) if questions else None
+            cached = (version.path, router, threshold)
             self._routers[model.path] = cached
-        router = cached[1]
-        if router is None:  # a version that learned no question
-            return ADAPTER, None
-        vector = (await self.control.embed([last_user.content]))[0]
-        return router.route(vector), vector
+        return cached[1], cached[2]
 
     async def _answer(self, request: web.Request, p: _Prepared, received: float) -> web.StreamResponse:
         req = p.request
@@ -614,9 +635,10 @@ def openai_app(
     ``--insecure-no-token``).
 
     Raises:
-        ValueError: ``[serve] rag_k`` above 0, or ``without_token`` ``"none"``, without a token.
+        ValueError: ``[serve] rag_k`` set above 0, or ``without_token`` ``"none"``, without a token (the default
+            ``rag_k`` serves nobody without one: only a bearer of the token is given retrieved examples).
     """
-    if token is None and (settings.rag_k > 0 or without_token == "none"):
+    if token is None and ((settings.rag_k > 0 and "rag_k" in settings.model_fields_set) or without_token == "none"):
         raise ValueError("serving retrieved examples ([serve] rag_k), or off loopback, needs a bearer token")
     middlewares: list[Any] = [access_log_middleware("openai request", lambda r: {"remote": r.remote})]
     if token is not None and without_token == "none":

@@ -110,9 +110,10 @@ class ServeConfig(Section):
     """a request's max_tokens is clamped to this many tokens"""
     max_body_bytes: int = Field(1024 * 1024, ge=1024)
     """larger request bodies are refused (413)"""
-    rag_k: int = Field(0, ge=0)
-    """retrieved examples quoted in the system message (0 = off; per request: learnerd.rag_k); > 0 needs the token,
-    and documents train under rag_k retrieved examples unless their training block says otherwise"""
+    rag_k: int = Field(3, ge=0)
+    """retrieved examples quoted in the system message of a document's request, those at least the routing
+    threshold similar (0 = off; per request: learnerd.rag_k); retrieval needs the token, and documents of a
+    pretrained base train under rag_k retrieved examples unless their training block says otherwise"""
     steering: bool = False
     """apply `learnerd evolve`'s deltas_best.json of the document's run, when there is one"""
     num_threads: int = Field(0, ge=0)
@@ -121,8 +122,9 @@ class ServeConfig(Section):
     """or "llamacpp": generate with llama.cpp on the base's GGUF file and the version's GGUF LoRA (docs/export.md)"""
     routing: Literal["similarity", "always-adapter"] = "similarity"
     """who answers a document's request: "similarity" = its adapter when the last user message is at least the
-    version's threshold similar to a question it learned, else the base (docs/operations.md, Routing);
-    "always-adapter" = its adapter. The promotion gate judges what this serves"""
+    version's threshold similar to a question it learned or to a retrieved example, else the base, and only
+    examples over the threshold are quoted (docs/operations.md, Routing); "always-adapter" = its adapter, quoted
+    the rag_k nearest. The promotion gate judges what this serves"""
 
     _listen = field_validator("listen")(_host_port_or_empty("serve"))
 

@@ -6,14 +6,17 @@ recipe chosen by its base model (the document's own keys always win; docs/retent
 
 * :data:`RANDOM_BASE_RECIPE` for the built-in random tiny models: memorisation (LoRA r 16 without dropout,
   ``learning_rate`` 1e-2, micro-batch 4, 60 epochs);
-* :data:`PRETRAINED_RECIPE` for every other base: LoRA r 4 (alpha 8) on every linear projection,
-  ``learning_rate`` 1e-3, micro-batch 4, 12 epochs, with general replay under a KL term to the base, multi-turn
-  rows, and micro-batches of rows of similar length.
+* :data:`PRETRAINED_RECIPE` for every other base: LoRA r 8 (alpha 16) on every linear projection,
+  ``learning_rate`` 1e-3, micro-batch 4, 12 epochs, multi-turn rows, micro-batches of rows of similar length, and
+  (the daemon serves retrieved examples: ``[serve] rag_k``, 3 by default) each pair trained once more under as
+  many retrieved examples (:func:`learnerd.training.ingredients.retrieval.served`: RAFT's rows). No general
+  replay and no KL term: the endpoint routes what the document does not hold to the base
+  (:mod:`learnerd.ml.router`), and the promotion gate judges retention as served. Both stay keys
+  (``general_replay``, ``replay_kl_weight``) for a document served ``always-adapter``.
 
-Where the daemon serves retrieved examples (``[serve] rag_k`` above 0), either recipe also trains under as many
-(:func:`learnerd.training.ingredients.retrieval.served`). :func:`document_training` resolves a document's block
-over the recipe and remembers which values are the document's own (:class:`DocumentTraining`), so
-:func:`undertrained_reason` blames only those, or says how many epochs would reach :data:`MIN_STEPS`.
+:func:`document_training` resolves a document's block over the recipe and remembers which values are the
+document's own (:class:`DocumentTraining`), so :func:`undertrained_reason` blames only those, or says how many
+epochs would reach :data:`MIN_STEPS`.
 """
 
 from __future__ import annotations
@@ -38,14 +41,14 @@ RANDOM_BASE_RECIPE: dict[str, Any] = {
     "num_epochs": 60,
 }
 PRETRAINED_RECIPE: dict[str, Any] = {
-    "lora_r": 4,
-    "lora_alpha": 8,
+    "lora_r": 8,
+    "lora_alpha": 16,
     "target_modules": "auto",
     "learning_rate": 1e-3,
     "micro_batch_size": 4,
     "num_epochs": 12,
-    "general_replay": 4.0,
-    "replay_kl_weight": 10.0,
+    "general_replay": 0.0,
+    "replay_kl_weight": 0.0,
     "multi_turn_rows": 20,
     "group_by_length": True,
 }
@@ -72,8 +75,11 @@ class DocumentTraining:
 def recipe_for(builtin: bool, served_rag_k: int = 0) -> dict[str, Any]:
     """The default ``training`` keys for a built-in random base (``builtin``) or a pretrained one (a copy), with
     :func:`learnerd.training.ingredients.retrieval.served`'s keys for ``served_rag_k`` (``[serve] rag_k``; 0: off),
-    so the adapter learns to answer under the block of retrieved examples it is served with."""
-    return {**(RANDOM_BASE_RECIPE if builtin else PRETRAINED_RECIPE), **retrieval.served(served_rag_k)}
+    so the adapter learns to answer under the block of retrieved examples it is served with; a built-in random base
+    trains without them (it answers bytes, under a block or not: its quick start stays a fast check)."""
+    if builtin:
+        return dict(RANDOM_BASE_RECIPE)
+    return {**PRETRAINED_RECIPE, **retrieval.served(served_rag_k)}
 
 
 def default_training(base_model: str) -> dict[str, Any]:

@@ -72,7 +72,7 @@ async def endpoint(
     control = Control(served)
     registry = CollectorRegistry()
     catalog = ModelCatalog([root / "docs"], [])
-    settings = ServeConfig(max_tokens=max_tokens)
+    settings = ServeConfig(max_tokens=max_tokens, rag_k=0)  # no retrieval: the endpoint alone
     app = openai_app(catalog, served, control, settings, registry, token, without_token=without_token)
     try:
         async with local_app(app) as url:

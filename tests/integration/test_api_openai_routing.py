@@ -35,12 +35,15 @@ COMMANDS = [
     (LEARNED, "kubectl rollout restart deployment/api -n dev"),
     ("List the pods in the dev namespace", "kubectl get pods -n dev"),
 ]
+FRESH = ("Show the disk usage of the logs directory", "du -sh logs")
+"""An example logged after the version was trained: in the index, not in what v0001 learned."""
 
 
 class Control:
     """What the endpoint asks of the daemon (:class:`~learnerd.api.surface.ControlSurface`): running, the served
-    models' readiness, the session's MiniLM as the daemon's embedder, no retrieval; the answers it is asked to
-    remember, kept in ``answers``."""
+    models' readiness, the session's MiniLM as the daemon's embedder, retrieval over the document's pairs and
+    :data:`FRESH` (exact cosine, as the daemon's index); the answers it is asked to remember, kept in
+    ``answers``."""
 
     state = "running"
 
@@ -59,7 +62,21 @@ class Control:
         return await anyio.to_thread.run_sync(self.embedder.embed, list(texts))
 
     async def search(self, text: str, k: int, vector=None) -> list:
-        raise AssertionError("rag_k is 0: nothing is retrieved")
+        examples = [*COMMANDS, FRESH]
+        vectors = await self.embed([q for q, _ in examples])
+        query = vector if vector is not None else (await self.embed([text]))[0]
+        scores = vectors @ query
+        best = np.argsort(-scores)[:k]
+        return [
+            {
+                "id": f"ex{i}",
+                "query": examples[i][0],
+                "answer": examples[i][1],
+                "language": "bash",
+                "score": round(float(scores[i]), 4),
+            }
+            for i in best
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +130,7 @@ async def test_a_learned_question_goes_to_the_adapter_and_the_capital_of_france_
     info = france.model_extra["learnerd"]
     threshold = read_manifest(AdapterStore(trained / "adapters").current(dlm_id).path).routing["threshold"]
     assert (info["routed"], info["adapter"]) == ("base", None) and info["similarity"] < threshold
+    assert info["retrieved"] == [], "no example is quoted into a request about nothing the document holds"
     assert france.system_fingerprint == f"{dlm_id}@base"
     assert france.choices[0].message.content == base.choices[0].message.content  # the base's own answer
     assert base.model_extra["learnerd"]["routed"] == "base" and base.model_extra["learnerd"]["similarity"] is None
@@ -121,6 +139,20 @@ async def test_a_learned_question_goes_to_the_adapter_and_the_capital_of_france_
         ("v0001", learned.choices[0].message.content),
         ("base", france.choices[0].message.content),
     ]
+
+
+async def test_a_task_logged_after_the_version_goes_to_the_adapter_with_its_example_quoted(
+    trained: Path, models_dir: Path, minilm
+):
+    asked = [{"role": "user", "content": "How big is the logs directory on disk?"}]
+    dlm_id = read_document(trained / "docs" / "commands.dlm").frontmatter.dlm_id
+    async with endpoint(trained, models_dir, minilm, "similarity") as (client, _):
+        fresh = await client.chat.completions.create(model="commands", messages=asked)
+    info = fresh.model_extra["learnerd"]
+    threshold = read_manifest(AdapterStore(trained / "adapters").current(dlm_id).path).routing["threshold"]
+    assert [h["answer"] for h in info["retrieved"]][:1] == [FRESH[1]], "the fresh example is quoted"
+    assert all(h["score"] >= threshold for h in info["retrieved"]), "only examples over the threshold are quoted"
+    assert info["routed"] == "adapter" and info["similarity"] == info["retrieved"][0]["score"]
 
 
 async def test_always_adapter_gives_the_adapter_every_request(trained: Path, models_dir: Path, minilm):

@@ -124,4 +124,5 @@ def test_a_served_rag_k_trains_retrieved_examples_unless_the_document_says_other
     assert served.recipe().retrieval_k == 3 and document_training({}, builtin=False).config.retrieval_k == 0
     own = document_training({"retrieval_k": 0}, builtin=False, served_rag_k=3)
     assert own.config.retrieval_k == 0 and own.own_keys == {"retrieval_k"}
-    assert document_training(None, builtin=True, served_rag_k=40).config.retrieval_k == MAX_RETRIEVAL_K
+    assert document_training(None, builtin=False, served_rag_k=40).config.retrieval_k == MAX_RETRIEVAL_K
+    assert document_training(None, builtin=True, served_rag_k=3).config.retrieval_k == 0  # the tiny quick start's
