@@ -20,7 +20,8 @@ compared with what the document holds: the questions its served version learned 
 logged since included). Its ``similarity`` is the nearest one's cosine similarity; at or above the version's
 threshold (recorded in its manifest; :data:`~learnerd.ml.router.DEFAULT_THRESHOLD` before a first version) the
 adapter answers (``routed: "adapter"``), below it the base (``"base"``, inside ``disable_adapter()``). Only the
-retrieved examples at or above the threshold are quoted, whoever answers: a request about nothing the document
+retrieved examples at or above the threshold are quoted, whoever answers (a request that sets its own
+``learnerd.rag_k`` is quoted its K nearest): a request about nothing the document
 holds ("What is 17 times 3?") reaches the base as the client sent it, and a task logged seconds ago, before any
 version learned it, is answered from its quoted example. The message is embedded once, for routing and retrieval
 both; a version's questions are embedded at its first request. ``"always-adapter"`` sends every request of a
@@ -356,7 +357,8 @@ class OpenAIEndpoint:
             except PromptTooLong as exc:
                 raise OpenAIError(400, str(exc), code="context_length_exceeded") from None
             current = self.served.current_version(model)
-            route, version, retrieved, withheld = await self._route_and_retrieve(model, current, messages, k)
+            plan = await self._route_and_retrieve(model, current, messages, k, every_hit=asked is not None)
+            route, version, retrieved, withheld = plan
         except BaseException:
             admission.release()
             raise
@@ -373,10 +375,11 @@ class OpenAIEndpoint:
         return _Prepared(req, model, model.id, messages, info, admission, version, authenticated)
 
     async def _route_and_retrieve(
-        self, model: ServedModel, current: AdapterVersion | None, messages: list[ChatMessage], k: int
+        self, model: ServedModel, current: AdapterVersion | None, messages: list[ChatMessage], k: int, every_hit: bool
     ) -> tuple[Route, AdapterVersion | None, list[dict[str, Any]], list[str]]:
         """Who answers the request, the version that does (None: the base) and the retrieved examples to quote and
-        those held back (module docstring, "Routing"). The last user message is embedded once, for both."""
+        those held back (module docstring, "Routing"); ``every_hit``: the request asked for its ``k`` (its own
+        ``learnerd.rag_k``), quoted however far. The last user message is embedded once, for both."""
         last_user = _last_user(messages)
         if last_user is None:
             return (ADAPTER if current else Route("base")), current, [], []
@@ -386,9 +389,8 @@ class OpenAIEndpoint:
         if router is not None or (k > 0 and threshold is not None):
             vector = (await self.control.embed([last_user.content]))[0]
             learned = router.route(vector).similarity if router is not None else None
-        hits = await self._search(last_user.content, k, vector) if k > 0 else []
-        if threshold is not None:  # only examples close to the request are quoted
-            hits = [h for h in hits if float(h["score"]) >= threshold]
+        found = await self._search(last_user.content, k, vector) if k > 0 else []
+        hits = [h for h in found if threshold is None or float(h["score"]) >= threshold]  # close to the request
         if not similarity:
             route = ADAPTER if current else Route("base")
         elif current is None:
@@ -400,7 +402,7 @@ class OpenAIEndpoint:
             route = Route("adapter" if nearest >= router.threshold else "base", nearest)
         version = current if route.routed == "adapter" else None
         held = await anyio.to_thread.run_sync(learned_without_block, version) if version else frozenset()
-        retrieved, withheld = split_learned(hits, held)
+        retrieved, withheld = split_learned(found if every_hit else hits, held)
         return route, version, retrieved, withheld
 
     async def _search(self, text: str, k: int, vector: Any) -> list[SearchHit]:

@@ -13,7 +13,7 @@ The bearer token of every TCP surface is the token file ``learnerd init`` writes
 ``--listen-openai HOST:PORT`` serves the OpenAI-compatible ``/v1/models`` and ``/v1/chat/completions``
 (``learnerd.api.openai_app``): a document's learned adapter only to a bearer of the token (else 401), base
 models also without it on a loopback address; without any token only on a loopback address and never with
-``[serve] rag_k`` above 0. ``--insecure-no-token`` serves the adapters to requests without the token too (on
+``[serve] rag_k`` set above 0 (its default quotes retrieved examples to bearers of the token only). ``--insecure-no-token`` serves the adapters to requests without the token too (on
 loopback), with a warning in the log at start and every 10 minutes and in ``learnerd ctl status``.
 ``--listen-rpc HOST:PORT`` serves dlm's ``inject_probe`` on ``POST /rpc`` (``learnerd.api.rpc``);
 the bearer token comes from ``$LEARNERD_PROBE_TOKEN`` or the token file, and without one the daemon refuses to start.
@@ -182,7 +182,8 @@ def service_options(cfg, args: argparse.Namespace):
 
     Raises:
         CommandError: a malformed address, ``--listen-search`` without a usable token, ``--listen-openai``
-            without one off loopback or with ``[serve] rag_k`` above 0 (retrieval needs a token, as search does),
+            without one off loopback or with ``[serve] rag_k`` set above 0 (retrieval needs a token, as search does;
+            the default serves retrieval to bearers only, so a token-less endpoint serves none),
             ``--insecure-no-token`` without a loopback ``--listen-openai``, an unsafe token file.
     """
     from learnerd.api.settings import OPENAI_TOKEN_ENV, is_loopback, parse_host_port
@@ -210,7 +211,7 @@ def service_options(cfg, args: argparse.Namespace):
                 openai_token = check_token(
                     openai_token, OPENAI_TOKEN_ENV, f"serving chat completions on {openai}", path
                 )
-            if cfg.serve.rag_k > 0:  # retrieval answers with what everyone ran
+            if cfg.serve.rag_k > 0 and "rag_k" in cfg.serve.model_fields_set:  # retrieval: what everyone ran
                 what = "serving retrieved examples ([serve] rag_k)"
                 openai_token = check_token(openai_token, OPENAI_TOKEN_ENV, what, path)
             if args.insecure_no_token and not loopback:

@@ -220,7 +220,7 @@ def test_a_version_trained_without_retrieval_rows_is_quoted_only_what_it_has_not
 ):
     """The document's v0001 learned example A (its manifest) without retrieval rows: among the 2 examples nearest
     to the question, A is held back (``withheld``) and only the other is quoted; the base is quoted both."""
-    write_config(tmp_path, models_dir, "[serve]\nmax_tokens = 2\n")
+    write_config(tmp_path, models_dir, '[serve]\nmax_tokens = 2\nrouting = "always-adapter"\n')  # the version answers
     doc = qa_document(tmp_path / "docs" / "notes.dlm", QA_PAIRS[:2])
     append_blocks(tmp_path / "logs" / "blocks.jsonl", BLOCKS)
     base = resolve_base_model("learnerd/tiny-llama", cache_dir=tmp_path / "state" / "models")

@@ -111,9 +111,10 @@ def test_the_scan_finds_a_judging_item_a_person_wrote(tiny, tiny_model_dir, tmp_
 
 def sealed_rows(tiny, tiny_model_dir: Path, tmp_path: Path, doc: Path) -> list[TrainingRow]:
     """The rows the training worker trains for ``doc`` under the pretrained recipe with retrieval rows (as
-    ``[serve] rag_k = 3`` sets it), replay answers by the tiny model."""
+    ``[serve] rag_k = 3`` sets it) and with general replay (a document's own key: the recipe has none since
+    routing), replay answers by the tiny model: every ingredient that adds rows."""
     model, tokenizer = tiny
-    config = document_training(None, builtin=False, served_rag_k=3).config
+    config = document_training({"general_replay": 1.0}, builtin=False, served_rag_k=3).config
     rows = tuple(document_rows(read_document(doc)))
     request = TrainingRequest(str(tiny_model_dir), str(tmp_path / "out"), rows, config, replay_cache=None)
     built = retention_rows(model, tokenizer, request)

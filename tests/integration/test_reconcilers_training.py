@@ -205,11 +205,12 @@ async def _record(coro, into: list) -> None:
 
 @pytest.mark.parametrize("own_block", [{}, {"retrieval_k": 0}], ids=["learnerds-default", "the-documents-own"])
 def test_a_daemon_serving_retrieved_examples_trains_under_them_unless_the_document_says_otherwise(
-    tmp_path: Path, models_dir: Path, own_block: dict
+    tmp_path: Path, models_dir: Path, tiny_model_dir: Path, own_block: dict
 ):
     """``[serve] rag_k = 3``: each of a document's 4 pairs is trained once more under its 3 nearest pairs, so a
     cycle has twice the rows (and steps) of the same document under a daemon that serves none — unless the
-    document's own block sets ``retrieval_k``."""
+    document's own block sets ``retrieval_k``. The base is the tiny Llama named by its directory: a pretrained
+    base's recipe (the built-in name trains without retrieval rows)."""
     steps = {}
     for rag_k in (0, 3):
         root = tmp_path / f"rag{rag_k}"
@@ -219,7 +220,8 @@ def test_a_daemon_serving_retrieved_examples_trains_under_them_unless_the_docume
             {"state_dir": "state", "docs_dirs": ["docs"], "serve": {"rag_k": rag_k}, "training": {"num_threads": 1}},
             base=root,
         )
-        doc = qa_document(root / "docs" / "notes.dlm", QA_PAIRS[:4], training={"num_epochs": 2, **own_block})
+        training = {"num_epochs": 2, "multi_turn_rows": 0, **own_block}
+        doc = qa_document(root / "docs" / "notes.dlm", QA_PAIRS[:4], training=training, base_model=str(tiny_model_dir))
         reconciler = training_reconciler(cfg)
         try:
             assert reconcile(reconciler, doc) == Result()
