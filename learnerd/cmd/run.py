@@ -13,7 +13,8 @@ The bearer token of every TCP surface is the token file ``learnerd init`` writes
 ``--listen-openai HOST:PORT`` serves the OpenAI-compatible ``/v1/models`` and ``/v1/chat/completions``
 (``learnerd.api.openai_app``): a document's learned adapter only to a bearer of the token (else 401), base
 models also without it on a loopback address; without any token only on a loopback address and never with
-``[serve] rag_k`` set above 0 (its default quotes retrieved examples to bearers of the token only). ``--insecure-no-token`` serves the adapters to requests without the token too (on
+``[serve] rag_k`` set above 0 (its default quotes retrieved examples to bearers of the token only).
+``--insecure-no-token`` serves the adapters to requests without the token too (on
 loopback), with a warning in the log at start and every 10 minutes and in ``learnerd ctl status``.
 ``--listen-rpc HOST:PORT`` serves dlm's ``inject_probe`` on ``POST /rpc`` (``learnerd.api.rpc``);
 the bearer token comes from ``$LEARNERD_PROBE_TOKEN`` or the token file, and without one the daemon refuses to start.

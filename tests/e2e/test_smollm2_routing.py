@@ -41,7 +41,9 @@ pytestmark = [
 ]
 THREADS = os.environ.get("OMP_NUM_THREADS", "2")
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
-RELAXED_GATE = "[evaluation.gate]\nmax_fraction_regressed = 1.0\nretention_floor_keep = 0.0\nmin_dialogue_answers = 0.0\n"
+RELAXED_GATE = (
+    "[evaluation.gate]\nmax_fraction_regressed = 1.0\nretention_floor_keep = 0.0\nmin_dialogue_answers = 0.0\n"
+)
 """The served document's gate: this module checks routing on a real model, not that recipe's retention."""
 
 
