@@ -13,18 +13,34 @@ under 1 s on a 2-core machine.
 or ``codex`` (a rollout: ``session_meta`` once, then ``user_message``, ``exec_command`` call and
 ``exec_command_end`` per block), each block's lines appended in one write (docs/inputs.md).
 
-Run: ``python benchmarks/bench_freshness.py [--events 200] [--format blocklog|claude-code|codex]``
+``--answers N`` then measures what a person gets (issue 59, "answer new tasks before any training"): a
+``learnerd run`` daemon (its own process) serving ``docs/learned.dlm`` on SmolLM2-135M-Instruct with the default
+configuration and no version trained (``[training] enabled = false``), the endpoint on a free loopback port. For
+each of ``N`` seeded nl2bash tasks (``../shared/peer-data/nl2bash/paraphrases.jsonl``, chosen as
+``bench_learning.py`` chooses them) its block is appended to the block log, and 5 s later the task's first
+paraphrase (another annotator's words, never logged) is asked through the endpoint with the official ``openai``
+client's default call (``model="learned"``, the user message, nothing else). It reports exact matches (the
+suggested command, as ``bench_learning.py`` reads it, equal to the logged one), how often the logged example was
+quoted, what answered (``learnerd.routed``), and p50/p95 from the log line to the answer and of the request alone.
+
+Run: ``python benchmarks/bench_freshness.py [--events 200] [--format blocklog|claude-code|codex] [--answers 20]``
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import secrets
+import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import numpy as np
@@ -41,10 +57,12 @@ from benchmarks.tldr_to_blocklog import (
     positive,
     require_tldr,
 )
+from learnerd.analyzer.blocklog import event_line
 from learnerd.daemon.app import Daemon
 from learnerd.daemon.config import Config
 from learnerd.daemon.logging import configure_logging
 from learnerd.ml.embedders import MiniLMEmbedder
+from learnerd.store.blocks import Block
 from learnerd.store.vector_index import VectorIndex
 
 SESSION = "0193bench-fresh-0000-0000-000000000000"
@@ -139,11 +157,135 @@ def direct(embedder: MiniLMEmbedder, blocks: list) -> list[float]:
     return latencies
 
 
+FRESH_WAIT_S = 5.0
+"""Seconds between a task's log line and the request that asks it in other words (issue 59)."""
+
+
+def fresh_tasks(nl2bash: Path, n: int, seed: int) -> list[tuple[Block, str, str]]:
+    """``n`` seeded nl2bash tasks as ``(block, paraphrase, command)``: the block learnerd logs (the first
+    description, the command) and the first other description learnerd would ask the same way."""
+    from benchmarks.bench_learning import choose_nl2bash
+
+    blocks, learned, paraphrases = choose_nl2bash(nl2bash, n, seed)
+    first = {}
+    for item in paraphrases:  # sources nl2bash/<line>/<i>: the first of each line's
+        first.setdefault(item.source.rsplit("/", 1)[0], item)
+    return [(b, first[b.id].prompt, item.command) for b, item in zip(blocks, learned, strict=True)]
+
+
+def answer_daemon(root: Path, port: int, token: str) -> subprocess.Popen:
+    """``learnerd run`` on ``root``'s config: one SmolLM2 document, no training, the endpoint on ``port``."""
+    from learnerd.ml.base_model import SMOLLM2_INSTRUCT
+    from learnerd.store.atomic import atomic_write_text
+    from learnerd.store.dlm import new_document
+
+    for sub in ("logs", "docs", "state"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    atomic_write_text(root / "docs" / "learned.dlm", new_document(SMOLLM2_INSTRUCT).to_text())
+    atomic_write_text(
+        root / "learnerd.toml",
+        'state_dir = "state"\nlog_dirs = ["logs"]\ndocs_dirs = ["docs"]\n'
+        f'[probes]\nbase_model = "{SMOLLM2_INSTRUCT}"\n[training]\nenabled = false\n'
+        f'[serve]\nlisten = "127.0.0.1:{port}"\n',
+    )
+    env = {**os.environ, "LEARNERD_OPENAI_TOKEN": token}
+    command = [sys.executable, "-m", "learnerd", "run", "--config", str(root / "learnerd.toml")]
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=open(root / "daemon.log", "wb"))
+
+
+def fresh_answers(nl2bash: Path, n: int, seed: int) -> dict[str, Any]:
+    """Issue 59's freshness figures (the module docstring), as a mapping printed by :func:`main`."""
+    import openai
+
+    from benchmarks.bench_learning import suggested
+    from learnerd.store.suggestions import normalize_command
+
+    tasks = fresh_tasks(nl2bash, n, seed)
+    token = secrets.token_urlsafe(24)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        daemon = answer_daemon(root, port, token)
+        try:
+            api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=token, max_retries=0, timeout=600)
+            started = time.perf_counter()
+            while True:  # the endpoint answers once the daemon runs and the base is loaded
+                if daemon.poll() is not None:
+                    raise SystemExit(f"learnerd run exited {daemon.returncode}: {(root / 'daemon.log').read_text()}")
+                try:
+                    api.chat.completions.create(model="learned", messages=[{"role": "user", "content": "hi"}])
+                    break
+                except (openai.APIConnectionError, openai.APIStatusError):
+                    time.sleep(1.0)
+            ready_s = time.perf_counter() - started
+            rows = []
+            for seq, (block, paraphrase, command) in enumerate(tasks, start=1):
+                t = time.time()
+                lines = event_line("context", block.id, t, cells=block.context) + event_line(
+                    "executed", block.id, t + 0.5, cell=block.executed, exit_code=0
+                )
+                logged = time.perf_counter()
+                with (root / "logs" / "fresh.jsonl").open("a", encoding="utf-8") as f:
+                    f.write(lines)
+                time.sleep(FRESH_WAIT_S)
+                asked = time.perf_counter()
+                reply = api.chat.completions.create(model="learned", messages=[{"role": "user", "content": paraphrase}])
+                done = time.perf_counter()
+                info = (reply.model_extra or {}).get("learnerd", {})
+                answer = reply.choices[0].message.content or ""
+                rows.append(
+                    {
+                        "exact": suggested(answer) == normalize_command(command),
+                        "quoted": any(
+                            h.get("answer", "").strip() == command.strip() for h in info.get("retrieved", [])
+                        ),
+                        "routed": info.get("routed"),
+                        "log_to_answer_s": done - logged,
+                        "request_s": done - asked,
+                        "paraphrase": paraphrase,
+                        "command": command,
+                        "answer": answer,
+                    }
+                )
+                print(
+                    f"  {seq}/{len(tasks)} exact={rows[-1]['exact']} quoted={rows[-1]['quoted']} "
+                    f"routed={rows[-1]['routed']} request {done - asked:.1f} s",
+                    flush=True,
+                )
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            try:
+                daemon.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+    return {"tasks": rows, "ready_s": ready_s}
+
+
+def print_fresh(result: dict[str, Any]) -> None:
+    rows = result["tasks"]
+    n = len(rows)
+    exact, quoted = sum(r["exact"] for r in rows), sum(r["quoted"] for r in rows)
+    routed = {k: sum(r["routed"] == k for r in rows) for k in ("adapter", "base")}
+    total = np.percentile([r["log_to_answer_s"] for r in rows], [50, 95])
+    request = np.percentile([r["request_s"] for r in rows], [50, 95])
+    print(f"fresh tasks asked in other words {FRESH_WAIT_S:.0f} s after their log line, before any training: {n}")
+    print(f"  exact {exact}/{n} ({exact / n:.0%}); its example quoted {quoted}/{n}; routed {routed}")
+    print(
+        f"  log line → answer: p50 {total[0]:6.1f} s   p95 {total[1]:6.1f} s (the {FRESH_WAIT_S:.0f} s wait included)"
+    )
+    print(f"  the request alone: p50 {request[0]:6.1f} s   p95 {request[1]:6.1f} s")
+    print(f"  (the daemon and SmolLM2 ready after {result['ready_s']:.0f} s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=TLDR_INPUT)
     parser.add_argument("--events", type=positive, default=200)
     parser.add_argument("--tldr", type=Path, default=PEER_TLDR, help="the tldr pages (see below)")
     parser.add_argument("--format", choices=sorted(WRITERS), default="blocklog", help="the log format written")
+    parser.add_argument("--answers", type=int, default=0, help="fresh tasks asked through the endpoint (0: none)")
+    parser.add_argument("--json", type=Path, help="write the --answers rows here")
     args = parser.parse_args()
     require_tldr(args.tldr, parser.prog)
     configure_logging("warning")
@@ -167,6 +309,13 @@ def main() -> None:
     print(f"append → retrievable through the daemon : p50 {f50 * 1000:7.1f} ms   p99 {f99 * 1000:7.1f} ms")
     print(f"ratio daemon / baseline                  : p50 {f50 / b50:7.2f}      p99 {f99 / b99:7.2f}")
     print(f"target p50 < 1000 ms: {'met' if f50 < 1.0 else 'NOT met'}")
+    if args.answers > 0:
+        from benchmarks.bench_learning import NL2BASH
+
+        result = fresh_answers(NL2BASH, args.answers, seed=7)
+        print_fresh(result)
+        if args.json is not None:
+            args.json.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

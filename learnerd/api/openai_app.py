@@ -431,7 +431,8 @@ class OpenAIEndpoint:
     async def _answer(self, request: web.Request, p: _Prepared, received: float) -> web.StreamResponse:
         req = p.request
         try:
-            params = SamplingParams(p.info["max_tokens"], req.temperature, req.top_p, req.stop_strings(), req.seed)
+            temperature = self.settings.temperature if req.temperature is None else req.temperature
+            params = SamplingParams(p.info["max_tokens"], temperature, req.top_p, req.stop_strings(), req.seed)
             job = self.served.submit(p.model, p.messages, params, p.admission, p.version)
         finally:
             p.admission.release()  # a no-op once the job holds the place

@@ -61,7 +61,8 @@ class ChatCompletionRequest(BaseModel):
     messages: list[ChatMessageIn] = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    """None: the endpoint's ``[serve] temperature``."""
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     stop: str | list[str] | None = None
     seed: int | None = Field(default=None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
@@ -90,8 +91,8 @@ class ChatCompletionRequest(BaseModel):
 
     @field_validator("temperature")
     @classmethod
-    def _greedy_or_sampling(cls, value: float) -> float:
-        if 0 < value < MIN_TEMPERATURE:
+    def _greedy_or_sampling(cls, value: float | None) -> float | None:
+        if value is not None and 0 < value < MIN_TEMPERATURE:
             raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, not {value}")
         return value
 

@@ -110,6 +110,9 @@ class ServeConfig(Section):
     """a request's max_tokens is clamped to this many tokens"""
     max_body_bytes: int = Field(1024 * 1024, ge=1024)
     """larger request bodies are refused (413)"""
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    """the temperature of a request that sends none (0 = greedy: the same answer each time; OpenAI's own default,
+    1.0, makes a small model wander off the command it learned)"""
     rag_k: int = Field(3, ge=0)
     """retrieved examples quoted in the system message of a document's request, those at least the routing
     threshold similar (0 = off; per request: learnerd.rag_k); retrieval needs the token, and documents of a

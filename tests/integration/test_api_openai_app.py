@@ -180,6 +180,17 @@ async def test_a_document_needs_the_token_a_base_does_not_and_only_a_bearers_ans
         assert counted == 3
 
 
+async def test_a_request_without_a_temperature_is_answered_greedily(tmp_path: Path, models_dir: Path):
+    """``[serve] temperature`` (0) is the default call's: the same answer every time, the greedy one (the random
+    tiny model's next-token distribution is near uniform, so sampling would almost never repeat 8 tokens)."""
+    async with endpoint(tmp_path, models_dir, max_tokens=8) as (url, _, _):
+        _, bearer = clients(url)
+        default = [await bearer.chat.completions.create(model="notes", messages=QUESTION) for _ in range(2)]
+        greedy = await bearer.chat.completions.create(model="notes", messages=QUESTION, temperature=0)
+    answers = {r.choices[0].message.content for r in default}
+    assert answers == {greedy.choices[0].message.content} and greedy.usage.completion_tokens == 8
+
+
 @pytest.mark.usefixtures("tiny_model_dir")
 async def test_off_loopback_nothing_but_the_health_probes_is_served_without_the_token(tmp_path: Path, models_dir: Path):
     async with endpoint(tmp_path, models_dir, without_token="none") as (url, control, _):
