@@ -77,10 +77,11 @@ from watchfiles import Change, awatch
 from learnerd.analyzer import ingest
 from learnerd.analyzer.discovery import JSON_DOCUMENT_REASON, discover, find_by_inode, is_json_document, is_log_path
 from learnerd.analyzer.reader import ROWID, SKIPPED, SQLITE_ROWS, UNJOINABLE, framing_of
+from learnerd.analyzer.registry import columns as registry_columns
 from learnerd.analyzer.registry import pending_records
 from learnerd.analyzer.registry import reader_for as registry_reader_for
 from learnerd.analyzer.settings import AnalyzerConfig
-from learnerd.analyzer.sqlite_source import WAL_SUFFIX, NotASource, read_rows
+from learnerd.analyzer.sqlite_source import OVERSIZED, WAL_SUFFIX, NotASource, read_rows
 from learnerd.analyzer.stats import AnalyzerStats, LineProblem, StatsRecorder
 from learnerd.analyzer.tail import Batch, RawLine, read_batch
 from learnerd.privacy.redact import Redactor
@@ -483,9 +484,20 @@ class Analyzer:
         if st.st_ino != t.inode or t.not_a_source:
             return
         cfg = self._config
-        table = SQLITE_ROWS.table
+
+        def read(after_rowid: int) -> tuple[list[dict[str, object]], int]:
+            return read_rows(
+                t.path,
+                SQLITE_ROWS.table,
+                after_rowid,
+                cfg.batch_max_lines,
+                columns=registry_columns(SQLITE_ROWS),
+                max_value_bytes=cfg.max_line_bytes,
+                max_batch_bytes=cfg.batch_max_bytes,
+            )
+
         try:
-            rows, top = read_rows(t.path, table, t.offset, cfg.batch_max_lines)
+            rows, top = read(t.offset)
         except NotASource as exc:
             t.not_a_source = True  # until the path names another file (a new inode is tracked afresh)
             log.warning("file is not a SQLite log of a known format; skipping it", file=t.path, reason=str(exc))
@@ -494,7 +506,7 @@ class Analyzer:
             log.warning("SQLite log renumbered or rewritten; reading it from the start", file=t.path, rowid=t.offset)
             self._stats.add("truncations")
             t.offset = t.line = 0
-            rows, top = read_rows(t.path, table, 0, cfg.batch_max_lines)
+            rows, top = read(0)
         while rows:
             now = self._clock()
             held = next((i for i, row in enumerate(rows) if self._holds(row, now)), None)
@@ -505,7 +517,7 @@ class Analyzer:
                 await anyio.sleep(0)
             if held is not None or t.offset >= top:
                 return
-            rows, top = read_rows(t.path, table, t.offset, cfg.batch_max_lines)
+            rows, top = read(t.offset)
 
     def _holds(self, row: dict[str, object], now: float) -> bool:
         reader = registry_reader_for(row, SQLITE_ROWS, self._formats)
@@ -514,7 +526,10 @@ class Analyzer:
     def _commit_rows(self, t: _Tracked, rows: list[dict[str, object]]) -> None:
         """Ingest ``rows`` and move the rowid watermark in one transaction; then count, log and notify."""
         now = self._clock()
-        lines = [RawLine(int(row[ROWID]), b"", 0) for row in rows]  # type: ignore[call-overload]  # an INTEGER rowid
+        lines = [
+            RawLine(int(row[ROWID]), b"", int(row.get(OVERSIZED, 0)))  # type: ignore[call-overload]  # INTEGER rowid
+            for row in rows
+        ]
         end_rowid = lines[-1].number
         with transaction(self._conn):
             results = [

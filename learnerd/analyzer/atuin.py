@@ -43,6 +43,8 @@ JOIN_WINDOW_S = 600.0
 RUNNING_HOLD_S = 3600.0
 """How long a running command's row holds the watermark (a shell killed mid-command never ends its row)."""
 _COLUMNS = ("id", "timestamp", "command", "exit", "cwd")
+COLUMNS = (*_COLUMNS, "duration", "session", "deleted_at", "intent")
+"""Every column of ``history`` this reader reads (the only ones selected)."""
 
 
 def is_atuin_row(record: Record) -> bool:
@@ -97,5 +99,5 @@ def parse_row(conn: sqlite3.Connection, record: Record, now: float) -> Parsed:
     return Parsed(EVENTS, [event])
 
 
-READER = Reader("atuin", SQLITE_ROWS, detect=is_atuin_row, parse=parse_row, holds=is_running)
+READER = Reader("atuin", SQLITE_ROWS, detect=is_atuin_row, parse=parse_row, holds=is_running, columns=COLUMNS)
 """atuin's ``history.db`` in the registry."""

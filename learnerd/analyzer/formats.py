@@ -28,7 +28,15 @@ def file_formats(path: str) -> Counter[str]:
     """
     framing = framing_of(path)
     if framing is SQLITE_ROWS:
-        rows, _ = read_rows(path, SQLITE_ROWS.table, 0, SNIFF_RECORDS)
+        rows, _ = read_rows(
+            path,
+            SQLITE_ROWS.table,
+            0,
+            SNIFF_RECORDS,
+            columns=registry.columns(SQLITE_ROWS),
+            max_value_bytes=MAX_SNIFF_BYTES,
+            max_batch_bytes=MAX_SNIFF_BYTES,
+        )
         records = rows
     else:
         framing = JSON_LINES

@@ -32,6 +32,7 @@ from typing import Any
 from learnerd.analyzer import registry
 from learnerd.analyzer.fields import MalformedLine, UnknownEvent
 from learnerd.analyzer.reader import EVENTS, JSON_LINES, Framing, Parsed, Reader
+from learnerd.analyzer.sqlite_source import OVERSIZED as OVERSIZED_ROW
 from learnerd.analyzer.tail import RawLine
 from learnerd.privacy.redact import Redactor
 from learnerd.store import pg, suggestions
@@ -128,12 +129,21 @@ def ingest_record(
     """:func:`ingest_line` for a record already cut out by its framing (a row of a SQLite log): offered to
     the readers of ``framing``, parsed and merged under its own savepoint, with the same guarantees (bad
     input never raises; a database failure does). ``line`` locates the record in ``path`` (a row's rowid).
+    An oversized row (:data:`~learnerd.analyzer.sqlite_source.OVERSIZED`) is :data:`OVERSIZED`, not parsed.
 
     Raises:
         sqlite3.OperationalError, sqlite3.InternalError, sqlite3.DatabaseError: the database failed.
     """
 
     def run() -> LineResult:
+        if OVERSIZED_ROW in record:
+            size = record[OVERSIZED_ROW]
+            return LineResult(
+                OVERSIZED,
+                reason=f"row of {size} bytes is over max_line_bytes"
+                if size >= 0
+                else "a value of the row is over max_line_bytes",
+            )
         reader = registry.reader_for(record, framing, formats)
         if reader is None:
             readers = ", ".join(registry.reader_names(framing))

@@ -28,6 +28,8 @@ A reader says:
   (Codex CLI's ``session_meta``), so its state is kept per file: ``parse`` is then called with the path of
   the record's file as a fourth argument.
 - ``holds(record, now) -> bool`` (optional, :data:`SQLITE_ROWS` only): see the field.
+- ``columns`` (:data:`SQLITE_ROWS` only): the columns ``detect`` and ``parse`` read; only these are selected
+  (:mod:`learnerd.analyzer.sqlite_source`: never ``*``), and a column the table lacks reads as missing.
 - ``reads(record) -> record`` (optional): the part of a record ``parse`` reads, the only part redacted; see
   the field.
 - ``pending(conn) -> int`` (optional): how many records the format keeps in the store waiting for
@@ -137,3 +139,6 @@ class Reader:
     they name the session of their chat requests (learnerd's block log, written by ``POST /v1/blocks`` and the
     integrations). Another program's sessions (an assistant's transcript, a shell history) are that program's: a
     client of the endpoint that claimed one must not turn its prompt into an example of that program's run."""
+    columns: tuple[str, ...] = ()
+    """For a :data:`SQLITE_ROWS` format, the columns its ``detect``, ``parse`` and ``holds`` read: the only ones
+    selected (a generated column, or one the table lacks, is left out of the record)."""

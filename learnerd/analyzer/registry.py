@@ -49,6 +49,12 @@ def reader_names(framing: Framing) -> list[str]:
     return [reader.name for reader in READERS if reader.framing is framing]
 
 
+def columns(framing: Framing) -> tuple[str, ...]:
+    """Every column the readers of ``framing`` read (:attr:`~learnerd.analyzer.reader.Reader.columns`), without
+    duplicates, in registry order: what a read of a SQLite log selects."""
+    return tuple(dict.fromkeys(c for reader in READERS if reader.framing is framing for c in reader.columns))
+
+
 def pending_records(conn: sqlite3.Connection) -> int:
     """Records every format keeps in the store waiting for another record (foyle's half traces).
 

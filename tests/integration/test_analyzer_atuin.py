@@ -12,6 +12,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from learnerd.analyzer import atuin
+from learnerd.analyzer.sqlite_source import read_rows
 from learnerd.store.blocks import Cell, get_block, list_block_ids
 from tests.support.analyzer import Harness, append, captured_logs
 from tests.support.assistant_logs import build_history
@@ -185,3 +187,51 @@ async def test_other_programs_db_files_are_skipped_as_not_logs(tmp_path: Path):
     assert stats.errors == 0 and stats.files_tracked == 2 and list_block_ids(harness.conn) == []
     skipped = [e["file"] for e in logs_seen if e["event"].startswith("file is not a SQLite log")]
     assert sorted(Path(f).name for f in skipped) == ["berkeley.db", "cache.db"]  # once each
+
+
+@pytest.mark.anyio
+async def test_a_generated_column_is_never_read(history: Path, tmp_path: Path):
+    """A virtual generated column of 400 MB a row (``zeroblob``) in a few-KB file: the read selects the reader's
+    named columns only, so SQLite never makes its value and every row is learned as before."""
+    with sqlite3.connect(history) as db:
+        db.execute("ALTER TABLE history ADD COLUMN pad BLOB GENERATED ALWAYS AS (zeroblob(400000000)) VIRTUAL")
+        db.execute("ALTER TABLE history ADD COLUMN huge TEXT GENERATED ALWAYS AS (printf('%.*c', 400000000, 'x'))")
+    harness = Harness(tmp_path, [tmp_path / "logs"])
+    harness.clock.now = LAST_START_S + 7200.0
+    stats = await harness.analyzer().sync()
+    assert len(list_block_ids(harness.conn)) == BLOCKS and stats.oversized_lines == 0 and stats.errors == 0
+
+
+@pytest.mark.anyio
+async def test_rows_over_max_line_bytes_are_counted_and_skipped_and_the_rest_is_read(history: Path, tmp_path: Path):
+    """A stored value over ``max_line_bytes`` (SQLite refuses to make it) and a row whose values add up to more
+    are oversized rows, as oversized lines are: counted, skipped, and the rows after them read."""
+    limit = 4096
+    add_row(history, "big1", LAST_START_S + 10, "x" * (limit + 1), 0)  # one value over the limit
+    add_row(history, "big2", LAST_START_S + 20, "y" * (limit - 100), 0, cwd="/" + "z" * 200)  # the row over it
+    add_row(history, "after", LAST_START_S + 30, "git status", 0)
+    harness = Harness(tmp_path, [tmp_path / "logs"])
+    harness.clock.now = LAST_START_S + 7200.0
+    with captured_logs() as seen:
+        stats = await harness.analyzer(max_line_bytes=limit).sync()
+    ids = list_block_ids(harness.conn)
+    assert "atuin:after" in ids and "atuin:big1" not in ids and "atuin:big2" not in ids
+    assert stats.oversized_lines == 2 and stats.errors == 0 and harness.watermark(history) == (ROWS + 3, ROWS + 3)
+    assert [e["event"] for e in seen].count("oversized log line skipped unread") == 2
+
+
+@pytest.mark.anyio
+async def test_a_batch_of_rows_stops_at_batch_max_bytes(history: Path, tmp_path: Path):
+    """Rows are read in batches of at most ``batch_max_bytes`` (one row past it at most): many large rows are
+    never held at once, and every one of them is still read."""
+    for n in range(5):
+        add_row(history, f"wide{n}", LAST_START_S + 10 + n, f"echo {n} " + "w" * 3000, 0)
+    rows, top = read_rows(
+        str(history), "history", ROWS, 1000, columns=atuin.COLUMNS, max_value_bytes=10_000, max_batch_bytes=4000
+    )
+    assert [r["id"] for r in rows] == ["wide0", "wide1"] and top == ROWS + 5
+    harness = Harness(tmp_path, [tmp_path / "logs"])
+    harness.clock.now = LAST_START_S + 7200.0
+    stats = await harness.analyzer(batch_max_bytes=4000).sync()
+    assert len(list_block_ids(harness.conn)) == BLOCKS + 5 and stats.lines_read == ROWS + 5
+    assert harness.watermark(history) == (ROWS + 5, ROWS + 5)
