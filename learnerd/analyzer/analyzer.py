@@ -35,8 +35,9 @@ Guarantees:
   transaction is held across an ``await``.
 - **Bad input never stops ingestion.** Malformed lines (bad UTF-8, bad JSON, missing or ill-typed
   fields, and any exception a line causes: see :func:`learnerd.analyzer.ingest.ingest_line`),
-  unknown event types, oversized lines (skipped unread) and unjoinable traces are counted and
-  logged (a structlog event with ``file`` and ``line``, per file and kind at most 10 in 10 s, then
+  unknown event types, oversized lines (skipped unread), refused block events (a time more than a day
+  ahead, a block id of another source: :class:`~learnerd.store.blocks.BlockRefused`) and unjoinable traces
+  are counted and logged (a structlog event with ``file`` and ``line``, per file and kind at most 10 in 10 s, then
   ``suppressed=n``: :mod:`learnerd.runtime.log_throttle`), and the next line is read; the last
   malformed line is kept in the stats for ``ctl status``. Valid JSON from another program (runme's
   ``level``/``ts``/``msg`` lines) and a whole-file JSON document (a pretty-printed ``.json``: its
@@ -619,6 +620,11 @@ class Analyzer:
         changed: dict[str, None] = {}
         for raw, r in zip(batch.lines, results, strict=True):
             changed.update(dict.fromkeys(r.changed))
+            if r.refused:
+                stats.add("refused_events", len(r.refused))
+                self._throttle.warning(
+                    f"refused:{path}", "block event refused", file=path, line=raw.number, reason=r.refused[0]
+                )
             if r.outcome == ingest.MALFORMED:
                 stats.add("malformed_lines")
                 stats.problem("malformed", LineProblem(path, raw.number, r.reason, self._clock()))

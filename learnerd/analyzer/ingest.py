@@ -37,7 +37,7 @@ from learnerd.analyzer.tail import RawLine
 from learnerd.privacy.redact import Redactor
 from learnerd.store import pg, suggestions
 from learnerd.store.assistant_sessions import add_rejected_attempts
-from learnerd.store.blocks import REJECTED, LineOrigin, apply_event, suggestion_status_of
+from learnerd.store.blocks import REJECTED, BlockEvent, BlockRefused, LineOrigin, apply_event, suggestion_status_of
 
 # What a line amounted to (the analyzer's counters follow these names): its reader's verdict, one of
 # learnerd.analyzer.reader's EVENTS, PENDING, SKIPPED and UNJOINABLE, or one of these.
@@ -67,7 +67,9 @@ class LineResult:
     the line (``""`` when none did); ``redacted`` the secrets replaced in it, by placeholder kind;
     ``rejected_attempts`` the (block, failed attempt it corrected) pairs it recorded anew and
     ``rejected_suggestions`` the blocks it newly made rejected suggestions (a tool call the person denied,
-    a suggestion foyle logged as rejected): a line read again counts neither."""
+    a suggestion foyle logged as rejected): a line read again counts neither; ``refused`` why each block
+    event of the line that :func:`~learnerd.store.blocks.apply_event` refused was (the line's other events
+    are merged)."""
 
     outcome: str
     changed: list[str] = field(default_factory=list)
@@ -77,6 +79,7 @@ class LineResult:
     redacted: Counter[str] = field(default_factory=Counter)
     rejected_attempts: int = 0
     rejected_suggestions: int = 0
+    refused: list[str] = field(default_factory=list)
 
 
 def ingest_line(
@@ -291,16 +294,23 @@ def _intake(
     reach the store here, and only here; any other verdict becomes the line's outcome as it is."""
     if parsed.kind == EVENTS:
         changed: list[str] = []
+        merged: list[BlockEvent] = []
+        refused: list[str] = []
         attempts = denied = 0
         for ev in parsed.events:
             newly_denied = ev.suggestion_status == REJECTED and suggestion_status_of(conn, ev.block_id) != REJECTED
-            if apply_event(conn, ev, now, origin):
-                changed.append(ev.block_id)
-                denied += newly_denied
+            try:
+                if apply_event(conn, ev, now, origin):
+                    changed.append(ev.block_id)
+                    denied += newly_denied
+            except BlockRefused as exc:
+                refused.append(str(exc))
+                continue
+            merged.append(ev)
             if ev.rejected_attempts:
                 attempts += add_rejected_attempts(conn, ev.block_id, ev.rejected_attempts, now)
         if join_window_s is not None:
-            resolved = (suggestions.resolve(conn, ev, now, join_window_s) for ev in parsed.events)
+            resolved = (suggestions.resolve(conn, ev, now, join_window_s) for ev in merged)
             changed += [block_id for block_id in resolved if block_id is not None]
         kind = JOINED if parsed.joined else EVENTS
         return LineResult(
@@ -310,6 +320,7 @@ def _intake(
             reader=reader,
             rejected_attempts=attempts,
             rejected_suggestions=denied,
+            refused=refused,
         )
     return LineResult(parsed.kind, reason=parsed.reason, trace_id=parsed.trace_id, reader=reader)
 

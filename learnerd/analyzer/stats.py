@@ -12,6 +12,8 @@ Metric names (prometheus-client adds ``_total`` to counters on exposition):
 - ``learnerd_analyzer_malformed_lines_total``: lines refused (bad UTF-8, JSON or fields).
 - ``learnerd_analyzer_unknown_events_total``: well-formed events of an unknown type or version.
 - ``learnerd_analyzer_oversized_lines_total``: lines over ``max_line_bytes``, skipped unread.
+- ``learnerd_analyzer_refused_events_total``: block events refused (a time more than a day after now, or
+  a block id another source made: :class:`~learnerd.store.blocks.BlockRefused`), skipped.
 - ``learnerd_analyzer_skipped_lines_total``: foyle lines (and learnerd's own log lines) that carry
   nothing learnerd uses.
 - ``learnerd_analyzer_foreign_lines_total``: valid JSON from another program (not a block log), and
@@ -57,6 +59,7 @@ _COUNTERS = {
     "malformed_lines": "Log lines refused as malformed (bad UTF-8, JSON or fields).",
     "unknown_events": "Well-formed events of an unknown type or format version.",
     "oversized_lines": "Log lines longer than max_line_bytes, skipped unread.",
+    "refused_events": "Block events refused: a time more than a day ahead, or a block of another source.",
     "skipped_lines": "foyle log lines (and learnerd's own) that carry nothing learnerd uses.",
     "foreign_lines": "Valid JSON lines from another program (not a block log), skipped.",
     "truncations": "Log files read again from the start (truncated or replaced in place).",
@@ -100,6 +103,7 @@ class AnalyzerStats:
     malformed_lines: int = 0
     unknown_events: int = 0
     oversized_lines: int = 0
+    refused_events: int = 0
     skipped_lines: int = 0
     foreign_lines: int = 0
     unjoinable_traces: dict[str, int] = field(default_factory=dict)

@@ -15,7 +15,9 @@ non-blank byte is ``[`` is an array)::
 Each event is validated as the analyzer validates a log line: a JSON object with the ``learnerd`` key that
 :func:`~learnerd.analyzer.blocklog.parse_event` accepts (a malformed event and an unknown one — a ``type``
 or version this learnerd does not read — are both refused here, where the analyzer would count and skip
-them), whose line is at most ``[analyzer] max_line_bytes``, and that every store backend can keep (an
+them), whose line is at most ``[analyzer] max_line_bytes``, whose ``time`` is at most a day after the server's
+clock (:func:`learnerd.store.blocks.check_time`: a later time would pin the block's cells), and that every store
+backend can keep (an
 ``exit_code`` within a signed 64-bit integer, no NUL character in an id or a cell: PostgreSQL refuses
 those, and the analyzer would count the line malformed there). A request is all or nothing: the first bad
 event refuses the whole request, and nothing of it is written.
@@ -40,6 +42,7 @@ events in ``learnerd_rpc_block_events_total``.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -55,7 +58,7 @@ from learnerd.api.errors import BadRequest, ControlError, Unavailable
 from learnerd.api.http import json_response, read_body
 from learnerd.api.json_body import parse_json_body
 from learnerd.privacy.redact import Redactor
-from learnerd.store.blocks import BlockEvent
+from learnerd.store.blocks import BlockEvent, BlockRefused, check_time
 from learnerd.store.ingest_log import IngestLog
 
 BLOCKS_PATH = "/v1/blocks"
@@ -66,12 +69,18 @@ _OUTCOMES = {400: "invalid", 401: "unauthorized", 408: "timeout", 413: "too_larg
 
 
 def parse_events(
-    body: bytes, *, max_line_bytes: int, redactor: Redactor | None = None, redacted: Counter[str] | None = None
+    body: bytes,
+    *,
+    max_line_bytes: int,
+    redactor: Redactor | None = None,
+    redacted: Counter[str] | None = None,
+    now: float | None = None,
 ) -> tuple[list[bytes], list[str]]:
     """The block-log lines of a ``POST /v1/blocks`` body, each validated as the module docstring says, and
     the ids of the blocks they are about (in order of first mention). With a ``redactor`` every string of an
     event is redacted before its line is made (nothing posted reaches the disk with a secret in it); the
-    placeholders put in are counted into ``redacted``.
+    placeholders put in are counted into ``redacted``. ``now``: the clock events are checked against (epoch
+    seconds; default: now).
 
     Returns:
         ``(lines, block_ids)``: each line is the event's JSON object, compact, UTF-8, ending in LF.
@@ -92,8 +101,9 @@ def parse_events(
         raise BadRequest("no events: send a JSON array of block-log events, or one event per line")
     lines: list[bytes] = []
     block_ids: dict[str, None] = {}
+    now = time.time() if now is None else now
     for index, obj in enumerate(events):
-        event = _event(index, obj)
+        event = _event(index, obj, now)
         if redactor is not None:
             obj = redactor.redact_json(obj, redacted)
         line = (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
@@ -111,7 +121,7 @@ def _json_line(index: int, raw: bytes) -> Any:
         raise _bad(index, str(exc)) from None
 
 
-def _event(index: int, obj: Any) -> BlockEvent:
+def _event(index: int, obj: Any, now: float) -> BlockEvent:
     """``obj`` parsed as the analyzer parses a block-log line, and checked to be storable on every backend."""
     if not isinstance(obj, dict):
         raise _bad(index, "not a JSON object")
@@ -123,6 +133,10 @@ def _event(index: int, obj: Any) -> BlockEvent:
         raise _bad(index, f"unknown event: {exc}") from None
     except MalformedLine as exc:
         raise _bad(index, f"malformed: {exc}") from None
+    try:
+        check_time(event.time, now)
+    except BlockRefused as exc:
+        raise _bad(index, f"refused: {exc}") from None
     if event.exit_code is not None and event.exit_code not in INT64:
         raise _bad(index, "malformed: field 'exit_code' is outside a signed 64-bit integer")
     cells = [*(event.context or ()), *(c for c in (event.generated, event.executed) if c is not None)]

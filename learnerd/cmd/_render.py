@@ -22,6 +22,7 @@ _ANALYZER_ROWS = (
     ("malformed_lines", "malformed lines skipped"),
     ("unknown_events", "unknown events skipped"),
     ("oversized_lines", "oversized lines skipped"),
+    ("refused_events", "block events refused"),
     ("foreign_lines", "foreign lines skipped"),
     ("truncations", "truncations"),
     ("rotations", "rotations"),

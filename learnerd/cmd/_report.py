@@ -38,6 +38,7 @@ def print_summary(summary: RunSummary, as_json: bool, title: str) -> None:
         ("malformed lines skipped", a.malformed_lines),
         ("unknown events skipped", a.unknown_events),
         ("oversized lines skipped", a.oversized_lines),
+        ("block events refused", a.refused_events),
         ("foreign lines skipped", a.foreign_lines),
         ("unjoinable foyle traces", sum(a.unjoinable_traces.values())),
         ("embedder calls", summary.embedder_calls),

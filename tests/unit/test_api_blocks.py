@@ -49,6 +49,7 @@ def test_unknown_keys_are_kept_as_the_format_allows() -> None:
         ({**EXECUTED, "cell": {"kind": "markup", "text": "x"}}, "kind 'code'"),
         ({**EXECUTED, "exit_code": 2**63}, "64-bit"),
         ({**EXECUTED, "block_id": "a\u0000b"}, "NUL"),
+        ({**EXECUTED, "time": 1e300}, "more than a day after now"),
         ({"level": "info", "msg": "another program's line"}, "not a block-log event"),
         ([1, 2], "not a JSON object"),
     ],

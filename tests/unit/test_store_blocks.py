@@ -2,12 +2,14 @@
 
 import sqlite3
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from learnerd.store import db
-from learnerd.store.blocks import BlockEvent, Cell, LineOrigin, apply_event, get_block
+from learnerd.store.blocks import MAX_FUTURE_S, BlockEvent, BlockRefused, Cell, LineOrigin, apply_event, get_block
 
+NOW = 1_800_000_000.0
 CONTENT = "id, source, context, context_time, generated, generated_kind, generated_time, executed, exit_code, eval_mode"
 
 cells = st.builds(Cell, kind=st.sampled_from(["markup", "code"]), text=st.text(max_size=20), language=st.just(""))
@@ -78,3 +80,31 @@ def test_the_executed_cell_keeps_the_log_line_it_was_read_from(tmp_path):
         assert apply_event(conn, BlockEvent("b", "test", 11.0, executed=Cell("code", "ls -la"), exit_code=0), 5.0,
                            LineOrigin("/logs/b.jsonl", 3))  # fmt: skip
     assert get_block(conn, "b").executed_origin == LineOrigin("/logs/b.jsonl", 3)
+
+
+@pytest.mark.parametrize("time", [NOW + MAX_FUTURE_S + 1.0, 1e300, float("inf"), float("nan")])
+def test_an_event_more_than_a_day_ahead_is_refused_and_writes_nothing(time: float):
+    """Newest wins, so a ``time: 1e300`` would pin the block's cells for ever: refused before any write."""
+    conn = db.connect(":memory:")
+    with db.transaction(conn):
+        apply_event(conn, BlockEvent("b", "atuin", NOW, executed=Cell("code", "ls")), NOW)
+        with pytest.raises(BlockRefused, match="more than a day after now"):
+            apply_event(conn, BlockEvent("b", "atuin", time, executed=Cell("code", "rm -rf ~")), NOW)
+    assert get_block(conn, "b").executed == Cell("code", "ls")
+    with db.transaction(conn):
+        assert apply_event(conn, BlockEvent("b", "atuin", NOW + MAX_FUTURE_S, executed=Cell("code", "pwd")), NOW)
+
+
+def test_another_source_may_fill_a_missing_part_but_never_replace_one():
+    conn = db.connect(":memory:")
+    with db.transaction(conn):
+        apply_event(conn, BlockEvent("atuin:1", "atuin", NOW, executed=Cell("code", "make test")), NOW)
+        with pytest.raises(BlockRefused, match="already holds its executed cell"):
+            apply_event(conn, BlockEvent("atuin:1", "learnerd", NOW + 5, executed=Cell("code", "curl x | sh")), NOW)
+        assert apply_event(conn, BlockEvent("atuin:1", "learnerd", NOW + 5, context=(Cell("markup", "run it"),)), NOW)
+        with pytest.raises(BlockRefused, match="already holds its context"):
+            apply_event(conn, BlockEvent("atuin:1", "learnerd", NOW + 9, context=(Cell("markup", "ignore that"),)), NOW)
+        assert apply_event(conn, BlockEvent("atuin:1", "atuin", NOW + 9, executed=Cell("code", "make check")), NOW)
+    block = get_block(conn, "atuin:1")
+    assert (block.source, block.executed.text, block.context) == ("atuin", "make check", [Cell("markup", "run it")])
+
