@@ -107,4 +107,3 @@ def test_another_source_may_fill_a_missing_part_but_never_replace_one():
         assert apply_event(conn, BlockEvent("atuin:1", "atuin", NOW + 9, executed=Cell("code", "make check")), NOW)
     block = get_block(conn, "atuin:1")
     assert (block.source, block.executed.text, block.context) == ("atuin", "make check", [Cell("markup", "run it")])
-
