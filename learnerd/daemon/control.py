@@ -48,7 +48,7 @@ from learnerd.store.blocks import count_blocks, list_block_ids
 from learnerd.store.db import transaction as db_transaction
 from learnerd.store.embeddings import count_vectors
 from learnerd.store.examples import count_examples
-from learnerd.store.forget import NothingToForget, documents_in, forget_in_files, forget_in_store
+from learnerd.store.forget import NothingToForget, check_match, documents_in, forget_in_files, forget_in_store
 from learnerd.store.retrieval import SearchHit, describe_hits, nearest, nearest_to
 from learnerd.store.suggestions import ServedAnswer, counts
 from learnerd.store.tombstones import KINDS, delete_tombstone, load_tombstones
@@ -438,12 +438,19 @@ class DaemonControl:
         anything back. Returns :meth:`~learnerd.store.forget.ForgetReport.to_json`.
 
         Raises:
-            BadRequest: an unknown ``kind``, an empty ``value``, a ``source`` that is not an absolute path of a
-                readable file. NotFound: an ``example`` / ``block`` id the store does not have.
+            BadRequest: an unknown ``kind``, an empty ``value``, a ``match`` of fewer than 4 non-space characters,
+                a ``source`` that is not an absolute path, or is a file that cannot be read (a path that no longer
+                exists forgets the blocks recorded from it). NotFound: an ``example`` / ``block`` id the store does
+                not have.
             Conflict: the daemon is draining.
         """
         if kind not in KINDS or not value:
             raise BadRequest(f"forget needs a kind ({', '.join(KINDS)}) and a non-empty value")
+        if kind == "match":
+            try:
+                check_match(value)
+            except ValueError as exc:
+                raise BadRequest(str(exc)) from None
         if self.stop.is_set():
             raise Conflict("the daemon is draining; forget offline once it stopped")
         daemon = self.daemon
@@ -451,10 +458,11 @@ class DaemonControl:
         if kind == "source":
             if not os.path.isabs(value):
                 raise BadRequest(f"source must be an absolute path, not {value!r}")
-            try:
-                source_ids = (await anyio.to_thread.run_sync(block_ids_in_file, Path(value))).block_ids
-            except OSError as exc:
-                raise BadRequest(f"cannot read {value}: {exc.strerror or exc}") from exc
+            if os.path.exists(value):  # a log file gone since is forgotten by the blocks recorded from it
+                try:
+                    source_ids = (await anyio.to_thread.run_sync(block_ids_in_file, Path(value))).block_ids
+                except OSError as exc:
+                    raise BadRequest(f"cannot read {value}: {exc.strerror or exc}") from exc
         try:
             report = forget_in_store(daemon.conn, kind, value, source_block_ids=source_ids, dry_run=dry_run)
         except NothingToForget as exc:
@@ -465,7 +473,8 @@ class DaemonControl:
             if daemon.fleet is not None:
                 daemon.fleet.announce_vectors(ids)
         documents, export_dir = forget_scope(daemon.cfg)
-        report = await anyio.to_thread.run_sync(forget_in_files, report, documents, export_dir)
+        journal = daemon.training.journal if daemon.training is not None else None
+        report = await anyio.to_thread.run_sync(forget_in_files, report, documents, export_dir, journal)
         if not dry_run:
             for example in report.examples:
                 daemon.notify(EXAMPLES, ExampleChange(example.id, example, None))

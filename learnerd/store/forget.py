@@ -9,9 +9,16 @@ Two steps, so the daemon can run the first on its event loop and the second in a
    blocks and, for ``match``, every served answer containing the text).
 2. :func:`forget_in_files` — remove every auto-written section holding a forgotten example from the ``.dlm``
    documents given (the probes reconciler's ``learnerd/<id>`` section, and any other tool's auto section, a
-   harvest's reinforcement copy say, with the same Q/A pair; hand-written sections are never touched), each
-   document rewritten atomically by :func:`~learnerd.store.dlm.update_document`, and delete the foyle export
-   files (``<dir>/<id>.example.binpb``).
+   harvest's reinforcement copy say, with the same Q/A pair; for ``match``, also every auto-written section
+   whose text holds the match: the probes RPC ``inject_probe`` wrote, ``rpc-inject/…``; hand-written sections
+   are never touched), each document rewritten atomically by :func:`~learnerd.store.dlm.update_document`;
+   delete the foyle export files (``<dir>/<id>.example.binpb``); and, for ``match``, drop the injected probes
+   holding the text from the probe journal and rewrite it with the pending probes only, so no copy of an
+   injected probe already written (the journal's consumed lines) is left either
+   (:meth:`~learnerd.store.probe_journal.ProbeJournal.forget`).
+
+A ``match`` needs :data:`MIN_MATCH_CHARS` non-space characters (:func:`check_match`): ``" "`` or ``"e"`` is in
+nearly every example, and its tombstone would keep everything out from then on.
 
 A document that lost sections trains **fresh** at its next cycle: :func:`learnerd.training.cycle.plan_cycle`
 plans a from-scratch adapter whenever a section the current adapter trained on is gone, so no trace of the
@@ -21,6 +28,7 @@ or ``learnerd train`` does it). With ``dry_run`` nothing is written: the report 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,14 +39,32 @@ from learnerd.store import db, foyle_examples, suggestions
 from learnerd.store.dlm import ConflictError, Document, DocumentError, Section, read_document, update_document
 from learnerd.store.embeddings import delete_vectors, get_metas
 from learnerd.store.examples import Example, delete_example, get_examples, list_examples
+from learnerd.store.probe_journal import InjectedProbe, ProbeJournal
 from learnerd.store.tombstones import Tombstone, put_tombstone
 
 PROBES_SOURCE_PREFIX = "learnerd/"
 """The marker source prefix of the probes reconciler's sections (``learnerd/<example id>``)."""
 
 
+MIN_MATCH_CHARS = 4
+"""The fewest non-space characters a ``match`` may have."""
+
+
 class NothingToForget(ValueError):
     """``--example`` / ``--block`` names an id the store has neither as an example nor as a block."""
+
+
+def check_match(text: str) -> None:
+    """Refuse a ``match`` text with fewer than :data:`MIN_MATCH_CHARS` non-space characters.
+
+    Raises:
+        ValueError: a one-line reason.
+    """
+    if len("".join(text.split())) < MIN_MATCH_CHARS:
+        raise ValueError(
+            f"a match needs at least {MIN_MATCH_CHARS} non-space characters, not {text!r}: a shorter text is in "
+            "nearly every example, and its tombstone would keep everything out"
+        )
 
 
 @dataclass
@@ -47,8 +73,9 @@ class ForgetReport:
 
     ``tombstone``: as stored; ``examples``: the examples deleted; ``vectors``: how many vectors went;
     ``suggestions``: how many served answers went (:mod:`learnerd.store.suggestions`);
-    ``documents``: document path → sections removed; ``export_files``: foyle files deleted; ``retrain``: the
-    documents whose next cycle trains fresh; ``errors``: documents that could not be rewritten (path: reason).
+    ``documents``: document path → sections removed; ``export_files``: foyle files deleted;
+    ``journal_probes``: injected probes dropped from the probe journal; ``retrain``: the documents whose next
+    cycle trains fresh; ``errors``: documents that could not be rewritten (path: reason).
     """
 
     tombstone: Tombstone
@@ -57,6 +84,7 @@ class ForgetReport:
     suggestions: int = 0
     documents: dict[str, int] = field(default_factory=dict)
     export_files: list[str] = field(default_factory=list)
+    journal_probes: int = 0
     errors: dict[str, str] = field(default_factory=dict)
     dry_run: bool = False
 
@@ -75,6 +103,7 @@ class ForgetReport:
             "suggestions": self.suggestions,
             "documents": dict(sorted(self.documents.items())),
             "export_files": self.export_files,
+            "journal_probes": self.journal_probes,
             "retrain": self.retrain,
             "errors": self.errors,
         }
@@ -103,17 +132,20 @@ def forget_in_store(
 
     Raises:
         NothingToForget: ``example`` / ``block`` names an id that is neither an example nor a block.
-        ValueError: an unknown ``kind`` or an empty ``value``.
+        ValueError: an unknown ``kind``, an empty ``value``, or a ``match`` that :func:`check_match` refuses.
     """
+    if not value:
+        raise ValueError(f"nothing to forget: an empty {kind}")
     if kind in ("example", "block"):
         block_ids = [value]
         examples = list(get_examples(conn, block_ids).values())
         if not examples and conn.execute("SELECT 1 FROM blocks WHERE id = ?", (value,)).fetchone() is None:
             raise NothingToForget(f"no example or block has the id {value!r}")
     elif kind == "source":
-        block_ids = list(source_block_ids)
+        block_ids = list(dict.fromkeys([*source_block_ids, *blocks_read_from(conn, value)]))
         examples = list(get_examples(conn, block_ids).values())
     elif kind == "match":
+        check_match(value)
         examples = [e for e in list_examples(conn) if value in e.query or value in e.answer]
         block_ids = [e.id for e in examples]
     else:
@@ -134,19 +166,32 @@ def forget_in_store(
     return report
 
 
+def blocks_read_from(conn: Any, path: str) -> list[str]:
+    """The blocks whose executed cell was read from the log file ``path`` (as the analyzer recorded it:
+    :class:`~learnerd.store.blocks.LineOrigin`), under its absolute or its real path (symbolic links resolved)."""
+    forms = list(dict.fromkeys([os.path.abspath(path), os.path.realpath(path)]))
+    marks = ", ".join("?" * len(forms))
+    return [r[0] for r in conn.execute(f"SELECT id FROM blocks WHERE executed_path IN ({marks}) ORDER BY id", forms)]
+
+
 def _match_text(kind: str, value: str) -> str | None:
     return value if kind == "match" else None
 
 
-def forget_in_files(report: ForgetReport, documents: Iterable[Path], export_dir: Path | None) -> ForgetReport:
-    """Step 2 (see the module docstring): the sections holding ``report.examples`` removed from ``documents``
-    (missing ones skipped; one that does not parse or keeps changing is named in ``report.errors``), and
-    their foyle files deleted from ``export_dir`` (None: no export). Returns ``report``, filled in.
+def forget_in_files(
+    report: ForgetReport, documents: Iterable[Path], export_dir: Path | None, journal: ProbeJournal | None = None
+) -> ForgetReport:
+    """Step 2 (see the module docstring): the sections holding ``report.examples`` (and for a ``match``, every
+    auto-written section holding its text) removed from ``documents`` (missing ones skipped; one that does not
+    parse or keeps changing is named in ``report.errors``), their foyle files deleted from ``export_dir``
+    (None: no export), and for a ``match`` the injected probes holding the text dropped from ``journal``
+    (None: none). Returns ``report``, filled in.
 
     Raises:
-        OSError: a document or an export file could not be written or deleted.
+        OSError: a document, an export file or the journal could not be written or deleted.
     """
-    if not report.examples:
+    match = report.tombstone.value if report.tombstone.kind == "match" else None
+    if not report.examples and match is None:
         return report
     sources = {PROBES_SOURCE_PREFIX + e.id for e in report.examples}
     pairs = {(e.query.strip(), e.answer.strip()) for e in report.examples}
@@ -154,7 +199,7 @@ def forget_in_files(report: ForgetReport, documents: Iterable[Path], export_dir:
     def holds(section: Section) -> bool:
         if section.harvest_source is None:
             return False
-        if section.harvest_source in sources:
+        if section.harvest_source in sources or (match is not None and match in section.content):
             return True
         try:
             return any((p.question, p.answer) in pairs for p in section.qa_pairs())
@@ -176,6 +221,12 @@ def forget_in_files(report: ForgetReport, documents: Iterable[Path], export_dir:
             path = foyle_examples.example_path(export_dir, example.id)
             if path.exists() if report.dry_run else foyle_examples.remove(path):
                 report.export_files.append(str(path))
+    if journal is not None and match is not None:
+
+        def holds_text(probe: InjectedProbe) -> bool:
+            return match in probe.prompt or match in probe.reference
+
+        report.journal_probes = journal.forget(holds_text, dry_run=report.dry_run)
     return report
 
 

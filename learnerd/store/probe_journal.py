@@ -204,6 +204,32 @@ class ProbeJournal:
                 self._fd = self._open()
             return len(known)
 
+    def forget(self, holds: Callable[[InjectedProbe], bool], *, dry_run: bool = False) -> int:
+        """Drop the pending probes ``holds`` accepts, and rewrite the file atomically with the pending probes
+        only, so no line of a dropped probe, nor of one already consumed, is left (``learnerd forget --match``).
+        With ``dry_run`` nothing changes. Returns how many pending probes ``holds`` accepted.
+
+        Raises:
+            OSError: the file could not be rewritten (then nothing was dropped).
+        """
+        with self._lock:
+            dropped = [probe_id for probe_id, probe in self._pending.items() if holds(probe)]
+            if dry_run:
+                return len(dropped)
+            kept = {i: p for i, p in self._pending.items() if i not in dropped}
+            pending, self._pending = self._pending, kept
+            try:
+                os.close(self._fd)
+                self._fd = -1
+                self._rewrite()
+            except OSError:
+                self._pending = pending
+                raise
+            finally:
+                if self._fd < 0:
+                    self._fd = self._open()
+            return len(dropped)
+
     def close(self) -> None:
         with self._lock:
             if self._fd >= 0:

@@ -34,7 +34,7 @@ def test_forget_takes_an_example_back_and_the_document_retrains_fresh(tmp_path: 
     (forgotten,) = table_rows(state, f"SELECT id FROM examples WHERE answer = '{COMMAND}'")
     assert (export / f"{forgotten[0]}.example.binpb").exists() and COMMAND in document_path.read_text()
 
-    proc = run_cli("forget", "--match", COMMAND, "--json", "--config", str(config), "--state-dir", str(state))
+    proc = run_cli("forget", "--match", COMMAND, "--yes", "--json", "--config", str(config), "--state-dir", str(state))
     report = json.loads(proc.stdout)
     assert [e["id"] for e in report["examples"]] == [forgotten[0]] and report["vectors"] == 1
     assert report["documents"] == {str(document_path): 1} and report["retrain"] == [str(document_path)]

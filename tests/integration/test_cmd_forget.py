@@ -4,6 +4,7 @@ admin socket (shared MiniLM). The offline path and the retrain are in tests/e2e/
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import anyio.to_thread
@@ -12,6 +13,7 @@ import pytest
 from learnerd.store import foyle_examples
 from learnerd.store.dlm import read_document
 from learnerd.store.examples import get_example
+from tests.conftest import cli_env, learnerd_command
 from tests.support.daemon import SAMPLE_BLOCKS, append_blocks, daemon_config, eventually, post_json, running_service
 from tests.support.pipeline import run_cli
 
@@ -53,7 +55,7 @@ async def test_forget_in_the_daemon_stops_retrieval_at_once_and_nothing_brings_i
         )
         assert "b-du" in daemon.index.ids() and get_example(daemon.conn, "b-du") is not None
 
-        report = await forget(cfg.state_dir, "--match", "du -sh")
+        report = await forget(cfg.state_dir, "--match", "du -sh", "--yes")
         assert "b-du" not in daemon.index.ids(), "retrieval stops returning it before the command returns"
         code, hits = await post_json(s, "/search", {"text": "Show how much disk space a folder uses", "k": 3})
         assert code == 200 and "b-du" not in [h["id"] for h in hits]
@@ -107,3 +109,75 @@ def test_offline_forget_refuses_what_it_cannot_find_with_a_clear_message(tmp_pat
     removed = run_cli("forget", "--remove", "0123456789abcdef", "--state-dir", str(state), check=False)
     assert removed.returncode == 1 and "no tombstone has the id" in removed.stderr
     assert run_cli("forget", "--list", "--state-dir", str(state)).stdout.strip() == "no tombstones"
+
+
+@pytest.fixture
+def learned_state(tmp_path: Path) -> Path:
+    """A state directory with two examples and their probe sections, written as the reconcilers write them."""
+    from learnerd.store import db
+    from learnerd.store.dlm import new_document, probe_section
+    from learnerd.store.examples import Example, put_example
+
+    state = tmp_path / "state"
+    (state / "docs").mkdir(parents=True)
+    state.chmod(0o700)
+    conn = db.connect(state / "learnerd.db")
+    document = new_document("learnerd/tiny-llama", prose="# Learned")
+    with db.transaction(conn):
+        for example in (
+            Example("b-pods", "List the pods in the dev namespace", "kubectl get pods -n dev", "bash", 1.0),
+            Example("b-disk", "Show disk usage", "du -sh .", "bash", 2.0),
+        ):
+            put_example(conn, example)
+            document = document.append_section(
+                probe_section(example.query, example.answer, source=f"learnerd/{example.id}")
+            )
+    conn.close()
+    (state / "docs" / "learned.dlm").write_bytes(document.to_bytes())
+    return state
+
+
+def _examples(state: Path) -> list[str]:
+    from tests.support.pipeline import table_rows
+
+    return [r[0] for r in table_rows(state, "SELECT id FROM examples ORDER BY id")]
+
+
+@pytest.mark.parametrize("text", ["", " ", "ab c"])
+def test_a_match_of_fewer_than_four_non_space_characters_is_a_one_line_error(learned_state: Path, text: str):
+    proc = run_cli("forget", "--match", text, "--yes", "--state-dir", str(learned_state), check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("learnerd forget: error: --match: ") and "at least 4 non-space characters" in line
+    assert _examples(learned_state) == ["b-disk", "b-pods"]
+
+
+def test_a_match_prints_what_it_will_forget_and_asks_first(learned_state: Path):
+    def forget_answering(answer: str) -> subprocess.CompletedProcess[str]:
+        command = learnerd_command("forget", "--match", "get pods -n dev", "--state-dir", str(learned_state))
+        return subprocess.run(command, env=cli_env(), input=answer, capture_output=True, text=True, timeout=300)
+
+    declined = forget_answering("n\n")
+    assert declined.returncode == 1 and "nothing was forgotten" in declined.stderr
+    assert "would forget 1 example(s)" in declined.stderr and "b-pods: 'kubectl get pods -n dev'" in declined.stderr
+    assert "[y/N]" in declined.stderr and _examples(learned_state) == ["b-disk", "b-pods"]
+    assert "learnerd/b-pods" in sources(learned_state / "docs" / "learned.dlm")
+    assert forget_answering("").returncode == 1, "no answer (stdin closed) is no"
+    accepted = forget_answering("y\n")
+    assert accepted.returncode == 0 and "forgot 1 example(s)" in accepted.stdout
+    assert _examples(learned_state) == ["b-disk"]
+    assert "learnerd/b-pods" not in sources(learned_state / "docs" / "learned.dlm")
+
+
+def test_a_source_path_that_is_gone_forgets_the_blocks_read_from_it(learned_state: Path, tmp_path: Path):
+    from learnerd.store import db
+    from learnerd.store.blocks import BlockEvent, Cell, LineOrigin, apply_event
+
+    log = tmp_path / "logs" / "rollout.jsonl"  # never created: rotated away since it was read
+    conn = db.connect(learned_state / "learnerd.db")
+    with db.transaction(conn):
+        event = BlockEvent("b-disk", "codex", 1.0, executed=Cell("code", "du -sh ."))
+        apply_event(conn, event, 2.0, LineOrigin(str(log), 7))
+    conn.close()
+    report = json.loads(run_cli("forget", "--source", str(log), "--json", "--state-dir", str(learned_state)).stdout)
+    assert [e["id"] for e in report["examples"]] == ["b-disk"] and _examples(learned_state) == ["b-pods"]

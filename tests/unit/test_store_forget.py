@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 from learnerd.store import db, foyle_examples, suggestions
+from learnerd.store.blocks import BlockEvent, Cell, LineOrigin, apply_event
 from learnerd.store.dlm import Section, new_document, probe_section, read_document
 from learnerd.store.embeddings import count_vectors, put_vectors
 from learnerd.store.examples import Example, get_example, put_example
 from learnerd.store.forget import NothingToForget, documents_in, forget_in_files, forget_in_store
+from learnerd.store.probe_journal import InjectedProbe, ProbeJournal
 from learnerd.store.suggestions import ServedAnswer
 from learnerd.store.tombstones import load_tombstones
 
@@ -116,3 +118,50 @@ def test_a_match_takes_back_the_served_answers_holding_the_text_and_keeps_their_
     assert report.suggestions == 1 and report.to_json()["suggestions"] == 1
     assert suggestions.get_suggestion(conn, ids[0]) is None and suggestions.get_suggestion(conn, ids[1]) is not None
     assert suggestions.counts(conn)["doc"]["v0001"]["served"] == 2, "the counts hold no text and stay"
+
+
+@pytest.mark.parametrize("text", ["", " ", "   \t\n", "e", "ab c", "a\u00a0b c"])
+def test_a_match_of_fewer_than_four_non_space_characters_is_refused_and_nothing_is_written(state, text: str):
+    conn, _, _ = state
+    with pytest.raises(ValueError, match="(at least 4 non-space characters|empty)"):
+        forget_in_store(conn, "match", text)
+    assert get_example(conn, "b-pods") == PODS and load_tombstones(conn).all == ()
+
+
+def test_a_match_removes_the_injected_probes_holding_it_from_documents_and_the_journal(state, tmp_path: Path):
+    """Probes pushed with RPC ``inject_probe`` are no examples: a ``match`` takes back their sections
+    (``rpc-inject/…``) and every line of them in the probe journal, pending or already written."""
+    conn, docs, export = state
+    journal = ProbeJournal(tmp_path / "journals" / "injected-probes.jsonl")
+    secret, kept = "deploy with token ZX81", "list the pods"
+    written = InjectedProbe(InjectedProbe.new_id(), str(docs / "learned.dlm"), f"How do I {secret}?", "make deploy")
+    pending = InjectedProbe(InjectedProbe.new_id(), str(docs / "learned.dlm"), f"{secret} now", "make deploy")
+    other = InjectedProbe(InjectedProbe.new_id(), str(docs / "learned.dlm"), kept, "kubectl get pods")
+    journal.append([written, pending, other])
+    journal.consume([written.id])
+    document = read_document(docs / "learned.dlm").append_section(
+        probe_section(written.prompt, written.reference, source=written.harvest_source)
+    )
+    (docs / "learned.dlm").write_bytes(document.to_bytes())
+    report = forget_in_store(conn, "match", secret)
+    assert report.examples == []
+    forget_in_files(report, documents_in([docs]), export, journal)
+    assert report.documents == {str(docs / "learned.dlm"): 1} and report.journal_probes == 1
+    assert secret not in (docs / "learned.dlm").read_text() and "learnerd/b-pods" in sources(docs / "learned.dlm")
+    assert [p.id for p in journal.pending()] == [other.id]
+    text = journal.path.read_text()
+    assert secret not in text and kept in text
+    journal.close()
+    assert [p.id for p in ProbeJournal(journal.path).pending()] == [other.id], "the file holds what memory does"
+
+
+def test_a_source_forgets_the_blocks_read_from_it_even_once_the_file_is_gone(state, tmp_path: Path):
+    """The analyzer records the file and line each executed cell was read from: a ``source`` forget finds
+    those blocks by the path, whatever the file holds now (rotated away, deleted)."""
+    conn, _, _ = state
+    log = tmp_path / "logs" / "rollout.jsonl"
+    with db.transaction(conn):
+        apply_event(conn, BlockEvent("b-pods", "codex", 1.0, executed=Cell("code", PODS.answer)), 2.0,
+                    LineOrigin(str(log), 3))  # fmt: skip
+    report = forget_in_store(conn, "source", str(log))
+    assert [e.id for e in report.examples] == ["b-pods"] and report.tombstone.block_ids == ("b-pods",)
