@@ -123,7 +123,7 @@ def test_a_match_takes_back_the_served_answers_holding_the_text_and_keeps_their_
 @pytest.mark.parametrize("text", ["", " ", "   \t\n", "e", "ab c", "a\u00a0b c"])
 def test_a_match_of_fewer_than_four_non_space_characters_is_refused_and_nothing_is_written(state, text: str):
     conn, _, _ = state
-    with pytest.raises(ValueError, match="(at least 4 non-space characters|empty)"):
+    with pytest.raises(ValueError, match=r"(at least 4 non-space characters|empty)"):
         forget_in_store(conn, "match", text)
     assert get_example(conn, "b-pods") == PODS and load_tombstones(conn).all == ()
 
