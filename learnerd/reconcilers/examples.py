@@ -3,11 +3,13 @@
 ``reconcile(block_id)`` reads the block as it is now and makes the example with the same id match
 it: written when the block is learnable and the stored example differs, deleted when the block is
 no longer learnable, untouched otherwise (an unchanged block writes nothing). A block is learnable
-when it has an executed code cell that is not blank, did not fail (exit code 0, or none reported —
-foyle's EXECUTE events carry none), was not run in eval mode, and has markdown context right
-before it; with ``learn_only_corrections`` (foyle's original rule) the executed cell must also
-differ from the generated one. A block a tombstone covers (:mod:`learnerd.store.tombstones`, written by
-``learnerd forget``) is never learnable: its example is deleted and never written again.
+when it has an executed code cell that is not blank nor longer than ``[examples] max_answer_chars`` (a
+command that long teaches nothing, and its probe section must fit a document), did not fail (exit code 0,
+or none reported — foyle's EXECUTE events carry none), was not run in eval mode, and has markdown context
+right before it (cut to ``max_query_chars``); with ``learn_only_corrections`` (foyle's original rule) the
+executed cell must also differ from the generated one. A block a tombstone covers
+(:mod:`learnerd.store.tombstones`, written by ``learnerd forget``) is never learnable: its example is deleted
+and never written again.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ def judge(block: Block, cfg: ExamplesConfig, policy: CommandPolicy | None = None
     answer = executed.text.strip()
     if not answer:
         return Verdict(None, "executed cell is blank")
+    if len(answer) > cfg.max_answer_chars:
+        return Verdict(None, f"executed cell of {len(answer):,} characters, over max_answer_chars")
     if block.exit_code not in (None, 0):
         return Verdict(None, f"execution failed with exit code {block.exit_code}")
     if block.eval_mode:

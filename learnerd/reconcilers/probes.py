@@ -22,6 +22,12 @@ compare-and-swap of :func:`learnerd.store.dlm.update_document` (a person's concu
 never lost) and happens only when something changed. The document is created (valid frontmatter, fresh
 ULID) the first time an example is routed to it.
 
+Rollover (:mod:`learnerd.store.routing`): the key's document and its rollovers (``learned-2.dlm``, …) are
+reconciled together. A section stays in the document that holds it; a new one goes to the last document of
+the chain while that stays within ``[probes] rollover_bytes`` (12 MiB by default), else to a new rollover,
+created as the first document was (its own ULID: it trains and serves as any other document). A section that
+does not fit in an empty document is refused (``[examples]``' caps keep every section far smaller).
+
 Edge cases of the Q/A grammar are refused, not escaped: an example whose query or answer the grammar
 cannot carry exactly (a line reading as ``### Q`` / ``### A`` or as a ``::type::`` fence, an unbalanced
 code fence, ...; see :func:`learnerd.store.dlm.probe_section`) gets no section, is logged, and is counted
@@ -51,15 +57,19 @@ from learnerd.store.dlm import (
     UnrepresentableError,
     new_document,
     probe_section,
+    read_document,
     update_document,
 )
 from learnerd.store.examples import EXAMPLE_SOURCE_PREFIX, Example, list_examples
-from learnerd.store.routing import DocumentRouter
+from learnerd.store.routing import DocumentRouter, rollover_chain, rollover_path
 from learnerd.training.recipes import default_training
 
 log = structlog.get_logger(__name__)
 
 SOURCE_PREFIX = EXAMPLE_SOURCE_PREFIX
+ROLLOVER_BYTES = 12 * 1024 * 1024
+"""``[probes] rollover_bytes``' default: three quarters of what learnerd parses (16 MiB), so a person's edits
+and the sections harvested or injected into a full document still fit."""
 _NEW_DOCUMENT_PROSE = (
     "# Learned by learnerd\n\n"
     "learnerd keeps one `### Q !probe` section below per example it learned from the commands people ran.\n"
@@ -91,6 +101,8 @@ class ProbesReconciler:
         base_model: the ``base_model`` of a document this reconciler creates.
         broken_document_retry_s: a document that does not parse is checked again after this long (seconds).
         rewrite_interval_s: a document is rewritten at most this often (seconds).
+        rollover_bytes: a document this large (bytes) takes no new section: they go to its next rollover
+            (:mod:`learnerd.store.routing`).
         before_replace: passed to :func:`~learnerd.store.dlm.update_document` (a test hook).
         monotonic: the clock of ``rewrite_interval_s``.
     """
@@ -105,6 +117,7 @@ class ProbesReconciler:
         base_model: str,
         broken_document_retry_s: float = 60.0,
         rewrite_interval_s: float = 1.0,
+        rollover_bytes: int = ROLLOVER_BYTES,
         before_replace: Callable[[], None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -116,6 +129,7 @@ class ProbesReconciler:
         self._refused: dict[str, dict[str, str]] = {}  # document key -> example id -> reason
         self.changes: Counter[str] = Counter()  # sections added / replaced / removed, documents written
         self._rewrite_interval_s = rewrite_interval_s
+        self._rollover_bytes = rollover_bytes
         self._monotonic = monotonic
         self._last_write: dict[str, float] = {}  # document key -> monotonic time of its last write
         # document key -> example id -> ((query, answer), its section or why it was refused): a rewrite
@@ -165,11 +179,12 @@ class ProbesReconciler:
         return Result()
 
     def reconcile_sync(self, key: str) -> ProbesOutcome:
-        """The blocking reconcile (see the module docstring).
+        """The blocking reconcile (see the module docstring): the sections of the examples routed to ``key``,
+        across ``key``'s rollover chain.
 
         Raises:
-            DocumentError: the document does not parse.
-            ConflictError: the document changed under every write attempt (the caller retries).
+            DocumentError: a document of the chain does not parse, or would grow past what learnerd parses.
+            ConflictError: a document changed under every write attempt (the caller retries).
             OSError, sqlite3.Error: the file system or the database failed.
         """
         path = Path(key)
@@ -191,26 +206,86 @@ class ProbesReconciler:
             else:
                 refused.append((example.id, rendered))
         self._rendered[key] = current
+        present = {p: read_document(p) for p in rollover_chain(path) if p.is_file()}
+        placed, too_large = self._place(path, wanted, present)
+        refused += [(source.removeprefix(SOURCE_PREFIX), reason) for source, reason in too_large.items()]
         self._refused[key] = dict(refused)
-        if not wanted and not path.exists():
-            return ProbesOutcome(path, refused=tuple(refused))
+        total = ProbesOutcome(path, refused=tuple(refused))
+        for document_path, sections in placed.items():
+            document = present.get(document_path)
+            if document is None and not sections:
+                continue
+            if document is not None:
+                diff = _diff(document, sections, document_path)
+                if not (diff.added or diff.replaced or diff.removed):
+                    total = replace(total, unchanged=total.unchanged + diff.unchanged)
+                    continue
+            result = self._write(document_path, sections)
+            total = replace(
+                total,
+                added=total.added + result.added,
+                replaced=total.replaced + result.replaced,
+                removed=total.removed + result.removed,
+                unchanged=total.unchanged + result.unchanged,
+                written=total.written or result.written,
+            )
+        return total
 
+    def _place(
+        self, path: Path, wanted: dict[str, Section], present: dict[Path, Document]
+    ) -> tuple[dict[Path, dict[str, Section]], dict[str, str]]:
+        """Which document of ``path``'s chain each wanted section goes in (chain order), and the sections that
+        fit in no document (source → why). A section already in a document stays there; a new one goes to the
+        last document of the chain while that stays within ``rollover_bytes``, else to a new rollover."""
+        chain = rollover_chain(path)
+        home: dict[str, Path] = {}
+        for document_path in chain:
+            document = present.get(document_path)
+            for section in document.auto_sections(SOURCE_PREFIX) if document is not None else ():
+                if section.harvest_source in wanted:
+                    home.setdefault(section.harvest_source, document_path)
+        empty = len(self._new_document(path).to_bytes())
+        size = {
+            p: (
+                len(present[p].to_bytes()) - sum(_section_bytes(s) for s in present[p].auto_sections(SOURCE_PREFIX))
+                if p in present
+                else empty
+            )
+            for p in chain
+        }
+        for source, document_path in home.items():
+            size[document_path] += _section_bytes(wanted[source])
+        too_large: dict[str, str] = {}
+        last = chain[-1]
+        for source, section in wanted.items():
+            if source in home:
+                continue
+            needed = _section_bytes(section)
+            if empty + needed > self._rollover_bytes:
+                too_large[source] = (
+                    f"its section is {needed:,} bytes: no document of at most {self._rollover_bytes:,} bytes "
+                    "([probes] rollover_bytes) holds it"
+                )
+                continue
+            if size[last] + needed > self._rollover_bytes:
+                last = rollover_path(path, len(chain) + 1)
+                chain.append(last)
+                size[last] = empty
+                log.info("probes.rollover", path=str(path), document=str(last), rollover_bytes=self._rollover_bytes)
+            home[source] = last
+            size[last] += needed
+        placed: dict[Path, dict[str, Section]] = {p: {} for p in chain}
+        for source, section in wanted.items():
+            if source in home:
+                placed[home[source]][source] = section
+        return placed, too_large
+
+    def _write(self, path: Path, wanted: dict[str, Section]) -> ProbesOutcome:
+        """Make ``path``'s probe sections ``wanted`` (creating the document when there is none)."""
         counts: list[ProbesOutcome] = []
 
         def edit(document: Document) -> Document:
-            present = {s.harvest_source: s for s in reversed(document.auto_sections(SOURCE_PREFIX))}
-            unchanged = sum(1 for src, s in wanted.items() if src in present and _same_probe(present[src], s))
-            kept = sum(1 for src in present if src in wanted)
-            counts.append(
-                ProbesOutcome(
-                    path,
-                    added=len(wanted) - kept,
-                    replaced=kept - unchanged,
-                    removed=len(document.auto_sections(SOURCE_PREFIX)) - kept,
-                    unchanged=unchanged,
-                    refused=tuple(refused),
-                )
-            )
+            counts.append(_diff(document, wanted, path))
             return document.sync_auto_sections(SOURCE_PREFIX, wanted, same=_same_probe)
 
         create = None
@@ -218,12 +293,7 @@ class ProbesReconciler:
             path.parent.mkdir(parents=True, exist_ok=True)
 
             def create() -> Document:
-                return new_document(
-                    self._base_model,
-                    prose=_NEW_DOCUMENT_PROSE,
-                    training=default_training(self._base_model),
-                    path=path,
-                )
+                return self._new_document(path)
 
         outcome = update_document(path, edit, create=create, before_replace=self._before_replace)
         result = replace(counts[-1], written=outcome.written)
@@ -236,16 +306,39 @@ class ProbesReconciler:
             )
         log.info(
             "probes.reconciled",
-            path=key,
+            path=str(path),
             added=result.added,
             replaced=result.replaced,
             removed=result.removed,
             unchanged=result.unchanged,
-            refused=len(refused),
             written=result.written,
             attempts=outcome.attempts,
         )
         return result
+
+    def _new_document(self, path: Path) -> Document:
+        return new_document(
+            self._base_model, prose=_NEW_DOCUMENT_PROSE, training=default_training(self._base_model), path=path
+        )
+
+
+def _diff(document: Document, wanted: dict[str, Section], path: Path) -> ProbesOutcome:
+    """What making ``document``'s probe sections ``wanted`` adds, replaces, removes and leaves."""
+    present = {s.harvest_source: s for s in reversed(document.auto_sections(SOURCE_PREFIX))}
+    unchanged = sum(1 for src, s in wanted.items() if src in present and _same_probe(present[src], s))
+    kept = sum(1 for src in present if src in wanted)
+    return ProbesOutcome(
+        path,
+        added=len(wanted) - kept,
+        replaced=kept - unchanged,
+        removed=len(document.auto_sections(SOURCE_PREFIX)) - kept,
+        unchanged=unchanged,
+    )
+
+
+def _section_bytes(section: Section) -> int:
+    """The bytes ``section`` takes in a document (its lines, LF-terminated, and a blank line after)."""
+    return sum(len(line.encode("utf-8")) + 1 for line in section.lines()) + 1
 
 
 def _render(example: Example, path: str) -> Section | str:
@@ -292,6 +385,7 @@ def probes_reconciler(
         base_model=cfg.probes.base_model,
         broken_document_retry_s=cfg.probes.broken_document_retry_s,
         rewrite_interval_s=cfg.probes.rewrite_interval_s,
+        rollover_bytes=cfg.probes.rollover_bytes,
         **hooks,
     )
 

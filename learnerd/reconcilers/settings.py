@@ -15,8 +15,10 @@ class ExamplesConfig(Section):
 
     learn_only_corrections: bool = False
     """foyle's original rule: learn only when executed != generated"""
-    max_query_chars: int = Field(2000, ge=1)
+    max_query_chars: int = Field(2000, ge=1, le=100_000)
     """longer contexts are cut to their last this many characters"""
+    max_answer_chars: int = Field(16_000, ge=1, le=100_000)
+    """a longer executed cell is not learned (a probe section must fit a document)"""
 
 
 class ProbesConfig(Section):
@@ -32,6 +34,8 @@ class ProbesConfig(Section):
     """re-check a document that does not parse this often"""
     rewrite_interval_s: float = Field(1.0, ge=0)
     """a document is rewritten at most this often: a burst of examples is one write"""
+    rollover_bytes: int = Field(12 * 1024 * 1024, ge=16 * 1024, le=12 * 1024 * 1024)
+    """a document this large gets no new sections: they go to <name>-2.dlm, -3, ..."""
 
     @field_validator("by_language")
     @classmethod

@@ -2,7 +2,9 @@
 
 Watched: every ``*.dlm`` file under the ``roots`` (the configured docs directories, recursively) and the
 individually named ``files`` (documents learnerd writes that may live elsewhere: the probes' routed
-documents, the RPC target). Names starting with ``.`` are skipped (editors' and learnerd's own temp files).
+documents, the RPC target), with their rollover documents (``learned-2.dlm`` beside ``learned.dlm``:
+:func:`learnerd.store.routing.rollover_chain`). Names starting with ``.`` are skipped (editors' and
+learnerd's own temp files).
 
 A document *changed* when its ``(inode, size, mtime)`` differ from the last look; a new document counts as
 changed, a vanished one as *removed*. :class:`DocumentWatcher` looks on every watchfiles event (inotify and
@@ -24,6 +26,8 @@ import structlog
 from anyio.abc import TaskStatus
 from watchfiles import Change, awatch
 
+from learnerd.store.routing import in_chain, rollover_chain
+
 log = structlog.get_logger(__name__)
 
 DOCUMENT_SUFFIX = ".dlm"
@@ -36,12 +40,13 @@ def is_document_name(name: str) -> bool:
 
 
 def scan_documents(roots: Iterable[Path], files: Iterable[Path] = ()) -> dict[Path, _Stamp]:
-    """Every existing document under ``roots`` (recursively) and among ``files``, with its stamp.
+    """Every existing document under ``roots`` (recursively) and among ``files`` and their rollovers, with its
+    stamp.
 
     Unreadable directories are skipped; a file that vanishes during the scan is left out.
     """
     found: dict[Path, _Stamp] = {}
-    candidates: list[Path] = list(files)
+    candidates: list[Path] = [chained for f in files for chained in rollover_chain(Path(f))]
     for root in roots:
         for directory, _dirs, names in os.walk(root):
             candidates += [Path(directory) / n for n in names if is_document_name(n)]
@@ -184,7 +189,7 @@ class DocumentWatcher:
 
         def accept(change: Change, path: str) -> bool:
             p = Path(path)
-            return is_document_name(p.name) and (recursive or p in files)
+            return is_document_name(p.name) and (recursive or any(in_chain(p, f) for f in files))
 
         async for changes in awatch(
             *dirs,

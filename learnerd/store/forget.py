@@ -40,6 +40,7 @@ from learnerd.store.dlm import ConflictError, Document, DocumentError, Section, 
 from learnerd.store.embeddings import delete_vectors, get_metas
 from learnerd.store.examples import Example, delete_example, get_examples, list_examples
 from learnerd.store.probe_journal import InjectedProbe, ProbeJournal
+from learnerd.store.routing import rollover_chain
 from learnerd.store.tombstones import Tombstone, put_tombstone
 
 PROBES_SOURCE_PREFIX = "learnerd/"
@@ -246,9 +247,10 @@ def _remove_sections(path: Path, holds: Callable[[Section], bool], dry_run: bool
 
 
 def documents_in(roots: Iterable[Path], named: Iterable[Path] = ()) -> list[Path]:
-    """The ``.dlm`` documents a forget looks in: ``named`` (the routed documents) and every ``*.dlm`` under
-    ``roots`` (``docs_dirs``), without duplicates, in that order."""
-    found = list(named)
+    """The ``.dlm`` documents a forget looks in: ``named`` (the routed documents) with their rollovers
+    (:func:`~learnerd.store.routing.rollover_chain`) and every ``*.dlm`` under ``roots`` (``docs_dirs``),
+    without duplicates, in that order."""
+    found = [chained for document in named for chained in rollover_chain(document)]
     for root in roots:
         if root.is_dir():
             found += sorted(root.rglob("*.dlm"))

@@ -13,7 +13,8 @@ from learnerd.daemon.config import config_from_dict
 from learnerd.reconcilers.probes import ProbesReconciler, probes_reconciler
 from learnerd.runtime.reconcile import Result
 from learnerd.store.db import connect, transaction
-from learnerd.store.dlm import QAPair, read_document
+from learnerd.store.dlm import DocumentTooLarge, QAPair, new_document, probe_section, read_document, update_document
+from learnerd.store.dlm.document import MAX_DOCUMENT_BYTES
 from learnerd.store.examples import Example, delete_example, put_example
 
 HAND_WRITTEN = "\n::instruction::\n### Q\nWhat does `du -sh` print?\n\n### A\nThe total size, human-readable.\n"
@@ -208,3 +209,71 @@ async def test_a_burst_of_examples_is_one_rewrite_per_interval(tmp_path: Path) -
     now[0] = 105.5
     assert await rec.reconcile(key) == Result(requeue_after=4.5)
     assert rec.changes["documents_written"] == 2
+
+
+def _filler(n: int, size: int) -> Example:
+    return Example(f"big-{n:02d}", f"Print filler number {n}", f"echo {n} " + "x" * size, "bash", float(10 + n))
+
+
+def test_a_full_document_rolls_over_to_a_new_one_and_sections_stay_where_they_are(tmp_path: Path) -> None:
+    """Past ``rollover_bytes`` new sections go to ``learned-2.dlm``, ``-3`` (new documents: their own ULID, as
+    the first); each document stays within the bound; a section never moves; a deleted example's section goes
+    from whichever document holds it; the whole chain converges."""
+    rec, conn, doc = make(tmp_path, rollover_bytes=16 * 1024)
+    put(conn, *(_filler(n, 3000) for n in range(12)))
+    first = rec.reconcile_sync(str(doc))
+    chain = sorted((tmp_path / "docs").glob("learned*.dlm"))
+    assert [p.name for p in chain] == ["learned-2.dlm", "learned-3.dlm", "learned.dlm"]
+    assert first.added == 12 and all(p.stat().st_size <= 16 * 1024 for p in chain)
+    held = {p.name: sorted(probe_pairs(p)) for p in chain}
+    assert sorted(s for sources in held.values() for s in sources) == [f"learnerd/big-{n:02d}" for n in range(12)]
+    assert held["learned.dlm"][0] == "learnerd/big-00" and held["learned-3.dlm"][-1] == "learnerd/big-11"
+    ids = {read_document(p).frontmatter.dlm_id for p in chain}
+    assert len(ids) == 3, "each rollover is a document of its own"
+
+    again = rec.reconcile_sync(str(doc))
+    assert (again.written, again.added, again.unchanged) == (False, 0, 12)
+
+    with transaction(conn):
+        delete_example(conn, "big-00")
+    put(conn, _filler(12, 3000))
+    third = rec.reconcile_sync(str(doc))
+    assert (third.removed, third.added) == (1, 1)
+    assert "learnerd/big-00" not in probe_pairs(doc)
+    assert "learnerd/big-12" in probe_pairs(tmp_path / "docs" / "learned-3.dlm"), "new ones go to the last"
+    assert {p.name: sorted(probe_pairs(p)) for p in chain if p != doc} == {
+        "learned-2.dlm": held["learned-2.dlm"],
+        "learned-3.dlm": sorted([*held["learned-3.dlm"], "learnerd/big-12"]),
+    }
+
+
+def test_a_section_larger_than_an_empty_document_may_hold_is_refused(tmp_path: Path) -> None:
+    rec, conn, doc = make(tmp_path, rollover_bytes=16 * 1024)
+    put(conn, EXAMPLES[0], _filler(1, 20_000))
+    outcome = rec.reconcile_sync(str(doc))
+    assert outcome.added == 1 and list(probe_pairs(doc)) == ["learnerd/blk-1"]
+    assert "rollover_bytes" in dict(outcome.refused)["big-01"] and "big-01" in rec.refused
+    assert [p.name for p in (tmp_path / "docs").iterdir()] == ["learned.dlm"]
+
+
+def test_learnerd_never_writes_a_document_it_could_not_read_back(tmp_path: Path) -> None:
+    """A document a person filled to the parse cap takes no more: the write is refused (DocumentTooLarge, a
+    DocumentError: retried later) and the file is left as it was."""
+    path = tmp_path / "full.dlm"
+    path.write_bytes(new_document("learnerd/tiny-llama", prose="# " + "x" * (MAX_DOCUMENT_BYTES - 200)).to_bytes())
+    before = path.read_bytes()
+    section = probe_section("one more?", "echo " + "y" * 500, source="learnerd/one")
+    with pytest.raises(DocumentTooLarge, match="over the"):
+        update_document(path, lambda d: d.append_section(section))
+    assert path.read_bytes() == before
+
+
+def test_a_rollover_document_is_served_as_any_other(tmp_path: Path) -> None:
+    from learnerd.ml.serving import ModelCatalog
+
+    rec, conn, doc = make(tmp_path, rollover_bytes=16 * 1024)
+    put(conn, *(_filler(n, 3000) for n in range(6)))
+    rec.reconcile_sync(str(doc))
+    rollover = tmp_path / "docs" / "learned-2.dlm"
+    served = ModelCatalog([tmp_path / "docs"], ["learnerd/tiny-llama"]).find("learned-2")
+    assert served is not None and served.doc_key == read_document(rollover).frontmatter.dlm_id

@@ -84,7 +84,11 @@ async def test_changes_new_and_removed_documents_are_reported(tmp_path: Path, fo
 
         named.write_text("learned\n")  # an individually named document outside the docs directories
         await seen.wait(seen.changed, named)
+        rollover = elsewhere / "learned-2.dlm"  # its rollover (learnerd.store.routing): watched with it
+        rollover.write_text("rolled over\n")
+        await seen.wait(seen.changed, rollover)
         (elsewhere / "unrelated.dlm").write_text("not watched\n")
+        (elsewhere / "learned-x.dlm").write_text("not a rollover\n")
 
         later.mkdir()  # a docs directory that did not exist at start
         (later / "late.dlm").write_text("late\n")
@@ -94,9 +98,9 @@ async def test_changes_new_and_removed_documents_are_reported(tmp_path: Path, fo
         await seen.wait(seen.removed, existing)
         await anyio.sleep(0.6)  # a full rescan, to catch duplicates or stray reports
         tg.cancel_scope.cancel()
-    assert elsewhere / "unrelated.dlm" not in seen.changed
+    assert elsewhere / "unrelated.dlm" not in seen.changed and elsewhere / "learned-x.dlm" not in seen.changed
     assert seen.removed == [existing]
-    assert watcher.documents() == sorted([new, named, later / "late.dlm"])
+    assert watcher.documents() == sorted([new, named, rollover, later / "late.dlm"])
 
 
 async def test_a_burst_of_saves_is_one_key_on_the_queue(tmp_path: Path):

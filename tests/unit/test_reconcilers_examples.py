@@ -36,11 +36,16 @@ def test_query_is_the_markdown_run_right_before_the_cell_bounded_from_the_left()
         ({"exit_code": 2}, "exit code 2"),
         ({"eval_mode": True}, "eval mode"),
         ({"context": [Cell("code", "ls")]}, "no markdown context"),
+        ({"executed": Cell("code", "echo " + "x" * 16_000)}, "16,005 characters, over max_answer_chars"),
     ],
 )
 def test_unlearnable_blocks_say_why(kw, reason):
     verdict = judge(block(**kw), ExamplesConfig())
     assert verdict.example is None and reason in verdict.reason
+
+
+def test_an_answer_at_max_answer_chars_is_learned():
+    assert judge(block(executed=Cell("code", "echo " + "x" * 15_995)), ExamplesConfig()).example is not None
 
 
 def test_learnable_block_gives_query_and_stripped_answer():

@@ -27,6 +27,7 @@ from learnerd.store.dlm.document import (
 )
 from learnerd.store.dlm.edit import (
     ConflictError,
+    DocumentTooLarge,
     UnrepresentableError,
     WriteOutcome,
     new_document,
@@ -50,6 +51,7 @@ __all__ = [
     "ConflictError",
     "Document",
     "DocumentError",
+    "DocumentTooLarge",
     "Frontmatter",
     "QAPair",
     "Section",

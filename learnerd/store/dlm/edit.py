@@ -8,6 +8,10 @@ edit that changes nothing writes nothing (same bytes, same mtime). learnerd's ow
 reconciler, ``learnerd harvest``, the evaluation reconciler) also hold an advisory ``flock`` on the
 document's directory for the whole read-modify-write, so they never race each other. The one window left
 is between the final comparison and rename(2) — microseconds — against a writer that takes no lock.
+
+Nor does learnerd write a document it could not read back: an edit that makes a document larger than
+:data:`~learnerd.store.dlm.document.MAX_DOCUMENT_BYTES` raises :class:`DocumentTooLarge` and writes nothing
+(the probes reconciler rolls over to a new document long before: :mod:`learnerd.store.routing`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from learnerd.store.atomic import replace_if_unchanged
-from learnerd.store.dlm.document import Document, Section, harvest_marker, parse_body, parse_bytes, parse_text
+from learnerd.store.dlm.document import (
+    MAX_DOCUMENT_BYTES,
+    Document,
+    Section,
+    harvest_marker,
+    parse_body,
+    parse_bytes,
+    parse_text,
+)
 from learnerd.store.dlm.errors import DocumentError
 from learnerd.store.dlm.frontmatter import CURRENT_DLM_VERSION, new_ulid, render_frontmatter
 from learnerd.store.dlm.qa import HEADERS, QAPair, blank_line_free, normalize_turn, question_text, render_qa
@@ -33,6 +45,10 @@ class UnrepresentableError(ValueError):
 
 class ConflictError(RuntimeError):
     """The document kept changing under :func:`update_document` for all of its attempts."""
+
+
+class DocumentTooLarge(DocumentError):
+    """An edit would make a document larger than learnerd parses; nothing was written."""
 
 
 def new_document(
@@ -162,6 +178,8 @@ def update_document(
     Raises:
         FileNotFoundError: ``path`` is missing and there is no ``create``.
         DocumentError: the file (as read on some attempt) is not a valid document.
+        DocumentTooLarge: the edited document would be larger than
+            :data:`~learnerd.store.dlm.document.MAX_DOCUMENT_BYTES` (nothing is written).
         ConflictError: the file changed under every attempt.
         OSError: reading or writing failed.
     """
@@ -183,6 +201,12 @@ def update_document(
             new = wanted.to_bytes()
             if data is not None and new == data:
                 return WriteOutcome(current, False, attempt)
+            if len(new) > MAX_DOCUMENT_BYTES and (data is None or len(new) > len(data)):
+                raise DocumentTooLarge(
+                    f"the edit would make the document {len(new):,} bytes, over the {MAX_DOCUMENT_BYTES:,} "
+                    "learnerd reads; nothing was written",
+                    path=target,
+                )
             if before_replace is not None:
                 before_replace()
             if replace_if_unchanged(target, new, data):
