@@ -1,7 +1,5 @@
 """``python -m learnerd`` runs the CLI."""
 
-import sys
+from learnerd.cmd.main import entry
 
-from learnerd.cmd.main import main
-
-sys.exit(main())
+entry()

@@ -5,18 +5,27 @@ Every module ``learnerd/cmd/<name>.py`` (not starting with ``_``) defines
 parsed arguments and returning the exit status. Modules import the config, the store and heavy
 libraries (numpy, torch, transformers) inside ``func``, so ``learnerd --help`` stays fast
 (tests/unit/test_cmd_imports.py).
+
+The command (:func:`entry`: the ``learnerd`` script and ``python -m learnerd``) runs under the umask
+:data:`PRIVATE_UMASK`: every file and directory it creates — the database and its WAL, models, adapters, what
+transformers and peft write, the training worker's files — is its user's only (0600 / 0700), as
+docs/privacy.md says; what another program must read (a vLLM export) is given its mode explicitly.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
 import learnerd
 import learnerd.cmd
 from learnerd.cmd._common import CommandError
+
+PRIVATE_UMASK = 0o077
+"""The process umask of every ``learnerd`` command: files 0600, directories 0700."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,5 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """The ``learnerd`` command: :func:`main` under :data:`PRIVATE_UMASK`, exiting with its status."""
+    os.umask(PRIVATE_UMASK)
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

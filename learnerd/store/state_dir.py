@@ -7,7 +7,10 @@ lock takes it before creating its lock file; the daemon before opening its datab
    symlink) owned by this process's effective user, and tightens its mode to 0700;
 2. walks everything already in it (without following symlinks) and refuses the directory if any entry
    belongs to another user: a file planted while the directory was open to others (a probe journal, a
-   database, an adapter) is never trusted, however it got there.
+   database, an adapter) is never trusted, however it got there;
+3. takes the group's and others' permission bits off every entry under it (files 0600, directories 0700,
+   the owner's bits kept): what an older learnerd, or a looser umask, left readable (:func:`tighten_modes`).
+   learnerd's commands create everything private from then on (their umask is 077: :mod:`learnerd.cmd.main`).
 
 Once the directory is 0700 and ours, no other user (root aside) can add to it, so the walk at start-up
 covers every file the daemon will ever open there.
@@ -57,6 +60,24 @@ def secure_state_dir(path: Path) -> None:
             f"state directory {path} holds files of another user, which learnerd does not trust: {named}{more}; "
             "remove them (or give them to this user) and start again"
         )
+    loosened = tighten_modes(path)
+    if loosened:
+        log.warning("state directory held entries others could read; made them private", dir=str(path), n=loosened)
+
+
+def tighten_modes(root: Path) -> int:
+    """Take the group's and others' bits off every entry under ``root`` (any depth; symbolic links neither
+    followed nor changed); returns how many entries changed. Raises ``OSError``."""
+    changed = 0
+    for directory, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            entry = os.path.join(directory, name)
+            st = os.lstat(entry)
+            mode = stat.S_IMODE(st.st_mode)
+            if mode & 0o077 and not stat.S_ISLNK(st.st_mode):
+                os.chmod(entry, mode & 0o700)
+                changed += 1
+    return changed
 
 
 def foreign_entries(root: Path, uid: int) -> list[tuple[Path, int]]:

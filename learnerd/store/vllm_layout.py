@@ -58,8 +58,10 @@ def vllm_adapter_writer(version: AdapterVersion, base_model_name: str | None) ->
     def write(target: Path) -> None:
         config = vllm_adapter_config(version, base_model_name)
         target.mkdir(mode=0o755)
-        target.chmod(0o755)
+        target.chmod(0o755)  # whatever the umask (learnerd's own is 077)
         (target / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         shutil.copyfile(version.path / WEIGHTS_FILE, target / WEIGHTS_FILE)
+        for name in (CONFIG_FILE, WEIGHTS_FILE):
+            (target / name).chmod(0o644)
 
     return write

@@ -142,3 +142,30 @@ def test_a_symlinked_state_dir_is_refused_however_it_is_named(tmp_path: Path, ho
     assert result.returncode == 1, result.stderr
     assert "symlink" in result.stderr and "Traceback" not in result.stderr
     assert list((tmp_path / "real-state").iterdir()) == [], "nothing is created through the link"
+
+
+def test_entries_an_older_learnerd_left_readable_are_made_private_and_links_left_alone(tmp_path: Path) -> None:
+    """docs/privacy.md: files 0600, directories 0700. A database, its WAL and an adapter an older version
+    wrote 0644 / 0755 lose the group's and others' bits at start; the owner's (an executable bit) stay; a symbolic
+    link (a shared models directory) is neither followed nor changed."""
+    state = tmp_path / "state"
+    adapter = state / "adapters" / "doc" / "versions" / "v0001"
+    adapter.mkdir(parents=True)
+    shared = tmp_path / "shared-models"
+    shared.mkdir(mode=0o755)
+    shared.chmod(0o755)
+    (state / "models").symlink_to(shared)
+    files = {state / "learnerd.db": 0o644, state / "learnerd.db-wal": 0o644, adapter / "weights": 0o664}
+    files[state / "hook.sh"] = 0o755
+    for path, mode in files.items():
+        path.write_bytes(b"x")
+        path.chmod(mode)
+    for directory in (state, state / "adapters", adapter):
+        directory.chmod(0o755)
+    with StateLock(state):
+        pass
+    assert {p.name: _mode(p) for p in files} == {
+        "learnerd.db": 0o600, "learnerd.db-wal": 0o600, "weights": 0o600, "hook.sh": 0o700,
+    }  # fmt: skip
+    assert _mode(state) == _mode(state / "adapters") == _mode(adapter) == 0o700
+    assert _mode(shared) == 0o755 and (state / "models").is_symlink()
