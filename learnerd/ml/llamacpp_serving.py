@@ -170,7 +170,8 @@ class LlamaCppServedModels(ServedModels):
         """Set ``version``'s GGUF LoRA (None: none) on ``base``'s context, loading it first if needed.
 
         Raises:
-            AdapterStoreError: the version belongs to another base, or cannot be written or loaded as a GGUF LoRA.
+            AdapterStoreError: the version belongs to another base, its files differ from those committed, or it
+                cannot be written or loaded as a GGUF LoRA.
         """
         import llama_cpp
 
@@ -179,6 +180,7 @@ class LlamaCppServedModels(ServedModels):
             identity = version.metadata().base_model_identity
             if identity != base.ref.identity:
                 raise AdapterStoreError(f"{name} was trained on {identity}, not on {base.ref.identity}")
+            version.verify()  # AdapterIntegrityError: damaged since its commit
             path = self._lora_file(version, base.ref)
             adapter = llama_cpp.llama_adapter_lora_init(base.llm._model.model, os.fsencode(path))
             if not adapter:

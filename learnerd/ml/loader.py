@@ -24,6 +24,10 @@ them — :func:`load_pretrained` (base models, GGUF conversion), :func:`load_ada
 this module's one re-entrant lock. Loads wait for each other (seconds); generation and evaluation on models
 already loaded do not wait.
 
+**The adapter's files** are checked against the hashes recorded when its version was committed
+(:meth:`~learnerd.store.adapters.AdapterVersion.verify`) before peft reads them: a damaged adapter fails its
+load (:class:`ModelCheckError`) whatever its values.
+
 **The known-answer check** (:func:`check_model`) runs after every load, before the model is returned:
 nothing was newly initialised, nothing is left on the meta device, tied weights are one tensor, and
 the logits over a fixed prompt are finite and the same twice. A model that fails it raises
@@ -40,7 +44,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from learnerd.ml.device import Placement
-from learnerd.store.adapters import AdapterVersion
+from learnerd.store.adapters import AdapterIntegrityError, AdapterVersion
 
 _LOCK = threading.RLock()
 CHECK_TOKENS = 8
@@ -110,11 +114,17 @@ def load_adapter(
         the ``PeftModel`` (eval mode unless ``trainable``); ``disable_adapter()`` gives the base's view.
 
     Raises:
-        ModelCheckError: the model with the adapter failed the check (discard the model: it was changed).
+        ModelCheckError: a committed version's files differ from the hashes recorded at its commit (``model`` is
+            unchanged then), or the model with the adapter failed the check (discard the model: it was changed).
         OSError, ValueError: peft cannot load the adapter directory.
     """
     from peft import PeftModel
 
+    if isinstance(adapter, AdapterVersion):
+        try:
+            adapter.verify()
+        except AdapterIntegrityError as exc:
+            raise ModelCheckError(str(exc)) from exc
     path = str(adapter.path if isinstance(adapter, AdapterVersion) else Path(adapter))
     with loading():
         if isinstance(model, PeftModel):

@@ -35,6 +35,13 @@ versions with a row, so a directory renamed by a replica that died before its CO
 :meth:`AdapterStore.recover` moves such orphans aside (``versions/.orphan-vNNNN-<epoch s>``). A promotion
 is the row's mark (:meth:`LedgerTransaction.promote`), and ``current`` is the newest promoted row.
 
+Integrity. :meth:`AdapterStore.commit` records the sha256 of each file of the adapter (:data:`ADAPTER_FILES`:
+what peft loads) in the version's metadata (``content_sha256``); :meth:`AdapterVersion.verify` hashes them
+again and raises :class:`AdapterIntegrityError` on any difference. The one loader checks it before every
+adapter load (:func:`learnerd.ml.loader.load_adapter`): a corrupted adapter fails its load and is never
+served, even one whose values are all finite. A version committed before hashes were recorded has none and
+is loaded unchecked.
+
 The store knows nothing of training: it takes a directory and metadata, and gives them back.
 """
 
@@ -42,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -57,6 +65,8 @@ from typing import Any, Literal, Protocol
 from learnerd.store.atomic import atomic_write_text, fsync_dir, fsync_tree
 
 METADATA_FILE = "metadata.json"
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
+"""The files of an adapter that peft loads, hashed at commit (those present)."""
 METADATA_SCHEMA_VERSION = 1
 VERDICT_FILE = "verdict.json"
 CURRENT_FILE = "current"
@@ -71,6 +81,21 @@ class AdapterStoreError(Exception):
     """An unknown document key or version, an invalid key, or unreadable metadata."""
 
 
+class AdapterIntegrityError(AdapterStoreError):
+    """An adapter's files are not the ones committed: a hash differs, or a hashed file is missing."""
+
+
+def adapter_hashes(directory: Path) -> dict[str, str]:
+    """File name → sha256 hex of each of :data:`ADAPTER_FILES` present in ``directory``. Raises ``OSError``."""
+    hashes = {}
+    for name in ADAPTER_FILES:
+        path = directory / name
+        if path.is_file():
+            with path.open("rb") as f:
+                hashes[name] = hashlib.file_digest(f, "sha256").hexdigest()
+    return hashes
+
+
 @dataclass(frozen=True)
 class AdapterMetadata:
     """What a committed adapter version was trained from and how (``metadata.json``).
@@ -78,7 +103,9 @@ class AdapterMetadata:
     Losses are mean cross-entropy per loss-carrying token in nats; ``section_ids`` are the dlm
     section ids of every row the adapter now embodies (the document's training rows at that cycle),
     ``new_section_ids`` / ``replay_section_ids`` those trained on in this cycle; ``created_at`` is
-    ISO 8601 UTC. ``version`` is assigned by :meth:`AdapterStore.commit` (0 before).
+    ISO 8601 UTC. ``version`` and ``content_sha256`` (file name → sha256 hex of each of :data:`ADAPTER_FILES`)
+    are filled in by :meth:`AdapterStore.commit` (0 and empty before; empty for a version committed before
+    learnerd recorded them).
     """
 
     base_model: str
@@ -98,6 +125,7 @@ class AdapterMetadata:
     version: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     schema_version: int = METADATA_SCHEMA_VERSION
+    content_sha256: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -171,6 +199,28 @@ class AdapterVersion:
             return AdapterMetadata.from_dict(json.loads(file.read_text(encoding="utf-8")))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise AdapterStoreError(f"{file}: unreadable adapter metadata: {exc}") from exc
+
+    def verify(self) -> None:
+        """Check the adapter's files against the hashes recorded at commit (see the module docstring); a version
+        without recorded hashes passes.
+
+        Raises:
+            AdapterIntegrityError: a file's hash differs from the recorded one, or a hashed file is missing.
+            AdapterStoreError: the metadata is unreadable.
+        """
+        recorded = self.metadata().content_sha256
+        if not recorded:
+            return
+        try:
+            found = adapter_hashes(self.path)
+        except OSError as exc:
+            raise AdapterIntegrityError(f"{self.doc_key} {self.name}: cannot read its files: {exc}") from exc
+        for name, digest in sorted(recorded.items()):
+            if found.get(name) != digest:
+                what = "is missing" if name not in found else f"has sha256 {found[name][:12]}…, not {digest[:12]}…"
+                raise AdapterIntegrityError(
+                    f"{self.doc_key} {self.name}: {name} {what} (recorded at commit): the adapter is damaged"
+                )
 
     def verdict(self) -> GateVerdict | None:
         """The promotion gate's decision on this version (``verdict.json``), or None when none was recorded.
@@ -443,7 +493,7 @@ class AdapterStore:
         """Make ``staging`` the next version of its document: a candidate, which only :meth:`promote` makes
         current.
 
-        Writes ``metadata.json`` (with ``version`` filled in), fsyncs the whole directory, renames it to
+        Writes ``metadata.json`` (with ``version`` and ``content_sha256`` filled in), fsyncs the whole directory, renames it to
         ``versions/vNNNN`` (N = highest existing + 1) and fsyncs ``versions/``; ``current`` is unchanged.
 
         With a ledger, N = the highest recorded + 1, and the rename happens inside the ledger's transaction
@@ -470,8 +520,9 @@ class AdapterStore:
         return AdapterVersion(staging.doc_key, number, target)
 
     def _install(self, staging: Staging, metadata: AdapterMetadata, number: int) -> Path:
-        """Write ``metadata.json``, fsync, rename ``staging`` to ``versions/vNNNN``, fsync; returns the path."""
-        meta = {**metadata.to_dict(), "version": number}
+        """Write ``metadata.json`` (with the version's number and its files' hashes), fsync, rename ``staging``
+        to ``versions/vNNNN``, fsync; returns the path."""
+        meta = {**metadata.to_dict(), "version": number, "content_sha256": adapter_hashes(staging.path)}
         (staging.path / METADATA_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", "utf-8")
         fsync_tree(staging.path)
         target = self.doc_dir(staging.doc_key) / "versions" / version_name(number)

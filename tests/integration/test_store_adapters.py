@@ -190,3 +190,43 @@ def test_invalid_keys_and_dangling_pointer(tmp_path):
     (tmp_path / "doc" / "current").write_text("v0009\n")
     with pytest.raises(AdapterStoreError, match="not a committed version"):
         store.current("doc")
+
+
+def test_a_damaged_adapter_fails_its_load_whatever_its_values(tmp_path, adapter_writer, tiny_model_dir):
+    """The hashes recorded at commit are checked before every load: a weight file with other, finite values
+    (which the known-answer check alone would pass), or a missing file, is a failed load, never a model."""
+    from safetensors.torch import load_file, save_file
+
+    from learnerd.ml.loader import ModelCheckError
+
+    store = AdapterStore(tmp_path / "adapters")
+    with store.stage("doc") as staging:
+        adapter_writer(staging.path, 1)
+        version = store.commit(staging, _metadata())
+    recorded = version.metadata().content_sha256
+    assert sorted(recorded) == ["adapter_config.json", "adapter_model.safetensors"]
+    version.verify()
+    weights_file = version.path / "adapter_model.safetensors"
+    tensors = load_file(weights_file)
+    save_file({k: v * 1.5 for k, v in tensors.items()}, weights_file)  # finite, plausible, not what was committed
+    model, _ = load_model_directory(tiny_model_dir)
+    with pytest.raises(ModelCheckError, match=r"adapter_model.safetensors has sha256 .* the adapter is damaged"):
+        load_adapter(model, version)
+    assert not hasattr(model, "peft_config"), "the base was left as it was"
+    weights_file.unlink()
+    with pytest.raises(adapters_module.AdapterIntegrityError, match="adapter_model.safetensors is missing"):
+        version.verify()
+
+
+def test_a_version_committed_before_hashes_were_recorded_loads_unchecked(tmp_path, adapter_writer, tiny_model_dir):
+    store = AdapterStore(tmp_path / "adapters")
+    with store.stage("doc") as staging:
+        adapter_writer(staging.path, 1)
+        version = store.commit(staging, _metadata())
+    meta_file = version.path / "metadata.json"
+    meta = json.loads(meta_file.read_text())
+    del meta["content_sha256"]
+    meta_file.write_text(json.dumps(meta))
+    assert version.metadata().content_sha256 == {}
+    model, _ = load_model_directory(tiny_model_dir)
+    load_adapter(model, version)
