@@ -493,8 +493,9 @@ class AdapterStore:
         """Make ``staging`` the next version of its document: a candidate, which only :meth:`promote` makes
         current.
 
-        Writes ``metadata.json`` (with ``version`` and ``content_sha256`` filled in), fsyncs the whole directory, renames it to
-        ``versions/vNNNN`` (N = highest existing + 1) and fsyncs ``versions/``; ``current`` is unchanged.
+        Writes ``metadata.json`` (with ``version`` and ``content_sha256`` filled in), fsyncs the whole directory,
+        renames it to ``versions/vNNNN`` (N = highest existing + 1) and fsyncs ``versions/``; ``current`` is
+        unchanged.
 
         With a ledger, N = the highest recorded + 1, and the rename happens inside the ledger's transaction
         (module docstring): a directory already at ``vNNNN`` is an orphan and is moved aside first; if the

@@ -210,11 +210,11 @@ def test_a_damaged_adapter_fails_its_load_whatever_its_values(tmp_path, adapter_
     tensors = load_file(weights_file)
     save_file({k: v * 1.5 for k, v in tensors.items()}, weights_file)  # finite, plausible, not what was committed
     model, _ = load_model_directory(tiny_model_dir)
-    with pytest.raises(ModelCheckError, match=r"adapter_model.safetensors has sha256 .* the adapter is damaged"):
+    with pytest.raises(ModelCheckError, match=r"adapter_model\.safetensors has sha256 .* the adapter is damaged"):
         load_adapter(model, version)
     assert not hasattr(model, "peft_config"), "the base was left as it was"
     weights_file.unlink()
-    with pytest.raises(adapters_module.AdapterIntegrityError, match="adapter_model.safetensors is missing"):
+    with pytest.raises(adapters_module.AdapterIntegrityError, match=r"adapter_model\.safetensors is missing"):
         version.verify()
 
 
