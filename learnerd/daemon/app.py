@@ -68,6 +68,7 @@ from learnerd.api.rpc import RpcServer
 from learnerd.daemon import controllers, wiring
 from learnerd.daemon.config import Config
 from learnerd.daemon.controllers import MODEL_QUEUES, TRAINING
+from learnerd.daemon.logging import use_redactor
 from learnerd.daemon.metrics import DaemonMetrics
 from learnerd.eval.history import adapter_documents, current_versions
 from learnerd.fleet.fleet import fleet_for
@@ -215,6 +216,7 @@ class Daemon:
         #: reconciler) blocks.
         self.screen = Screen(cfg.privacy)
         self.redactor = self.screen.redactor
+        use_redactor(self.redactor)  # debug log events pass it too
         self.analyzer = Analyzer(
             self.conn,
             [*cfg.log_dirs, self.ingest.directory],

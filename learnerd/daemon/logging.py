@@ -12,7 +12,10 @@ at ``warning`` or above, so a JSON log stays one JSON object per line. Exception
 variables on a terminal (locals could hold tokens). Hugging Face progress bars (transformers'
 "Loading weights" tqdm bar) are turned off: they are not log lines. A JSON log holds no terminal escape
 sequences (transformers prints its ``LOAD REPORT`` title in bold whatever the stream): :func:`strip_ansi`
-removes them from every string value. Third-party deprecation warnings that no learnerd call causes and
+removes them from every string value. Debug events may carry what people typed (the OpenAI endpoint logs
+a request's prompt at debug): every string of a debug event passes the secret redactor first
+(:func:`redact_debug_events`; the daemon's own, with its ``[privacy]`` settings, once it is built:
+:func:`use_redactor`). Third-party deprecation warnings that no learnerd call causes and
 learnerd cannot change (:data:`LIBRARY_WARNINGS`) are filtered out where they are raised.
 """
 
@@ -40,6 +43,7 @@ class _Settings(TypedDict):
 
 
 _current: _Settings = {"level": "info", "json": None, "stream": None}
+_redactor: list[Any] = [None]  # the Redactor of debug events; made with the default [privacy] on first use
 
 _ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[ -/]*[0-~])")
 """ECMA-48 escape sequences: CSI (colours, bold, cursor moves), OSC (hyperlinks, titles), and the others
@@ -81,6 +85,7 @@ def configure_logging(level: str = "info", json: bool | None = None, stream: Tex
     out = stream or sys.stderr
     as_json = (not out.isatty()) if json is None else json
     shared: list[structlog.typing.Processor] = [
+        redact_debug_events,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),
@@ -133,6 +138,25 @@ def set_log_level(level: str) -> str:
 def current_level() -> str:
     """The level set by the last :func:`configure_logging` or :func:`set_log_level`."""
     return str(_current["level"])
+
+
+def use_redactor(redactor: Any) -> None:
+    """Redact debug events with ``redactor`` (a :class:`~learnerd.privacy.redact.Redactor`: the daemon's, with
+    its ``[privacy]`` settings) from now on."""
+    _redactor[0] = redactor
+
+
+def redact_debug_events(_logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """A structlog processor: every string value of a debug event (in lists and dicts too) with its secrets
+    replaced by typed placeholders (:meth:`~learnerd.privacy.redact.Redactor.redact_json`); other levels pass."""
+    if method != "debug":
+        return event_dict
+    if _redactor[0] is None:
+        from learnerd.privacy.redact import Redactor
+
+        _redactor[0] = Redactor()
+    redactor = _redactor[0]
+    return {key: redactor.redact_json(value) for key, value in event_dict.items()}
 
 
 def strip_ansi(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

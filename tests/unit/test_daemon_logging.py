@@ -106,3 +106,29 @@ def test_a_json_log_holds_no_terminal_escapes(tiny_model_dir) -> None:
     assert report.startswith("LlamaForSequenceClassification LOAD REPORT from: ") and "score.weight" in report
     assert events[-1]["event"] == "red and linked"
     assert not any("\x1b" in line or "\\u001b" in line for line in lines)
+
+
+def test_debug_events_pass_the_secret_redactor() -> None:
+    """The OpenAI endpoint logs a request's prompt at debug: what a person typed passes the redactor first (the
+    daemon's, with its [privacy] settings, once it is set); info events are left as they are."""
+    from learnerd.daemon.logging import use_redactor
+    from learnerd.privacy.redact import Redactor
+    from learnerd.privacy.settings import PrivacyConfig
+
+    out = io.StringIO()
+    configure_logging("debug", json=True, stream=out)
+    log = structlog.get_logger("learnerd.api.openai_app")
+    prompt = [{"role": "user", "content": "export AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE; deploy ticket-123456"}]
+    try:
+        use_redactor(None)  # before the daemon sets its own: the default [privacy]
+        log.debug("chat prompt", model="notes", prompt=prompt)
+        use_redactor(Redactor(PrivacyConfig(extra_patterns=[r"ticket-(?P<secret>\d{6})"])))
+        log.debug("chat prompt", model="notes", prompt=prompt)
+        log.info("chat completion", model="notes", retrieved=["ticket-123456"])
+    finally:
+        use_redactor(None)
+    default, configured, info = (json.loads(line) for line in out.getvalue().splitlines())
+    assert "AKIAIOSFODNN7EXAMPLE" not in json.dumps(default) and "ticket-123456" in json.dumps(default)
+    assert "AKIAIOSFODNN7EXAMPLE" not in json.dumps(configured) and "123456" not in json.dumps(configured)
+    assert configured["prompt"][0]["role"] == "user" and configured["model"] == "notes"
+    assert info["retrieved"] == ["ticket-123456"], "only debug events are redacted"
