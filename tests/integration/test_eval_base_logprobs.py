@@ -128,7 +128,7 @@ def test_a_model_cache_that_cannot_be_written_is_skipped_and_the_values_still_co
 @pytest.mark.parametrize("probe", [calibration_drift, internalization], ids=lambda m: m.KIND)
 def test_a_second_evaluation_of_a_probe_runs_only_the_adapters_side(tiny_model_dir, noisy, tmp_path, probe):
     if probe is calibration_drift:
-        pytest.importorskip("dlm_sway", reason="calibration_drift's pack is dlm-sway 0.1.0's (a test extra)")
+        pytest.importorskip("dlm_sway", reason="calibration_drift's pack is dlm-sway 0.1.0's (not installed)")
 
     def judged() -> tuple[ProbeResult, int]:
         b = backend(tiny_model_dir, noisy, tmp_path)

@@ -25,7 +25,7 @@ def test_calibrated_probes_are_those_that_offer_raw_value():
 
 
 def test_categories_are_sways():
-    registry = pytest.importorskip("dlm_sway.probes.base", reason="dlm-sway 0.1.0 is a test extra").registry()
+    registry = pytest.importorskip("dlm_sway.probes.base", reason="dlm-sway 0.1.0 is not installed").registry()
     shared = [p.KIND for p in PROBES if p.KIND in registry]
     assert {"null_adapter", "delta_kl", "section_internalization", "paraphrase_invariance", "calibration_drift"} <= set(
         shared
@@ -122,3 +122,17 @@ def test_the_gold_span_is_the_tokens_of_the_answers_first_match(answer: str, gol
     start, end = retention.gold_span(decode, ids, gold)
     assert (start, end) == span
     assert retention.contains(decode(ids[start:end]), gold) and not retention.contains(decode(ids[:start]), gold)
+
+
+def test_calibration_drift_is_applicable_in_a_plain_install():
+    """``dlm-sway`` (whose file holds the calibration pack) is a runtime dependency, not a test extra: a plain
+    install runs ``calibration_drift`` rather than skipping it as not applicable."""
+    import tomllib
+
+    from learnerd.eval.probes.calibration_drift import sway_pack
+    from tests.conftest import REPO_ROOT
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert "dlm-sway==0.1.0" in project["dependencies"]
+    assert all("dlm-sway" not in r for extra in project["optional-dependencies"].values() for r in extra)
+    assert len(sway_pack().items) == 200

@@ -127,7 +127,7 @@ def test_union_completion_renormalises_when_every_union_id_is_known():
 
 @pytest.mark.parametrize("kind", ["js", "kl"])
 def test_union_completion_gives_the_released_sways_divergence(kind):
-    sway_div = pytest.importorskip("dlm_sway.probes._divergence", reason="dlm-sway 0.1.0 is a test extra")
+    sway_div = pytest.importorskip("dlm_sway.probes._divergence", reason="dlm-sway 0.1.0 is not installed")
     from dlm_sway.core.scoring import TokenDist as SwayDist
 
     rng = np.random.default_rng(24)  # fixed draws: heavy and light tails, overlapping and disjoint top-k

@@ -4,8 +4,8 @@ probe, ``probes/calibration_drift.py``, same semantics and defaults.)
 The items are sway's own: ``BUILT_IN_PACK`` of the installed ``dlm-sway`` distribution (200 plain-text
 ``(prompt, gold)`` completions such as ``("The capital of France is", " Paris")``), read from the
 distribution's file ``dlm_sway/probes/_calibration_pack.py`` as a Python literal — sway's code is not
-imported, and no copy of the pack ships with learnerd. Without ``dlm-sway`` installed
-(``pip install dlm-sway==0.1.0``) the probe is skipped and says so.
+imported, and no copy of the pack ships with learnerd. ``dlm-sway`` is one of learnerd's dependencies; an
+install without it (``pip install --no-deps``) skips the probe and says so (``pip install dlm-sway==0.1.0``).
 
 For each item (the first ``drift_items_limit``, default all), with ``lp`` the log-likelihood in nats of the
 gold after the prompt (tokenized as sway does: :meth:`~learnerd.eval.inputs.Encoder.completion`) and
