@@ -7,8 +7,10 @@
   with its traceback, at most once per 10 s, :mod:`learnerd.runtime.log_throttle`);
 * :func:`read_body` / :func:`read_json` read a body within a size cap (413) and a deadline (408), and
   parse it with :func:`learnerd.api.json_body.parse_json_body` (400 for nesting, huge numbers,
-  lone surrogates); :func:`bearer_matches` compares a bearer token on the header's raw bytes, so a
-  non-UTF-8 byte is a wrong token (401), never an error;
+  lone surrogates) through :func:`parse_json`: a body over :data:`INLINE_PARSE_BYTES` is parsed in a worker
+  thread, one such body at a time in the process, so a flood of large bodies (refused or not) never holds
+  the event loop that answers every other request; :func:`bearer_matches` compares a bearer token on the
+  header's raw bytes, so a non-UTF-8 byte is a wrong token (401), never an error;
 * :func:`setup_runner` serves an app with :class:`ServerLimits`: aiohttp's ``keepalive_timeout`` closes
   idle connections and those that do not finish their headers in time, and a connection cap per
   listener closes the oldest connection when a new one would pass it (so idle or slow clients cannot
@@ -22,10 +24,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import resource
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -273,9 +277,37 @@ async def read_body(request: web.Request, max_bytes: int | None = None) -> bytes
     return bytes(body)
 
 
+INLINE_PARSE_BYTES = 64 * 1024
+"""Bodies up to this size (bytes) are parsed on the event loop (well under a millisecond); larger ones off it."""
+_BIG_BODY_PARSERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def big_body_parser() -> anyio.CapacityLimiter:
+    """The one worker thread's worth of capacity (per event loop) that bodies over :data:`INLINE_PARSE_BYTES`
+    are parsed with: a flood of them waits there, costs one core at most, and leaves the loop free."""
+    loop = asyncio.get_running_loop()
+    limiter = _BIG_BODY_PARSERS.get(loop)
+    if limiter is None:
+        limiter = _BIG_BODY_PARSERS[loop] = anyio.CapacityLimiter(1)
+    return limiter
+
+
+async def parse_json(raw: bytes) -> Any:
+    """:func:`~learnerd.api.json_body.parse_json_body` of ``raw``, off the event loop when ``raw`` is over
+    :data:`INLINE_PARSE_BYTES` (in a worker thread under :func:`big_body_parser`).
+
+    Raises:
+        BadRequest: see :func:`~learnerd.api.json_body.parse_json_body`.
+    """
+    if len(raw) <= INLINE_PARSE_BYTES:
+        return parse_json_body(raw)
+    return await anyio.to_thread.run_sync(parse_json_body, raw, limiter=big_body_parser())
+
+
 async def read_json(request: web.Request) -> dict[str, Any]:
-    """The request's JSON object body (:func:`read_body`, :func:`~learnerd.api.json_body.parse_json_body`);
-    an empty body is ``{}``.
+    """The request's JSON object body (:func:`read_body`, :func:`parse_json`); an empty body is ``{}``.
 
     Raises:
         BadRequest: not a JSON object, or a hostile one. PayloadTooLarge, RequestTimeout: see :func:`read_body`.
@@ -285,7 +317,7 @@ async def read_json(request: web.Request) -> dict[str, Any]:
     raw = await read_body(request)
     if not raw.strip():
         return {}
-    body = parse_json_body(raw)
+    body = await parse_json(raw)
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     return body

@@ -85,8 +85,7 @@ from pydantic import ValidationError
 
 from learnerd.api.errors import ControlError, Unavailable
 from learnerd.api.health import health_routes
-from learnerd.api.http import Handler, access_log_middleware, bearer_matches, read_body
-from learnerd.api.json_body import parse_json_body
+from learnerd.api.http import Handler, access_log_middleware, bearer_matches, parse_json, read_body
 from learnerd.api.openai_models import ChatCompletionRequest, ModelCard, Usage, error_body
 from learnerd.api.settings import ServeConfig
 from learnerd.api.surface import ControlSurface
@@ -320,7 +319,7 @@ class OpenAIEndpoint:
             self.metrics.pending.set(self.served.pending)
 
     async def _prepare(self, request: web.Request) -> _Prepared:
-        body = parse_json_body(await read_body(request))  # 408, 413, 400 (ControlError: the middleware)
+        body = await parse_json(await read_body(request))  # 408, 413, 400 (ControlError: the middleware)
         if not isinstance(body, dict):
             raise OpenAIError(400, "the body must be a JSON object")
         try:

@@ -131,3 +131,41 @@ async def test_case13_idle_and_slow_connections_are_closed_on_both_listeners(sho
                 with anyio.fail_after(30):  # generous: both are closed after 0.5 s
                     assert await read_all(idle) == b""
                     assert await read_all(slow) == b""
+
+
+# ---------------------------------------------------------------- issue 60: large refused bodies
+
+
+async def test_large_refused_bodies_are_parsed_off_the_event_loop(short_root: Path, minilm):
+    """16 bodies of 1 MB that are refused (400: nested a million levels deep) once parsed: a body over 64 KiB is
+    parsed in a worker thread, one at a time (``big_body_parser``), never on the event loop. Holding that one
+    slot, the 16 wait — and a search is answered meanwhile, as is everything else the loop serves."""
+    from learnerd.api.http import big_body_parser
+
+    cfg = daemon_config(short_root)
+    cfg.admin.max_body_bytes = 2 * 1024 * 1024  # bodies of 1 MB are read (the OpenAI endpoint's cap is 1 MiB)
+    hostile = b'{"text": "x", "k": ' + b"[" * 1_000_000 + b"}"
+    refused: list[tuple[int, bytes]] = []
+    async with running_service(cfg, minilm, options()) as running:
+        address = tcp_address(running)
+        async with anyio.create_task_group() as tg:
+            parser = big_body_parser()
+            async with parser:  # the parser's one slot: the large bodies wait for it
+
+                async def send_hostile() -> None:
+                    refused.append(await raw_request(address, request_bytes("POST", "/search", hostile, AUTH)))
+
+                async def all_read_and_waiting() -> bool:
+                    return parser.statistics().tasks_waiting == 16
+
+                for _ in range(16):
+                    tg.start_soon(send_hostile)
+                await eventually(all_read_and_waiting, what="16 large bodies read, waiting for the parser")
+                small = request_bytes("POST", "/search", b'{"text": "list files", "k": 1}', AUTH)
+                status, answer = await raw_request(address, small)
+                assert status == 200 and isinstance(json.loads(answer), list)
+                assert refused == [], "no large body was parsed while the parser's slot was held"
+        assert len(refused) == 16 and all(s == 400 and b"levels deep" in body for s, body in refused)
+
+
+AUTH = {"Authorization": BEARER}
