@@ -25,15 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from learnerd.store.atomic import replace_if_unchanged
-from learnerd.store.dlm.document import (
-    MAX_DOCUMENT_BYTES,
-    Document,
-    Section,
-    harvest_marker,
-    parse_body,
-    parse_bytes,
-    parse_text,
-)
+from learnerd.store.dlm import document as dlm_document
+from learnerd.store.dlm.document import Document, Section, harvest_marker, parse_body, parse_bytes, parse_text
 from learnerd.store.dlm.errors import DocumentError
 from learnerd.store.dlm.frontmatter import CURRENT_DLM_VERSION, new_ulid, render_frontmatter
 from learnerd.store.dlm.qa import HEADERS, QAPair, blank_line_free, normalize_turn, question_text, render_qa
@@ -201,9 +194,10 @@ def update_document(
             new = wanted.to_bytes()
             if data is not None and new == data:
                 return WriteOutcome(current, False, attempt)
-            if len(new) > MAX_DOCUMENT_BYTES and (data is None or len(new) > len(data)):
+            cap = dlm_document.MAX_DOCUMENT_BYTES
+            if len(new) > cap and (data is None or len(new) > len(data)):
                 raise DocumentTooLarge(
-                    f"the edit would make the document {len(new):,} bytes, over the {MAX_DOCUMENT_BYTES:,} "
+                    f"the edit would make the document {len(new):,} bytes, over the {cap:,} "
                     "learnerd reads; nothing was written",
                     path=target,
                 )
