@@ -159,7 +159,8 @@ def test_a_suggestion_of_another_session_is_never_resolved(conn):
 def test_a_session_another_source_gave_the_executed_block_does_not_count(conn):
     block_id = serve(conn, session="S")
     with db.transaction(conn):
-        apply_event(conn, BlockEvent("ran-1", "atuin", SERVED_AT + 1, context=(Cell("markup", "x"),), session="S"), 0)
+        event = BlockEvent("ran-1", "atuin", SERVED_AT + 1, context=(Cell("markup", "x"),), session="S")
+        apply_event(conn, event, SERVED_AT + 1)  # an event more than a day after now would be refused
     run(conn, "kubectl get pods -n dev", at=SERVED_AT + 5, session=None)
     assert get_suggestion(conn, block_id).outcome is None
 
