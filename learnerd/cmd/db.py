@@ -72,7 +72,7 @@ def scrub(cfg: Config, dry_run: bool) -> dict[str, Any]:
             scrubbing.scrub_documents(documents, screen, report)
         except (DocumentError, ConflictError) as exc:
             raise CommandError(f"not scrubbed: {exc}") from exc
-        scrubbing.scrub_lines(cfg.layout.probe_journal, screen, report)
+        scrubbing.scrub_lines(cfg.layout.probe_journal, screen, report, journal=True)
         ingest = sorted(cfg.layout.ingest_dir.glob("*.jsonl")) if cfg.layout.ingest_dir.is_dir() else []
         rewritten = [path for path in ingest if scrubbing.scrub_lines(path, screen, report)]
         if not dry_run:
@@ -96,7 +96,7 @@ def _print_scrub(result: dict[str, Any]) -> None:
     for path, n in {**result["documents"], **result["files"]}.items():
         print(f"  {path}: {n} section(s) or line(s)")
     print(f"  foyle export files deleted (written again at the next run): {result['export_files']}")
-    print(f"  examples and sections the privacy policy refuses, deleted: {result['refused']}")
+    print(f"  examples, sections and journal probes the privacy policy refuses, deleted: {result['refused']}")
     if result["documents"] and not result["dry_run"]:
         print("  the documents above retrain from scratch at their next cycle")
 

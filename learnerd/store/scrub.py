@@ -22,7 +22,8 @@ existed (or before a ``[privacy]`` pattern was added) is scrubbed here, place by
 
 The privacy policy is applied too: an example, or an auto-written section's Q/A pair, that the command policy
 or the injection rule refuses now (a rule added since it was learned) is deleted with its vector and foyle
-export file (``refused`` in the report); its block stays, and the next run's examples reconciler, judging it
+export file, and a probe journal line of a pending injected probe it refuses is dropped (``refused`` in the
+report); its block stays, and the next run's examples reconciler, judging it
 the same way, does not learn it again.
 
 The caller holds the state directory's lock (no daemon may write meanwhile). The screen is passed in (a
@@ -205,10 +206,13 @@ def _refused(scrubber: Scrubber, section: Section) -> bool:
     return any(scrubber.refusal(pair.question, pair.answer) for pair in pairs)
 
 
-def scrub_lines(path: Path, scrubber: Scrubber, report: ScrubReport) -> bool:
+def scrub_lines(path: Path, scrubber: Scrubber, report: ScrubReport, *, journal: bool = False) -> bool:
     """Redact every JSON line of ``path`` (the probe journal, a block-log file), rewriting the file atomically
-    (its mode kept) when a line changed; a line that is not JSON (a torn last line) is kept as it is. True
-    when the file changed (or, with ``dry_run``, would)."""
+    (its mode kept) when a line changed; a line that is not JSON (a torn last line) is kept as it is. With
+    ``journal`` (``path`` is the probe journal, :mod:`learnerd.store.probe_journal`), an ``accept`` line whose
+    probe (prompt as the intent, reference as the command) the privacy policy refuses is dropped and counted in
+    ``refused``: the probe is never written into its document. True when the file changed (or, with
+    ``dry_run``, would)."""
     if not path.is_file():
         return False
     out, changed, kinds = [], 0, Counter[str]()
@@ -218,6 +222,10 @@ def scrub_lines(path: Path, scrubber: Scrubber, report: ScrubReport) -> bool:
             record = json.loads(line)
         except ValueError:
             out.append(line)
+            continue
+        if journal and _refused_probe(scrubber, record):
+            changed += 1
+            report.refused += 1
             continue
         found: Counter[str] = Counter()
         redacted = scrubber.redact_json(record, found)
@@ -235,6 +243,15 @@ def scrub_lines(path: Path, scrubber: Scrubber, report: ScrubReport) -> bool:
     if not report.dry_run:
         atomic_write_bytes(path, b"".join(out), mode=path.stat().st_mode & 0o777)
     return True
+
+
+def _refused_probe(scrubber: Scrubber, record: Any) -> bool:
+    """Whether ``record`` is a probe journal ``accept`` line whose probe the policy refuses."""
+    if not isinstance(record, dict) or record.get("op") != "accept" or not isinstance(record.get("probe"), dict):
+        return False
+    probe = record["probe"]
+    prompt, reference = probe.get("prompt"), probe.get("reference")
+    return isinstance(prompt, str) and isinstance(reference, str) and bool(scrubber.refusal(prompt, reference))
 
 
 def scrub_json_file(path: Path, scrubber: Scrubber, report: ScrubReport) -> bool:

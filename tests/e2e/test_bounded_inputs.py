@@ -26,7 +26,7 @@ from tests.conftest import REPO_ROOT, cli_env, learnerd_command
 from tests.support.assistant_logs import build_history
 from tests.support.pipeline import table_rows
 
-# the secret redactor reads every byte of the five lines (about 2.5 min a line on 2 shared cores)
+# the secret redactor and the command parser read every byte of the five lines (17.5 MB): minutes on shared cores
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
 MAX_RSS_BYTES = 1024**3

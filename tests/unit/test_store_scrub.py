@@ -38,6 +38,27 @@ def test_scrub_lines_rewrites_only_the_lines_with_secrets_and_keeps_a_torn_line_
     assert not scrub_lines(path, Screen(), ScrubReport()), "a second scrub changes nothing"
 
 
+def test_scrub_drops_the_journal_probes_the_policy_refuses(tmp_path: Path):
+    """issue 60: a probe injected before the policy screened RPC is never written into its document."""
+    path = tmp_path / "injected-probes.jsonl"
+    accept = [
+        {"op": "accept", "probe": {"id": "wipe", "prompt": "Free the disk", "reference": 'rm -rf "$HOME/"'}},
+        {"op": "accept", "probe": {"id": "ls", "prompt": "List the files", "reference": "ls -la"}},
+        {"op": "consume", "ids": ["old"]},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in accept))
+    dry = ScrubReport(dry_run=True)
+    assert scrub_lines(path, Screen(), dry, journal=True) and dry.refused == 1 and '"wipe"' in path.read_text()
+    report = ScrubReport()
+    assert scrub_lines(path, Screen(), report, journal=True)
+    assert [json.loads(line) for line in path.read_text().splitlines()] == accept[1:]
+    assert report.refused == 1 and report.files == {str(path): 1}
+    assert not scrub_lines(path, Screen(), ScrubReport(), journal=True), "a second scrub changes nothing"
+    block_log = tmp_path / "blocks.jsonl"
+    block_log.write_text(json.dumps(accept[0]) + "\n")
+    assert not scrub_lines(block_log, Screen(), ScrubReport()), "only the probe journal's lines are judged"
+
+
 def test_scrub_documents_redacts_auto_written_sections_and_leaves_a_persons_own(tmp_path: Path):
     path = tmp_path / "learned.dlm"
     document = new_document("builtin:tiny-llama").append_section(
