@@ -10,11 +10,12 @@ newest ``keep`` versions, and places the base as GGUF beside them once: the file
 the last part of ``base_model``, e.g. ``SmolLM2-135M-Instruct`` for a local directory). Serve them with
 ``llama-server -m <dir>/<base>.gguf --lora <dir>/<name>.gguf`` or ``llama_cpp.Llama(model_path=…, lora_path=…)``.
 
-An adapter or base llama.cpp cannot take (not a Llama, DoRA, ...) is refused: a ``TerminalError`` and a
-warning (``ctl status``), nothing written; a base that came from no GGUF file and cannot be converted (not a
-Llama, a tokenizer llama.cpp cannot reproduce, ...) is a warning naming the reason, the LoRA is still
-written. ``resync_keys`` lists every document with a current version. ``changes`` counts ``written``,
-``dropped`` and ``bases_copied``.
+An adapter or base llama.cpp cannot take (not a Llama, DoRA, ...), or an adapter whose files are not the ones
+committed (:meth:`~learnerd.store.adapters.AdapterVersion.verify`: a damaged adapter is never served), is
+refused: a ``TerminalError`` and a warning (``ctl status``), nothing written; a base that came from no GGUF
+file and cannot be converted (not a Llama, a tokenizer llama.cpp cannot reproduce, ...) is a warning naming the
+reason, the LoRA is still written. ``resync_keys`` lists every document with a current version. ``changes``
+counts ``written``, ``dropped`` and ``bases_copied``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from learnerd.ml.gguf_base import GGUFBaseError, ensure_base_gguf
 from learnerd.ml.gguf_lora import GGUFLoraError, gguf_lora_writer, source_gguf
 from learnerd.reconcilers.spec import PROMOTIONS, AdapterPromotion, ControllerSpec, Watch, Wiring
 from learnerd.runtime.reconcile import Result, TerminalError
-from learnerd.store.adapters import AdapterStore, AdapterVersion
+from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
 from learnerd.store.dlm import DocumentError, read_document
 from learnerd.store.export_layout import ExportRefused, Published, place_copy, publish
 
@@ -80,7 +81,7 @@ class GgufExportReconciler:
             return Result()
         try:
             published, base = await anyio.to_thread.run_sync(self._export, path, frontmatter.base_model, version)
-        except (BaseModelError, GGUFLoraError, ExportRefused) as exc:
+        except (AdapterStoreError, BaseModelError, GGUFLoraError, ExportRefused) as exc:
             self._warnings[key] = f"GGUF export of {key} refused: {exc}"
             log.warning("gguf_export.refused", document=key, reason=str(exc))
             raise TerminalError(f"{key}: {exc}") from exc
@@ -100,7 +101,14 @@ class GgufExportReconciler:
 
     def _export(self, path: Path, base_model: str, version: AdapterVersion) -> tuple[Published, tuple[Path, str] | str]:
         """(In a worker thread: resolving a GGUF-converted base hashes its file, converting a base takes seconds.)
-        The published LoRA and the base's GGUF file with its name in the export directory, or why there is none."""
+        The published LoRA and the base's GGUF file with its name in the export directory, or why there is none.
+
+        Raises:
+            AdapterStoreError: the version's files are not the ones committed (``AdapterIntegrityError``), or its
+                metadata is unreadable.
+            BaseModelError, GGUFLoraError, ExportRefused: the base or the adapter cannot be written as GGUF.
+        """
+        version.verify()
         base = resolve_base_model(base_model, cache_dir=self._models_dir, relative_to=path.parent)
         write = gguf_lora_writer(version.path, base.path)
         published = publish(self.directory, path.stem, version.number, self._keep, write, SUFFIX)

@@ -12,10 +12,11 @@ if missing (``POST /v1/load_lora_adapter``) and unloads the versions of ``<name>
 Failures never block training (this controller is apart from it) and never undo the files: a server that
 fails is counted (``failures``, the ``on_failure`` metric hook), named in ``warnings`` (``ctl status``), and
 the key is requeued after an exponential backoff per server and document (``retry_base_s`` doubling up to
-``retry_max_s``) until the server answers. An adapter vLLM cannot load (DoRA, ...) is refused: a
-``TerminalError`` and a warning, nothing written. ``resync_keys`` lists every document with a current version,
-so a restart exports what a crash left out. ``changes`` counts ``written``, ``dropped``, ``loaded`` and
-``unloaded``.
+``retry_max_s``) until the server answers. An adapter vLLM cannot load (DoRA, ...), or whose files are not the
+ones committed (:meth:`~learnerd.store.adapters.AdapterVersion.verify`: a damaged adapter is never served), is
+refused: a ``TerminalError`` and a warning, nothing written. ``resync_keys`` lists every document with a
+current version, so a restart exports what a crash left out. ``changes`` counts ``written``, ``dropped``,
+``loaded`` and ``unloaded``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from learnerd.reconcilers.spec import PROMOTIONS, AdapterPromotion, ControllerSp
 from learnerd.reconcilers.vllm_api import VllmCallFailed, VllmServer
 from learnerd.runtime.reconcile import Result, TerminalError
 from learnerd.runtime.workqueue.rate_limiters import ItemExponentialFailureRateLimiter
-from learnerd.store.adapters import AdapterStore
+from learnerd.store.adapters import AdapterStore, AdapterStoreError
 from learnerd.store.dlm import DocumentError, read_document
 from learnerd.store.export_layout import ExportRefused, Published, publish
 from learnerd.store.vllm_layout import vllm_adapter_writer
@@ -110,11 +111,12 @@ class VllmExportReconciler:
         if version is None:
             return Result()
         try:
+            await anyio.to_thread.run_sync(version.verify)
             write = vllm_adapter_writer(version, self._base_model_name)
             published = await anyio.to_thread.run_sync(
                 publish, self.directory, path.stem, version.number, self._keep, write
             )
-        except ExportRefused as exc:
+        except (AdapterStoreError, ExportRefused) as exc:
             self._refused[key] = str(exc)
             log.warning("vllm_export.refused", document=key, reason=str(exc))
             raise TerminalError(f"{key}: {exc}") from exc

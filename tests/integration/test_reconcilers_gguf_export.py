@@ -1,7 +1,7 @@
 """The GGUF export reconciler: a document's current adapter becomes ``<dir>/<name>@vNNNN.gguf`` and the alias
 ``<dir>/<name>.gguf``; a base that came from no GGUF file and cannot be converted (the built-in tiny model:
-no BPE merges) is a warning naming the reason, not a failure; an adapter llama.cpp cannot apply is refused
-terminally with nothing written."""
+no BPE merges) is a warning naming the reason, not a failure; an adapter llama.cpp cannot apply, or one whose
+files changed since its commit, is refused terminally with nothing written."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from learnerd.reconcilers.gguf_export import GgufExportReconciler
 from learnerd.runtime.reconcile import TerminalError
-from learnerd.store.adapters import AdapterStore
+from learnerd.store.adapters import METADATA_FILE, AdapterStore, adapter_hashes
 from tests.qa_pairs import QA_PAIRS
 from tests.support.documents import qa_document
 from tests.support.training import train_document
@@ -40,7 +40,13 @@ async def test_the_current_adapter_is_exported_and_a_base_that_cannot_be_convert
     config = json.loads((version.path / "adapter_config.json").read_text())
     (version.path / "adapter_config.json").write_text(json.dumps({**config, "use_dora": True}))
     (export / "notes@v0001.gguf").unlink()
+    with pytest.raises(TerminalError, match=r"adapter_config\.json has sha256 .* the adapter is damaged"):
+        await reconciler.reconcile(str(doc))  # issue 60: a file changed since its commit is never exported
+    assert sorted(p.name for p in export.iterdir()) == ["notes.gguf"]  # the alias is left; nothing half-written
+    metadata = json.loads((version.path / METADATA_FILE).read_text())
+    metadata["content_sha256"] = adapter_hashes(version.path)  # as if committed as a DoRA adapter
+    (version.path / METADATA_FILE).write_text(json.dumps(metadata))
     with pytest.raises(TerminalError, match="DoRA"):
         await reconciler.reconcile(str(doc))
-    assert sorted(p.name for p in export.iterdir()) == ["notes.gguf"]  # the alias is left; nothing half-written
+    assert sorted(p.name for p in export.iterdir()) == ["notes.gguf"]
     assert "DoRA" in reconciler.warnings[0]

@@ -111,6 +111,33 @@ async def test_the_exported_directory_is_what_peft_and_vllms_loader_read(trained
         assert loaded[name.replace(".weight", ".default.weight")].equal(tensor)
 
 
+async def test_a_damaged_adapter_is_refused_and_never_loaded(trained, tmp_path: Path):
+    """issue 60: weights changed since their commit (finite values) are neither exported nor loaded."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from learnerd.runtime.reconcile import TerminalError
+
+    _, store, doc = trained
+    damaged = tmp_path / "adapters"
+    shutil.copytree(store.root, damaged, symlinks=True)
+    version = AdapterStore(damaged).current(read_document(doc).frontmatter.dlm_id)
+    weights = version.path / "adapter_model.safetensors"
+    save_file({k: v * 1.5 for k, v in load_file(weights).items()}, weights)
+    export = tmp_path / "loras"
+    with vllm_server() as server:
+        reconciler = VllmExportReconciler(
+            AdapterStore(damaged), export, docs_roots=[doc.parent],
+            servers=[VllmClient(server.url, None, timeout_s=10)],
+        )  # fmt: skip
+        with pytest.raises(TerminalError, match=r"adapter_model\.safetensors has sha256 .* the adapter is damaged"):
+            await reconciler.reconcile(str(doc))
+        assert server.loads() == []
+    assert not export.exists() or list(export.iterdir()) == []
+    assert "damaged" in reconciler.warnings[0]
+
+
 async def test_versions_beyond_keep_are_removed_and_unloaded(trained, tmp_path: Path):
     root, store, doc = trained
     export = tmp_path / "loras"
