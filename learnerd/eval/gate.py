@@ -12,8 +12,9 @@ promoted only when no check fails; a check that cannot be made (a probe skipped:
   ``learnerd.base_model_identity``). A candidate on another base fails: none of its numbers compare with the
   served version's, and a base that knows nothing (the built-in tiny model) would switch retention off. A
   document moves to another base as a new adapter lineage (a new ``dlm_id``), whose first version is judged
-  alone. Not applicable for a document's first version, or when a report does not name its base (written
-  before learnerd recorded it).
+  alone. When a report does not name its base identity (written before learnerd recorded it), the documents'
+  ``base_model`` as written (the reports' ``base_model_id``) is compared instead: different ones fail, the same
+  one is not applicable (it may name other weights). Not applicable for a document's first version.
 * ``probe_recall`` — paired with the current version's report on the recall probes both judged (pass or
   fail; matched by name): ``b`` probes the current version passed now fail, ``c`` it failed now pass. With
   fewer than ``mcnemar_min_pairs`` changed probes (``b + c``) the candidate fails when ``b − c`` exceeds
@@ -142,6 +143,13 @@ def _same_base(candidate: Report, current: Report | None) -> GateCheck:
         return GateCheck(name, "not applicable", "no current version to compare with (the document's first)")
     now, before = base_identity(candidate), base_identity(current)
     if now is None or before is None:
+        if candidate.base_model_id != current.base_model_id:
+            return GateCheck(
+                name,
+                "fail",
+                f"the candidate's document names the base {candidate.base_model_id!r}, the current version's "
+                f"{current.base_model_id!r}: to move the document to another base, give it a new dlm_id",
+            )
         return GateCheck(name, "not applicable", "a report does not name its base model (written by an older learnerd)")
     if now != before:
         return GateCheck(

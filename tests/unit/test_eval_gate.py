@@ -46,10 +46,10 @@ def dialogue(*answered: int, verdict: Verdict = Verdict.PASS, message: str = "")
     return ProbeResult(kind, kind, verdict, 1.0, 2.0, evidence, message)
 
 
-def report(*probes: ProbeResult, base: str | None = "base@1") -> Report:
+def report(*probes: ProbeResult, base: str | None = "base@1", base_model: str = "b") -> Report:
     t = datetime(2026, 1, 1, tzinfo=UTC)
     extra = {"learnerd": {"base_model_identity": base}} if base is not None else {}
-    return Report("0.1.0", "b", "a", t, t, 0.0, Score(0.5), tuple(probes), extra=extra)
+    return Report("0.1.0", base_model, "a", t, t, 0.0, Score(0.5), tuple(probes), extra=extra)
 
 
 def outcomes(decision) -> dict[str, str]:
@@ -246,6 +246,10 @@ def test_a_candidate_on_another_base_fails_with_the_reason():
         report(*recalls("pp"), *HEALTHY), report(*recalls("pp"), *HEALTHY, base=None), GATE, current_version=1
     )
     assert outcomes(older)["same_base"] == "not applicable"
+    older_smollm2 = report(*recalls("pp"), *HEALTHY, base=None, base_model="hf:HuggingFaceTB/SmolLM2-135M-Instruct")
+    switched = decide(tiny, older_smollm2, GATE, current_version=1)  # tiny's base_model is "b"
+    assert not switched.promoted and outcomes(switched)["same_base"] == "fail"
+    assert "names the base 'b', the current version's 'hf:HuggingFaceTB/SmolLM2-135M-Instruct'" in switched.reasons[0]
 
 
 @pytest.mark.parametrize(
