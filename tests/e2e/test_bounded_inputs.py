@@ -89,6 +89,7 @@ def hostile_run(tmp_path_factory: pytest.TempPathFactory, peer_data: Path) -> Ru
 
 def test_hostile_inputs_leave_memory_bounded_and_learning_going(hostile_run: Run):
     run = hostile_run
+    print(f"peak RSS of learnerd run --once: {run.peak_rss_bytes / 2**20:.0f} MiB (limit {MAX_RSS_BYTES / 2**20:.0f})")
     assert 0 < run.peak_rss_bytes < MAX_RSS_BYTES, f"peak RSS {run.peak_rss_bytes / 2**20:.0f} MiB"
     by_source = "SELECT b.source, count(*) FROM examples e JOIN blocks b ON b.id = e.id GROUP BY 1"
     learned = dict(table_rows(run.state, by_source))
