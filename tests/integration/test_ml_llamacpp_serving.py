@@ -23,6 +23,7 @@ from learnerd.ml.rows import ChatMessage
 from learnerd.ml.serving import Delta, Finished, SamplingParams, ServedModel
 from learnerd.steering.clusters import eos_token_ids
 from learnerd.store.adapters import AdapterStore, AdapterVersion
+from tests.support.base_models import linked_models_dir, smollm2_converted
 from tests.support.steering import write_eos_split_deltas
 from tests.support.tied_model import commit_noise_adapter
 
@@ -76,15 +77,17 @@ async def test_a_base_that_cannot_be_converted_to_gguf_is_refused_with_the_reaso
 
 @pytest.fixture(scope="module")
 def versions(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, AdapterVersion]:
-    """``(state_dir, v2)``: two noise adapters of SmolLM2, v0001 promoted, v0002 committed but not promoted."""
+    """``(state_dir, v2)``: two noise adapters of SmolLM2 (converted once per machine, linked into the state's
+    model cache), v0001 promoted, v0002 committed but not promoted."""
     state = tmp_path_factory.mktemp("llamacpp-serving") / "state"
-    ref = resolve_base_model(SMOLLM2, cache_dir=state / "models")
+    ref = resolve_base_model(SMOLLM2, cache_dir=linked_models_dir(state / "models", smollm2_converted()))
     store = AdapterStore(state / "adapters")
     commit_noise_adapter(store, DOC_KEY, ref, scale=0.5)
     return state, commit_noise_adapter(store, DOC_KEY, ref, scale=1.0, promote=False)
 
 
 @pytest.mark.slow
+@pytest.mark.model
 @pytest.mark.timeout(1800)
 @needs_llama_cpp
 @needs_smollm2
@@ -125,6 +128,7 @@ def write_deltas(cfg: Config, tokenizer, eos: tuple[int, ...], deltas: dict[int,
 
 
 @pytest.mark.slow
+@pytest.mark.model
 @pytest.mark.timeout(1800)
 @needs_llama_cpp
 @needs_smollm2
@@ -156,6 +160,7 @@ async def test_steering_deltas_are_applied_as_llama_cpp_logit_bias(versions, tmp
 
 
 @pytest.mark.slow
+@pytest.mark.model
 @pytest.mark.timeout(1800)
 @needs_llama_cpp
 @needs_smollm2

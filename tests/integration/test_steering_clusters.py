@@ -1,5 +1,7 @@
 """Vocabulary clusters on real tokenizers with the real MiniLM embedder: the built-in tiny model's
-byte-level tokenizer, and MiniLM's own 30,522-token WordPiece tokenizer (slow: embedded once per session)."""
+byte-level tokenizer, and a WordPiece tokenizer of a sample of MiniLM's own vocabulary (every
+:data:`SAMPLE_EVERY`-th of its 30,522 tokens and the ones the test names). ``benchmarks/bench_steering_clusters.py``
+clusters the whole vocabulary (about 1.5 minutes of a shared 2-core machine)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ from learnerd.steering.clusters import (
 from tests.support.steering import one_thread
 
 K = 10
+SAMPLE_EVERY = 16
+WORDS = ("paris", "the", "##ing", "[CLS]", "(", "3rd")
+SYMBOLS = ("$", "%", "+", "=", "##5", "½")
 
 
 @pytest.fixture(scope="module")
@@ -53,19 +58,32 @@ def tiny_clusters(tiny, minilm, tmp_path_factory):
     return clusters
 
 
-@pytest.fixture(scope="session")
-def minilm_clusters(minilm, tmp_path_factory):
-    """MiniLM's vocabulary clustered with MiniLM itself, once per session, on one torch thread (about
-    1.5 minutes of a shared 2-core machine: benchmarks/bench_steering_clusters.py)."""
-    tokenizer = minilm.tokenizer
+@pytest.fixture(scope="module")
+def minilm_sample(minilm, tmp_path_factory):
+    """A WordPiece tokenizer (``BertTokenizer``, lower-casing as MiniLM's) of every :data:`SAMPLE_EVERY`-th token
+    of MiniLM's vocabulary, its special tokens, :data:`WORDS` and :data:`SYMBOLS`, in MiniLM's id order."""
+    from transformers import BertTokenizer
+
+    vocab = minilm.tokenizer.get_vocab()
+    named = {vocab[t] for t in (*WORDS, *SYMBOLS, *minilm.tokenizer.all_special_tokens)}
+    kept = sorted(named | set(range(0, len(vocab), SAMPLE_EVERY)))
+    by_id = {i: t for t, i in vocab.items()}
+    vocab_file = tmp_path_factory.mktemp("minilm-sample") / "vocab.txt"
+    vocab_file.write_text("".join(by_id[i] + "\n" for i in kept), encoding="utf-8")
+    return BertTokenizer(str(vocab_file), do_lower_case=True)
+
+
+@pytest.fixture(scope="module")
+def minilm_clusters(minilm, minilm_sample, tmp_path_factory):
+    """:func:`minilm_sample`'s vocabulary clustered with MiniLM, on one torch thread."""
     with one_thread():
         return load_or_build_clusters(
-            tokenizer,
+            minilm_sample,
             embedder_name=minilm.name,
             make_embedder=lambda: minilm,
             k=K,
             seed=0,
-            eos_ids=eos_token_ids(tokenizer),
+            eos_ids=eos_token_ids(minilm_sample),
             cache_root=tmp_path_factory.mktemp("minilm-clusters"),
         )
 
@@ -158,15 +176,15 @@ def test_more_clusters_than_tokens_or_distinct_texts_is_refused(tiny, minilm, tm
         )
 
 
-@pytest.mark.slow
-def test_minilm_tokenizer_partition(minilm, minilm_clusters):
-    tokenizer = minilm.tokenizer
+@pytest.mark.measure
+def test_minilm_wordpiece_partition(minilm_sample, minilm_clusters):
+    tokenizer = minilm_sample
     assert eos_token_ids(tokenizer) == (tokenizer.sep_token_id,)  # BERT has no EOS: [SEP] ends its sequences
     vocab = tokenizer.get_vocab()
     digits = [i for t, i in vocab.items() if re.fullmatch(r"(##)?[0-9]+", t)]
-    assert len(digits) > 500  # "1", "##5", "1990", ...
+    assert len(digits) > 500 // SAMPLE_EVERY  # "1", "##5", "1990", ...: 500 and more in the whole vocabulary
     _check_partition(minilm_clusters, tokenizer, {tokenizer.sep_token_id}, digits)
-    for word in ("paris", "the", "##ing", "[CLS]", "(", "3rd"):
+    for word in WORDS:
         assert minilm_clusters.token_clusters[vocab[word]] >= 2, word
-    for symbol in ("$", "%", "+", "=", "##5", "½"):
+    for symbol in SYMBOLS:
         assert minilm_clusters.token_clusters[vocab[symbol]] == 1, symbol

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def steered(tmp_path_factory, minilm):
     """The adapted tiny model, its tokenizer and its vocabulary clusters."""
     with one_thread():
-        trained = trained_document(tmp_path_factory.getbasetemp() / "steering-trained")
+        trained = trained_document()
         base_dir = next((trained.state_dir / "models").glob("tiny-llama-*"))
         model, tokenizer = load_model_directory(base_dir)
         peft_model = load_adapter(model, AdapterStore(trained.state_dir / "adapters").current(trained.doc_key))

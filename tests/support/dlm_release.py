@@ -2,9 +2,10 @@
 
 dlm's wheel pins the training stack (torch, transformers, trl, datasets); learnerd's tests need only its
 document parser, Q/A parser, probe extraction and ``dlm harvest``. So the wheel is installed with
-``--no-deps`` beside the few libraries those import (:data:`PARSER_DEPS`), in a fresh virtualenv that
-learnerd's own environment never sees. ``$LEARNERD_DLM_PYTHON`` names an interpreter that already has
-it (skips the install).
+``--no-deps`` beside the few libraries those import (:data:`PARSER_DEPS`), in a virtualenv that learnerd's
+own environment never sees, installed once per machine into the artefact cache
+(:mod:`tests.support.artefact_cache`; :data:`PARSER_DEPS` are not pinned: clear the cache entry to take newer
+ones). ``$LEARNERD_DLM_PYTHON`` names an interpreter that already has it (skips the install).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import venv
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.support.artefact_cache import cached, content_key
 
 RELEASE = "document-language-model==0.10.0"
 #: What ``dlm.doc``, ``dlm.data``, ``dlm.eval.probes`` and the ``dlm harvest`` command import.
@@ -70,15 +73,26 @@ class DlmRelease:
         return subprocess.run([str(self.python), *args], capture_output=True, text=True, env=env, timeout=300)
 
 
+def installed() -> DlmRelease:
+    """The release in the artefact cache's virtualenv (:func:`install` the first time on this machine), or
+    ``$LEARNERD_DLM_PYTHON``'s interpreter.
+
+    Raises:
+        DlmUnavailable: pip could not install it (nothing is cached; the next call tries again).
+    """
+    override = os.environ.get("LEARNERD_DLM_PYTHON")
+    if override:
+        return DlmRelease(Path(override))
+    entry = cached("dlm-release", content_key(RELEASE, *PARSER_DEPS, sys.version), lambda root: install(root / "venv"))
+    return DlmRelease(entry / "venv" / "bin" / "python")
+
+
 def install(root: Path) -> DlmRelease:
     """A virtualenv under ``root`` with :data:`RELEASE` (no dependencies) and :data:`PARSER_DEPS`.
 
     Raises:
         DlmUnavailable: pip could not install them (its last output lines in the message).
     """
-    override = os.environ.get("LEARNERD_DLM_PYTHON")
-    if override:
-        return DlmRelease(Path(override))
     venv.create(root, with_pip=True)
     python = root / "bin" / "python"
     for args in (["--no-deps", RELEASE], list(PARSER_DEPS)):

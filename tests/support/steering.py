@@ -1,5 +1,6 @@
 """A state directory holding a Q/A document and the adapter the tiny model learned it with: what the
-steering tests evolve deltas on. Built once per test process (training takes a while on a small machine)."""
+steering tests evolve deltas on. Trained once per machine into the artefact cache
+(:mod:`tests.support.artefact_cache`; training takes a while on a small machine): read it, copy it to change it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 import anyio
 
 from tests.qa_pairs import QA_PAIRS
+from tests.support.artefact_cache import cached, content_key, learnerd_code, versions
+from tests.support.base_models import LIBRARIES
 
 # dlm's own keys: the tiny model memorises the 20 answers with these (tests/integration/test_training_lora.py).
 TRAINING_BLOCK = {"learning_rate": 1e-2, "num_epochs": 40}
@@ -43,9 +46,16 @@ def document_text(pairs=QA_PAIRS) -> str:
     )
 
 
-@functools.cache
-def trained_document(root: Path) -> TrainedDocument:
-    """Write the document under ``root`` and train its adapter into ``root/state`` (cached per ``root``)."""
+def trained_document() -> TrainedDocument:
+    """The document trained into ``state/`` (promoted v0001), from the artefact cache: keyed by learnerd's code,
+    the document and the libraries' versions."""
+    key = content_key("steering document", document_text(), learnerd_code(), versions(*LIBRARIES))
+    root = cached("steering-trained", key, _train)
+    return TrainedDocument(state_dir=root / "state", doc=root / "docs" / "qa.dlm", doc_key=DLM_ID)
+
+
+def _train(root: Path) -> None:
+    """Write the document under ``root/docs`` and train its adapter into ``root/state`` on one torch thread."""
     from learnerd.ml.base_model import resolve_base_model
     from learnerd.ml.rows import document_rows
     from learnerd.store.adapters import AdapterStore
@@ -62,10 +72,10 @@ def trained_document(root: Path) -> TrainedDocument:
     config = check_trainable(document.frontmatter.training)
     base = resolve_base_model(document.frontmatter.base_model, cache_dir=state / "models")
     store = AdapterStore(state / "adapters")
-    outcome = anyio.run(functools.partial(train_cycle, store, DLM_ID, base, rows, config, num_threads=1))
+    with one_thread():
+        outcome = anyio.run(functools.partial(train_cycle, store, DLM_ID, base, rows, config, num_threads=1))
     assert outcome.version is not None and outcome.version.name == "v0001"
     store.promote(outcome.version)  # as a promotion gate that passes would
-    return TrainedDocument(state_dir=state, doc=doc, doc_key=DLM_ID)
 
 
 @contextlib.contextmanager

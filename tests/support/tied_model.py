@@ -1,5 +1,5 @@
-"""Models for the loader tests: the built-in tiny Llama with tied embeddings, as SmolLM2's are, and adapters
-committed without training.
+"""Models for the loader tests (and ``benchmarks/bench_loader.py``): the built-in tiny Llama with tied embeddings,
+as SmolLM2's are, adapters committed without training, and a served load beside an evaluation's load.
 
 transformers never materialises a tied weight (``lm_head.weight`` of a model with ``tie_word_embeddings``):
 its load ties it to ``model.embed_tokens.weight`` as the last step. The built-in tiny model is untied, so a
@@ -12,9 +12,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
+
 from benchmarks.bench_eval import make_adapter
+from learnerd.eval.backend import DifferentialBackend
 from learnerd.ml.base_model import BaseModelRef, load_model_directory
 from learnerd.ml.loader import loading
+from learnerd.ml.rows import ChatMessage
+from learnerd.ml.serving import Delta, SamplingParams, ServedModel, ServedModels
 from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersion
 from learnerd.store.manifest import Manifest, SectionOrigin, write_manifest
 
@@ -64,3 +70,25 @@ def commit_noise_adapter(
     if promote:
         store.promote(version)
     return version
+
+
+QUESTION = [ChatMessage("user", "What is the capital of France?")]
+GREEDY = SamplingParams(max_tokens=8, temperature=0.0)
+
+
+async def answer(served: ServedModels, model: ServedModel) -> str:
+    """``model``'s greedy answer to :data:`QUESTION` (8 tokens) from ``served``."""
+    job = served.submit(model, QUESTION, GREEDY)
+    return "".join([event.text async for event in job.events() if isinstance(event, Delta)])
+
+
+async def load_both_at_once(
+    store: AdapterStore, models_dir: Path, model: ServedModel, ref: BaseModelRef, version: AdapterVersion
+) -> tuple[ServedModels, DifferentialBackend]:
+    """A cold served-model manager warming ``model`` (base and adapter, in its worker thread, one torch thread)
+    while an evaluation's backend loads the same base and adapter in another thread."""
+    served = ServedModels(store, models_dir, num_threads=1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(served.warm, model)
+        backend = await anyio.to_thread.run_sync(DifferentialBackend.load, ref, version)
+    return served, backend

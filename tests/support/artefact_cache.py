@@ -1,0 +1,105 @@
+"""The suite's once-per-machine cache of derived artefacts: what tests build from fixed inputs and only read
+afterwards (SmolLM2 converted from its GGUF file, its float32 GGUF, the built-in tiny models, SmolLM2 trained on
+the shipped example, the released dlm's virtualenv, a PostgreSQL cluster after ``initdb``).
+
+Where: ``$LEARNERD_TEST_CACHE``, else ``$XDG_CACHE_HOME/learnerd-tests``, else ``~/.cache/learnerd-tests``.
+Clear it with ``rm -rf ~/.cache/learnerd-tests`` (not while tests run).
+
+An entry is the directory ``<root>/<name>-<16 hex of its key>``, where the key is the SHA-256 of everything
+that decides its content (:func:`content_key`: input files' bytes, the code that builds it, library versions).
+It is built once, under a file lock (``filelock``) beside it, in a staging directory renamed into place: the
+pytest-xdist workers of one run and every later run on the machine share it, the first builds it while the
+others wait, and nobody ever sees half an entry. Entries are read only; a test that changes one copies it
+first. An entry unused (its lock file untouched) for :data:`MAX_AGE_DAYS` is removed when another entry of
+the same name is built, so code changes do not fill the disk with stale versions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from tests.conftest import REPO_ROOT
+
+MAX_AGE_DAYS = 14
+
+
+def cache_root() -> Path:
+    """The cache's directory (the module docstring), created on demand."""
+    override = os.environ.get("LEARNERD_TEST_CACHE")
+    if override:
+        root = Path(override)
+    else:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "learnerd-tests"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def content_key(*parts: str | bytes | Path) -> str:
+    """SHA-256 hex of ``parts`` in order: a string or bytes as given, a file as its bytes, a directory as every
+    file under it (relative path and bytes, sorted; ``__pycache__`` skipped). A missing path counts as absent."""
+    digest = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, Path):
+            files = sorted(p for p in part.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+            for file in files if part.is_dir() else [part] if part.is_file() else []:
+                digest.update(f"\0file\0{file.relative_to(part.parent)}\0".encode())
+                digest.update(file.read_bytes())
+            digest.update(b"\0end\0")
+        else:
+            digest.update(b"\0part\0" + (part.encode() if isinstance(part, str) else part))
+    return digest.hexdigest()
+
+
+def learnerd_code() -> Path:
+    """learnerd's package directory: the key part of an artefact that learnerd's behaviour decides."""
+    return REPO_ROOT / "learnerd"
+
+
+def versions(*distributions: str) -> str:
+    """``name==version`` of each installed distribution (``absent`` when not installed), for a key."""
+    found = []
+    for name in distributions:
+        try:
+            found.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name} absent")
+    return " ".join(found)
+
+
+def cached(name: str, key: str, build: Callable[[Path], None]) -> Path:
+    """The entry ``<root>/<name>-<key[:16]>``, built first by ``build(staging_dir)`` when absent (under the
+    entry's lock; a build that raises leaves nothing, and the next caller builds again)."""
+    root = cache_root()
+    entry = root / f"{name}-{key[:16]}"
+    lock = root / f"{entry.name}.lock"
+    with FileLock(lock):
+        lock.touch()  # the entry's last use, for the pruning of stale entries
+        if not entry.is_dir():
+            _prune(root, name)
+            staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=root))
+            try:
+                build(staging)
+                staging.rename(entry)
+            finally:
+                if staging.exists():
+                    shutil.rmtree(staging, ignore_errors=True)
+    return entry
+
+
+def _prune(root: Path, name: str) -> None:
+    """Remove the entries of ``name`` whose lock file is older than :data:`MAX_AGE_DAYS` (their lock held)."""
+    oldest = time.time() - MAX_AGE_DAYS * 86400
+    for lock in root.glob(f"{name}-" + "?" * 16 + ".lock"):
+        if lock.stat().st_mtime < oldest:
+            with contextlib.suppress(Timeout), FileLock(lock, timeout=0):  # in use: kept
+                shutil.rmtree(root / lock.stem, ignore_errors=True)
