@@ -16,17 +16,18 @@ import pytest
 
 from learnerd.eval.history import adapter_key
 from learnerd.ml.base_model import resolve_base_model
-from learnerd.ml.gguf_base import BASE_CACHE, ensure_base_gguf, write_base_gguf
+from learnerd.ml.gguf_base import BASE_CACHE, ensure_base_gguf
 from learnerd.ml.gguf_import import find_smollm2_gguf
-from learnerd.ml.tiny_model import IDENTITY_FILE
 from learnerd.reconcilers.gguf_export import GgufExportReconciler
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
+from tests.support.base_models import smollm2_f32_gguf, smollm2_plain_dir
 from tests.support.documents import qa_document
 from tests.support.tied_model import commit_noise_adapter
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.model,
     pytest.mark.timeout(1800),
     pytest.mark.skipif(
         importlib.util.find_spec("llama_cpp") is None, reason="llama-cpp-python absent: the llamacpp extra"
@@ -49,26 +50,19 @@ LOGIT_RTOL = 2e-5
 
 
 @pytest.fixture(scope="module")
-def smollm2_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_models_dir: Path) -> Path:
+def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """SmolLM2-135M-Instruct as a plain local Hugging Face directory (its files linked, no identity file)."""
-    source = resolve_base_model("smollm2-135m-instruct", cache_dir=smollm2_models_dir).path
-    directory = tmp_path_factory.mktemp("hf") / "SmolLM2-135M-Instruct"
-    directory.mkdir()
-    for entry in source.iterdir():
-        if entry.name != IDENTITY_FILE:
-            (directory / entry.name).symlink_to(entry)
-    return directory
+    return smollm2_plain_dir(tmp_path_factory.mktemp("hf"))
 
 
 @pytest.fixture(scope="module")
-def llama(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    """The directory converted once (float32) and loaded by llama.cpp with every position's logits kept."""
+def llama(smollm2_dir: Path):
+    """The directory converted to a float32 GGUF file (once per machine: :func:`smollm2_f32_gguf`) and loaded by
+    llama.cpp with every position's logits kept."""
     from llama_cpp import GGML_TYPE_F32, Llama
 
-    target = tmp_path_factory.mktemp("gguf") / "smollm2.f32.gguf"
-    write_base_gguf(smollm2_dir, target, outtype="f32")
     return Llama(
-        model_path=str(target), n_ctx=512, logits_all=True, n_threads=1, verbose=False,
+        model_path=str(smollm2_f32_gguf()), n_ctx=512, logits_all=True, n_threads=1, verbose=False,
         type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32,
     )  # fmt: skip
 

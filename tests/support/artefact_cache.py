@@ -1,17 +1,18 @@
 """The suite's once-per-machine cache of derived artefacts: what tests build from fixed inputs and only read
-afterwards (SmolLM2 converted from its GGUF file, its float32 GGUF, the built-in tiny models, SmolLM2 trained on
-the shipped example, the released dlm's virtualenv, a PostgreSQL cluster after ``initdb``).
+afterwards (the built-in tiny models, SmolLM2 converted from its GGUF file and as a float32 GGUF, trained
+adapters, the released dlm's virtualenv).
 
 Where: ``$LEARNERD_TEST_CACHE``, else ``$XDG_CACHE_HOME/learnerd-tests``, else ``~/.cache/learnerd-tests``.
 Clear it with ``rm -rf ~/.cache/learnerd-tests`` (not while tests run).
 
 An entry is the directory ``<root>/<name>-<16 hex of its key>``, where the key is the SHA-256 of everything
 that decides its content (:func:`content_key`: input files' bytes, the code that builds it, library versions).
-It is built once, under a file lock (``filelock``) beside it, in a staging directory renamed into place: the
-pytest-xdist workers of one run and every later run on the machine share it, the first builds it while the
-others wait, and nobody ever sees half an entry. Entries are read only; a test that changes one copies it
-first. An entry unused (its lock file untouched) for :data:`MAX_AGE_DAYS` is removed when another entry of
-the same name is built, so code changes do not fill the disk with stale versions.
+It is built once, in place, under a file lock (``filelock``) beside it, and :data:`COMPLETE` is written into it
+last: the pytest-xdist workers of one run and every later run on the machine share it, the first builds it
+while the others wait, and nobody uses half an entry (paths recorded while it was built stay true). Entries are
+read only; a test that changes one copies it first. An entry unused (its lock file untouched) for
+:data:`MAX_AGE_DAYS` is removed when another entry of the same name is built, so code changes do not fill the
+disk with stale versions.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import contextlib
 import hashlib
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from importlib import metadata
@@ -31,6 +31,8 @@ from filelock import FileLock, Timeout
 from tests.conftest import REPO_ROOT
 
 MAX_AGE_DAYS = 14
+COMPLETE = ".complete"
+"""The file written last into an entry: an entry without it is half-built (a build was killed) and built again."""
 
 
 def cache_root() -> Path:
@@ -77,22 +79,23 @@ def versions(*distributions: str) -> str:
 
 
 def cached(name: str, key: str, build: Callable[[Path], None]) -> Path:
-    """The entry ``<root>/<name>-<key[:16]>``, built first by ``build(staging_dir)`` when absent (under the
+    """The entry ``<root>/<name>-<key[:16]>``, built first by ``build(entry)`` when it is not complete (under the
     entry's lock; a build that raises leaves nothing, and the next caller builds again)."""
     root = cache_root()
     entry = root / f"{name}-{key[:16]}"
     lock = root / f"{entry.name}.lock"
     with FileLock(lock):
         lock.touch()  # the entry's last use, for the pruning of stale entries
-        if not entry.is_dir():
+        if not (entry / COMPLETE).is_file():
             _prune(root, name)
-            staging = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=root))
+            shutil.rmtree(entry, ignore_errors=True)  # what a build killed half-way left
+            entry.mkdir()
             try:
-                build(staging)
-                staging.rename(entry)
-            finally:
-                if staging.exists():
-                    shutil.rmtree(staging, ignore_errors=True)
+                build(entry)
+            except BaseException:
+                shutil.rmtree(entry, ignore_errors=True)
+                raise
+            (entry / COMPLETE).touch()
     return entry
 
 

