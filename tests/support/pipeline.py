@@ -10,7 +10,8 @@ from typing import Any
 
 from benchmarks.tldr_to_blocklog import convert
 from learnerd.store import db
-from tests.conftest import cli_env, learnerd_command
+from tests.conftest import REPO_ROOT, cli_env, learnerd_command
+from tests.support.artefact_cache import cached, content_key, learnerd_code
 
 
 def run_cli(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -73,9 +74,18 @@ class TldrRun:
     summary: dict[str, Any]
 
 
-def tldr_run(tldr: Path, root: Path) -> TldrRun:
-    """Convert ``tldr`` (the peer data's ``tldr`` folder) into ``root/logs`` and run once over it into
-    ``root/state`` (:class:`TldrRun`)."""
-    logs, state = root / "logs", root / "state"
-    blocks = convert(tldr, logs, limit=1000)
-    return TldrRun(logs, blocks, state, run_once(state, logs))
+def tldr_run(tldr: Path) -> TldrRun:
+    """Convert ``tldr`` (the peer data's ``tldr`` folder) into ``logs`` and run once over it into ``state``
+    (:class:`TldrRun`), once per machine: an entry of the artefact cache (:mod:`tests.support.artefact_cache`),
+    keyed by learnerd's code, the tldr pages and the code of both steps. Read it, copy it to change it."""
+
+    def build(root: Path) -> None:
+        blocks = convert(tldr, root / "logs", limit=1000)
+        summary = run_once(root / "state", root / "logs")
+        (root / "run.json").write_text(json.dumps({"blocks": blocks, "summary": summary}))
+
+    steps = (Path(__file__), REPO_ROOT / "benchmarks" / "tldr_to_blocklog.py")
+    key = content_key("tldr run", learnerd_code(), tldr, *steps)
+    root = cached("tldr-run", key, build)
+    run = json.loads((root / "run.json").read_text())
+    return TldrRun(root / "logs", run["blocks"], root / "state", run["summary"])

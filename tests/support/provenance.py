@@ -1,7 +1,8 @@
 """A state directory with three adapter versions of ``learned.dlm`` whose provenance is known, for the tests
 of ``learnerd versions`` and ``learnerd why`` (the session fixture ``three_versions`` of ``tests/e2e/conftest.py``).
 
-Built once per session from the shipped example log (blocks ``nb-k8s-1`` … ``nb-k8s-4``; each block's
+Built once per machine into the artefact cache (:mod:`tests.support.artefact_cache`; read it, never change it)
+from the shipped example log (blocks ``nb-k8s-1`` … ``nb-k8s-4``; each block's
 ``executed`` event is on lines 3 and 6 of its six-line file), each step ``learnerd run --once --no-train``
 (log → block → example → probe section; the daemon also evaluates the version trained the step before) then
 ``learnerd train`` (the built-in tiny model), which evaluates each version and promotes it (the gate), so
@@ -22,7 +23,11 @@ from pathlib import Path
 
 from learnerd.store.dlm import read_document
 from tests.conftest import REPO_ROOT
+from tests.support.artefact_cache import cached, content_key, learnerd_code, versions
+from tests.support.base_models import LIBRARIES, linked_models_dir, tiny_models
 from tests.support.pipeline import run_cli, run_once
+
+SHIPPED_LOG = REPO_ROOT / "examples" / "logs" / "assistant.jsonl"
 
 FAILED_RERUN = {
     "learnerd": 1,
@@ -49,15 +54,26 @@ class ThreeVersions:
         return run_cli(*args, "--state-dir", str(self.state), check=check, timeout=300)
 
 
-def build_three_versions(root: Path, models_dir: Path) -> ThreeVersions:
-    """Build the state under ``root`` (the module docstring); the built-in models come from ``models_dir``."""
+def cached_three_versions() -> ThreeVersions:
+    """The state of the module docstring, from the artefact cache: keyed by learnerd's code, the shipped log, this
+    module (the steps) and the libraries' versions."""
+    key = content_key("three versions", learnerd_code(), SHIPPED_LOG, Path(__file__), versions(*LIBRARIES))
+    root = cached("three-versions", key, _build)
+    document = root / "state" / "docs" / "learned.dlm"
+    outputs = tuple(json.loads((root / "train-outputs.json").read_text()))
+    return ThreeVersions(root / "state", root / "logs", document, read_document(document).frontmatter.dlm_id, outputs)
+
+
+def _build(root: Path) -> None:
+    """Build the state under ``root`` (the module docstring), each ``learnerd train``'s stdout in
+    ``train-outputs.json``; the built-in models linked from the artefact cache."""
     logs, state = root / "logs", root / "state"
     logs.mkdir()
     state.mkdir(mode=0o700)
-    (state / "models").symlink_to(models_dir)
+    linked_models_dir(state / "models", tiny_models())
     config = root / "config.toml"
     config.write_text("[evaluation]\nnull_runs = 0\nnum_threads = 1\n")  # the quickest evaluation
-    shipped = (REPO_ROOT / "examples" / "logs" / "assistant.jsonl").read_text().splitlines(keepends=True)
+    shipped = SHIPPED_LOG.read_text().splitlines(keepends=True)
     document = state / "docs" / "learned.dlm"
     outputs = []
     for name, lines in (
@@ -69,4 +85,4 @@ def build_three_versions(root: Path, models_dir: Path) -> ThreeVersions:
         run_once(state, logs, "--config", str(config))  # (it evaluates the version the last step trained)
         trained = run_cli("train", str(document), "--state-dir", str(state), "--threads", "1", timeout=300)
         outputs.append(trained.stdout)
-    return ThreeVersions(state, logs, document, read_document(document).frontmatter.dlm_id, tuple(outputs))
+    (root / "train-outputs.json").write_text(json.dumps(outputs))
