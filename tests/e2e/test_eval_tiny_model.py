@@ -19,7 +19,8 @@ from learnerd.ml.base_model import resolve_base_model
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.qa_pairs import EXTRA_QA_PAIRS, QA_PAIRS
-from tests.support.evaluation import DLM_ID, qa_document, run_cli, state_with_models
+from tests.support.evaluation import DLM_ID, run_cli, state_with_models
+from tests.support.memorised import memorised as memorised_state
 from tests.support.training import train_document
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
@@ -27,14 +28,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 @pytest.fixture(scope="module")
 def memorised(tmp_path_factory, models_dir):
-    """20 Q/A probes trained one cycle (dlm's keys: learning_rate 1e-2, 40 epochs), then one more probe
-    appended after training, so the evaluation sees 20 learned probes and 1 unlearned."""
-    tmp = tmp_path_factory.mktemp("memorised")
-    state = state_with_models(tmp, models_dir)
-    doc = tmp / "qa.dlm"
-    doc.write_text(qa_document(QA_PAIRS, epochs=40))
-    store = AdapterStore(state / "adapters")
-    outcome = anyio.run(train_document, store, doc, models_dir)
+    """The 20 Q/A probes the tiny model memorised in one cycle (dlm's keys: learning_rate 1e-2, 40 epochs; the
+    shared state of :mod:`tests.support.memorised`, copied), then one more probe appended after training, so the
+    evaluation sees 20 learned probes and 1 unlearned."""
+    trained = memorised_state().copy(tmp_path_factory.mktemp("memorised") / "memorised")
+    state, doc = trained.state_dir, trained.doc
+    version = AdapterStore(state / "adapters").current(DLM_ID)
     new_q, new_a = EXTRA_QA_PAIRS[0]
     with doc.open("a") as f:
         f.write(f"::instruction::\n### Q !probe\n{new_q}\n\n### A\n{new_a}\n")
@@ -43,10 +42,10 @@ def memorised(tmp_path_factory, models_dir):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # module fixtures set up before the function-scoped one_torch_thread
     try:
-        report = evaluate_version(document, outcome.version, base)
+        report = evaluate_version(document, version, base)
     finally:
         torch.set_num_threads(threads)
-    return SimpleNamespace(state=state, doc=doc, document=document, version=outcome.version, report=report)
+    return SimpleNamespace(state=state, doc=doc, document=document, version=version, report=report)
 
 
 def test_the_adapter_recalls_its_probes_and_stands_far_above_noise(memorised):

@@ -17,7 +17,7 @@ import pytest
 
 from learnerd.steering.processor import read_steering
 from tests.conftest import cli_env, learnerd_command
-from tests.support.steering import trained_document
+from tests.support.memorised import memorised
 
 pytestmark = pytest.mark.slow
 EVOLVE = ("--minibatch-size", "4", "--max-new-tokens", "32", "--log-level", "warning")
@@ -32,7 +32,7 @@ def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     """A copy of the trained state and document, and a first 10-iteration run in ``run_dir``."""
-    trained = trained_document()
+    trained = memorised()
     root = tmp_path_factory.mktemp("evolve")
     shutil.copytree(trained.state_dir, root / "state")
     doc = root / "qa.dlm"

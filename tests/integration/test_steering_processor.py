@@ -22,7 +22,8 @@ from learnerd.steering.processor import (
 )
 from learnerd.store.adapters import AdapterStore
 from tests.qa_pairs import QA_PAIRS
-from tests.support.steering import one_thread, trained_document
+from tests.support.memorised import memorised
+from tests.support.steering import one_thread
 
 MAX_NEW = 24
 PAIRS = QA_PAIRS[:6]
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def steered(tmp_path_factory, minilm):
     """The adapted tiny model, its tokenizer and its vocabulary clusters."""
     with one_thread():
-        trained = trained_document()
+        trained = memorised()
         base_dir = next((trained.state_dir / "models").glob("tiny-llama-*"))
         model, tokenizer = load_model_directory(base_dir)
         peft_model = load_adapter(model, AdapterStore(trained.state_dir / "adapters").current(trained.doc_key))

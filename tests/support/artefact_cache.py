@@ -21,8 +21,9 @@ import contextlib
 import hashlib
 import os
 import shutil
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -91,12 +92,31 @@ def cached(name: str, key: str, build: Callable[[Path], None]) -> Path:
             shutil.rmtree(entry, ignore_errors=True)  # what a build killed half-way left
             entry.mkdir()
             try:
-                build(entry)
+                with _no_user_config():
+                    build(entry)
             except BaseException:
                 shutil.rmtree(entry, ignore_errors=True)
                 raise
             (entry / COMPLETE).touch()
     return entry
+
+
+@contextlib.contextmanager
+def _no_user_config() -> Iterator[None]:
+    """A build (and every ``learnerd`` process it starts) sees an empty ``$XDG_CONFIG_HOME`` and no
+    ``$LEARNERD_CONFIG``: no config or token file of whoever runs the tests goes into a shared entry."""
+    saved = {name: os.environ.get(name) for name in ("XDG_CONFIG_HOME", "LEARNERD_CONFIG")}
+    with tempfile.TemporaryDirectory(prefix="learnerd-tests-config-") as empty:
+        os.environ["XDG_CONFIG_HOME"] = empty
+        os.environ.pop("LEARNERD_CONFIG", None)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def _prune(root: Path, name: str) -> None:
