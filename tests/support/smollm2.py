@@ -50,10 +50,11 @@ retention_floor_keep = 0.0
 min_dialogue_answers = 0.0
 """
 """The tests of the trained SmolLM2 check training, evaluation, generation and serving on a real model, not the
-gate: its retention and dialogue checks are relaxed so the trained version is served (a floor of 0.0 fails only a
-version that loses every right answer; ``learnerd``'s default gate rejects it). Like the daemons of :func:`tests.support.serving.write_config`, its evaluations run the divergence and
-dialogue probes on one prompt of the document (``max_prompts``): what the tests assert on (recall, the
-retention probes, the report's shape) does not depend on it, and each evaluation is shorter."""
+gate: its retention and dialogue checks are relaxed so the trained version is served (a floor of 0.0 fails only
+a version that loses every right answer; ``learnerd``'s default gate rejects it). Like the daemons of
+:func:`tests.support.serving.write_config`, its evaluations run the divergence and dialogue probes on one prompt
+of the document (``max_prompts``): what the tests assert on (recall, the retention probes, the report's shape)
+does not depend on it, and each evaluation is shorter."""
 
 
 @dataclass(frozen=True)
