@@ -30,17 +30,27 @@ def pytest_configure(config: pytest.Config) -> None:
 
 MODEL_FIXTURES = frozenset({"minilm", "smollm2_models_dir", "smollm2_commands"})
 """Fixtures that load a real pretrained model: a test using one is marked ``model``."""
+TRAINED_FIXTURES = frozenset({"smollm2_commands"})
+"""Fixtures of a model trained once per machine (many minutes the first time): their modules run last."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by the marks added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark ``model`` every test that uses a fixture of :data:`MODEL_FIXTURES`. Then modules marked ``longest``
-    first (in their own order; the rest keep theirs): in a parallel run a module of many minutes handed out last
-    would run alone at the end."""
+    """Mark ``model`` every test that uses a fixture of :data:`MODEL_FIXTURES`. Then order the modules (each
+    group keeps its own order): those marked ``longest`` first, as in a parallel run a module of many minutes
+    handed out last would run alone at the end; those that read the trained SmolLM2 (:data:`TRAINED_FIXTURES`)
+    last, as a worker that reaches one while another worker trains it waits idle on the artefact cache's lock."""
     for item in items:
         if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.model)
-    items.sort(key=lambda item: item.get_closest_marker("longest") is None)
+    reads_trained = {
+        item.path for item in items if TRAINED_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+    } - {item.path for item in items if item.get_closest_marker("longest")}
+
+    def rank(item: pytest.Item) -> int:
+        return 0 if item.get_closest_marker("longest") else 2 if item.path in reads_trained else 1
+
+    items.sort(key=rank)
 
 
 def peer_data_dir() -> Path | None:

@@ -11,7 +11,6 @@ import filecmp
 import importlib.util
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from learnerd.eval.history import adapter_key
@@ -23,6 +22,7 @@ from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.support.base_models import smollm2_f32_gguf, smollm2_plain_dir
 from tests.support.documents import qa_document
+from tests.support.gguf_logits import LOGIT_RTOL, chat_prompt, compare_logits
 from tests.support.tied_model import commit_noise_adapter
 
 pytestmark = [
@@ -42,11 +42,6 @@ TEXTS = [
     "kubectl get pods -n web --port 8080 && echo 12345!!",
     "  two spaces,\n\ttab; café ünïcödé 🙂 'quoted' don't",
 ]
-LOGIT_RTOL = 2e-5
-"""Largest |llama.cpp − transformers| next-token logit, as a fraction of the largest |logit|: both run float32
-(weights, activations, and llama.cpp's KV cache asked for float32: its float16 default alone moves logits by
-~1e-3 of their scale), summing dot products of up to 1536 terms in different orders through 30 blocks; measured
-2.3e-6, the bound is ~170 float32 epsilons (1.19e-7)."""
 
 
 @pytest.fixture(scope="module")
@@ -74,11 +69,6 @@ def tokenizer(smollm2_dir: Path):
     return AutoTokenizer.from_pretrained(smollm2_dir)
 
 
-def chat_prompt(tokenizer, question: str) -> str:
-    messages = [{"role": "user", "content": question}]
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-
-
 def test_llamacpp_tokenizes_as_the_hugging_face_tokenizer_special_tokens_included(llama, tokenizer):
     prompt = chat_prompt(tokenizer, TEXTS[0])
     assert prompt.startswith("<|im_start|>system")
@@ -90,23 +80,18 @@ def test_llamacpp_tokenizes_as_the_hugging_face_tokenizer_special_tokens_include
     assert llama.metadata["tokenizer.ggml.pre"] == "gpt-2"  # its tokenizer.json splits with GPT-2's regex alone
 
 
+@pytest.mark.measure
 def test_llamacpp_next_token_logits_agree_with_transformers_at_float32_precision(llama, tokenizer, smollm2_dir):
+    """Every position of one chat prompt (``benchmarks/bench_gguf_logits.py`` compares many)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     ids = tokenizer(chat_prompt(tokenizer, TEXTS[0]), add_special_tokens=False)["input_ids"]
     model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
-    with torch.no_grad():
-        expected = model(torch.tensor([ids])).logits[0].numpy()
-    llama.reset()
-    llama.eval(ids)
-    got = np.asarray(llama.scores[: len(ids)])
-    scale = float(np.abs(expected).max())
-    assert np.abs(got - expected).max() <= LOGIT_RTOL * scale
-    top2 = np.sort(expected, axis=-1)[:, -2:]
-    clear = top2[:, 1] - top2[:, 0] > 2 * LOGIT_RTOL * scale  # positions whose greedy token is no tie
-    assert clear.sum() >= len(ids) - 2
-    assert (got.argmax(-1) == expected.argmax(-1))[clear].all()
+    agreement = compare_logits(llama, model, ids)
+    assert agreement.rel_error <= LOGIT_RTOL, agreement
+    assert agreement.clear >= len(ids) - 2, agreement
+    assert agreement.clear_argmax_agree == agreement.clear, agreement
 
 
 @pytest.mark.anyio

@@ -24,7 +24,7 @@ from learnerd.ml.serving import ServedModel, ServedModels
 from learnerd.store.adapters import AdapterStore
 from tests.support.tied_model import answer, build_tied_tiny_model, commit_noise_adapter, load_both_at_once
 
-pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("one_torch_thread")]
+pytestmark = [pytest.mark.anyio, pytest.mark.measure, pytest.mark.usefixtures("one_torch_thread")]
 
 DOC_KEY = "01J0LOADER0000000000000000"
 
