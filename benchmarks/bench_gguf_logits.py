@@ -1,7 +1,8 @@
 """llama.cpp's next-token logits against transformers' at float32 precision over many chat prompts.
 
 SmolLM2-135M-Instruct converted to a float32 GGUF file (:func:`learnerd.ml.gguf_base.write_base_gguf`) and loaded by
-llama.cpp with a float32 KV cache, beside the same Hugging Face directory in transformers.
+llama.cpp with a float32 KV cache, beside the same Hugging Face directory in transformers; both conversions come
+from the tests' artefact cache (``tests/support/base_models.py``: built on first use, reused after).
 
 ``tests/integration/test_ml_gguf_base.py`` compares every position of one prompt in CI; this compares every
 position of each of the first ``--prompts`` general questions of ``answer_retention``'s pool
@@ -27,10 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from learnerd.eval.probes import retention
-from learnerd.ml.base_model import SMOLLM2_INSTRUCT, resolve_base_model
-from learnerd.ml.gguf_base import write_base_gguf
-from learnerd.ml.tiny_model import IDENTITY_FILE
 from learnerd.store.dlm import read_document
+from tests.support.base_models import smollm2_f32_gguf, smollm2_plain_dir
 from tests.support.gguf_logits import LOGIT_RTOL, chat_prompt, compare_logits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,27 +43,14 @@ def prompts(count: int) -> list[str]:
     return [item.prompt for item in retention.general_pool()[:count]] + tasks
 
 
-def plain_directory(models: Path, target: Path) -> Path:
-    """SmolLM2 converted into the model cache ``models``, as a plain directory at ``target`` (files linked, no
-    identity file: what a user's own local base looks like)."""
-    source = resolve_base_model(SMOLLM2_INSTRUCT, cache_dir=models).path
-    target.mkdir(parents=True)
-    for entry in source.iterdir():
-        if entry.name != IDENTITY_FILE:
-            (target / entry.name).symlink_to(entry)
-    return target
-
-
 def bench(count: int, root: Path) -> None:
     from llama_cpp import GGML_TYPE_F32, Llama
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    directory = plain_directory(root / "models", root / "SmolLM2-135M-Instruct")
-    gguf = root / "smollm2.f32.gguf"
-    write_base_gguf(directory, gguf, outtype="f32")
+    directory = smollm2_plain_dir(root)
     llama = Llama(
-        model_path=str(gguf), n_ctx=2048, logits_all=True, n_threads=torch.get_num_threads(), verbose=False,
-        type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32,
+        model_path=str(smollm2_f32_gguf()), n_ctx=2048, logits_all=True, n_threads=torch.get_num_threads(),
+        verbose=False, type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32,
     )  # fmt: skip
     tokenizer = AutoTokenizer.from_pretrained(directory)
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
