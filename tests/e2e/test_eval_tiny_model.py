@@ -105,15 +105,18 @@ def test_the_report_is_schema_1_and_harvest_reads_it(memorised):
     assert [(a.candidate.prompt, a.reinforcement) for a in plan.additions] == [(EXTRA_QA_PAIRS[0][0], True)]
     proc = run_cli("harvest", str(memorised.doc), "--sway-json", str(path), "--reinforce")
     assert "reinforcement copy" in proc.stdout and "dry-run: nothing written" in proc.stdout
-    # dlm's rule: the probe's own section is already there; what a plain harvest adds is calibration_drift's
-    # worst offenders, the general knowledge the memorising adapter displaced (the closed loop adds none)
+    # dlm's rule: the probe's own section is already there; calibration_drift's worst offenders, the general
+    # knowledge the memorising adapter displaced, are sway's items that judge every candidate: sealed, never written
     (drift,) = [p for p in again.probes if p.kind == "calibration_drift"]
     assert drift.verdict == "fail"
     plain = plan_harvest(memorised.document, again)
-    assert [(s.candidate.prompt, s.reason) for s in plain.skipped] == [(EXTRA_QA_PAIRS[0][0], "already_present")]
-    assert len(plain.additions) == 5 and {a.candidate.probe_kind for a in plain.additions} == {"calibration_drift"}
-    proc = run_cli("harvest", str(memorised.doc), "--sway-json", str(path))
-    assert f"auto-harvest/{drift.name}" in proc.stdout and "dry-run: nothing written" in proc.stdout
+    assert [s.candidate.prompt for s in plain.skipped if s.reason == "already_present"] == [EXTRA_QA_PAIRS[0][0]]
+    sealed = [s.candidate for s in plain.skipped if s.reason == "sealed"]
+    assert len(sealed) == 5 and {c.probe_kind for c in sealed} == {"calibration_drift"}
+    assert plain.additions == ()
+    proc = run_cli("harvest", str(memorised.doc), "--sway-json", str(path), check=False)
+    assert proc.returncode == 2 and "no candidates to harvest" in proc.stdout  # dlm's exit: nothing to add
+    assert proc.stdout.count("sealed") >= 5, proc.stdout
 
 
 def test_learnerd_eval_history_plots_the_pass_rate(memorised, tmp_path):
