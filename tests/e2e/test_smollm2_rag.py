@@ -27,7 +27,7 @@ MADE_UP = {  # a tool SmolLM2 has never seen: only the retrieved examples can te
 
 
 def test_retrieved_examples_give_the_answer_the_base_cannot(smollm2_models_dir: Path, tmp_path: Path):
-    """Asked a task of a made-up tool, the base answers with prose; with ``rag_k`` 3 the learned examples go in
+    """Asked a task of a made-up tool with ``rag_k`` 0, the base answers with prose; with 3 the learned examples go in
     as quoted data (one block in the system message) and the command the answer gives is the tool's command
     for this task (a node no example names), exactly."""
     write_config(tmp_path, smollm2_models_dir)
@@ -45,7 +45,9 @@ def test_retrieved_examples_give_the_answer_the_base_cannot(smollm2_models_dir: 
 
         wait_until(smollm2_loaded, timeout=900, what="SmolLM2 loaded", interval=1.0)
         api = client(url)
-        base = api.chat.completions.create(model="shell", messages=question, max_tokens=24, temperature=0)
+        base = api.chat.completions.create(  # no examples: [serve] rag_k (3) quotes the close ones by default
+            model="shell", messages=question, max_tokens=24, temperature=0, extra_body={"learnerd": {"rag_k": 0}}
+        )
         rag = api.chat.completions.create(
             model="shell", messages=question, max_tokens=24, temperature=0, extra_body={"learnerd": {"rag_k": 3}}
         )
