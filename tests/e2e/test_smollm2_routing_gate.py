@@ -50,7 +50,13 @@ def test_a_cycle_that_breaks_what_is_served_is_still_rejected(smollm2_models_dir
     write_config(tmp_path, smollm2_models_dir)
     knowledge = [item for item in general_pool() if item.category == "knowledge"][:20]
     wrong = [(item.prompt, knowledge[(i + 1) % len(knowledge)].gold) for i, item in enumerate(knowledge)]
-    plain_lora = {"lora_r": 8, "lora_alpha": 16, "general_replay": 0, "multi_turn_rows": 0}  # NO_REPLAY's
+    plain_lora = {
+        "lora_r": 8,
+        "lora_alpha": 16,
+        "general_replay": 0,
+        "multi_turn_rows": 0,
+        "retrieval_k": 0,
+    }  # NO_REPLAY
     doc = qa_document(tmp_path / "docs" / "trivia.dlm", wrong, training=plain_lora, base_model="smollm2-135m-instruct")
     status, outcome = train(tmp_path, doc)
     assert status == 1 and outcome["gate"]["outcome"] == "rejected", outcome
