@@ -120,6 +120,7 @@ async def serve(daemon, once: bool, options=None, display=None):
         ServiceError: the admin socket or a TCP endpoint could not be set up.
     """
     import anyio
+    import anyio.abc
     import structlog
 
     from learnerd.daemon.service import Service, ServiceError
@@ -131,9 +132,10 @@ async def serve(daemon, once: bool, options=None, display=None):
     try:
         async with anyio.create_task_group() as tg:
 
-            async def watch_signals() -> None:
+            async def watch_signals(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
                 nonlocal hard_stop
                 with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
+                    task_status.started()  # the handlers are installed before the admin socket is bound
                     async for signum in signals:
                         if signum == signal.SIGHUP and service is None:
                             log.info("SIGHUP ignored: nothing to reload in --once mode")
@@ -150,7 +152,7 @@ async def serve(daemon, once: bool, options=None, display=None):
                             daemon.stop_now()
                             tg.cancel_scope.cancel()
 
-            tg.start_soon(watch_signals)
+            await tg.start(watch_signals)
             if once and display is not None:
                 tg.start_soon(follow_progress, daemon, display)
             summary = await (daemon.run_once(stop) if service is None else service.run())
@@ -277,7 +279,14 @@ def sole_exception(group: BaseExceptionGroup) -> BaseException:
 
 
 def run(args: argparse.Namespace) -> int:
+    import atexit
+    import gc
+
     import anyio
+
+    # The interpreter's last garbage collections skip what is alive at exit (torch's and transformers' object
+    # graphs: seconds on a loaded machine, between a SIGTERM's drain and the process's end); the OS frees it all.
+    atexit.register(gc.freeze)
 
     from learnerd.cmd._progress import progress_display
     from learnerd.cmd._report import print_summary

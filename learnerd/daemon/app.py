@@ -48,8 +48,11 @@ probes reconciler's writes); ``backfill`` never trains.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import functools
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -460,10 +463,11 @@ class Daemon:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def _start_embeddings(self, tg: anyio.abc.TaskGroup, *, lazy: bool) -> None:
+    async def _start_embeddings(self, tg: anyio.abc.TaskGroup, *, lazy: bool, stop: anyio.Event | None) -> bool:
         """Load the embedder (``lazy``: MiniLM only at its first use, so a run with nothing to embed never
         loads it; an OpenAI-compatible endpoint is always checked now, to fail fast), then start the
-        controllers that need it.
+        controllers that need it. ``stop`` set during the load abandons it (the loading thread is a daemon
+        thread: the process exits without waiting for it) and starts nothing; returns False then, else True.
 
         Raises:
             EmbedderError: the embedder cannot be loaded or the endpoint does not answer.
@@ -473,13 +477,20 @@ class Daemon:
                 self.embedder = LazyEmbedder(self.cfg.embeddings)
             else:
                 log.info("loading embedder", backend=self.cfg.embeddings.backend)
-                self.embedder = await anyio.to_thread.run_sync(make_embedder, self.cfg.embeddings)
+                self.embedder = await _unless_stopped(stop, tg, make_embedder, self.cfg.embeddings)
+        if self.embedder is None or (stop is not None and stop.is_set()):
+            log.info("stopped during start-up: the embedder's load is abandoned, no controller needing it starts")
+            return False
         for spec in self.specs:
             if spec.needs_embedder:
                 tg.start_soon(self._wire(spec).run, name=f"controller-{spec.name}")
+        return True
 
-    async def _serve(self, body: Callable[[anyio.abc.TaskGroup], Any], *, intake: bool) -> None:
-        """Start the controllers (and, with ``intake``, the analyzer), run ``body``, then drain."""
+    async def _serve(
+        self, body: Callable[[anyio.abc.TaskGroup], Any], *, intake: bool, stop: anyio.Event | None = None
+    ) -> None:
+        """Start the controllers (and, with ``intake``, the analyzer), run ``body``, then drain. ``stop`` set
+        while the embedder loads skips ``body`` (:meth:`_start_embeddings`)."""
         async with anyio.create_task_group() as tg:
             for name, controller in self.controllers.items():
                 tg.start_soon(controller.run, name=f"controller-{name}")
@@ -502,9 +513,10 @@ class Daemon:
                 await tg.start(self._run_training_intake, training_scope, name="training-intake")
                 if self.rpc is not None:
                     await tg.start(self._run_rpc, rpc_scope, name="rpc-server")
-            await self._start_embeddings(tg, lazy=not intake)
+            loaded = await self._start_embeddings(tg, lazy=not intake, stop=stop)
             try:
-                await body(tg)
+                if loaded:
+                    await body(tg)
             finally:
                 analyzer_scope.cancel()
                 training_scope.cancel()
@@ -597,7 +609,7 @@ class Daemon:
             await stop.wait()
             log.info("stopping: intake stopped, draining queues")
 
-        await self._serve(body, intake=True)
+        await self._serve(body, intake=True, stop=stop)
         return self.summary()
 
     async def run_once(self, stop: anyio.Event | None = None) -> RunSummary:
@@ -623,7 +635,7 @@ class Daemon:
                 await self.wait_idle()
                 work.cancel_scope.cancel()
 
-        await self._serve(body, intake=False)
+        await self._serve(body, intake=False, stop=stop)
         return self.summary()
 
     async def backfill(self, since: float, progress: Callable[[int, int], None] | None = None) -> RunSummary:
@@ -682,3 +694,37 @@ class Daemon:
         if self.fleet is not None:
             self.fleet.close()
         self.conn.close()
+
+
+async def _unless_stopped(
+    stop: anyio.Event | None, tg: anyio.abc.TaskGroup, func: Callable[..., Any], *args: Any
+) -> Any:
+    """``func(*args)`` run in a daemon thread; None when ``stop`` is set first. The thread is then abandoned: it runs
+    on, and the interpreter exits without waiting for it (anyio's worker threads are not daemon threads, so a
+    stop during a minute-long model load would otherwise wait for the load). Exceptions of ``func`` propagate."""
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def work() -> None:
+        try:
+            future.set_result(func(*args))
+        except BaseException as exc:  # handed to the waiter, who re-raises it
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name=f"load-{getattr(func, '__name__', 'model')}", daemon=True).start()
+    if stop is None:
+        return await asyncio.wrap_future(future)
+    result = None
+    with anyio.CancelScope() as waiting:
+        watcher = anyio.CancelScope()
+
+        async def cancel_on_stop() -> None:
+            with watcher:
+                await stop.wait()
+                waiting.cancel()
+
+        tg.start_soon(cancel_on_stop, name="stop-during-start-up")
+        try:
+            result = await asyncio.wrap_future(future)
+        finally:
+            watcher.cancel()
+    return result

@@ -161,3 +161,24 @@ def test_stale_socket_replaced_second_daemon_refused_second_sigint_stops_at_once
         assert any(e["event"] == "second SIGINT: stopping now" for e in daemon.log_events())
     with pytest.raises(CommandError):
         daemon.client().call("GET", "/status")
+
+
+def test_sigterm_while_the_embedder_loads_stops_at_once_and_starts_nothing(empty_root: Path):
+    """An embeddings endpoint that takes connections and never answers: the embedder's load (its start-up check)
+    hangs, so the SIGTERM surely comes during it. The daemon exits 0 at once (60 s bounds the wait, not a timing
+    claim: unfixed, it waits for the check's 10 s time-out and exits 1), never ready, no controller started."""
+    root = empty_root
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
+        (root / "learnerd.toml").write_text(CONFIG + f'\n[embeddings]\nbackend = "openai"\nbase_url = "{url}"\n')
+        with daemon_process(root) as daemon:
+            wait_until(lambda: "loading embedder" in daemon.log_text(), timeout=180, what="the embedder's load")
+            assert daemon.client().call("GET", "/status")["state"] == "starting", "the admin socket is up"
+            daemon.signal(signal.SIGTERM)
+            assert daemon.wait(timeout=60) == 0, daemon.log_text()[-3000:]
+    names = [e["event"] for e in daemon.log_events()]
+    assert "stopped during start-up: the embedder's load is abandoned, no controller needing it starts" in names
+    assert "learnerd ready" not in names
+    assert not any("READY=1" in m.split("\n") for m in daemon.notify.messages)
