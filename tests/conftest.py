@@ -19,7 +19,7 @@ def pytest_configure(config: pytest.Config) -> None:
     order :func:`pytest_collection_modifyitems` makes (xdist's reordering by test count turned off)."""
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers and workers.isdigit():
-        from learnerd.ml.device import usable_cores
+        from learnerd.ml.threads import usable_cores
 
         threads = str(max(1, usable_cores() // int(workers)))
         os.environ.setdefault("OMP_NUM_THREADS", threads)

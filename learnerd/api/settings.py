@@ -120,7 +120,7 @@ class ServeConfig(Section):
     steering: bool = False
     """apply `learnerd evolve`'s deltas_best.json of the document's run, when there is one"""
     num_threads: int = Field(0, ge=0)
-    """threads while generating (torch's, or llama.cpp's n_threads); 0 = the usable cores minus one (at least 1)"""
+    """threads while generating (torch's, or llama.cpp's n_threads); 0 = the free cores minus one (at least 1)"""
     backend: Literal["transformers", "llamacpp"] = "transformers"
     """or "llamacpp": generate with llama.cpp on the base's GGUF file and the version's GGUF LoRA (docs/export.md)"""
     routing: Literal["similarity", "always-adapter"] = "similarity"

@@ -4,13 +4,16 @@ on a terminal, lines of text everywhere else.
 When stdout is not a terminal (systemd's journal, CI, ``nohup``, ``> out 2>&1``) and does not carry the
 command's JSON (``--json``), each piece of work — a *task* — prints lines on stdout, flushed at once::
 
-    train notes.dlm: step 40/96 · 2.1 s/step · loss 0.41 · ETA 2m
+    train notes.dlm: base answers 48/152 · 12 s/answer · cpu 98% · rss 1.1 GiB (peak 1.2 GiB) · ETA 21m
+    train notes.dlm: training step 40/96 · 2.1 s/step · loss 0.41 · cpu 97% · rss 1.2 GiB (peak 1.4 GiB) · ETA 2m
 
-one when it starts, then one whenever a step is done and :data:`LINE_INTERVAL_S` seconds have passed since
-the task's last line or another tenth of its total is done (whichever comes first), and a last one when it
-ends (``done in …``, or ``stopped after …`` when the command failed or was interrupted). The pace and the
-time left are :class:`~learnerd.runtime.progress.StepProgress`'s: measured from the first step, so loading a
-model does not count as a step. Lines go to stdout because stderr carries the log, one JSON object per line
+one when it starts and one when it enters a new phase (its ``phase`` field: a training process's ``loading base``,
+``base answers``, ``start loss``, ``training step``, ``final loss``), then one whenever a step is done and
+:data:`LINE_INTERVAL_S` seconds have passed since the task's last line or another tenth of its total is done
+(whichever comes first), and a last one when it ends (``done in …``, or ``stopped after …`` when the command
+failed or was interrupted). The pace and the
+time left are :class:`~learnerd.runtime.progress.StepProgress`'s: measured from the first step of the phase, so
+loading a model does not count as a step. Lines go to stdout because stderr carries the log, one JSON object per line
 when it is not a terminal.
 
 On a terminal, the command's rich bar is drawn on the console it passes (only when that console is a
@@ -26,7 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO
 
-from learnerd.cmd._render import describe_fields, duration, progress_line
+from learnerd.cmd._render import describe_fields, describe_usage, duration, progress_line
 from learnerd.runtime.progress import StepProgress
 
 LINE_INTERVAL_S = 10.0
@@ -55,6 +58,7 @@ class _LineTask:
     fields: dict[str, Any] = field(default_factory=dict)
     printed_step: int = 0
     printed_at: float = 0.0
+    started: float = field(default=0.0)  # when the task started (its phases each start a new ``progress``)
 
 
 class LineDisplay:
@@ -73,10 +77,16 @@ class LineDisplay:
     def update(self, task: str, step: int, total: int | None = None, /, *, unit: str = "step", **fields: Any) -> None:
         t = self._tasks.get(task)
         if t is None:
-            t = self._tasks[task] = _LineTask(StepProgress(self._clock), unit)
+            t = self._tasks[task] = _LineTask(StepProgress(self._clock), unit, started=self._clock())
             t.progress.update(step, total)
             t.fields.update(fields)
             self._print(task, t, "starting" if step == 0 else None)
+            return
+        if fields.get("phase") is not None and fields["phase"] != t.fields.get("phase"):
+            t.progress, t.unit = StepProgress(self._clock), unit
+            t.progress.update(step, total)
+            t.fields.update(fields)
+            self._print(task, t, None)
             return
         t.progress.update(step, total)
         t.fields.update(fields)
@@ -93,7 +103,7 @@ class LineDisplay:
         """The last line of ``task``: ``done in …`` (``stopped``: ``stopped after …``)."""
         t = self._tasks.pop(task, None)
         if t is not None:
-            elapsed = duration(t.progress.elapsed_s())
+            elapsed = duration(self._clock() - t.started)
             self._print(task, t, f"stopped after {elapsed}" if stopped else f"done in {elapsed}")
 
     def close(self, *, stopped: bool) -> None:
@@ -129,7 +139,8 @@ class RichDisplay:
         self._ids: dict[str, Any] = {}
 
     def update(self, task: str, step: int, total: int | None = None, /, *, unit: str = "step", **fields: Any) -> None:
-        info = " · ".join(describe_fields(fields))
+        info = " · ".join([*([fields["phase"]] if fields.get("phase") else []), *describe_fields(fields),
+                           *describe_usage(fields)])  # fmt: skip
         if task not in self._ids:
             self._progress.start()  # idempotent: the bars appear with the first update
             self._ids[task] = self._progress.add_task(task, total=total, info=info)

@@ -99,23 +99,55 @@ def pace(seconds: float) -> str:
     return f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.2g}"
 
 
+PHASE_KEYS = ("phase", "unit")
+"""A progress entry's phase (``base answers``, ``training step``, ``evaluating``) and the unit it counts in."""
+USAGE_KEYS = ("cpu_share", "rss_mb", "peak_rss_mb")
+"""A progress entry's process usage (:class:`learnerd.training.runner.ProcessUsage`)."""
+
+
 def describe_fields(fields: dict[str, Any]) -> list[str]:
-    """``{"loss": "0.41", "after": None}`` → ``["loss 0.41"]`` (underscores in names become spaces)."""
-    return [f"{name.replace('_', ' ')} {value}" for name, value in fields.items() if value is not None]
+    """``{"loss": "0.41", "after": None}`` → ``["loss 0.41"]`` (underscores in names become spaces); the phase and
+    usage keys are left out (:func:`describe_usage` shows the latter)."""
+    shown = {k: v for k, v in fields.items() if k not in (*PHASE_KEYS, *USAGE_KEYS)}
+    return [f"{name.replace('_', ' ')} {value}" for name, value in shown.items() if value is not None]
+
+
+def mebibytes(mb: float) -> str:
+    """``850.2`` → ``"850 MiB"``, ``1536`` → ``"1.5 GiB"``."""
+    return f"{mb / 1024:.1f} GiB" if mb >= 1024 else f"{mb:.0f} MiB"
+
+
+def describe_usage(fields: dict[str, Any]) -> list[str]:
+    """A process's usage among ``fields``: ``["cpu 97%", "rss 1.2 GiB (peak 1.5 GiB)"]`` (a CPU share of 1.0 is one
+    core, 100 %, as ``top`` counts)."""
+    parts = []
+    if fields.get("cpu_share") is not None:
+        parts.append(f"cpu {fields['cpu_share'] * 100:.0f}%")
+    if fields.get("rss_mb") is not None:
+        peak = f" (peak {mebibytes(fields['peak_rss_mb'])})" if fields.get("peak_rss_mb") is not None else ""
+        parts.append(f"rss {mebibytes(fields['rss_mb'])}{peak}")
+    return parts
 
 
 def progress_line(progress: dict[str, Any], unit: str = "step", ending: str | None = None) -> str:
     """One piece of work's progress, as :class:`~learnerd.runtime.progress.StepProgress`'s ``to_json()`` and
-    its fields say: ``"step 40/96 · 2.1 s/step · loss 0.41 · ETA 2m"`` — the steps (once one is done or the
-    total is known), the pace (once known), the fields, then ``ending`` or else the time left (once known);
-    ``"starting"`` when there is nothing else to say."""
+    its fields say: ``"training step 40/96 · 2.1 s/step · loss 0.41 · cpu 97% · rss 1.2 GiB · ETA 2m"`` — the
+    phase (its ``phase`` field, else ``unit``; the field ``unit`` overrides ``unit``) and its steps (once one is
+    done or the total is known), the pace (once known), the fields, the process's usage, then ``ending`` or else
+    the time left (once known); ``"starting"`` when there is nothing else to say."""
     step, total, seconds, eta = (progress[k] for k in ("step", "total", "s_per_step", "eta_s"))
+    unit = progress.get("unit") or unit
+    label = progress.get("phase") or unit
     parts = []
     if step or total is not None:
-        parts.append(f"{unit} {step}/{total}" if total is not None else f"{unit} {step}")
+        parts.append(f"{label} {step}/{total}" if total is not None else f"{label} {step}")
+    elif progress.get("phase"):
+        parts.append(label)
     if seconds is not None:
         parts.append(f"{pace(seconds)} s/{unit}")
-    parts.extend(describe_fields({k: v for k, v in progress.items() if k not in MEASURES}))
+    fields = {k: v for k, v in progress.items() if k not in MEASURES}
+    parts.extend(describe_fields(fields))
+    parts.extend(describe_usage(fields))
     if ending is not None:
         parts.append(ending)
     elif eta is not None:

@@ -89,11 +89,11 @@ def run(args: argparse.Namespace) -> int:
     from learnerd.eval.report import dump_report, write_report
     from learnerd.eval.suite import evaluate_version, total_steps
     from learnerd.eval.summary import render_report
-    from learnerd.eval.threads import set_torch_threads
     from learnerd.ml.base_model import resolve_base_model
     from learnerd.ml.device import DeviceError, resolve_device
     from learnerd.ml.embedders import EmbedderError, shared_embedder
     from learnerd.ml.loader import ModelCheckError
+    from learnerd.ml.threads import set_torch_threads
 
     overrides = {"null_runs": args.null_runs, "calibration": args.calibration}
     options = EvalOptions.from_settings(cfg.evaluation, **{k: v for k, v in overrides.items() if v is not None})

@@ -23,6 +23,7 @@ import sys
 import learnerd
 import learnerd.cmd
 from learnerd.cmd._common import CommandError
+from learnerd.ml.threads import passive_openmp
 
 PRIVATE_UMASK = 0o077
 """The process umask of every ``learnerd`` command: files 0600, directories 0700."""
@@ -43,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``learnerd`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    """Run ``learnerd`` with ``argv`` (default ``sys.argv[1:]``); return the exit status. OpenMP's threads wait
+    passively in this process and its children (:func:`learnerd.ml.threads.passive_openmp`, before torch loads)."""
+    passive_openmp()
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

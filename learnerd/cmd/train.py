@@ -176,15 +176,26 @@ async def _cycle(reconciler: Any, path: Path, fresh: bool, as_json: bool) -> Any
     from rich.console import Console
 
     from learnerd.cmd._progress import progress_display
+    from learnerd.cmd._render import USAGE_KEYS
+    from learnerd.reconcilers.training import TRAINING_STEP
 
     task = f"train {path.name}"
     with progress_display(Console(stderr=True), lines=not as_json) as display:
 
+        def usage() -> dict[str, Any]:  # the training process's CPU share and memory
+            entry = reconciler.progress().get(str(path), {})
+            return {k: entry[k] for k in USAGE_KEYS if k in entry}
+
         def on_progress(event: Any) -> None:
-            display.update(task, event.step, event.total_steps, loss=f"{event.loss:.4f}")
+            loss = f"{event.loss:.4f}"
+            step, total = event.step, event.total_steps
+            display.update(task, step, total, phase=TRAINING_STEP, unit="step", loss=loss, **usage())
+
+        def on_phase(event: Any) -> None:
+            display.update(task, event.done, event.total, phase=event.phase, unit=event.unit, **usage())
 
         return await reconciler.run_cycle(
-            path, fresh=fresh, on_start=lambda: display.update(task, 0), on_progress=on_progress
+            path, fresh=fresh, on_start=lambda: display.update(task, 0), on_progress=on_progress, on_phase=on_phase
         )
 
 

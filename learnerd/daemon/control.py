@@ -34,8 +34,8 @@ from learnerd.daemon.logging import current_level, parse_level, set_log_level
 from learnerd.daemon.reload import apply_config
 from learnerd.eval.history import last_report
 from learnerd.fleet.ledger import adapter_store
-from learnerd.ml.device import intra_op_threads
 from learnerd.ml.embedders import embedder_name
+from learnerd.ml.threads import intra_op_threads
 from learnerd.reconcilers.evaluation import EvaluationReconciler
 from learnerd.reconcilers.probes import document_router
 from learnerd.reconcilers.spec import BLOCKS, EXAMPLES, ExampleChange

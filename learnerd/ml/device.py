@@ -7,37 +7,10 @@ else float16; on CPU they are float32. LoRA adapter weights stay float32 (peft's
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from learnerd.ml.settings import DEVICE_CHOICES, DEVICE_PATTERN
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity; all of them where that is unknown)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-@contextlib.contextmanager
-def intra_op_threads(threads: int) -> Iterator[None]:
-    """Run the ``with`` block on ``threads`` torch intra-op threads in the calling thread, then restore its
-    count (OpenMP keeps the count per thread, so other threads are unaffected)."""
-    import torch
-
-    before = torch.get_num_threads()
-    if before != threads:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        if before != threads:
-            torch.set_num_threads(before)
 
 
 class DeviceError(ValueError):

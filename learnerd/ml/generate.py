@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,12 +83,14 @@ def greedy_replies(
     batch_size: int = 16,
     logits_processor: Any = None,
     stopping_criteria: Any = None,
+    on_batch: Callable[[int], None] | None = None,
 ) -> list[Reply]:
     """The greedy reply to each of ``conversations`` (lists of :class:`ChatMessage`, the last a user
     turn), in order, generated in left-padded batches of at most ``batch_size`` conversations of similar
     length (HF ``generate`` derives the position ids from the attention mask). In float32, batching
     changes the logits only by summation order (≈ 1e-6 relative), so a batched greedy answer differs from
-    the one-at-a-time answer only where two tokens tie that closely.
+    the one-at-a-time answer only where two tokens tie that closely. ``on_batch(replies_done)`` is called after
+    each batch.
 
     Raises:
         RowEncodingError: the tokenizer has no chat template.
@@ -121,6 +123,8 @@ def greedy_replies(
             new = out[row, width:].tolist()
             end = next((j for j, t in enumerate(new) if t in eos_ids), len(new))
             replies[i] = Reply(text=tokenizer.decode(new[:end], skip_special_tokens=True), token_ids=tuple(new[:end]))
+        if on_batch is not None:
+            on_batch(len(replies))
     return [replies[i] for i in range(len(prompts))]
 
 

@@ -105,8 +105,8 @@ class LlamaCppServedModels(ServedModels):
 
     Args: those of :class:`~learnerd.ml.serving.ServedModels`; ``steering`` gives a
     :class:`~learnerd.steering.processor.ClusterBiasProcessor`, applied as llama.cpp's logit bias;
-    ``num_threads`` is llama.cpp's ``n_threads`` and ``n_threads_batch`` (0: the usable cores minus one, at
-    least 1).
+    ``num_threads`` is llama.cpp's ``n_threads`` and ``n_threads_batch`` (0: the cores free when the base loads
+    minus one, at least 1).
     """
 
     def __init__(
@@ -150,14 +150,14 @@ class LlamaCppServedModels(ServedModels):
             raise BaseModelError(missing) from exc
         from transformers import AutoTokenizer
 
-        started = time.perf_counter()
+        started, threads = time.perf_counter(), self.threads()
         with loading():
             tokenizer = AutoTokenizer.from_pretrained(ref.path)
             llm = Llama(
                 model_path=os.fspath(gguf_file),
                 n_ctx=0,
-                n_threads=self.num_threads,
-                n_threads_batch=self.num_threads,
+                n_threads=threads,
+                n_threads_batch=threads,
                 verbose=False,
             )
         eos = {llm.token_eos(), tokenizer.eos_token_id} - {None, -1}

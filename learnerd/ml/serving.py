@@ -58,10 +58,10 @@ from typing import Any
 import structlog
 
 from learnerd.ml.base_model import BaseModelRef, LoadedBase, load_base_model, resolve_base_model
-from learnerd.ml.device import intra_op_threads, usable_cores
 from learnerd.ml.generate import generation_eos_ids
 from learnerd.ml.loader import ModelCheckError, load_adapter
 from learnerd.ml.rows import ChatMessage, render_chat
+from learnerd.ml.threads import CoreMeter, choose_threads, intra_op_threads
 from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
 
 log = structlog.get_logger(__name__)
@@ -248,10 +248,10 @@ class ServedModels:
         steering: ``(doc_key, tokenizer) -> logits processor or None``, called in the worker thread
             before each generation (e.g. ``learnerd evolve``'s best deltas of the document).
         num_threads: torch intra-op threads while generating (set in the generating thread for each
-            generation, :func:`~learnerd.ml.device.intra_op_threads`); 0: the usable cores minus
-            one, at least 1 — with every core in OpenMP, the event loop (HTTP, SSE, search) and the client
-            compete with spinning workers, and on 2 cores 2 threads stream no faster than 1
-            (``benchmarks/bench_serve.py``).
+            generation, :func:`~learnerd.ml.threads.intra_op_threads`); 0: the cores free before each generation
+            minus one, at least 1 (:func:`~learnerd.ml.threads.choose_threads`) — with every core in OpenMP, the
+            event loop (HTTP, SSE, search) and the client compete with the workers, and on 2 cores 2 threads
+            stream no faster than 1 (``benchmarks/bench_serve.py``).
         reload_after_s: after a model failed its known-answer check on every attempt, its requests are
             refused (:class:`ModelUnavailable`) and it is loaded again in the background this many
             seconds later, until a load passes.
@@ -268,7 +268,8 @@ class ServedModels:
         reload_after_s: float = 30.0,
     ) -> None:
         self.adapters = adapters
-        self.num_threads = num_threads or max(1, usable_cores() - 1)
+        self.num_threads = num_threads
+        self._cores = CoreMeter()
         self.models_dir = Path(models_dir)
         self.capacity = capacity
         self._steering = steering
@@ -583,10 +584,14 @@ class ServedModels:
                     self._held[adapter_name(job.version)] -= 1
             self._end(job, finished)
 
+    def threads(self) -> int:
+        """The torch threads of the next generation: ``num_threads``, or the free cores minus one (at least 1)."""
+        return choose_threads(self.num_threads, self._cores, reserve=1)
+
     def _generate(self, job: Job, base: Any, view: Any) -> Finished:
         """Generate ``job`` on ``base`` with :meth:`_activate`'s ``view`` of it, emitting its deltas."""
         processor = self._logits_processor(job.model, base.loaded.tokenizer)
-        with view as model, intra_op_threads(self.num_threads):
+        with view as model, intra_op_threads(self.threads()):
             return _generate(job, model, base, processor)
 
     def _end(self, job: Job, finished: Finished) -> None:

@@ -80,11 +80,11 @@ from learnerd.eval.probes.recall import exact_match, judged
 from learnerd.eval.report import Report, ReportError, Verdict, load_report, write_report
 from learnerd.eval.settings import EvaluationSettings
 from learnerd.eval.suite import evaluate_version, total_steps
-from learnerd.eval.threads import set_torch_threads
 from learnerd.fleet.ledger import adapter_store
 from learnerd.ml.base_model import BaseModelError, resolve_base_model
 from learnerd.ml.device import DeviceError, resolve_device
 from learnerd.ml.embedders import Embedder, shared_embedder
+from learnerd.ml.threads import set_torch_threads
 from learnerd.reconcilers.spec import (
     ADAPTERS,
     PROMOTIONS,
@@ -206,7 +206,7 @@ class EvaluationReconciler:
     def progress(self) -> dict[str, dict[str, Any]]:
         """Every evaluation in flight: its document path → ``step`` of ``total``
         (:func:`~learnerd.eval.suite.total_steps`), ``elapsed_s``, ``s_per_step``, ``eta_s`` (seconds), the
-        ``version`` evaluated and the step done last (``after``)
+        ``version`` evaluated, the step done last (``after``), ``phase`` ``"evaluating"`` and ``unit`` ``"step"``
         (:class:`~learnerd.runtime.reconcile.ProgressReporter`)."""
         return self.board.snapshot()
 
@@ -372,7 +372,7 @@ class EvaluationReconciler:
         total = total_steps(self.options)
         log.info("evaluation.started", path=str(path), version=version.name, steps=total, threads=threads)
         done = 0
-        self.board.begin(str(path), total, version=version.name)
+        self.board.begin(str(path), total, version=version.name, phase="evaluating", unit="step")
 
         def progress(step: str) -> None:
             nonlocal done

@@ -35,6 +35,7 @@ moving a document keeps its adapters; two documents claiming the same ``dlm_id``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import Counter, deque
@@ -45,6 +46,7 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import psutil
 import structlog
 
 from learnerd.fleet.ledger import adapter_store
@@ -73,13 +75,15 @@ from learnerd.store.probe_journal import ProbeJournal
 from learnerd.store.routing import DocumentScope
 from learnerd.training.config import check_trainable
 from learnerd.training.cycle import CycleOutcome, ReplayPolicy, train_cycle
-from learnerd.training.lora import ProgressEvent
+from learnerd.training.lora import PhaseEvent, ProgressEvent
 from learnerd.training.recipes import default_training, document_training
-from learnerd.training.runner import TrainingFailed, WarmSpare
+from learnerd.training.runner import ProcessUsage, TrainingFailed, WarmSpare
 from learnerd.training.settings import TrainingSettings
 
 log = structlog.get_logger(__name__)
 
+TRAINING_STEP = "training step"
+"""The phase of a cycle's optimizer steps (:meth:`TrainingReconciler.progress`)."""
 RECENT_CYCLES = 20
 """Wall durations of this many latest trained cycles are kept (:attr:`TrainingReconciler.recent_cycles_s`)."""
 
@@ -139,6 +143,7 @@ class CycleReport:
                 start_loss=result.start_loss,
                 final_loss=result.final_loss,
                 tokens=result.tokens_trained,
+                peak_rss_mb=result.peak_rss_mb,
             )
         if self.outcome.undertrained is not None:
             fields["undertrained"] = self.outcome.undertrained
@@ -201,8 +206,10 @@ class TrainingReconciler:
         self._replay = ReplayPolicy(settings.replay_ratio, settings.replay_min_rows)
         self._owners: dict[str, str] = {}  # dlm_id -> path of the document trained under it
         self.in_flight: dict[str, float] = {}  # key -> clock() at the start of its cycle
-        #: The optimizer steps of every cycle in flight (:meth:`progress`), from the start of its training process.
+        #: The phases and optimizer steps of every cycle in flight (:meth:`progress`), from the start of its training
+        #: process; what its process uses, by key.
         self.board = ProgressBoard(clock)
+        self._usage: dict[str, ProcessUsage] = {}
         self.recent_cycles_s: deque[float] = deque(maxlen=RECENT_CYCLES)
         self.undertrained: dict[str, str] = {}  # key -> the undertrained line of its last committed cycle
         self.changes: Counter[str] = Counter()  # adapters committed, probes written
@@ -214,10 +221,18 @@ class TrainingReconciler:
         return self.journal.documents() if self.journal is not None else []
 
     def progress(self) -> dict[str, dict[str, Any]]:
-        """Every cycle whose training process runs: its document path → optimizer ``step`` of ``total``,
-        ``elapsed_s``, ``s_per_step``, ``eta_s`` (seconds), the document's ``doc_key`` (its ``dlm_id``) and the
-        last step's ``loss`` (nats per token) (:class:`~learnerd.runtime.reconcile.ProgressReporter`)."""
-        return self.board.snapshot()
+        """Every cycle whose training process runs: its document path → its ``phase`` (``loading base``, ``base
+        answers``, ``start loss``, ``training step``, ``final loss``) and that phase's ``step`` of ``total``
+        ``unit``\\ s, ``elapsed_s``, ``s_per_step``, ``eta_s`` (seconds), the document's ``doc_key`` (its ``dlm_id``),
+        the last step's ``loss`` (nats per token), and the process's ``cpu_share`` (cores busy since the previous
+        read), ``rss_mb`` and ``peak_rss_mb`` (:class:`~learnerd.training.runner.ProcessUsage`)
+        (:class:`~learnerd.runtime.reconcile.ProgressReporter`)."""
+        snapshot = self.board.snapshot()
+        for key, entry in snapshot.items():
+            usage = self._usage.get(key)
+            if usage is not None:
+                entry.update(usage.read())
+        return snapshot
 
     def stop(self) -> None:
         """Cancel every cycle in flight and start no new one (shutdown). A cancelled cycle's training
@@ -257,6 +272,7 @@ class TrainingReconciler:
         fresh: bool = False,
         on_progress: Callable[[ProgressEvent], None] | None = None,
         on_start: Callable[[], None] | None = None,
+        on_phase: Callable[[PhaseEvent], None] | None = None,
     ) -> CycleReport:
         """Drain injected probes into ``path``, then plan, train and commit one cycle (``learnerd train``).
 
@@ -265,6 +281,8 @@ class TrainingReconciler:
             fresh: train a new adapter on every row even if an incremental cycle (or none) would do.
             on_progress: called after every optimizer step of this run (not for the steps a checkpoint restored).
             on_start: called when the training process starts (not at all when there is nothing to train).
+            on_phase: called with each :class:`~learnerd.training.lora.PhaseEvent` of the training process (the base's
+                answers, the start and final losses).
 
         Raises:
             FileNotFoundError: the document does not exist (and no probes wait for it).
@@ -286,10 +304,11 @@ class TrainingReconciler:
         self._scopes.add(scope)
         try:
             with scope:
-                report = await self._cycle(path, fresh, on_progress, on_start, started)
+                report = await self._cycle(path, fresh, on_progress, on_start, started, on_phase)
         finally:
             self._scopes.discard(scope)
             self.board.end(key)
+            self._usage.pop(key, None)
             del self.in_flight[key]
         if scope.cancelled_caught:
             raise CycleCancelled(f"{key}: cycle cancelled; the daemon is stopping")
@@ -312,6 +331,7 @@ class TrainingReconciler:
         on_progress: Callable[[ProgressEvent], None] | None,
         on_start: Callable[[], None] | None,
         started: float,
+        on_phase: Callable[[PhaseEvent], None] | None = None,
     ) -> CycleReport:
         await anyio.to_thread.run_sync(resolve_device, self.settings.device)  # refuse a missing GPU before anything
         probes_written = await anyio.to_thread.run_sync(self._write_probes, path)
@@ -329,13 +349,22 @@ class TrainingReconciler:
 
         def training_started(pid: int) -> None:
             self.board.begin(key, doc_key=fm.dlm_id)
+            with contextlib.suppress(psutil.Error):  # gone already: its exit status will say why
+                self._usage[key] = ProcessUsage(pid)
             if on_start is not None:
                 on_start()
+
+        def phase(event: PhaseEvent) -> None:
+            self.board.update(key, event.done, event.total, phase=event.phase, unit=event.unit)
+            if on_phase is not None:
+                on_phase(event)
 
         def stepped(event: ProgressEvent) -> None:
             if event.restored:  # a checkpoint's steps, reported again at once: not this run's, and no pace
                 return
-            self.board.update(key, event.step, event.total_steps, loss=round(event.loss, 4))
+            self.board.update(
+                key, event.step, event.total_steps, phase=TRAINING_STEP, unit="step", loss=round(event.loss, 4)
+            )
             if on_progress is not None:
                 on_progress(event)
 
@@ -353,6 +382,7 @@ class TrainingReconciler:
             device=self.settings.device,
             on_progress=stepped,
             on_start=training_started,
+            on_phase=phase,
             spare=self.spare,
             replay_cache_dir=self.models_dir,
             origins=origins,

@@ -1,4 +1,4 @@
-"""How far along long work is: steps done of a total, the pace, and the time left.
+r"""How far along long work is: steps done of a total, the pace, and the time left.
 
 :class:`StepProgress` follows one piece of work (a training cycle's optimizer steps, an evaluation's
 steps, a backfill's blocks). Its pace is measured from the first step it saw to the latest, so the time
@@ -7,7 +7,9 @@ iterations) do not skew it; the estimate of the time left is the remaining steps
 the time since the latest step.
 
 :class:`ProgressBoard` holds the :class:`StepProgress` of every key a reconciler has in flight, with a
-few fields of its own (a loss, a version), for readers on other threads: the admin status and the
+few fields of its own (a loss, a version) and its *phase* (work of another kind before the steps, counted in its
+own units: a training process's ``base answers`` before its ``training step``\ s; a new phase starts a new
+pace), for readers on other threads: the admin status and the
 metrics read :meth:`ProgressBoard.snapshot` through a reconciler's ``progress()``
 (:class:`~learnerd.runtime.reconcile.ProgressReporter`), while the work updates it, possibly from a worker
 thread.
@@ -101,14 +103,18 @@ class ProgressBoard:
         with self._lock:
             self._work[key] = (progress, dict(fields))
 
-    def update(self, key: str, step: int, total: int | None = None, **fields: Any) -> None:
-        """``step`` (of ``total``) steps of ``key`` are done; ``fields`` replace the ones of the same name.
-        A key not on the board (ended already) is ignored."""
+    def update(self, key: str, step: int, total: int | None = None, *, phase: str | None = None, **fields: Any) -> None:
+        """``step`` (of ``total``) steps of ``key`` are done; ``fields`` replace the ones of the same name. A
+        ``phase`` other than the key's (its field ``phase``) starts a new :class:`StepProgress`: steps, total and
+        pace are the new phase's. A key not on the board (ended already) is ignored."""
         with self._lock:
             entry = self._work.get(key)
-            if entry is not None:
-                entry[0].update(step, total)
-                entry[1].update(fields)
+            if entry is None:
+                return
+            if phase is not None and entry[1].get("phase") != phase:
+                entry = self._work[key] = (StepProgress(self._clock), {**entry[1], "phase": phase})
+            entry[0].update(step, total)
+            entry[1].update(fields)
 
     def end(self, key: str) -> None:
         """``key``'s work is over (done, failed or cancelled): it leaves the board."""

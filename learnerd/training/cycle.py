@@ -50,7 +50,7 @@ from learnerd.store.manifest import (
 )
 from learnerd.training.checkpoint import CHECKPOINT_DIR, DEFAULT_EVERY_S, remove_checkpoint
 from learnerd.training.ingredients.replay import cache_path, replay_prompts
-from learnerd.training.lora import ProgressEvent, TrainingResult
+from learnerd.training.lora import PhaseEvent, ProgressEvent, TrainingResult
 from learnerd.training.recipes import DocumentTraining, undertrained_reason
 from learnerd.training.runner import WarmSpare, run_training
 from learnerd.training.worker import TrainingRequest
@@ -209,6 +209,7 @@ async def train_cycle(
     replay_cache_dir: Path | None = None,
     checkpoint_every_s: float = DEFAULT_EVERY_S,
     routing_embedder: Embedder | None = None,
+    on_phase: Callable[[PhaseEvent], None] | None = None,
 ) -> CycleOutcome:
     """Plan and run one cycle for ``doc_key``; commit the new adapter version as a candidate (not current),
     with its ``manifest.json`` (:mod:`learnerd.store.manifest`).
@@ -222,10 +223,10 @@ async def train_cycle(
             candidate was trained on the same rows (:func:`already_tried`).
         own_keys: the fields of ``config`` the document itself sets
             (:attr:`learnerd.training.recipes.DocumentTraining.own_keys`); the undertrained warning blames only these.
-        num_threads: torch threads in the training process (None: torch's default).
+        num_threads: torch threads in the training process (None: the free cores, :mod:`learnerd.ml.threads`).
         niceness: added to the training process's nice value (0: unchanged).
         device: where the training process trains (``auto``, ``cpu``, ``cuda``, ``cuda:N``).
-        on_progress, on_start, spare: passed to :func:`learnerd.training.runner.run_training`.
+        on_progress, on_start, spare, on_phase: passed to :func:`learnerd.training.runner.run_training`.
         origins: where the document's sections came from, by section id
             (:func:`learnerd.store.manifest.section_origins`); a section without one is recorded as a person's.
         replay_cache_dir: where the base's general replay answers are cached (the model cache,
@@ -280,7 +281,7 @@ async def train_cycle(
             checkpoint_dir=str(checkpoint_dir),
             checkpoint_every_s=checkpoint_every_s,
         )
-        result = await run_training(request, on_progress=stepped, on_start=on_start, spare=spare)
+        result = await run_training(request, on_progress=stepped, on_start=on_start, spare=spare, on_phase=on_phase)
         metadata = AdapterMetadata(
             base_model=base.name,
             base_model_identity=base.identity,
@@ -302,6 +303,7 @@ async def train_cycle(
                 "dropped_section_ids": list(result.dropped),
                 "vocab_size": result.vocab_size,
                 "resumed_at_step": result.resumed_at_step,
+                "peak_rss_mb": result.peak_rss_mb,
             },
         )
         per_section = Counter(r.section_id for r in dict.fromkeys(rows))

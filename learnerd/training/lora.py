@@ -4,7 +4,10 @@
 rows with AdamW, a warm-up + ``lr_scheduler`` schedule (``transformers.get_scheduler``), gradient clipping at 1.0
 and gradient accumulation. A step's loss is the mean cross-entropy per loss-carrying token over its micro-batches
 (nats/token, as the transformers Trainer's ``num_items_in_batch``) plus each ingredient's loss term
-(:mod:`learnerd.training.ingredients`); reported losses are the cross-entropy alone.
+(:mod:`learnerd.training.ingredients`); reported losses are the cross-entropy alone. Logits are computed at the
+loss-carrying positions only (:mod:`learnerd.training.loss`): the rest of a row costs no vocabulary-wide floats.
+The start and final losses are measured on a seeded sample of at most :data:`LOSS_SAMPLE_ROWS` rows
+(:func:`loss_sample`).
 
 Deterministic for a fixed ``seed`` and number of torch threads: the adapter's initial weights, the dropout masks
 and the row order come from generators seeded with it. Rows are shuffled once per epoch. A ``max_steps`` budget
@@ -36,10 +39,15 @@ from learnerd.training import ingredients
 from learnerd.training.checkpoint import TrainingCheckpoint
 from learnerd.training.config import check_trainable
 from learnerd.training.ingredients.spec import Batch
+from learnerd.training.loss import cross_entropy_sum, loss_logits, loss_mask, loss_targets
 
 log = structlog.get_logger(__name__)
 
 MAX_GRAD_NORM = 1.0
+LOSS_SAMPLE_ROWS = 64
+"""The start and final losses are measured on at most this many rows (:func:`loss_sample`)."""
+START_LOSS = "start loss"
+FINAL_LOSS = "final loss"
 
 
 @dataclass(frozen=True)
@@ -65,8 +73,9 @@ class ProgressEvent:
 class TrainingResult:
     """The outcome of one :func:`train_lora` run.
 
-    ``start_loss`` and ``final_loss`` are the mean loss per loss-carrying token (nats) over all the
-    rows trained on, measured without dropout before the first step and after the last one.
+    ``start_loss`` and ``final_loss`` are the mean cross-entropy per loss-carrying token (nats) of the same seeded
+    sample of at most :data:`LOSS_SAMPLE_ROWS` of the rows trained on (:func:`loss_sample`; all of them when
+    fewer), measured without dropout before the first step and after the last one.
     ``tokens_trained`` counts input tokens (padding excluded) over every step, ``tokens_computed`` the
     positions the forward passes computed (padding included: micro-batch rows × its longest row, summed over
     every step; ``group_by_length`` lowers it); ``train_s`` is the wall time of the steps alone; ``rows`` the
@@ -86,6 +95,8 @@ class TrainingResult:
     tokens_computed: int = 0
     resumed_at_step: int = 0
     """the step of the checkpoint this run went on from (0: it trained from its first step)"""
+    peak_rss_mb: float = 0.0
+    """the training process's peak resident memory (MiB; 0: not measured, as when trained in-process)"""
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "dropped": list(self.dropped)}
@@ -96,6 +107,20 @@ class TrainingResult:
 
 
 ProgressCallback = Callable[[ProgressEvent], None]
+
+
+@dataclass(frozen=True)
+class PhaseEvent:
+    """A training process's work before or after its steps: ``phase`` (``"loading base"``, ``"base answers"``,
+    :data:`START_LOSS`, :data:`FINAL_LOSS`), ``done`` of ``total`` ``unit``\\ s (``total`` None: not counted)."""
+
+    phase: str
+    done: int = 0
+    total: int | None = None
+    unit: str = "row"
+
+
+PhaseCallback = Callable[[PhaseEvent], None]
 
 
 def attach_lora(model: Any, config: TrainingConfig, resume_from: str | Path | None = None) -> Any:
@@ -141,6 +166,7 @@ def train_lora(
     rehearsal: Sequence[TrainingRow] = (),
     rehearsal_per_epoch: int = 0,
     checkpoint: TrainingCheckpoint | None = None,
+    on_phase: PhaseCallback | None = None,
 ) -> tuple[Any, TrainingResult]:
     """Train a LoRA adapter on ``rows`` (and a share of ``rehearsal`` each epoch) for one cycle of
     ``config.total_steps(len(rows) + rehearsal_per_epoch)`` steps.
@@ -157,6 +183,7 @@ def train_lora(
             all) of ``rehearsal``, in turn (the module docstring).
         checkpoint: where to save this training's state every ``checkpoint.every_s`` seconds, and whence to go on
             (:mod:`learnerd.training.checkpoint`; its saved progress events reach ``on_progress`` first); None: none.
+        on_phase: called with a :class:`PhaseEvent` as the start and final losses' rows are scored.
 
     Returns:
         ``(peft_model, result)``: the adapted model (in eval mode; ``save_pretrained`` writes the adapter).
@@ -176,7 +203,17 @@ def train_lora(
         saved = None
     resumed_at_step = loop.done
     batch_size = config.batch_size()
-    start_loss = float(saved["start_loss"]) if saved else mean_loss(peft_model, data.scored, data.pad_id, batch_size)
+    sample = loss_sample(data.scored, config.seed)
+
+    def scored(phase: str) -> float:
+        def done(rows: int) -> None:
+            if on_phase is not None:
+                on_phase(PhaseEvent(phase, rows, len(sample)))
+
+        done(0)
+        return mean_loss(peft_model, sample, data.pad_id, batch_size, on_batch=done)
+
+    start_loss = float(saved["start_loss"]) if saved else scored(START_LOSS)
     if on_progress is not None:
         for restored in loop.events:
             on_progress(ProgressEvent(**{**restored, "restored": True}))
@@ -194,7 +231,7 @@ def train_lora(
     result = TrainingResult(
         steps=total_steps,
         start_loss=start_loss,
-        final_loss=mean_loss(peft_model, data.scored, data.pad_id, batch_size),
+        final_loss=scored(FINAL_LOSS),
         tokens_trained=loop.tokens,
         rows=len(data.encoded) + data.per_epoch,
         dropped=data.dropped,
@@ -281,19 +318,16 @@ class _Loop:
         step_loss = 0.0
         for batch in group:
             input_ids, attention_mask, labels = _collate(batch, self.pad_id, self.model.device)
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                labels=labels,
-                num_items_in_batch=torch.tensor(num_items),
-            )
-            loss = out.loss
+            logits = loss_logits(self.model, input_ids, attention_mask, loss_mask(labels))
+            cross_entropy = cross_entropy_sum(logits, loss_targets(labels)) / num_items
+            loss = cross_entropy
             for term_of, options in self.terms:
-                term = term_of(options, Batch(self.model, tuple(batch), input_ids, attention_mask, labels, out.logits))
+                term = term_of(options, Batch(self.model, tuple(batch), input_ids, attention_mask, labels, logits))
                 if term is not None:
                     loss = loss + term / num_items
             loss.backward()
-            step_loss += float(out.loss.detach())
+            step_loss += float(cross_entropy.detach())
+            del logits, loss, cross_entropy  # the next micro-batch's graph is built without this one's
             self.tokens += int(attention_mask.sum())
             self.computed += attention_mask.numel()
         torch.nn.utils.clip_grad_norm_(self.params, MAX_GRAD_NORM)
@@ -358,9 +392,16 @@ def _unreadable(checkpoint: TrainingCheckpoint | None, error: str) -> bool:
     return False
 
 
-def mean_loss(model: Any, encoded: Sequence[EncodedRow], pad_id: int, batch_size: int = 8) -> float:
+def mean_loss(
+    model: Any,
+    encoded: Sequence[EncodedRow],
+    pad_id: int,
+    batch_size: int = 8,
+    on_batch: Callable[[int], None] | None = None,
+) -> float:
     """Mean cross-entropy per loss-carrying token (nats) of ``model`` over ``encoded``, without
-    dropout and without gradients. Leaves the model in the train/eval mode it found it in."""
+    dropout and without gradients; ``on_batch(rows_done)`` after each batch. Leaves the model in the train/eval
+    mode it found it in."""
     import torch
 
     was_training = model.training
@@ -370,12 +411,24 @@ def mean_loss(model: Any, encoded: Sequence[EncodedRow], pad_id: int, batch_size
         for i in range(0, len(encoded), batch_size):
             batch = encoded[i : i + batch_size]
             input_ids, attention_mask, labels = _collate(batch, pad_id, model.device)
-            n = _loss_tokens(batch)
-            out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels, num_items_in_batch=n)
-            total += float(out.loss) * n
-            count += n
+            logits = loss_logits(model, input_ids, attention_mask, loss_mask(labels))
+            total += float(cross_entropy_sum(logits, loss_targets(labels)))
+            count += _loss_tokens(batch)
+            if on_batch is not None:
+                on_batch(min(i + batch_size, len(encoded)))
     model.train(was_training)
     return total / count
+
+
+def loss_sample(encoded: Sequence[EncodedRow], seed: int, size: int = LOSS_SAMPLE_ROWS) -> list[EncodedRow]:
+    """The rows the start and final losses are measured on: all of ``encoded`` when there are at most ``size``,
+    else ``size`` of them drawn with ``seed`` (``random.Random``), kept in their order — the same rows before and
+    after training, so the two losses compare; a few dozen rows estimate a mean per token well enough for the
+    undertrained check (:func:`learnerd.training.recipes.undertrained_reason`) at a fraction of a pass over
+    hundreds."""
+    if len(encoded) <= size:
+        return list(encoded)
+    return [encoded[i] for i in sorted(random.Random(seed).sample(range(len(encoded)), size))]
 
 
 def rows_loss(model: Any, tokenizer: Any, rows: Sequence[TrainingRow], sequence_len: int = 2048) -> float:

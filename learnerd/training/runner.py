@@ -35,7 +35,8 @@ from anyio.abc import ByteReceiveStream, Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 import learnerd
-from learnerd.training.lora import ProgressEvent, TrainingResult
+from learnerd.ml.threads import passive_openmp
+from learnerd.training.lora import PhaseEvent, ProgressEvent, TrainingResult
 from learnerd.training.worker import PARENT_PID_ENV, TrainingRequest
 
 log = structlog.get_logger(__name__)
@@ -120,6 +121,51 @@ class WarmSpare:
         return spare
 
 
+class ProcessUsage:
+    """What a running training process uses, read with psutil (:meth:`read`).
+
+    Args:
+        pid: the process.
+        min_interval_s: reads sooner than this after the previous one return it again (a CPU share over a
+            shorter window says little).
+    """
+
+    def __init__(self, pid: int, min_interval_s: float = 1.0) -> None:
+        import psutil
+
+        self.pid = pid
+        self._process = psutil.Process(pid)
+        self._min_interval_s = min_interval_s
+        self._last = (time.monotonic(), self._cpu_s())
+        self._read: dict[str, float] = {}
+
+    def _cpu_s(self) -> float:
+        times = self._process.cpu_times()
+        return times.user + times.system
+
+    def read(self) -> dict[str, float]:
+        """``cpu_share``: the cores the process kept busy on average since the previous read (or since this object
+        was made; 1.0 is one core), ``rss_mb``: its resident memory now, ``peak_rss_mb``: its peak (Linux's
+        ``VmHWM``; absent elsewhere), in MiB; empty once the process is gone."""
+        import psutil
+
+        now = time.monotonic()
+        if now - self._last[0] < self._min_interval_s and self._read:
+            return self._read
+        try:
+            cpu_s, rss = self._cpu_s(), self._process.memory_info().rss
+        except psutil.Error:
+            return {}
+        share = (cpu_s - self._last[1]) / max(now - self._last[0], 1e-9)
+        self._last = (now, cpu_s)
+        self._read = {"cpu_share": round(share, 2), "rss_mb": round(rss / 2**20, 1)}
+        with contextlib.suppress(OSError, ValueError):
+            status = Path(f"/proc/{self.pid}/status").read_text()
+            kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))
+            self._read["peak_rss_mb"] = round(int(kib) / 1024, 1)
+        return self._read
+
+
 async def run_training(
     request: TrainingRequest,
     *,
@@ -128,6 +174,7 @@ async def run_training(
     spare: WarmSpare | None = None,
     python: str = sys.executable,
     terminate_grace_s: float = 5.0,
+    on_phase: Callable[[PhaseEvent], None] | None = None,
 ) -> TrainingResult:
     """Train ``request`` in a child process and return its :class:`TrainingResult`.
 
@@ -135,6 +182,8 @@ async def run_training(
         request: what to train; ``request.output_dir`` receives the adapter files.
         on_progress: called in the event loop with every :class:`ProgressEvent` (after each step).
         on_start: called with the child's pid once it has the request.
+        on_phase: called in the event loop with every :class:`PhaseEvent` (loading the base, the base's answers,
+            the start and final losses).
         spare: take the child from this :class:`WarmSpare` (and refill it afterwards) instead of
             starting one; ``python`` is then the spare's.
         python: the interpreter to run the worker with.
@@ -145,7 +194,7 @@ async def run_training(
     """
     child = await spare._take() if spare is not None else await _Child.spawn(python)
     try:
-        return await _run(child, request, on_progress, on_start, terminate_grace_s)
+        return await _run(child, request, on_progress, on_start, terminate_grace_s, on_phase)
     finally:
         if spare is not None:
             with anyio.CancelScope(shield=True):
@@ -158,6 +207,7 @@ async def _run(
     on_progress: Callable[[ProgressEvent], None] | None,
     on_start: Callable[[int], None] | None,
     terminate_grace_s: float,
+    on_phase: Callable[[PhaseEvent], None] | None = None,
 ) -> TrainingResult:
     process = child.process
     assert process.stdin is not None and process.stderr is not None
@@ -186,6 +236,12 @@ async def _run(
                           loss=round(progress.loss, 4), tokens=progress.tokens)  # fmt: skip
                     if on_progress is not None:
                         on_progress(progress)
+                elif kind == "phase":
+                    phase = PhaseEvent(**event)
+                    if phase.done == 0:
+                        bound.info("training.phase", phase=phase.phase, total=phase.total, unit=phase.unit)
+                    if on_phase is not None:
+                        on_phase(phase)
                 elif kind in ("result", "error"):
                     outcome = {"kind": kind, **event}
         returncode = await process.wait()
@@ -201,7 +257,8 @@ async def _run(
         result = TrainingResult.from_dict({k: v for k, v in outcome.items() if k != "kind"})
         bound.info("training.finished", steps=result.steps, start_loss=round(result.start_loss, 4),
                    final_loss=round(result.final_loss, 4), tokens=result.tokens_trained,
-                   tokens_computed=result.tokens_computed, train_s=round(result.train_s, 2))  # fmt: skip
+                   tokens_computed=result.tokens_computed, train_s=round(result.train_s, 2),
+                   peak_rss_mb=result.peak_rss_mb)  # fmt: skip
         return result
     if outcome.get("kind") == "error":
         message = f"{outcome.get('type')}: {outcome.get('message')}"
@@ -268,9 +325,10 @@ def _describe_exit(returncode: int | None) -> str:
 
 
 def _child_env() -> dict[str, str]:
-    """The parent's environment, with this learnerd first on PYTHONPATH, Hugging Face offline, and the
-    parent's pid (the child dies with it)."""
+    """The parent's environment, with this learnerd first on PYTHONPATH, Hugging Face offline, OpenMP's passive
+    wait (:func:`learnerd.ml.threads.passive_openmp`), and the parent's pid (the child dies with it)."""
     env = dict(os.environ)
+    passive_openmp(env)
     env[PARENT_PID_ENV] = str(os.getpid())
     package_root = str(Path(learnerd.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)

@@ -6,6 +6,8 @@ Protocol (one JSON object per line, UTF-8):
   means the parent is gone, and the worker exits at once (``os._exit(3)``) rather than train for nobody.
 * **stdout**: ``{"event": "ready"}`` once torch, transformers and peft are imported (before the request
   is read, so a spare worker started ahead of need does its imports while it waits);
+  ``{"event": "phase", ...PhaseEvent}`` as it loads the base, generates the base's answers (``base answers``,
+  general replay) and scores the start and final losses (``start loss``, ``final loss``);
   ``{"event": "progress", ...ProgressEvent}`` after every optimizer step, then exactly one of
   ``{"event": "result", ...TrainingResult}`` (exit status 0; the adapter is saved in ``output_dir``)
   or ``{"event": "error", "type": ..., "message": ..., "permanent": bool}`` (exit status 1).
@@ -19,8 +21,10 @@ Protocol (one JSON object per line, UTF-8):
   ``kill -9`` of the daemon, even while busy in a long torch call or stopped. Elsewhere, stdin's end of
   file (above) is the only signal.
 
-Runs :func:`learnerd.training.lora.train_lora` on the base model directory, single-threaded Python, torch
-using ``num_threads`` intra-op threads when given.
+Runs :func:`learnerd.training.lora.train_lora` on the base model directory, single-threaded Python, torch on
+``num_threads`` intra-op threads when given, else on the cores free now, measured again every 30 s of steps
+(:class:`learnerd.ml.threads.ThreadGovernor`; the count is written to stderr when it changes). The result's
+``peak_rss_mb`` is the process's peak resident memory (``getrusage``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import json
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -50,7 +55,8 @@ class TrainingRequest:
 
     ``base_model_path``: a Hugging Face model directory (resolved by ``learnerd.ml.base_model``);
     ``output_dir``: an existing, empty directory for the adapter; ``resume_from``: a saved adapter
-    directory to continue training, or None; ``num_threads``: torch intra-op threads (None: torch's default);
+    directory to continue training, or None; ``num_threads``: torch intra-op threads (None: the free cores,
+    :mod:`learnerd.ml.threads`);
     ``niceness``: added to the worker's nice value before it trains (``os.nice``; 0: unchanged), so that
     a daemon's event loop keeps its CPU while the worker trains; ``device``: where to train
     (``auto``, ``cpu``, ``cuda``, ``cuda:N``; :func:`learnerd.ml.device.resolve_device`); ``rehearsal``: the
@@ -128,33 +134,59 @@ class TrainingRequest:
 def run(request: TrainingRequest, emit: Any) -> dict[str, Any]:
     """Train as ``request`` says, calling ``emit(event_dict)`` for each progress event; return the
     result event. Raises whatever loading or training raises."""
-    import torch
     from transformers.utils import logging as hf_logging
 
     from learnerd.ml.base_model import load_model_directory
     from learnerd.ml.device import resolve_device
-    from learnerd.training.lora import train_lora
+    from learnerd.ml.threads import ThreadGovernor
+    from learnerd.training.lora import PhaseEvent, train_lora
 
     hf_logging.disable_progress_bar()
     if request.niceness:
         os.nice(request.niceness)
-    if request.num_threads:
-        torch.set_num_threads(request.num_threads)
+    governor = ThreadGovernor(request.num_threads or 0)
+    threads = [governor.threads]
+    print(f"torch threads: {governor.threads}", file=sys.stderr, flush=True)
+
+    def phase(event: PhaseEvent) -> None:
+        emit({"event": "phase", **dataclasses.asdict(event)})
+
+    def stepped(event: Any) -> None:
+        emit({"event": "progress", **dataclasses.asdict(event)})
+        if governor.tick() != threads[-1]:
+            threads.append(governor.threads)
+            print(f"torch threads: {governor.threads}", file=sys.stderr, flush=True)
+
+    phase(PhaseEvent("loading base", unit="model"))
     model, tokenizer = load_model_directory(request.base_model_path, placement=resolve_device(request.device))
-    rows = retention_rows(model, tokenizer, request)
+    rows = retention_rows(
+        model,
+        tokenizer,
+        request,
+        on_answers=lambda done, total: phase(PhaseEvent("base answers", done, total, "answer")),
+    )
     peft_model, result = train_lora(
         model,
         tokenizer,
         rows.every_epoch,
         request.config,
         resume_from=request.resume_from,
-        on_progress=lambda event: emit({"event": "progress", **dataclasses.asdict(event)}),
+        on_progress=stepped,
         rehearsal=rows.rehearsal,
         rehearsal_per_epoch=rows.rehearsal_per_epoch,
         checkpoint=request.checkpoint(),
+        on_phase=phase,
     )
     peft_model.save_pretrained(request.output_dir)
-    return {"event": "result", **result.to_dict()}
+    return {"event": "result", **dataclasses.replace(result, peak_rss_mb=peak_rss_mb()).to_dict()}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MiB (``getrusage``; Linux counts KiB, macOS bytes)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
 
 
 class RetentionRows(NamedTuple):
@@ -166,12 +198,14 @@ class RetentionRows(NamedTuple):
     rehearsal_per_epoch: int
 
 
-def retention_rows(model: Any, tokenizer: Any, request: TrainingRequest) -> RetentionRows:
+def retention_rows(
+    model: Any, tokenizer: Any, request: TrainingRequest, on_answers: Callable[[int, int], None] | None = None
+) -> RetentionRows:
     """The rows every epoch trains and the rehearsal rows: ``request``'s document rows, then each ingredient's rows,
     in the order of :data:`~learnerd.training.ingredients.INGREDIENTS` (``model`` is still the base). The share
     rehearsed an epoch is ``min(rehearsal_per_epoch, len(request.rehearsal))`` document rows and the rehearsed rows
     they bring (``share × len(rehearsal) / len(request.rehearsal)``, rounded): a rehearsed pair costs an epoch what
-    a new one does.
+    a new one does. ``on_answers(done, total)``: as the base's answers are generated (general replay).
 
     Raises:
         RowEncodingError: the tokenizer has no chat template (an ingredient generated with it).
@@ -180,7 +214,7 @@ def retention_rows(model: Any, tokenizer: Any, request: TrainingRequest) -> Rete
     config = check_trainable(request.config)
     share = min(max(request.rehearsal_per_epoch, 0), len(request.rehearsal))
     cache = Path(request.replay_cache) if request.replay_cache else None
-    cycle = CycleRows(request.rows, request.rehearsal, share, config.seed, model, tokenizer, cache)
+    cycle = CycleRows(request.rows, request.rehearsal, share, config.seed, model, tokenizer, cache, on_answers)
     every_epoch, rehearsal = list(request.rows), list(request.rehearsal)
     for ingredient in ingredients.INGREDIENTS:
         if ingredient.rows is not None:

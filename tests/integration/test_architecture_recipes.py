@@ -110,7 +110,7 @@ def test_the_training_ingredient_recipe_is_its_module_plus_one_entry_in_the_tupl
     config = check_trainable(document_training({"z_loss_weight": 1e-4}, builtin=True).config)
     assert "| `z_loss_weight` | `0` | >= 0.0 and <= 1.0 | `z_loss` | the weight of log² Z" in reference()
     labels = torch.tensor([[-100, -100, 5, 6], [-100, 7, -100, -100]])  # 3 tokens carry loss
-    batch = Batch(None, (), labels.clamp(min=0), torch.ones_like(labels), labels, torch.zeros(2, 4, 50))
+    batch = Batch(None, (), labels.clamp(min=0), torch.ones_like(labels), labels, torch.zeros(3, 50))
     term = z_loss.loss(z_loss.Options.of(config), batch)
     assert torch.isclose(term, torch.tensor(1e-4 * 3 * math.log(50) ** 2))
     assert z_loss.loss(z_loss.Options(), batch) is None

@@ -76,8 +76,12 @@ def test_train_off_a_terminal_prints_progress_lines_with_steps_and_time_left(tmp
     assert proc.returncode == 0, text[-2000:]
     lines = [line for line in text.splitlines() if line.startswith("train notes.dlm: ")]
     assert lines[0] == "train notes.dlm: starting"
-    assert re.search(r"step \d+/(\d+) · [\d.]+ s/step · loss [\d.]+ · ETA ", "\n".join(lines))
-    total = int(re.search(r"step \d+/(\d+)", lines[-1]).group(1))
-    assert lines[-1].startswith(f"train notes.dlm: step {total}/{total} ") and " · done in " in lines[-1]
-    assert len(lines) <= 2 + 10 + total  # a line per tenth or per interval, never more than one per step
+    phases = [re.match(r"train notes.dlm: ([a-z ]+?) \d", line) for line in lines[1:]]
+    seen = list(dict.fromkeys(m.group(1) for m in phases if m))
+    assert seen == ["start loss", "training step", "final loss"], lines  # loading base: no count
+    steps = r"training step \d+/(\d+) · [\d.]+ s/step · loss [\d.]+ · cpu \d+% · rss [\d.]+ [MG]iB .*· ETA "
+    assert re.search(steps, "\n".join(lines)), "the pace, the loss, the process's CPU share and memory, the ETA"
+    total = int(re.search(r"training step \d+/(\d+)", "\n".join(lines)).group(1))
+    assert lines[-1].startswith("train notes.dlm: final loss ") and " · done in " in lines[-1]
+    assert len(lines) <= 2 + 5 * 10 + total  # a line per phase, per tenth or per interval, never more than per step
     assert "\x1b[" not in text  # no terminal escapes in a file

@@ -136,12 +136,12 @@ async def test_a_prompt_surely_longer_than_the_context_is_refused_from_its_lengt
 
 
 async def test_generation_runs_on_the_serve_thread_count(tmp_path: Path, models_dir: Path):
-    """``[serve] num_threads`` (default: the cores minus one) is the torch thread count during generation,
+    """``[serve] num_threads`` (default: the free cores minus one) is the torch thread count during generation,
     read by a logits processor that runs inside ``generate``."""
-    from learnerd.ml.device import usable_cores
+    from learnerd.ml.threads import usable_cores
 
     default = wiring.served_models(config(tmp_path / "a", models_dir))
-    assert default.num_threads == max(1, usable_cores() - 1)
+    assert default.num_threads == 0 and 1 <= default.threads() <= max(1, usable_cores() - 1)
     default.close()
     seen: list[int] = []
 

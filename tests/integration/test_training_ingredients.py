@@ -167,6 +167,7 @@ def test_the_kl_term_runs_the_base_on_the_replay_rows_alone_and_equals_the_whole
     from learnerd.ml.rows import IGNORE_INDEX, encode_rows
     from learnerd.training.ingredients.replay_kl import replay_kl
     from learnerd.training.lora import _collate, attach_lora
+    from learnerd.training.loss import loss_logits, loss_mask
 
     model, tokenizer = load_model_directory(tiny_model_dir)
     peft_model = attach_lora(model, TrainingConfig(lora_dropout=0.0), None)
@@ -192,8 +193,9 @@ def test_the_kl_term_runs_the_base_on_the_replay_rows_alone_and_equals_the_whole
     try:
         with torch.no_grad():
             logits = peft_model(input_ids=input_ids, attention_mask=attention_mask).logits
+            at_labels = loss_logits(peft_model, input_ids, attention_mask, loss_mask(labels))
             seen.clear()
-            kl = replay_kl(peft_model, batch, input_ids, attention_mask, labels, logits)
+            kl = replay_kl(peft_model, batch, input_ids, attention_mask, labels, at_labels)
             with peft_model.disable_adapter():
                 whole = peft_model(input_ids=input_ids, attention_mask=attention_mask).logits
     finally:

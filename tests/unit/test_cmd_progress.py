@@ -55,3 +55,34 @@ def test_an_interrupted_task_says_where_it_stopped():
 def test_a_line_without_steps_or_pace_says_starting():
     line = progress_line({"step": 0, "total": None, "elapsed_s": 0.0, "s_per_step": None, "eta_s": None})
     assert line == "starting"
+
+
+def test_each_phase_prints_a_line_and_counts_its_own_units_and_pace():
+    """A training task: the base's answers (slow), then its steps (fast); the pace and the time left are the
+    phase's own, and the last line says how long the whole task took."""
+    clock, out = FakeClock(), io.StringIO()
+    display = LineDisplay(out, clock)
+    display.update("train notes.dlm", 0)
+    display.update("train notes.dlm", 0, 40, phase="base answers", unit="answer")
+    for done in (16, 32, 40):
+        clock.now += 160.0
+        display.update("train notes.dlm", done, 40, phase="base answers", unit="answer")
+    for step in range(1, 21):
+        clock.now += 2.0
+        display.update("train notes.dlm", step, 20, phase="training step", unit="step", loss="0.5", cpu_share=0.97)
+    display.finish("train notes.dlm")
+    lines = out.getvalue().splitlines()
+    assert lines[:2] == ["train notes.dlm: starting", "train notes.dlm: base answers 0/40"]
+    assert "train notes.dlm: base answers 32/40 · 10 s/answer · ETA 1m" in lines
+    assert lines[-1] == "train notes.dlm: training step 20/20 · 2 s/step · loss 0.5 · cpu 97% · done in 8m"
+    first_step = next(line for line in lines if "training step" in line)
+    assert first_step == "train notes.dlm: training step 1/20 · loss 0.5 · cpu 97%", "a new phase, no pace yet"
+
+
+def test_a_status_line_shows_the_phase_and_the_process_usage():
+    progress = {"step": 40, "total": 152, "elapsed_s": 600.0, "s_per_step": 13.0, "eta_s": 1456.0}
+    usage = {"phase": "base answers", "unit": "answer", "cpu_share": 0.5, "rss_mb": 1200.0, "peak_rss_mb": 1536.0}
+    line = progress_line({**progress, **usage, "doc_key": None})
+    assert line == "base answers 40/152 · 13 s/answer · cpu 50% · rss 1.2 GiB (peak 1.5 GiB) · ETA 24m"
+    loading = {"step": 0, "total": None, "elapsed_s": 1.0, "s_per_step": None, "eta_s": None, "phase": "loading base"}
+    assert progress_line(loading) == "loading base"

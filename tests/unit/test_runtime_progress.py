@@ -54,3 +54,20 @@ def test_the_board_shows_keys_in_flight_with_their_fields_until_they_end():
     assert snap["a.dlm"]["version"] == "v0002" and snap["a.dlm"]["loss"] == 0.5
     board.end("a.dlm")
     assert board.snapshot() == {}
+
+
+def test_a_new_phase_starts_a_new_count_and_pace_and_keeps_the_fields():
+    clock = FakeClock()
+    board = ProgressBoard(clock)
+    board.begin("a.dlm", doc_key="01ABC")
+    board.update("a.dlm", 0, 40, phase="base answers", unit="answer")
+    for done in (10, 20):
+        clock.now += 30.0
+        board.update("a.dlm", done, 40, phase="base answers")
+    assert board.snapshot()["a.dlm"]["s_per_step"] == pytest.approx(3.0)
+    clock.now += 5.0
+    board.update("a.dlm", 1, 100, phase="training step", unit="step", loss=2.5)
+    snap = board.snapshot()["a.dlm"]
+    assert (snap["phase"], snap["unit"], snap["step"], snap["total"]) == ("training step", "step", 1, 100)
+    assert snap["s_per_step"] is None and snap["elapsed_s"] == 0.0, "the pace and the clock are the new phase's"
+    assert snap["doc_key"] == "01ABC" and snap["loss"] == 2.5

@@ -16,7 +16,7 @@ import functools
 import hashlib
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -100,11 +100,17 @@ def drawn_prompts(count: int, seed: int) -> tuple[int, ...]:
 
 
 def cached_answers(
-    path: Path | None, model: Any, tokenizer: Any, indices: Sequence[int], system: str | None = None
+    path: Path | None,
+    model: Any,
+    tokenizer: Any,
+    indices: Sequence[int],
+    system: str | None = None,
+    on_answers: Callable[[int, int], None] | None = None,
 ) -> tuple[ReplayAnswer, ...]:
     """The base's greedy answers to the pool's prompts ``indices`` (:func:`drawn_prompts`), in that order:
     read from ``path`` for the prompts it holds, generated with ``model`` (the base: a plain causal LM, or a
-    ``PeftModel`` inside ``disable_adapter()``) for the others, which are then added to ``path`` atomically
+    ``PeftModel`` inside ``disable_adapter()``) for the others (``on_answers(done, missing)`` after each batch),
+    which are then added to ``path`` atomically
     (``path`` None: all generated, nothing cached). A ``path`` that cannot be read is logged
     (``general_replay.cache_unreadable``) and replaced; one that cannot be written is logged
     (``general_replay.cache_unwritable``) and the answers are returned all the same.
@@ -120,8 +126,17 @@ def cached_answers(
     if missing:
         from learnerd.ml.generate import chat_turns, greedy_replies
 
+        def progress(done: int) -> None:
+            if on_answers is not None:
+                on_answers(done, len(missing))
+
+        progress(0)
         replies = greedy_replies(
-            model, tokenizer, [chat_turns(p, system=system) for p in missing], max_new_tokens=MAX_NEW_TOKENS
+            model,
+            tokenizer,
+            [chat_turns(p, system=system) for p in missing],
+            max_new_tokens=MAX_NEW_TOKENS,
+            on_batch=progress,
         )
         known.update({p: r.text.strip() for p, r in zip(missing, replies, strict=True)})
         if path is not None:
@@ -182,7 +197,7 @@ def rows(options: Options, cycle: spec.CycleRows) -> spec.Rows:
     if not count:
         return spec.Rows([])
     drawn = drawn_prompts(count, cycle.seed)
-    answers = cached_answers(cycle.replay_cache, cycle.model, cycle.tokenizer, drawn, cycle.system)
+    answers = cached_answers(cycle.replay_cache, cycle.model, cycle.tokenizer, drawn, cycle.system, cycle.on_answers)
     return spec.Rows(replay_rows(drawn, answers, count, system=cycle.system))
 
 

@@ -14,6 +14,7 @@ from pydantic import Field
 from learnerd.ml.rows import IGNORE_INDEX, EncodedRow
 from learnerd.training.ingredients import spec
 from learnerd.training.ingredients.replay import is_replay
+from learnerd.training.loss import loss_logits, loss_mask
 
 
 class Options(spec.Options):
@@ -28,11 +29,13 @@ def replay_kl(
     """KL(base ‖ adapted) of the next-token distributions, in nats, summed over the loss-carrying tokens of the
     batch's general replay rows (a 0-d float tensor with gradient through ``logits``; 0 when the batch has
     none). ``input_ids`` / ``attention_mask`` / ``labels``: the batch as the step loop collates it,
-    ``(rows, length)`` int64; ``logits``: the adapted model's output on it, ``(rows, length, vocab)``.
+    ``(rows, length)`` int64; ``logits``: the adapted model's at the batch's loss-carrying positions,
+    ``(positions, vocab)`` (:class:`~learnerd.training.ingredients.spec.Batch`).
 
-    The base's forward pass sees the replay rows alone, cut to the longest of them: the other rows of the
-    batch (document, multi-turn and retrieval rows, often longer) carry no KL term, and right padding changes
-    no logit of a causal model at a real position, so the result is the whole batch's up to float rounding."""
+    The base's forward pass sees the replay rows alone, cut to the longest of them, and computes logits at their
+    loss-carrying positions only: the other rows of the batch (document, multi-turn and retrieval rows, often
+    longer) carry no KL term, and right padding changes no logit of a causal model at a real position, so the
+    result is the whole batch's up to float rounding."""
     import torch
     import torch.nn.functional as F
 
@@ -40,16 +43,17 @@ def replay_kl(
     if not any(flags):
         return logits.sum() * 0.0
     replay = torch.tensor(flags, device=labels.device)
-    width = max(len(row.input_ids) for row, flag in zip(batch, flags, strict=True) if flag)
-    mask = labels[replay, 1:width] != IGNORE_INDEX
-    if not bool(mask.any()):
+    of_replay = replay[(labels[:, 1:] != IGNORE_INDEX).nonzero()[:, 0]]  # per position of ``logits``
+    if not bool(of_replay.any()):
         return logits.sum() * 0.0
+    width = max(len(row.input_ids) for row, flag in zip(batch, flags, strict=True) if flag)
+    rows = labels[replay, :width]
     with torch.no_grad(), peft_model.disable_adapter():
-        base_logits = peft_model(
-            input_ids=input_ids[replay, :width], attention_mask=attention_mask[replay, :width]
-        ).logits
-    log_adapted = F.log_softmax(logits[replay, : width - 1][mask].float(), dim=-1)
-    log_base = F.log_softmax(base_logits[:, :-1][mask].float(), dim=-1)
+        base_logits = loss_logits(
+            peft_model, input_ids[replay, :width], attention_mask[replay, :width], loss_mask(rows)
+        )
+    log_adapted = F.log_softmax(logits[of_replay].float(), dim=-1)
+    log_base = F.log_softmax(base_logits.float(), dim=-1)
     return F.kl_div(log_adapted, log_base, log_target=True, reduction="sum")
 
 

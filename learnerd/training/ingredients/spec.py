@@ -40,8 +40,10 @@ class Options(BaseModel):
 class CycleRows:
     """What an ingredient's rows are made from: the cycle's document rows trained every epoch (``rows``) and those
     rehearsed (``rehearsal``, ``rehearsed_per_epoch`` of them an epoch: 0 when there are none), the block's
-    ``seed``, the base ``model`` and its ``tokenizer`` (no adapter attached yet), and where the base's general
-    replay answers are cached (``replay_cache``; None: not cached)."""
+    ``seed``, the base ``model`` and its ``tokenizer`` (no adapter attached yet), where the base's general
+    replay answers are cached (``replay_cache``; None: not cached), and ``on_answers(done, total)``, to call as the
+    base's answers an ingredient generates come (the training process reports them as its ``base answers`` phase;
+    None: not reported)."""
 
     rows: tuple[TrainingRow, ...]
     rehearsal: tuple[TrainingRow, ...]
@@ -50,6 +52,7 @@ class CycleRows:
     model: Any
     tokenizer: Any
     replay_cache: Path | None = None
+    on_answers: Callable[[int, int], None] | None = None
 
     @property
     def pairs(self) -> tuple[TrainingRow, ...]:
@@ -73,7 +76,8 @@ class Rows(NamedTuple):
 class Batch:
     """One micro-batch of a step, as the step loop collated it: the peft ``model``, the encoded ``rows``,
     ``input_ids`` / ``attention_mask`` / ``labels`` (``(rows, length)`` int64, right-padded) and the adapted
-    model's ``logits`` on them (``(rows, length, vocab)``, with gradient)."""
+    model's ``logits`` at the loss-carrying positions (``(positions, vocab)``, with gradient, in the row-major order
+    of ``labels[:, 1:] != IGNORE_INDEX``, the labels they predict: :mod:`learnerd.training.loss`)."""
 
     model: Any
     rows: tuple[EncodedRow, ...]
