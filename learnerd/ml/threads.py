@@ -145,15 +145,20 @@ class ThreadGovernor:
         requested: the setting (0: choose).
         interval_s: seconds between two measurements.
         clock: monotonic seconds.
+        meter: what measures the free cores (a :class:`CoreMeter` on ``clock`` by default).
     """
 
     def __init__(
-        self, requested: int = 0, interval_s: float = RECHOOSE_INTERVAL_S, clock: Callable[[], float] = time.monotonic
+        self,
+        requested: int = 0,
+        interval_s: float = RECHOOSE_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+        meter: CoreMeter | None = None,
     ) -> None:
         self._requested = requested
         self._interval_s = interval_s
         self._clock = clock
-        self._meter = CoreMeter(clock=clock)
+        self._meter = meter or CoreMeter(clock=clock)
         self.threads = set_torch_threads(requested, self._meter)
         self._since = clock()
 

@@ -153,16 +153,18 @@ class ProcessUsage:
         if now - self._last[0] < self._min_interval_s and self._read:
             return self._read
         try:
+            if self._process.status() == psutil.STATUS_ZOMBIE:  # exited, not yet reaped: nothing to read
+                return {}
             cpu_s, rss = self._cpu_s(), self._process.memory_info().rss
         except psutil.Error:
             return {}
         share = (cpu_s - self._last[1]) / max(now - self._last[0], 1e-9)
         self._last = (now, cpu_s)
         self._read = {"cpu_share": round(share, 2), "rss_mb": round(rss / 2**20, 1)}
-        with contextlib.suppress(OSError, ValueError):
-            status = Path(f"/proc/{self.pid}/status").read_text()
-            kib = next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))
-            self._read["peak_rss_mb"] = round(int(kib) / 1024, 1)
+        with contextlib.suppress(OSError, ValueError, IndexError):  # not Linux, or it exited since
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    self._read["peak_rss_mb"] = round(int(line.split()[1]) / 1024, 1)
         return self._read
 
 

@@ -24,9 +24,9 @@ class TrainingSettings(Section):
     replay_min_rows: int = Field(32, ge=0)
     """... but at least this many (when the document has them); dlm's budget"""
     num_threads: int = Field(0, ge=0)
-    """torch threads in the training process; 0 = torch's default"""
+    """torch threads in the training process; 0 = the cores other processes leave free, measured again every 30 s"""
     niceness: int = Field(10, ge=0, le=19)
-    """added to the training process's nice value: the event loop keeps its CPU"""
+    """added to the training process's nice value: the event loop and other programs get the CPU first"""
     checkpoint_every_s: float = Field(DEFAULT_EVERY_S, ge=0)
     """seconds of training between two checkpoints: a cycle stopped part-way goes on from its last (0: every step)"""
     warm_spare: bool = True

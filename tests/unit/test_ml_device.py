@@ -65,17 +65,3 @@ def test_cuda_placement_trains_and_answers(tiny_model_dir):
     peft_model, result = train_lora(model, tokenizer, rows, TrainingConfig(learning_rate=1e-2, max_steps=60))
     assert result.final_loss < result.start_loss
     assert greedy_reply(peft_model, tokenizer, "list pods", max_new_tokens=8).token_ids
-
-
-def test_intra_op_threads_sets_this_threads_count_and_restores_it():
-    from concurrent.futures import ThreadPoolExecutor
-
-    from learnerd.ml.device import intra_op_threads
-
-    before = torch.get_num_threads()
-    with ThreadPoolExecutor(1) as pool:
-        other = pool.submit(torch.get_num_threads).result()  # a running thread, its count initialised
-        with intra_op_threads(before + 2):
-            assert torch.get_num_threads() == before + 2
-            assert pool.submit(torch.get_num_threads).result() == other  # the count is kept per thread
-    assert torch.get_num_threads() == before
