@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -132,7 +133,8 @@ def measure(name: str, run: Callable[[], float], repeats: int) -> tuple[float, f
             with busy_process(busy):
                 wall = run()
             walls[busy].append(wall)
-            print(f"  {name}, {'beside yes' if busy else 'idle'}: {wall:.1f} s (load average before: {load:.2f})", flush=True)
+            state = "beside yes" if busy else "idle"
+            print(f"  {name}, {state}: {wall:.1f} s (load average before: {load:.2f})", flush=True)
     return min(walls[False]), min(walls[True])
 
 
@@ -144,6 +146,11 @@ def main() -> int:
     parser.add_argument("--skip-tiny", action="store_true", help="leave out the tiny quick start")
     parser.add_argument("--skip-smollm2", action="store_true", help="leave out the SmolLM2 cycle")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: the busy process and the run are killed
+    import structlog
+
+    # errors only: the figures are the output
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
     if shutil.which("yes") is None:
         print("needs the `yes` command", file=sys.stderr)
         return 2

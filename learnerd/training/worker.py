@@ -145,17 +145,20 @@ def run(request: TrainingRequest, emit: Any) -> dict[str, Any]:
     if request.niceness:
         os.nice(request.niceness)
     governor = ThreadGovernor(request.num_threads or 0)
-    threads = [governor.threads]
     print(f"torch threads: {governor.threads}", file=sys.stderr, flush=True)
+
+    def retune() -> None:  # after every event: the count follows the free cores (every 30 s at most)
+        before = governor.threads
+        if governor.tick() != before:
+            print(f"torch threads: {governor.threads}", file=sys.stderr, flush=True)
 
     def phase(event: PhaseEvent) -> None:
         emit({"event": "phase", **dataclasses.asdict(event)})
+        retune()
 
     def stepped(event: Any) -> None:
         emit({"event": "progress", **dataclasses.asdict(event)})
-        if governor.tick() != threads[-1]:
-            threads.append(governor.threads)
-            print(f"torch threads: {governor.threads}", file=sys.stderr, flush=True)
+        retune()
 
     phase(PhaseEvent("loading base", unit="model"))
     model, tokenizer = load_model_directory(request.base_model_path, placement=resolve_device(request.device))
