@@ -197,3 +197,13 @@ def test_a_warm_spare_serves_the_next_job_and_is_replaced(tmp_path, base):
     assert pids == [first] and outcome.version.name == "v0001" and outcome.result.steps == 2
     assert replacement not in (None, first)
     assert _gone(first) and _gone(replacement)  # the job's child exited; leaving the block killed the spare
+
+
+def test_the_training_process_reports_its_peak_memory_and_the_version_records_it(tmp_path, base):
+    """The worker's peak resident memory (``getrusage``) comes back in the result and lands in the manifest: the
+    figure the 2 GB bound of a SmolLM2 cycle is read from. torch, transformers and peft alone take over 100 MiB."""
+    store = AdapterStore(tmp_path)
+    config = TrainingConfig(learning_rate=1e-2, max_steps=1)
+    outcome = anyio.run(functools.partial(train_cycle, store, "doc", base, ROWS, config, num_threads=1))
+    assert outcome.result.peak_rss_mb > 100
+    assert outcome.version.metadata().extra["peak_rss_mb"] == outcome.result.peak_rss_mb

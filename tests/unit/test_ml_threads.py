@@ -112,7 +112,7 @@ def test_the_training_process_is_started_with_a_passive_openmp(monkeypatch):
 def test_the_real_meter_reads_this_machine():
     meter = CoreMeter(sample_s=0.05)
     others = meter.others()
-    assert 0.0 <= others and 0.0 <= meter.free() <= threads.usable_cores() <= (os.cpu_count() or 1)
+    assert others >= 0.0 and 0.0 <= meter.free() <= threads.usable_cores() <= (os.cpu_count() or 1)
 
 
 def test_intra_op_threads_sets_this_threads_count_and_restores_it():
