@@ -41,9 +41,9 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from benchmarks.tldr_to_blocklog import PEER_TLDR  # noqa: E402
-from learnerd.ml.device import intra_op_threads  # noqa: E402
 from learnerd.ml.embedders import MiniLMEmbedder  # noqa: E402
 from learnerd.ml.router import Router, calibrate  # noqa: E402
+from learnerd.ml.threads import intra_op_threads  # noqa: E402
 from learnerd.store.retrieval import nearest_to  # noqa: E402
 from learnerd.store.vector_index import VectorIndex  # noqa: E402
 from learnerd.training.ingredients.replay import replay_prompts  # noqa: E402
