@@ -6,10 +6,12 @@ the ratio busy ÷ idle.
   its own state directory (the pipeline, MiniLM, a 360-step cycle on the built-in tiny model at nice 10, the
   evaluation), as a subprocess: the command as a user runs it, torch's threads chosen by learnerd
   (``learnerd/ml/threads.py``; ``$OMP_NUM_THREADS`` and ``$MKL_NUM_THREADS`` are removed from its environment).
-* **SmolLM2 cycle** — ``train_cycle`` on SmolLM2-135M-Instruct with learnerd's pretrained recipe and ``max_steps``
-  ``--smollm2-steps``, ``--smollm2-rows`` Q/A pairs, at nice 10 as the daemon trains: the training process's
-  start-up, the base's general replay answers (their cache removed before each run), the start loss, the steps,
-  the final loss. Also printed: the training process's peak resident memory (``TrainingResult.peak_rss_mb``).
+* **SmolLM2 cycle** — ``train_cycle`` on SmolLM2-135M-Instruct with learnerd's pretrained recipe as the daemon
+  composes it (``[serve] rag_k``'s default: the retrieval rows) and ``max_steps`` ``--smollm2-steps``,
+  ``--smollm2-rows`` Q/A pairs, at nice 10 as the daemon trains: the training process's start-up, the base's
+  general replay answers where the recipe has them (their cache removed before each run), the start loss, the
+  steps, the final loss. Also printed: the training process's peak resident memory (``TrainingResult.peak_rss_mb``;
+  issue 60's bound: a 38-row cycle <= 2 GB, ``--skip-tiny --smollm2-rows 38``).
 
 The target (issue 60): the tiny quick start beside one busy process takes at most twice its idle wall time
 (before learnerd chose its threads: 633 s against 33 s). Runs alternate idle and busy, ``--repeats`` times; the
@@ -103,6 +105,7 @@ def smollm2_cycle(models_dir: Path, scratch: Path, steps: int, rows: int) -> tup
     """``(wall seconds, peak RSS MiB)`` of one SmolLM2 training cycle (see the module docstring)."""
     import anyio
 
+    from learnerd.api.settings import ServeConfig
     from learnerd.ml.base_model import resolve_base_model
     from learnerd.ml.rows import TrainingRow
     from learnerd.store.adapters import AdapterStore
@@ -112,7 +115,8 @@ def smollm2_cycle(models_dir: Path, scratch: Path, steps: int, rows: int) -> tup
     for cached in models_dir.glob("replay-*.json"):
         cached.unlink()  # the base's answers are generated in every run
     base = resolve_base_model("smollm2-135m-instruct", cache_dir=models_dir)
-    config = document_training({"max_steps": steps}, builtin=False).config
+    rag_k = ServeConfig.model_fields["rag_k"].default
+    config = document_training({"max_steps": steps}, builtin=False, served_rag_k=rag_k).config
     pairs = [TrainingRow.chat(f"qa{i}", q, a) for i, (q, a) in enumerate((QA * (rows // len(QA) + 1))[:rows])]
     store = AdapterStore(Path(tempfile.mkdtemp(dir=scratch)))
 
