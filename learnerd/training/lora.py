@@ -7,7 +7,9 @@ and gradient accumulation. A step's loss is the mean cross-entropy per loss-carr
 (:mod:`learnerd.training.ingredients`); reported losses are the cross-entropy alone. Logits are computed at the
 loss-carrying positions only (:mod:`learnerd.training.loss`): the rest of a row costs no vocabulary-wide floats.
 The start and final losses are measured on a seeded sample of at most :data:`LOSS_SAMPLE_ROWS` rows
-(:func:`loss_sample`).
+(:func:`loss_sample`). A base of :data:`CHECKPOINT_ACTIVATIONS_FROM` parameters or more recomputes its layers'
+activations in the backward pass instead of keeping them (gradient checkpointing, Chen et al. 2016, "Training Deep
+Nets with Sublinear Memory Cost"; :func:`checkpoint_activations`): the training process's memory stays bounded.
 
 Deterministic for a fixed ``seed`` and number of torch threads: the adapter's initial weights, the dropout masks
 and the row order come from generators seeded with it. Rows are shuffled once per epoch. A ``max_steps`` budget
@@ -22,6 +24,7 @@ every rehearsal row comes round before any comes twice.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import random
 import time
@@ -46,6 +49,11 @@ log = structlog.get_logger(__name__)
 MAX_GRAD_NORM = 1.0
 LOSS_SAMPLE_ROWS = 64
 """The start and final losses are measured on at most this many rows (:func:`loss_sample`)."""
+CHECKPOINT_ACTIVATIONS_FROM = 50_000_000
+"""Base parameters from which training checkpoints activations (:func:`checkpoint_activations`). Measured on
+2026-12-01 (``benchmarks/bench_shared_cores.py --skip-tiny --smollm2-rows 38``): a 38-pair SmolLM2-135M cycle's
+training process peaked at 3,347 MiB without, 1,923 MiB with, for about a third more time per step; the built-in
+tiny models (under 1 M parameters) keep their activations: they are small and their steps are short."""
 START_LOSS = "start loss"
 FINAL_LOSS = "final loss"
 
@@ -155,6 +163,31 @@ def attach_lora(model: Any, config: TrainingConfig, resume_from: str | Path | No
         return get_peft_model(model, lora)
 
 
+def _phase_loss(
+    model: Any, sample: list[EncodedRow], pad_id: int, batch_size: int, on_phase: PhaseCallback | None, phase: str
+) -> float:
+    """:func:`mean_loss` of ``sample``, each batch scored reported to ``on_phase`` as ``phase``."""
+
+    def done(rows: int) -> None:
+        if on_phase is not None:
+            on_phase(PhaseEvent(phase, rows, len(sample)))
+
+    done(0)
+    return mean_loss(model, sample, pad_id, batch_size, on_batch=done)
+
+
+def checkpoint_activations(model: Any) -> bool:
+    """Turn on gradient checkpointing (non-reentrant, as peft's adapters need no input gradients then) for a
+    transformers ``model`` of at least :data:`CHECKPOINT_ACTIVATIONS_FROM` parameters that supports it; whether it
+    did. It acts in training mode only: evaluation and the losses under ``no_grad`` run as before."""
+    big = sum(p.numel() for p in model.parameters()) >= CHECKPOINT_ACTIVATIONS_FROM
+    if not big or not getattr(model, "supports_gradient_checkpointing", False):
+        return False
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    log.info("training.checkpointing_activations", parameters_from=CHECKPOINT_ACTIVATIONS_FROM)
+    return True
+
+
 def train_lora(
     model: Any,
     tokenizer: Any,
@@ -194,6 +227,7 @@ def train_lora(
     """
     config = check_trainable(config)
     data = _encode(model, tokenizer, rows, config, rehearsal, rehearsal_per_epoch)
+    checkpoint_activations(model)
     peft_model = attach_lora(model, config, resume_from)
     total_steps = config.total_steps(len(data.encoded) + data.per_epoch)
     saved = checkpoint.load() if checkpoint is not None else None
@@ -202,17 +236,8 @@ def train_lora(
     if saved is not None and not loop.restore(saved, checkpoint):
         saved = None
     resumed_at_step = loop.done
-    batch_size = config.batch_size()
     sample = loss_sample(data.scored, config.seed)
-
-    def scored(phase: str) -> float:
-        def done(rows: int) -> None:
-            if on_phase is not None:
-                on_phase(PhaseEvent(phase, rows, len(sample)))
-
-        done(0)
-        return mean_loss(peft_model, sample, data.pad_id, batch_size, on_batch=done)
-
+    scored = functools.partial(_phase_loss, peft_model, sample, data.pad_id, config.batch_size(), on_phase)
     start_loss = float(saved["start_loss"]) if saved else scored(START_LOSS)
     if on_progress is not None:
         for restored in loop.events:

@@ -223,3 +223,21 @@ def test_an_incremental_cycle_over_budget_rehearses_every_unchanged_row_in_the_c
     assert "20 rows rehearsed, 4 an epoch" in outcome.plan.reason
     model, tokenizer = load_model_directory(trained.base.path)
     assert rows_loss(load_adapter(model, outcome.version), tokenizer, EXTRA_ROWS) < 0.5
+
+
+def test_a_base_of_fifty_million_parameters_checkpoints_activations_and_still_learns(tiny_model_dir):
+    """A one-layer Llama with a 100k vocabulary (51 M parameters, two thirds of SmolLM2's embedding size) trains
+    with gradient checkpointing, the tiny model without; the checkpointed training still lowers its loss."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from learnerd.training.lora import CHECKPOINT_ACTIVATIONS_FROM, checkpoint_activations
+
+    tiny, tokenizer = load_model_directory(tiny_model_dir)
+    assert not checkpoint_activations(tiny) and not tiny.is_activation_checkpointing
+    torch.manual_seed(0)
+    shape = {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 4}
+    big = LlamaForCausalLM(LlamaConfig(vocab_size=100_000, num_hidden_layers=1, tie_word_embeddings=False, **shape))
+    assert sum(p.numel() for p in big.parameters()) >= CHECKPOINT_ACTIVATIONS_FROM
+    big.generation_config.pad_token_id = big.config.pad_token_id = tokenizer.pad_token_id
+    _, result = train_lora(big, tokenizer, QA_ROWS[:4], TrainingConfig(learning_rate=1e-2, num_epochs=4))
+    assert big.is_activation_checkpointing and result.final_loss < result.start_loss
