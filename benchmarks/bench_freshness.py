@@ -30,12 +30,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import secrets
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -64,6 +60,7 @@ from learnerd.daemon.logging import configure_logging
 from learnerd.ml.embedders import MiniLMEmbedder
 from learnerd.store.blocks import Block
 from learnerd.store.vector_index import VectorIndex
+from tests.support.daemon_process import daemon_process, free_port
 
 SESSION = "0193bench-fresh-0000-0000-000000000000"
 
@@ -173,8 +170,8 @@ def fresh_tasks(nl2bash: Path, n: int, seed: int) -> list[tuple[Block, str, str]
     return [(b, first[b.id].prompt, item.command) for b, item in zip(blocks, learned, strict=True)]
 
 
-def answer_daemon(root: Path, port: int, token: str) -> subprocess.Popen:
-    """``learnerd run`` on ``root``'s config: one SmolLM2 document, no training, the endpoint on ``port``."""
+def write_answer_config(root: Path, port: int) -> None:
+    """``root``'s config for ``learnerd run``: one SmolLM2 document, no training, the endpoint on ``port``."""
     from learnerd.ml.base_model import SMOLLM2_INSTRUCT
     from learnerd.store.atomic import atomic_write_text
     from learnerd.store.dlm import new_document
@@ -188,9 +185,6 @@ def answer_daemon(root: Path, port: int, token: str) -> subprocess.Popen:
         f'[probes]\nbase_model = "{SMOLLM2_INSTRUCT}"\n[training]\nenabled = false\n'
         f'[serve]\nlisten = "127.0.0.1:{port}"\n',
     )
-    env = {**os.environ, "LEARNERD_OPENAI_TOKEN": token}
-    command = [sys.executable, "-m", "learnerd", "run", "--config", str(root / "learnerd.toml")]
-    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=open(root / "daemon.log", "wb"))
 
 
 def fresh_answers(nl2bash: Path, n: int, seed: int) -> dict[str, Any]:
@@ -201,24 +195,15 @@ def fresh_answers(nl2bash: Path, n: int, seed: int) -> dict[str, Any]:
     from learnerd.store.suggestions import normalize_command
 
     tasks = fresh_tasks(nl2bash, n, seed)
-    token = secrets.token_urlsafe(24)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    token, port = secrets.token_urlsafe(24), free_port()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        daemon = answer_daemon(root, port, token)
-        try:
+        write_answer_config(root, port)
+        started = time.perf_counter()
+        with daemon_process(root, env={"LEARNERD_OPENAI_TOKEN": token}) as daemon:
+            daemon.wait_ready()
             api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=token, max_retries=0, timeout=600)
-            started = time.perf_counter()
-            while True:  # the endpoint answers once the daemon runs and the base is loaded
-                if daemon.poll() is not None:
-                    raise SystemExit(f"learnerd run exited {daemon.returncode}: {(root / 'daemon.log').read_text()}")
-                try:
-                    api.chat.completions.create(model="learned", messages=[{"role": "user", "content": "hi"}])
-                    break
-                except (openai.APIConnectionError, openai.APIStatusError):
-                    time.sleep(1.0)
+            api.chat.completions.create(model="learned", messages=[{"role": "user", "content": "hi"}])  # loads it
             ready_s = time.perf_counter() - started
             rows = []
             for seq, (block, paraphrase, command) in enumerate(tasks, start=1):
@@ -254,12 +239,6 @@ def fresh_answers(nl2bash: Path, n: int, seed: int) -> dict[str, Any]:
                     f"routed={rows[-1]['routed']} request {done - asked:.1f} s",
                     flush=True,
                 )
-        finally:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                daemon.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
     return {"tasks": rows, "ready_s": ready_s}
 
 
