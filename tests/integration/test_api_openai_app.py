@@ -136,10 +136,13 @@ async def test_models_completions_and_readyz_share_one_readiness(tmp_path: Path,
 QUESTION = CHAT["messages"]
 
 
-def clients(url: str) -> tuple[openai.AsyncOpenAI, openai.AsyncOpenAI]:
-    """The official client without the token (the ``api_key`` a token-less client sends) and with it."""
+@contextlib.asynccontextmanager
+async def clients(url: str) -> AsyncIterator[tuple[openai.AsyncOpenAI, openai.AsyncOpenAI]]:
+    """The official client without the token (the ``api_key`` a token-less client sends) and with it, both closed
+    on exit (an unclosed client's connections are closed by its finalizer, in whatever later test's loop runs)."""
     kw = {"base_url": f"{url}/v1", "max_retries": 0, "timeout": 120.0}
-    return openai.AsyncOpenAI(api_key="none", **kw), openai.AsyncOpenAI(api_key=TOKEN, **kw)
+    async with openai.AsyncOpenAI(api_key="none", **kw) as anonymous, openai.AsyncOpenAI(api_key=TOKEN, **kw) as bearer:
+        yield anonymous, bearer
 
 
 @pytest.mark.usefixtures("tiny_model_dir")
@@ -149,8 +152,7 @@ async def test_a_document_needs_the_token_a_base_does_not_and_only_a_bearers_ans
     """On loopback: without the token, ``/v1/models`` lists the bases alone, a document's model is 401 by its name
     and by its ``dlm_id`` (never its base instead), its base answers, retrieval is 401, and nothing of the request
     is remembered; with the token the document answers and the answer is a suggestion of the client's session."""
-    async with endpoint(tmp_path, models_dir) as (url, control, registry):
-        anonymous, bearer = clients(url)
+    async with endpoint(tmp_path, models_dir) as (url, control, registry), clients(url) as (anonymous, bearer):
         dlm_id = read_document(tmp_path / "docs" / "notes.dlm").frontmatter.dlm_id
         assert [m.id for m in (await anonymous.models.list()).data] == ["learnerd/tiny-llama"]
         assert [m.id for m in (await bearer.models.list()).data] == ["learnerd/tiny-llama", "notes"]
@@ -183,8 +185,7 @@ async def test_a_document_needs_the_token_a_base_does_not_and_only_a_bearers_ans
 async def test_a_request_without_a_temperature_is_answered_greedily(tmp_path: Path, models_dir: Path):
     """``[serve] temperature`` (0) is the default call's: the same answer every time, the greedy one (the random
     tiny model's next-token distribution is near uniform, so sampling would almost never repeat 8 tokens)."""
-    async with endpoint(tmp_path, models_dir, max_tokens=8) as (url, _, _):
-        _, bearer = clients(url)
+    async with endpoint(tmp_path, models_dir, max_tokens=8) as (url, _, _), clients(url) as (_, bearer):
         default = [await bearer.chat.completions.create(model="notes", messages=QUESTION) for _ in range(2)]
         greedy = await bearer.chat.completions.create(model="notes", messages=QUESTION, temperature=0)
     answers = {r.choices[0].message.content for r in default}
@@ -193,8 +194,10 @@ async def test_a_request_without_a_temperature_is_answered_greedily(tmp_path: Pa
 
 @pytest.mark.usefixtures("tiny_model_dir")
 async def test_off_loopback_nothing_but_the_health_probes_is_served_without_the_token(tmp_path: Path, models_dir: Path):
-    async with endpoint(tmp_path, models_dir, without_token="none") as (url, control, _):
-        anonymous, bearer = clients(url)
+    async with (
+        endpoint(tmp_path, models_dir, without_token="none") as (url, control, _),
+        clients(url) as (anonymous, bearer),
+    ):
         with pytest.raises(openai.AuthenticationError, match="missing or wrong bearer token"):
             await anonymous.models.list()
         with pytest.raises(openai.AuthenticationError, match="missing or wrong bearer token"):
@@ -218,8 +221,10 @@ async def test_off_loopback_nothing_but_the_health_probes_is_served_without_the_
 async def test_insecure_no_token_serves_the_adapter_without_it_but_remembers_nothing(tmp_path: Path, models_dir: Path):
     """``--insecure-no-token``: a document answers a request without the token; retrieval still needs the token, and
     the answer is no suggestion (its prompt never becomes an example)."""
-    async with endpoint(tmp_path, models_dir, token=None, without_token="all") as (url, control, _):
-        anonymous, _ = clients(url)
+    async with (
+        endpoint(tmp_path, models_dir, token=None, without_token="all") as (url, control, _),
+        clients(url) as (anonymous, _),
+    ):
         assert [m.id for m in (await anonymous.models.list()).data] == ["learnerd/tiny-llama", "notes"]
         reply = await anonymous.chat.completions.create(
             model="notes", messages=QUESTION, max_tokens=2, temperature=0, metadata={"session": "S"}
