@@ -131,6 +131,21 @@ def test_bad_input_is_a_permanent_failure(tmp_path, models_dir):
     assert list((tmp_path / "doc" / "versions").iterdir()) == []
 
 
+def test_the_worker_ends_without_the_interpreters_teardown():
+    """After its last event the worker exits at once (``os._exit``): an exit handler registered before it runs
+    never runs; what it wrote is flushed. (Its stdin closed at once: the parent is gone, exit status 3.)"""
+    script = (
+        "import atexit, runpy, sys\n"
+        "atexit.register(lambda: print('interpreter teardown', file=sys.stderr))\n"
+        "runpy.run_module('learnerd.training.worker', run_name='__main__')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], stdin=subprocess.DEVNULL, capture_output=True, text=True, env=cli_env()
+    )
+    assert proc.returncode == 3 and proc.stdout == '{"event": "ready"}\n', proc.stderr
+    assert "interpreter teardown" not in proc.stderr
+
+
 @pytest.mark.slow
 def test_kill_9_of_the_daemon_mid_training(store_with_v1, base, models_dir):
     """The whole daemon dies: the orphaned trainer notices and exits, recover() clears its staging."""
