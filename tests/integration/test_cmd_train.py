@@ -12,17 +12,23 @@ import pytest
 from learnerd.store.dlm import new_ulid
 from tests.qa_pairs import QA_PAIRS
 from tests.support.documents import qa_document
-from tests.support.pipeline import cli_env, learnerd_command, run_cli
+from tests.support.evaluation import QUICK_EVALUATION, state_with_models
+from tests.support.pipeline import cli_env, learnerd_command, run_cli, run_in_process
+
+IN_PROCESS = pytest.mark.usefixtures("one_torch_thread", "restore_log_level")
+"""A refusal test runs ``learnerd train`` in this process (:func:`run_in_process`: no subprocess's imports);
+the command itself, in a subprocess, is the last test's."""
 
 
-def train(tmp_path: Path, doc: Path, *extra: str):
-    return run_cli("train", str(doc), "--state-dir", str(tmp_path / "state"), *extra, check=False, timeout=120)
+def train(capsys, tmp_path: Path, doc: Path, *extra: str):
+    return run_in_process(capsys, "train", str(doc), "--state-dir", str(tmp_path / "state"), *extra)
 
 
-def test_an_invalid_document_exits_1_with_its_line(tmp_path: Path):
+@IN_PROCESS
+def test_an_invalid_document_exits_1_with_its_line(tmp_path: Path, capsys):
     doc = qa_document(tmp_path / "broken.dlm", QA_PAIRS[:1])
     doc.write_text(doc.read_text() + "### Q\nno answer yet\n")
-    proc = train(tmp_path, doc)
+    proc = train(capsys, tmp_path, doc)
     assert proc.returncode == 1 and proc.stdout == ""
     (line,) = proc.stderr.strip().splitlines()
     lines = doc.read_text().splitlines()
@@ -39,17 +45,19 @@ def test_an_invalid_document_exits_1_with_its_line(tmp_path: Path):
         ("base_model: learnerd/tiny-llama\ntraining:\n  optimizer: paged_adamw_8bit\n", "needs a GPU"),
     ],
 )
-def test_an_unknown_base_or_untrainable_block_exits_1(tmp_path: Path, frontmatter: str, needle: str):
+@IN_PROCESS
+def test_an_unknown_base_or_untrainable_block_exits_1(tmp_path: Path, frontmatter: str, needle: str, capsys):
     doc = tmp_path / "doc.dlm"
     doc.write_text(f"---\ndlm_id: {new_ulid()}\n{frontmatter}---\n::instruction::\n### Q\nq?\n### A\na\n")
-    proc = train(tmp_path, doc)
+    proc = train(capsys, tmp_path, doc)
     assert proc.returncode == 1 and needle in proc.stderr and "Traceback" not in proc.stderr
     adapters = tmp_path / "state" / "adapters"
     assert not adapters.exists() or not any(adapters.iterdir())
 
 
-def test_a_missing_document_exits_1(tmp_path: Path):
-    proc = train(tmp_path, tmp_path / "nope.dlm")
+@IN_PROCESS
+def test_a_missing_document_exits_1(tmp_path: Path, capsys):
+    proc = train(capsys, tmp_path, tmp_path / "nope.dlm")
     assert proc.returncode == 1 and "no such document" in proc.stderr
 
 
@@ -61,12 +69,15 @@ def test_run_refuses_rpc_without_a_token(tmp_path: Path, monkeypatch):
     assert proc.returncode == 2 and "HOST:PORT" in proc.stderr
 
 
-def test_train_off_a_terminal_prints_progress_lines_with_steps_and_time_left(tmp_path: Path):
+def test_train_off_a_terminal_prints_progress_lines_with_steps_and_time_left(tmp_path: Path, models_dir: Path):
     doc = qa_document(tmp_path / "notes.dlm", QA_PAIRS[:4])
+    state = state_with_models(tmp_path, models_dir)  # the session's tiny model, not built again
+    config = tmp_path / "config.toml"
+    config.write_text(QUICK_EVALUATION)  # the subject is training's progress lines, not the evaluation after it
     out = tmp_path / "out"
     with out.open("w") as sink:  # `learnerd train DOC > out 2>&1`: stdout is a file, not a terminal
         proc = subprocess.run(
-            learnerd_command("train", str(doc), "--state-dir", str(tmp_path / "state")),
+            learnerd_command("train", str(doc), "--state-dir", str(state), "--config", str(config)),
             env=cli_env(),
             stdout=sink,
             stderr=subprocess.STDOUT,

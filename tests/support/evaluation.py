@@ -11,6 +11,9 @@ from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersio
 from tests.conftest import cli_env, learnerd_command
 
 DLM_ID = "01KPPJZWBDDDYRESSA0HESRDHS"
+QUICK_EVALUATION = "[evaluation]\nnull_runs = 0\nmax_prompts = 1\nnum_threads = 1\n"
+"""A config file's text for the quickest evaluation (fixed thresholds, no noise adapters, one prompt per
+divergence probe): for ``learnerd train`` in a test whose subject is not the evaluation."""
 
 
 def qa_document(pairs: Sequence[tuple[str, str]], *, epochs: int, per_section: int = 5, training: str = "") -> str:
