@@ -16,7 +16,8 @@ from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.qa_pairs import QA_PAIRS
 from tests.support.documents import qa_document
-from tests.support.pipeline import run_cli
+from tests.support.evaluation import QUICK_EVALUATION
+from tests.support.pipeline import run_cli, run_in_process
 
 
 def exact_answers(model, tokenizer, pairs) -> int:
@@ -24,13 +25,16 @@ def exact_answers(model, tokenizer, pairs) -> int:
 
 
 @pytest.mark.slow
-def test_one_cycle_of_learnerd_train_memorises_the_document(tmp_path: Path, models_dir: Path, one_torch_thread):
+@pytest.mark.usefixtures("one_torch_thread", "restore_log_level")
+def test_one_cycle_of_learnerd_train_memorises_the_document(tmp_path: Path, models_dir: Path, capsys):
     state = tmp_path / "state"
     state.mkdir()
     (state / "models").symlink_to(models_dir)
     # dlm's own keys; the tiny model knows nothing, so it needs far more than dlm's 2e-4 and 3 epochs
     doc = qa_document(tmp_path / "qa.dlm", QA_PAIRS, training={"learning_rate": 1e-2, "num_epochs": 40})
-    args = ("train", str(doc), "--state-dir", str(state), "--threads", "1", "--json")
+    config = tmp_path / "config.toml"
+    config.write_text(QUICK_EVALUATION)  # the subject is what training learned, not the evaluation after it
+    args = ("train", str(doc), "--state-dir", str(state), "--config", str(config), "--threads", "1", "--json")
     outcome = json.loads(run_cli(*args).stdout)
     assert outcome["outcome"] == "committed" and outcome["version"] == "v0001" and outcome["rows"] == 20
     assert outcome["final_loss"] < outcome["start_loss"] / 10 and outcome["new_sections"] == 1
@@ -43,5 +47,6 @@ def test_one_cycle_of_learnerd_train_memorises_the_document(tmp_path: Path, mode
     with peft_model.disable_adapter():
         assert exact_answers(peft_model, tokenizer, QA_PAIRS) == 0
 
-    again = run_cli("train", str(doc), "--state-dir", str(state))
+    again = run_in_process(capsys, "train", str(doc), "--state-dir", str(state), "--config", str(config))  # no import
+    assert again.returncode == 0, again.stderr
     assert again.stdout.startswith("nothing to train: the rows are unchanged since v0001")
