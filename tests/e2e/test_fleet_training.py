@@ -137,6 +137,10 @@ def _training_in_flight(replica: DaemonProcess) -> bool:
     return bool(status["controllers"].get("training", {}).get("in_flight"))
 
 
+STEPS = 150
+"""The kill test's cycle length. Its staging directory is made before the training process starts, and the signal
+follows it within a poll (0.1 s): the trainer is still importing torch then, seconds before its first step, so
+the steps only widen a margin that is already seconds; the survivor trains them all, so no more than that."""
 LEASE_TTL_S, HEARTBEAT_S = 4.0, 1.0
 """The short lease of the kill test: the survivor takes over in seconds."""
 TAKEOVER_SLACK_S = 10.0
@@ -160,7 +164,7 @@ def test_when_the_training_replica_dies_mid_cycle_a_survivor_commits_and_no_stag
     try:
         for replica in replicas:
             replica.wait_ready()
-        doc = qa_document(docs / "notes.dlm", QA_PAIRS[:2], training={"learning_rate": 1e-2, "max_steps": 600})
+        doc = qa_document(docs / "notes.dlm", QA_PAIRS[:2], training={"learning_rate": 1e-2, "max_steps": STEPS})
         dlm_id = read_document(doc).frontmatter.dlm_id
         versions = adapters / dlm_id / "versions"
         wait_until(lambda: any(_training_in_flight(r) for r in replicas), timeout=120, what="a cycle in flight")
