@@ -32,8 +32,8 @@ def run_in_process(capsys: Any, *args: str) -> subprocess.CompletedProcess[str]:
     capsys.readouterr()
     try:
         code = main(list(args))
-    except SystemExit as exc:  # argparse's usage errors
-        code = exc.code if isinstance(exc.code, int) else 1
+    except SystemExit as exc:  # argparse's usage errors (and --help: None, status 0)
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
     out, err = capsys.readouterr()
     return subprocess.CompletedProcess(["learnerd", *args], code, out, err)
 
