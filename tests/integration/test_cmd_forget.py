@@ -10,6 +10,7 @@ from pathlib import Path
 import anyio.to_thread
 import pytest
 
+from learnerd.cmd.main import main
 from learnerd.store import foyle_examples
 from learnerd.store.dlm import read_document
 from learnerd.store.examples import get_example
@@ -22,6 +23,15 @@ pytestmark = pytest.mark.anyio
 
 def sources(path: Path) -> list[str | None]:
     return [s.harvest_source for s in read_document(path).sections if s.fenced]
+
+
+def forget_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``learnerd forget ARGS`` in this process (the CLI's parser and command, without an interpreter's start):
+    its exit status, stdout and stderr."""
+    capsys.readouterr()
+    status = main(["forget", *args])
+    out, err = capsys.readouterr()
+    return status, out, err
 
 
 async def forget(state: Path, *args: str) -> dict:
@@ -96,19 +106,20 @@ async def _learned_again(daemon, export: Path) -> bool:
     return get_example(daemon.conn, "b-du") is not None and "b-du" in foyle_examples.ids_on_disk(export)
 
 
-def test_offline_forget_refuses_what_it_cannot_find_with_a_clear_message(tmp_path: Path):
+def test_offline_forget_refuses_what_it_cannot_find_with_a_clear_message(tmp_path: Path, capsys):
     from learnerd.store import db
 
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     db.connect(state / "learnerd.db").close()
-    unknown = run_cli("forget", "--example", "nope", "--state-dir", str(state), check=False)
-    assert unknown.returncode == 1 and "no example or block has the id 'nope'" in unknown.stderr
-    missing = run_cli("forget", "--source", str(tmp_path / "gone.jsonl"), "--state-dir", str(state), check=False)
-    assert missing.returncode == 1 and "gone.jsonl: no such file" in missing.stderr
-    removed = run_cli("forget", "--remove", "0123456789abcdef", "--state-dir", str(state), check=False)
-    assert removed.returncode == 1 and "no tombstone has the id" in removed.stderr
-    assert run_cli("forget", "--list", "--state-dir", str(state)).stdout.strip() == "no tombstones"
+    status, _, err = forget_here(capsys, "--example", "nope", "--state-dir", str(state))
+    assert status == 1 and "no example or block has the id 'nope'" in err
+    status, _, err = forget_here(capsys, "--source", str(tmp_path / "gone.jsonl"), "--state-dir", str(state))
+    assert status == 1 and "gone.jsonl: no such file" in err
+    status, _, err = forget_here(capsys, "--remove", "0123456789abcdef", "--state-dir", str(state))
+    assert status == 1 and "no tombstone has the id" in err
+    status, out, _ = forget_here(capsys, "--list", "--state-dir", str(state))
+    assert status == 0 and out.strip() == "no tombstones"
 
 
 @pytest.fixture
@@ -144,10 +155,10 @@ def _examples(state: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("text", ["", " ", "ab c"])
-def test_a_match_of_fewer_than_four_non_space_characters_is_a_one_line_error(learned_state: Path, text: str):
-    proc = run_cli("forget", "--match", text, "--yes", "--state-dir", str(learned_state), check=False)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    (line,) = proc.stderr.strip().splitlines()
+def test_a_match_of_fewer_than_four_non_space_characters_is_a_one_line_error(learned_state: Path, text: str, capsys):
+    status, _, err = forget_here(capsys, "--match", text, "--yes", "--state-dir", str(learned_state))
+    assert status == 1 and "Traceback" not in err
+    (line,) = err.strip().splitlines()
     assert line.startswith("learnerd forget: error: --match: ") and "at least 4 non-space characters" in line
     assert _examples(learned_state) == ["b-disk", "b-pods"]
 
@@ -169,7 +180,7 @@ def test_a_match_prints_what_it_will_forget_and_asks_first(learned_state: Path):
     assert "learnerd/b-pods" not in sources(learned_state / "docs" / "learned.dlm")
 
 
-def test_a_source_path_that_is_gone_forgets_the_blocks_read_from_it(learned_state: Path, tmp_path: Path):
+def test_a_source_path_that_is_gone_forgets_the_blocks_read_from_it(learned_state: Path, tmp_path: Path, capsys):
     from learnerd.store import db
     from learnerd.store.blocks import BlockEvent, Cell, LineOrigin, apply_event
 
@@ -179,5 +190,7 @@ def test_a_source_path_that_is_gone_forgets_the_blocks_read_from_it(learned_stat
         event = BlockEvent("b-disk", "codex", 1.0, executed=Cell("code", "du -sh ."))
         apply_event(conn, event, 2.0, LineOrigin(str(log), 7))
     conn.close()
-    report = json.loads(run_cli("forget", "--source", str(log), "--json", "--state-dir", str(learned_state)).stdout)
+    status, out, _ = forget_here(capsys, "--source", str(log), "--json", "--state-dir", str(learned_state))
+    report = json.loads(out)
+    assert status == 0
     assert [e["id"] for e in report["examples"]] == ["b-disk"] and _examples(learned_state) == ["b-pods"]
