@@ -1,10 +1,11 @@
 """``learnerd forget`` through a running daemon: the CLI in a subprocess, the daemon in the test on its real
-admin socket (shared MiniLM). The offline path and the retrain are in tests/e2e/test_forget.py."""
+admin socket (shared MiniLM); the offline refusals and the prompt run the CLI in this process (:func:`forget_here`).
+The offline path and the retrain are in tests/e2e/test_forget.py."""
 
 from __future__ import annotations
 
+import io
 import json
-import subprocess
 from pathlib import Path
 
 import anyio.to_thread
@@ -14,7 +15,6 @@ from learnerd.cmd.main import main
 from learnerd.store import foyle_examples
 from learnerd.store.dlm import read_document
 from learnerd.store.examples import get_example
-from tests.conftest import cli_env, learnerd_command
 from tests.support.daemon import SAMPLE_BLOCKS, append_blocks, daemon_config, eventually, post_json, running_service
 from tests.support.pipeline import run_cli
 
@@ -163,19 +163,19 @@ def test_a_match_of_fewer_than_four_non_space_characters_is_a_one_line_error(lea
     assert _examples(learned_state) == ["b-disk", "b-pods"]
 
 
-def test_a_match_prints_what_it_will_forget_and_asks_first(learned_state: Path):
-    def forget_answering(answer: str) -> subprocess.CompletedProcess[str]:
-        command = learnerd_command("forget", "--match", "get pods -n dev", "--state-dir", str(learned_state))
-        return subprocess.run(command, env=cli_env(), input=answer, capture_output=True, text=True, timeout=300)
+def test_a_match_prints_what_it_will_forget_and_asks_first(learned_state: Path, capsys, monkeypatch):
+    def forget_answering(answer: str) -> tuple[int, str, str]:
+        monkeypatch.setattr("sys.stdin", io.StringIO(answer))  # what the person types, then end of input
+        return forget_here(capsys, "--match", "get pods -n dev", "--state-dir", str(learned_state))
 
-    declined = forget_answering("n\n")
-    assert declined.returncode == 1 and "nothing was forgotten" in declined.stderr
-    assert "would forget 1 example(s)" in declined.stderr and "b-pods: 'kubectl get pods -n dev'" in declined.stderr
-    assert "[y/N]" in declined.stderr and _examples(learned_state) == ["b-disk", "b-pods"]
+    status, _, err = forget_answering("n\n")
+    assert status == 1 and "nothing was forgotten" in err
+    assert "would forget 1 example(s)" in err and "b-pods: 'kubectl get pods -n dev'" in err
+    assert "[y/N]" in err and _examples(learned_state) == ["b-disk", "b-pods"]
     assert "learnerd/b-pods" in sources(learned_state / "docs" / "learned.dlm")
-    assert forget_answering("").returncode == 1, "no answer (stdin closed) is no"
-    accepted = forget_answering("y\n")
-    assert accepted.returncode == 0 and "forgot 1 example(s)" in accepted.stdout
+    assert forget_answering("")[0] == 1, "no answer (stdin closed) is no"
+    status, out, _ = forget_answering("y\n")
+    assert status == 0 and "forgot 1 example(s)" in out
     assert _examples(learned_state) == ["b-disk"]
     assert "learnerd/b-pods" not in sources(learned_state / "docs" / "learned.dlm")
 
