@@ -18,6 +18,6 @@ def three_versions() -> ThreeVersions:
 @pytest.fixture(scope="session")
 def tldr_once(peer_data: Path) -> TldrRun:
     """One uninterrupted ``learnerd run --once`` over the ~1,000-block tldr subset, once per machine
-    (:func:`tests.support.pipeline.tldr_run`): the tldr pipeline test's first run and the crash-safety test's
-    reference. Read it only (copy the state directory before running anything on it)."""
+    (:func:`tests.support.pipeline.tldr_run`): the tldr pipeline test's first run. Read it only (copy the state
+    directory before running anything on it)."""
     return tldr_run(peer_data / "tldr")

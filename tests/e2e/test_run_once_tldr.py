@@ -16,7 +16,7 @@ from tests.support.pipeline import TldrRun, open_store, run_cli, run_once, snaps
 def test_tldr_subset_learns_every_block_and_replays_change_nothing(tldr_once: TldrRun, tmp_path):
     logs, n, first = tldr_once.logs, tldr_once.blocks, tldr_once.summary  # the first run (a session fixture)
     state = tmp_path / "state"
-    shutil.copytree(tldr_once.state, state)  # the replays run on a copy: the crash-safety test reads the original
+    shutil.copytree(tldr_once.state, state)  # the replays run on a copy: the session's run is read only
     assert n >= 1000
     assert first["blocks"] == first["examples"] == first["vectors"] == n
     assert first["changes"]["examples"]["written"] == n and first["changes"]["embeddings"]["embedded"] == n

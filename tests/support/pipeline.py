@@ -80,8 +80,8 @@ def snapshot(state: Path, store_url: str | None = None) -> dict[str, list[tuple]
 
 @dataclass(frozen=True)
 class TldrRun:
-    """The fixed tldr subset as block logs (``logs``, ``blocks`` blocks, from
-    :func:`benchmarks.tldr_to_blocklog.convert` with ``limit=1000``) and one uninterrupted ``learnerd run
+    """A fixed tldr subset as block logs (``logs``, ``blocks`` blocks, from
+    :func:`benchmarks.tldr_to_blocklog.convert` with a ``limit``) and one uninterrupted ``learnerd run
     --once --no-train`` over them on SQLite: its ``state`` directory (docs in ``state/docs``) and ``summary``."""
 
     logs: Path
@@ -90,18 +90,19 @@ class TldrRun:
     summary: dict[str, Any]
 
 
-def tldr_run(tldr: Path) -> TldrRun:
-    """Convert ``tldr`` (the peer data's ``tldr`` folder) into ``logs`` and run once over it into ``state``
-    (:class:`TldrRun`), once per machine: an entry of the artefact cache (:mod:`tests.support.artefact_cache`),
-    keyed by learnerd's code, the tldr pages and the code of both steps. Read it, copy it to change it."""
+def tldr_run(tldr: Path, limit: int = 1000) -> TldrRun:
+    """Convert the first ``limit`` blocks of ``tldr`` (the peer data's ``tldr`` folder) into ``logs`` and run once
+    over them into ``state`` (:class:`TldrRun`), once per machine: an entry of the artefact cache
+    (:mod:`tests.support.artefact_cache`), keyed by ``limit``, learnerd's code, the tldr pages and the code of both
+    steps. Read it, copy it to change it."""
 
     def build(root: Path) -> None:
-        blocks = convert(tldr, root / "logs", limit=1000)
+        blocks = convert(tldr, root / "logs", limit=limit)
         summary = run_once(root / "state", root / "logs")
         (root / "run.json").write_text(json.dumps({"blocks": blocks, "summary": summary}))
 
     steps = (Path(__file__), REPO_ROOT / "benchmarks" / "tldr_to_blocklog.py")
-    key = content_key("tldr run", learnerd_code(), tldr, *steps)
+    key = content_key("tldr run", f"limit {limit}", learnerd_code(), tldr, *steps)
     root = cached("tldr-run", key, build)
     run = json.loads((root / "run.json").read_text())
     return TldrRun(root / "logs", run["blocks"], root / "state", run["summary"])
