@@ -72,7 +72,7 @@ def _build(root: Path) -> None:
     state.mkdir(mode=0o700)
     linked_models_dir(state / "models", tiny_models())
     config = root / "config.toml"
-    config.write_text("[evaluation]\nnull_runs = 0\nnum_threads = 1\n")  # the quickest evaluation
+    config.write_text("[evaluation]\nnull_runs = 0\nmax_prompts = 1\nnum_threads = 1\n")  # the quickest evaluation
     shipped = SHIPPED_LOG.read_text().splitlines(keepends=True)
     document = state / "docs" / "learned.dlm"
     outputs = []
@@ -83,6 +83,7 @@ def _build(root: Path) -> None:
     ):
         (logs / name).write_text("".join(lines))
         run_once(state, logs, "--config", str(config))  # (it evaluates the version the last step trained)
-        trained = run_cli("train", str(document), "--state-dir", str(state), "--threads", "1", timeout=300)
+        trained = run_cli("train", str(document), "--config", str(config), "--state-dir", str(state), "--threads", "1",
+                          timeout=300)  # fmt: skip
         outputs.append(trained.stdout)
     (root / "train-outputs.json").write_text(json.dumps(outputs))
