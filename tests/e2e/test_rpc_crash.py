@@ -30,6 +30,9 @@ niceness = 0
 warm_spare = false
 debounce_s = 600.0       # no cycle drains the probes before the kill
 debounce_max_s = 600.0
+[evaluation]             # the gate's evaluation is not the subject: its quickest form
+null_runs = 0
+max_prompts = 1
 """
 
 

@@ -28,6 +28,9 @@ num_threads = 1
 niceness = 0
 warm_spare = false
 debounce_s = 0.3
+[evaluation]             # the gate's evaluation is not the subject: its quickest form
+null_runs = 0
+max_prompts = 1
 """
 
 
