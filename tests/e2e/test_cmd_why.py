@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from learnerd.cmd.main import main
 from learnerd.store import db
 from tests.support.pipeline import run_cli
 from tests.support.provenance import ThreeVersions
@@ -14,11 +15,14 @@ from tests.support.provenance import ThreeVersions
 pytestmark = pytest.mark.slow
 
 
-def test_why_names_the_block_log_line_and_versions_of_the_nearest_example(three_versions: ThreeVersions):
+def test_why_names_the_block_log_line_and_versions_of_the_nearest_example(three_versions: ThreeVersions, capsys):
     tv = three_versions
-    proc = tv.cli("why", "Which node is each pod scheduled on?", "-k", "1", "--answer", f"{tv.dlm_id}@v0001", "--json")
-    answer = json.loads(proc.stdout)
-    assert "searching offline" in proc.stderr, "no daemon runs: it says so and searches in this process"
+    argv = ["why", "Which node is each pod scheduled on?", "-k", "1", "--answer", f"{tv.dlm_id}@v0001", "--json"]
+    # the CLI in this process (its parser, its offline search): no second interpreter importing torch for MiniLM
+    assert main([*argv, "--state-dir", str(tv.state)]) == 0
+    out, err = capsys.readouterr()
+    answer = json.loads(out)
+    assert "searching offline" in err, "no daemon runs: it says so and searches in this process"
     assert answer["answered_by"] == {
         "doc_key": tv.dlm_id,
         "document": str(tv.document),

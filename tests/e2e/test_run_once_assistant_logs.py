@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from learnerd.cmd.main import main
 from tests.support.assistant_logs import OTEL_FIXTURE as FIXTURE
 from tests.support.assistant_logs import build_history
 from tests.support.pipeline import run_cli, run_once, table_rows
@@ -25,7 +26,9 @@ SEARCHES = {
 }
 
 
-def test_run_once_learns_from_every_assistant_format_and_search_finds_each(peer_copy, peer_data, tmp_path: Path):
+def test_run_once_learns_from_every_assistant_format_and_search_finds_each(
+    peer_copy, peer_data, tmp_path: Path, capsys
+):
     logs = peer_copy("assistant-logs")
     build_history(peer_data, logs / "atuin")
     shutil.copy(FIXTURE, logs / "otel-genai" / FIXTURE.name)
@@ -40,7 +43,9 @@ def test_run_once_learns_from_every_assistant_format_and_search_finds_each(peer_
     assert set(learned) == {"claude-code", "codex", "atuin", "otel"} and all(n > 0 for n in learned.values())
 
     for query, (prefix, command) in SEARCHES.items():
-        hits = json.loads(run_cli("search", query, "-k", "1", "--json", "--state-dir", str(state)).stdout)
+        # the CLI in this process (its parser, its offline search): one interpreter's imports for the four queries
+        assert main(["search", query, "-k", "1", "--json", "--state-dir", str(state)]) == 0
+        hits = json.loads(capsys.readouterr().out)
         assert hits and hits[0]["id"].startswith(prefix), (query, hits)
         assert hits[0]["answer"].startswith(command), (query, hits)
 
