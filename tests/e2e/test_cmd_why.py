@@ -15,7 +15,9 @@ from tests.support.provenance import ThreeVersions
 pytestmark = pytest.mark.slow
 
 
-def test_why_names_the_block_log_line_and_versions_of_the_nearest_example(three_versions: ThreeVersions, capsys):
+def test_why_names_the_block_log_line_and_versions_of_the_nearest_example(
+    three_versions: ThreeVersions, restore_log_level, capsys
+):
     tv = three_versions
     argv = ["why", "Which node is each pod scheduled on?", "-k", "1", "--answer", f"{tv.dlm_id}@v0001", "--json"]
     # the CLI in this process (its parser, its offline search): no second interpreter importing torch for MiniLM

@@ -22,7 +22,9 @@ pytestmark = pytest.mark.slow
 COMMAND = "kubectl get pods -n dev"
 
 
-def test_forget_takes_an_example_back_and_the_document_retrains_fresh(tmp_path: Path, models_dir: Path, capsys):
+def test_forget_takes_an_example_back_and_the_document_retrains_fresh(
+    tmp_path: Path, models_dir: Path, restore_log_level, capsys
+):
     logs, state, export = tmp_path / "logs", tmp_path / "state", tmp_path / "foyle"
     shutil.copytree(REPO_ROOT / "examples" / "logs", logs)
     state.mkdir()

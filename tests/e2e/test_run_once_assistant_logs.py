@@ -27,7 +27,7 @@ SEARCHES = {
 
 
 def test_run_once_learns_from_every_assistant_format_and_search_finds_each(
-    peer_copy, peer_data, tmp_path: Path, capsys
+    peer_copy, peer_data, tmp_path: Path, restore_log_level, capsys
 ):
     logs = peer_copy("assistant-logs")
     build_history(peer_data, logs / "atuin")

@@ -27,7 +27,8 @@ def sources(path: Path) -> list[str | None]:
 
 def forget_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     """``learnerd forget ARGS`` in this process (the CLI's parser and command, without an interpreter's start):
-    its exit status, stdout and stderr."""
+    its exit status, stdout and stderr. The CLI points logging at ``capsys``'s stream: a test requests
+    ``restore_log_level`` before ``capsys``, so that logging is pointed back after ``capsys`` has closed it."""
     capsys.readouterr()
     status = main(["forget", *args])
     out, err = capsys.readouterr()
@@ -106,7 +107,7 @@ async def _learned_again(daemon, export: Path) -> bool:
     return get_example(daemon.conn, "b-du") is not None and "b-du" in foyle_examples.ids_on_disk(export)
 
 
-def test_offline_forget_refuses_what_it_cannot_find_with_a_clear_message(tmp_path: Path, capsys):
+def test_offline_forget_refuses_what_it_cannot_find_with_a_clear_message(tmp_path: Path, restore_log_level, capsys):
     from learnerd.store import db
 
     state = tmp_path / "state"
@@ -155,7 +156,9 @@ def _examples(state: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("text", ["", " ", "ab c"])
-def test_a_match_of_fewer_than_four_non_space_characters_is_a_one_line_error(learned_state: Path, text: str, capsys):
+def test_a_match_of_fewer_than_four_non_space_characters_is_a_one_line_error(
+    learned_state: Path, text: str, restore_log_level, capsys
+):
     status, _, err = forget_here(capsys, "--match", text, "--yes", "--state-dir", str(learned_state))
     assert status == 1 and "Traceback" not in err
     (line,) = err.strip().splitlines()
@@ -163,7 +166,7 @@ def test_a_match_of_fewer_than_four_non_space_characters_is_a_one_line_error(lea
     assert _examples(learned_state) == ["b-disk", "b-pods"]
 
 
-def test_a_match_prints_what_it_will_forget_and_asks_first(learned_state: Path, capsys, monkeypatch):
+def test_a_match_prints_what_it_will_forget_and_asks_first(learned_state: Path, restore_log_level, capsys, monkeypatch):
     def forget_answering(answer: str) -> tuple[int, str, str]:
         monkeypatch.setattr("sys.stdin", io.StringIO(answer))  # what the person types, then end of input
         return forget_here(capsys, "--match", "get pods -n dev", "--state-dir", str(learned_state))
@@ -180,7 +183,9 @@ def test_a_match_prints_what_it_will_forget_and_asks_first(learned_state: Path, 
     assert "learnerd/b-pods" not in sources(learned_state / "docs" / "learned.dlm")
 
 
-def test_a_source_path_that_is_gone_forgets_the_blocks_read_from_it(learned_state: Path, tmp_path: Path, capsys):
+def test_a_source_path_that_is_gone_forgets_the_blocks_read_from_it(
+    learned_state: Path, tmp_path: Path, restore_log_level, capsys
+):
     from learnerd.store import db
     from learnerd.store.blocks import BlockEvent, Cell, LineOrigin, apply_event
 
