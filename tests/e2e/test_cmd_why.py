@@ -7,24 +7,18 @@ import json
 
 import pytest
 
-from learnerd.cmd.main import main
 from learnerd.store import db
-from tests.support.pipeline import run_cli
+from tests.support.in_process import run_cli_here
 from tests.support.provenance import ThreeVersions
 
 pytestmark = pytest.mark.slow
 
 
-def test_why_names_the_block_log_line_and_versions_of_the_nearest_example(
-    three_versions: ThreeVersions, restore_log_level, capsys
-):
+def test_why_names_the_block_log_line_and_versions_of_the_nearest_example(three_versions: ThreeVersions):
     tv = three_versions
-    argv = ["why", "Which node is each pod scheduled on?", "-k", "1", "--answer", f"{tv.dlm_id}@v0001", "--json"]
-    # the CLI in this process (its parser, its offline search): no second interpreter importing torch for MiniLM
-    assert main([*argv, "--state-dir", str(tv.state)]) == 0
-    out, err = capsys.readouterr()
-    answer = json.loads(out)
-    assert "searching offline" in err, "no daemon runs: it says so and searches in this process"
+    proc = tv.cli("why", "Which node is each pod scheduled on?", "-k", "1", "--answer", f"{tv.dlm_id}@v0001", "--json")
+    answer = json.loads(proc.stdout)
+    assert "searching offline" in proc.stderr, "no daemon runs: it says so and searches in this process"
     assert answer["answered_by"] == {
         "doc_key": tv.dlm_id,
         "document": str(tv.document),
@@ -82,5 +76,5 @@ def test_a_store_not_yet_migrated_is_refused_with_the_fix(tmp_path):
     conn = db.connect(state / "learnerd.db")
     conn.execute("DELETE FROM schema_migrations WHERE name = 'blocks' AND number = 4")  # as before provenance
     conn.close()
-    proc = run_cli("why", "--answer", "01KDOC@v0001", "--state-dir", str(state), check=False)
+    proc = run_cli_here("why", "--answer", "01KDOC@v0001", "--state-dir", str(state), check=False)
     assert proc.returncode == 1 and "lacks blocks 4" in proc.stderr and "learnerd db migrate" in proc.stderr

@@ -11,20 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from learnerd.cmd.main import main
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.conftest import REPO_ROOT
-from tests.support.pipeline import run_cli, run_once, table_rows
+from tests.support.in_process import run_cli_here
+from tests.support.pipeline import run_once, table_rows
 
 pytestmark = pytest.mark.slow
 
 COMMAND = "kubectl get pods -n dev"
 
 
-def test_forget_takes_an_example_back_and_the_document_retrains_fresh(
-    tmp_path: Path, models_dir: Path, restore_log_level, capsys
-):
+def test_forget_takes_an_example_back_and_the_document_retrains_fresh(tmp_path: Path, models_dir: Path):
     logs, state, export = tmp_path / "logs", tmp_path / "state", tmp_path / "foyle"
     shutil.copytree(REPO_ROOT / "examples" / "logs", logs)
     state.mkdir()
@@ -38,7 +36,9 @@ def test_forget_takes_an_example_back_and_the_document_retrains_fresh(
     (forgotten,) = table_rows(state, f"SELECT id FROM examples WHERE answer = '{COMMAND}'")
     assert (export / f"{forgotten[0]}.example.binpb").exists() and COMMAND in document_path.read_text()
 
-    proc = run_cli("forget", "--match", COMMAND, "--yes", "--json", "--config", str(config), "--state-dir", str(state))
+    proc = run_cli_here(
+        "forget", "--match", COMMAND, "--yes", "--json", "--config", str(config), "--state-dir", str(state)
+    )
     report = json.loads(proc.stdout)
     assert [e["id"] for e in report["examples"]] == [forgotten[0]] and report["vectors"] == 1
     assert report["documents"] == {str(document_path): 1} and report["retrain"] == [str(document_path)]
@@ -58,11 +58,8 @@ def test_forget_takes_an_example_back_and_the_document_retrains_fresh(
     third = run_once(state, logs, "--config", str(config), train=True)
     assert third["examples"] == second["examples"] and third["changes"]["training"] == {}
     assert COMMAND not in document_path.read_text() and not (export / f"{forgotten[0]}.example.binpb").exists()
-    # search and why in this process (the CLI's parser and commands): one interpreter loads MiniLM for both
     common = ["--json", "--config", str(config), "--state-dir", str(state), "list the pods in dev"]
-    assert main(["search", *common]) == 0
-    hits = json.loads(capsys.readouterr().out)
+    hits = json.loads(run_cli_here("search", *common).stdout)
     assert forgotten[0] not in [h["id"] for h in hits] and all(h["answer"] != COMMAND for h in hits)
-    assert main(["why", *common]) == 0
-    why = json.loads(capsys.readouterr().out)
+    why = json.loads(run_cli_here("why", *common).stdout)
     assert why["examples"] and forgotten[0] not in [e["id"] for e in why["examples"]], "why no longer names it"

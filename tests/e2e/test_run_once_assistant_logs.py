@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from learnerd.cmd.main import main
 from tests.support.assistant_logs import OTEL_FIXTURE as FIXTURE
 from tests.support.assistant_logs import build_history
-from tests.support.pipeline import run_cli, run_once, table_rows
+from tests.support.in_process import run_cli_here
+from tests.support.pipeline import run_once, table_rows
 
 pytestmark = pytest.mark.slow
 
@@ -26,9 +26,7 @@ SEARCHES = {
 }
 
 
-def test_run_once_learns_from_every_assistant_format_and_search_finds_each(
-    peer_copy, peer_data, tmp_path: Path, restore_log_level, capsys
-):
+def test_run_once_learns_from_every_assistant_format_and_search_finds_each(peer_copy, peer_data, tmp_path: Path):
     logs = peer_copy("assistant-logs")
     build_history(peer_data, logs / "atuin")
     shutil.copy(FIXTURE, logs / "otel-genai" / FIXTURE.name)
@@ -42,14 +40,12 @@ def test_run_once_learns_from_every_assistant_format_and_search_finds_each(
     )
     assert set(learned) == {"claude-code", "codex", "atuin", "otel"} and all(n > 0 for n in learned.values())
 
-    for query, (prefix, command) in SEARCHES.items():
-        # the CLI in this process (its parser, its offline search): one interpreter's imports for the four queries
-        assert main(["search", query, "-k", "1", "--json", "--state-dir", str(state)]) == 0
-        hits = json.loads(capsys.readouterr().out)
+    for query, (prefix, command) in SEARCHES.items():  # in this process: one torch import and MiniLM load, not four
+        hits = json.loads(run_cli_here("search", query, "-k", "1", "--json", "--state-dir", str(state)).stdout)
         assert hits and hits[0]["id"].startswith(prefix), (query, hits)
         assert hits[0]["answer"].startswith(command), (query, hits)
 
-    sources = json.loads(run_cli("sources", "--json", "--state-dir", str(state)).stdout)
+    sources = json.loads(run_cli_here("sources", "--json", "--state-dir", str(state)).stdout)
     formats = {Path(f["path"]).name: set(f["formats"]) for f in sources["files"]}
     assert formats["history.db"] == {"atuin"} and formats[FIXTURE.name] == {"otel-genai"}
     assert {n for n, f in formats.items() if f == {"claude-code"}} == {p.name for p in logs.glob("claude-code/*.jsonl")}

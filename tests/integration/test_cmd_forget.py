@@ -1,21 +1,22 @@
 """``learnerd forget`` through a running daemon: the CLI in a subprocess, the daemon in the test on its real
-admin socket (shared MiniLM); the offline refusals and the prompt run the CLI in this process (:func:`forget_here`).
+admin socket (shared MiniLM); the offline refusals and the prompt run the CLI in this process
+(:func:`tests.support.in_process.run_cli_here`).
 The offline path and the retrain are in tests/e2e/test_forget.py."""
 
 from __future__ import annotations
 
-import io
 import json
+import subprocess
 from pathlib import Path
 
 import anyio.to_thread
 import pytest
 
-from learnerd.cmd.main import main
 from learnerd.store import foyle_examples
 from learnerd.store.dlm import read_document
 from learnerd.store.examples import get_example
 from tests.support.daemon import SAMPLE_BLOCKS, append_blocks, daemon_config, eventually, post_json, running_service
+from tests.support.in_process import run_cli_here
 from tests.support.pipeline import run_cli
 
 pytestmark = pytest.mark.anyio
@@ -23,16 +24,6 @@ pytestmark = pytest.mark.anyio
 
 def sources(path: Path) -> list[str | None]:
     return [s.harvest_source for s in read_document(path).sections if s.fenced]
-
-
-def forget_here(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """``learnerd forget ARGS`` in this process (the CLI's parser and command, without an interpreter's start):
-    its exit status, stdout and stderr. The CLI points logging at ``capsys``'s stream: a test requests
-    ``restore_log_level`` before ``capsys``, so that logging is pointed back after ``capsys`` has closed it."""
-    capsys.readouterr()
-    status = main(["forget", *args])
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 async def forget(state: Path, *args: str) -> dict:
@@ -107,20 +98,19 @@ async def _learned_again(daemon, export: Path) -> bool:
     return get_example(daemon.conn, "b-du") is not None and "b-du" in foyle_examples.ids_on_disk(export)
 
 
-def test_offline_forget_refuses_what_it_cannot_find_with_a_clear_message(tmp_path: Path, restore_log_level, capsys):
+def test_offline_forget_refuses_what_it_cannot_find_with_a_clear_message(tmp_path: Path):
     from learnerd.store import db
 
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     db.connect(state / "learnerd.db").close()
-    status, _, err = forget_here(capsys, "--example", "nope", "--state-dir", str(state))
-    assert status == 1 and "no example or block has the id 'nope'" in err
-    status, _, err = forget_here(capsys, "--source", str(tmp_path / "gone.jsonl"), "--state-dir", str(state))
-    assert status == 1 and "gone.jsonl: no such file" in err
-    status, _, err = forget_here(capsys, "--remove", "0123456789abcdef", "--state-dir", str(state))
-    assert status == 1 and "no tombstone has the id" in err
-    status, out, _ = forget_here(capsys, "--list", "--state-dir", str(state))
-    assert status == 0 and out.strip() == "no tombstones"
+    unknown = run_cli_here("forget", "--example", "nope", "--state-dir", str(state), check=False)
+    assert unknown.returncode == 1 and "no example or block has the id 'nope'" in unknown.stderr
+    missing = run_cli_here("forget", "--source", str(tmp_path / "gone.jsonl"), "--state-dir", str(state), check=False)
+    assert missing.returncode == 1 and "gone.jsonl: no such file" in missing.stderr
+    removed = run_cli_here("forget", "--remove", "0123456789abcdef", "--state-dir", str(state), check=False)
+    assert removed.returncode == 1 and "no tombstone has the id" in removed.stderr
+    assert run_cli_here("forget", "--list", "--state-dir", str(state)).stdout.strip() == "no tombstones"
 
 
 @pytest.fixture
@@ -156,36 +146,32 @@ def _examples(state: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("text", ["", " ", "ab c"])
-def test_a_match_of_fewer_than_four_non_space_characters_is_a_one_line_error(
-    learned_state: Path, text: str, restore_log_level, capsys
-):
-    status, _, err = forget_here(capsys, "--match", text, "--yes", "--state-dir", str(learned_state))
-    assert status == 1 and "Traceback" not in err
-    (line,) = err.strip().splitlines()
+def test_a_match_of_fewer_than_four_non_space_characters_is_a_one_line_error(learned_state: Path, text: str):
+    proc = run_cli_here("forget", "--match", text, "--yes", "--state-dir", str(learned_state), check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("learnerd forget: error: --match: ") and "at least 4 non-space characters" in line
     assert _examples(learned_state) == ["b-disk", "b-pods"]
 
 
-def test_a_match_prints_what_it_will_forget_and_asks_first(learned_state: Path, restore_log_level, capsys, monkeypatch):
-    def forget_answering(answer: str) -> tuple[int, str, str]:
-        monkeypatch.setattr("sys.stdin", io.StringIO(answer))  # what the person types, then end of input
-        return forget_here(capsys, "--match", "get pods -n dev", "--state-dir", str(learned_state))
+def test_a_match_prints_what_it_will_forget_and_asks_first(learned_state: Path):
+    def forget_answering(answer: str) -> subprocess.CompletedProcess[str]:
+        args = ("forget", "--match", "get pods -n dev", "--state-dir", str(learned_state))
+        return run_cli_here(*args, stdin=answer, check=False)
 
-    status, _, err = forget_answering("n\n")
-    assert status == 1 and "nothing was forgotten" in err
-    assert "would forget 1 example(s)" in err and "b-pods: 'kubectl get pods -n dev'" in err
-    assert "[y/N]" in err and _examples(learned_state) == ["b-disk", "b-pods"]
+    declined = forget_answering("n\n")
+    assert declined.returncode == 1 and "nothing was forgotten" in declined.stderr
+    assert "would forget 1 example(s)" in declined.stderr and "b-pods: 'kubectl get pods -n dev'" in declined.stderr
+    assert "[y/N]" in declined.stderr and _examples(learned_state) == ["b-disk", "b-pods"]
     assert "learnerd/b-pods" in sources(learned_state / "docs" / "learned.dlm")
-    assert forget_answering("")[0] == 1, "no answer (stdin closed) is no"
-    status, out, _ = forget_answering("y\n")
-    assert status == 0 and "forgot 1 example(s)" in out
+    assert forget_answering("").returncode == 1, "no answer (stdin closed) is no"
+    accepted = forget_answering("y\n")
+    assert accepted.returncode == 0 and "forgot 1 example(s)" in accepted.stdout
     assert _examples(learned_state) == ["b-disk"]
     assert "learnerd/b-pods" not in sources(learned_state / "docs" / "learned.dlm")
 
 
-def test_a_source_path_that_is_gone_forgets_the_blocks_read_from_it(
-    learned_state: Path, tmp_path: Path, restore_log_level, capsys
-):
+def test_a_source_path_that_is_gone_forgets_the_blocks_read_from_it(learned_state: Path, tmp_path: Path):
     from learnerd.store import db
     from learnerd.store.blocks import BlockEvent, Cell, LineOrigin, apply_event
 
@@ -195,7 +181,7 @@ def test_a_source_path_that_is_gone_forgets_the_blocks_read_from_it(
         event = BlockEvent("b-disk", "codex", 1.0, executed=Cell("code", "du -sh ."))
         apply_event(conn, event, 2.0, LineOrigin(str(log), 7))
     conn.close()
-    status, out, _ = forget_here(capsys, "--source", str(log), "--json", "--state-dir", str(learned_state))
-    report = json.loads(out)
-    assert status == 0
+    report = json.loads(
+        run_cli_here("forget", "--source", str(log), "--json", "--state-dir", str(learned_state)).stdout
+    )
     assert [e["id"] for e in report["examples"]] == ["b-disk"] and _examples(learned_state) == ["b-pods"]

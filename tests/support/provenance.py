@@ -25,6 +25,7 @@ from learnerd.store.dlm import read_document
 from tests.conftest import REPO_ROOT
 from tests.support.artefact_cache import cached, content_key, learnerd_code, versions
 from tests.support.base_models import LIBRARIES, linked_models_dir, tiny_models
+from tests.support.in_process import run_cli_here
 from tests.support.pipeline import run_cli, run_once
 
 SHIPPED_LOG = REPO_ROOT / "examples" / "logs" / "assistant.jsonl"
@@ -50,8 +51,9 @@ class ThreeVersions:
     train_outputs: tuple[str, ...]
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """``learnerd ARGS --state-dir STATE``."""
-        return run_cli(*args, "--state-dir", str(self.state), check=check, timeout=300)
+        """``learnerd ARGS --state-dir STATE``, in this process (:func:`tests.support.in_process.run_cli_here`: the
+        tests run it many times; the build below runs its steps as subprocesses, as a person would)."""
+        return run_cli_here(*args, "--state-dir", str(self.state), check=check)
 
 
 def cached_three_versions() -> ThreeVersions:
