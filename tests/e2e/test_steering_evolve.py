@@ -17,8 +17,8 @@ import pytest
 
 from learnerd.steering.processor import read_steering
 from tests.conftest import cli_env, learnerd_command
+from tests.support.in_process import run_cli_here
 from tests.support.memorised import memorised
-from tests.support.pipeline import run_in_process
 
 pytestmark = pytest.mark.slow
 EVOLVE = ("--minibatch-size", "4", "--max-new-tokens", "32", "--log-level", "warning")
@@ -30,9 +30,9 @@ def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     )
 
 
-IN_PROCESS = pytest.mark.usefixtures("one_torch_thread", "restore_log_level")
-"""For a test that runs the command in this process (:func:`run_in_process`, no subprocess's imports): torch on
-one thread as the subprocesses (``OMP_NUM_THREADS=1``), the log level put back."""
+IN_PROCESS = pytest.mark.usefixtures("one_torch_thread")
+"""For a test that runs the command in this process (:func:`~tests.support.in_process.run_cli_here`, no
+subprocess's imports): torch on one thread as the subprocesses (``OMP_NUM_THREADS=1``)."""
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +124,7 @@ def test_the_recorded_best_composite_is_reproduced_by_its_deltas(workspace):
 
 
 @IN_PROCESS
-def test_sigint_mid_run_keeps_the_best_deltas_and_a_resumed_run_continues(workspace, tmp_path, capsys):
+def test_sigint_mid_run_keeps_the_best_deltas_and_a_resumed_run_continues(workspace, tmp_path):
     run_dir = tmp_path / "run"
     args = ("evolve", str(workspace.doc), "--state-dir", str(workspace.state), "--run-dir", str(run_dir), *EVOLVE)
     process = subprocess.Popen(
@@ -155,7 +155,7 @@ def test_sigint_mid_run_keeps_the_best_deltas_and_a_resumed_run_continues(worksp
     assert best.evaluation["composite"] == max(h["composite"] for h in history)
     assert not list(run_dir.glob(".*.tmp"))
 
-    resumed = run_in_process(capsys, *args, "--iterations", str(done + 2), "--json")  # the SIGINT's: a subprocess
+    resumed = run_cli_here(*args, "--iterations", str(done + 2), "--json", check=False)  # the SIGINT's: a subprocess
     assert resumed.returncode == 0, resumed.stderr
     outcome = json.loads(resumed.stdout)  # --json: stdout is the outcome alone
     assert (outcome["status"], outcome["iterations"], outcome["run_dir"]) == ("finished", done + 2, str(run_dir))
@@ -164,15 +164,22 @@ def test_sigint_mid_run_keeps_the_best_deltas_and_a_resumed_run_continues(worksp
     assert after[done]["deltas"] == history[-1]["proposed"]
     assert read_steering(run_dir / "deltas_best.json").evaluation["composite"] == max(h["composite"] for h in after)
 
-    changed = run_in_process(capsys, *args, "--iterations", str(done + 3), "--scale", "50")
+    changed = run_cli_here(*args, "--iterations", str(done + 3), "--scale", "50", check=False)
     assert changed.returncode == 1 and "holds a run with other parameters (scale: 100.0 → 50.0)" in changed.stderr
     assert len(_history(run_dir)) == done + 2
 
 
 @IN_PROCESS
-def test_apply_best_answers_the_pool_steered_and_unsteered(workspace, capsys):
-    result = run_in_process(
-        capsys, "evolve", str(workspace.doc), "--state-dir", str(workspace.state), "--apply-best", "--json", *EVOLVE
+def test_apply_best_answers_the_pool_steered_and_unsteered(workspace):
+    result = run_cli_here(
+        "evolve",
+        str(workspace.doc),
+        "--state-dir",
+        str(workspace.state),
+        "--apply-best",
+        "--json",
+        *EVOLVE,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     applied = json.loads((workspace.run_dir / "apply_best.json").read_text())
@@ -187,12 +194,12 @@ def test_apply_best_answers_the_pool_steered_and_unsteered(workspace, capsys):
 
 
 @IN_PROCESS
-def test_generate_with_and_without_steering(workspace, tmp_path, capsys):
+def test_generate_with_and_without_steering(workspace, tmp_path):
     common = ("generate", str(workspace.doc), "What is the capital of France?", "--state-dir", str(workspace.state))
     plain = _run(*common)  # the command itself; the rest in this process
     assert plain.returncode == 0, plain.stderr
     assert plain.stdout == "Paris\n"
-    as_json = run_in_process(capsys, *common, "--json")
+    as_json = run_cli_here(*common, "--json", check=False)
     assert as_json.returncode == 0, as_json.stderr
     answer = json.loads(as_json.stdout)
     assert (answer["text"], answer["adapter"], answer["steering"]) == ("Paris", "v0001", None)
@@ -203,19 +210,19 @@ def test_generate_with_and_without_steering(workspace, tmp_path, capsys):
     raw["deltas"] = {c: (10.0 if c == "0" else 0.0) for c in raw["deltas"]}
     raw["clusters"]["path"] = str(workspace.run_dir / raw["clusters"]["path"])
     ended.write_text(json.dumps(raw))
-    steered = run_in_process(capsys, *common, "--steering", str(ended))
+    steered = run_cli_here(*common, "--steering", str(ended), check=False)
     assert steered.returncode == 0 and steered.stdout == "\n"  # a large EOS delta: the empty answer
     raw["tokenizer_identity"] = "vocab-999-0000000000000000"
     other = tmp_path / "other_tokenizer.json"
     other.write_text(json.dumps(raw))
-    refused = run_in_process(capsys, *common, "--steering", str(other))
+    refused = run_cli_here(*common, "--steering", str(other), check=False)
     assert refused.returncode == 1
     assert "made for tokenizer vocab-999-0000000000000000, but this model's tokenizer is vocab-262-" in refused.stderr
     assert "Traceback" not in refused.stderr
 
 
 @IN_PROCESS
-def test_bad_pool_and_flags_are_refused_before_any_model_loads(tmp_path, capsys):
+def test_bad_pool_and_flags_are_refused_before_any_model_loads(tmp_path):
     from tests.support.steering import document_text
 
     doc = tmp_path / "qa.dlm"
@@ -223,10 +230,10 @@ def test_bad_pool_and_flags_are_refused_before_any_model_loads(tmp_path, capsys)
     pool = tmp_path / "fb.jsonl"
     pool.write_text('{"question": "Revenue in 2022?", "answer": "$1,577.00"}\n{"question": oops}\n', encoding="utf-8")
     state = ("--state-dir", str(tmp_path / "state"))
-    bad = run_in_process(capsys, "evolve", str(doc), "--pool", str(pool), *state)
+    bad = run_cli_here("evolve", str(doc), "--pool", str(pool), *state, check=False)
     assert bad.returncode == 1 and f"{pool}:2: not JSON" in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "state" / "models").exists()
-    flag = run_in_process(capsys, "evolve", str(doc), "--steering", str(pool), *state)
+    flag = run_cli_here("evolve", str(doc), "--steering", str(pool), *state, check=False)
     assert flag.returncode == 2 and "--steering PATH goes with --apply-best" in flag.stderr
-    scale = run_in_process(capsys, "evolve", str(doc), "--scale", "0", *state)
+    scale = run_cli_here("evolve", str(doc), "--scale", "0", *state, check=False)
     assert scale.returncode == 2 and "scale" in scale.stderr

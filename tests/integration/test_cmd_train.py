@@ -13,22 +13,23 @@ from learnerd.store.dlm import new_ulid
 from tests.qa_pairs import QA_PAIRS
 from tests.support.documents import qa_document
 from tests.support.evaluation import QUICK_EVALUATION, state_with_models
-from tests.support.pipeline import cli_env, learnerd_command, run_cli, run_in_process
+from tests.support.in_process import run_cli_here
+from tests.support.pipeline import cli_env, learnerd_command, run_cli
 
-IN_PROCESS = pytest.mark.usefixtures("one_torch_thread", "restore_log_level")
-"""A refusal test runs ``learnerd train`` in this process (:func:`run_in_process`: no subprocess's imports);
-the command itself, in a subprocess, is the last test's."""
+IN_PROCESS = pytest.mark.usefixtures("one_torch_thread")
+"""A refusal test runs ``learnerd train`` in this process (:func:`~tests.support.in_process.run_cli_here`: no
+subprocess's imports); the command itself, in a subprocess, is the last test's."""
 
 
-def train(capsys, tmp_path: Path, doc: Path, *extra: str):
-    return run_in_process(capsys, "train", str(doc), "--state-dir", str(tmp_path / "state"), *extra)
+def train(tmp_path: Path, doc: Path, *extra: str):
+    return run_cli_here("train", str(doc), "--state-dir", str(tmp_path / "state"), *extra, check=False)
 
 
 @IN_PROCESS
-def test_an_invalid_document_exits_1_with_its_line(tmp_path: Path, capsys):
+def test_an_invalid_document_exits_1_with_its_line(tmp_path: Path):
     doc = qa_document(tmp_path / "broken.dlm", QA_PAIRS[:1])
     doc.write_text(doc.read_text() + "### Q\nno answer yet\n")
-    proc = train(capsys, tmp_path, doc)
+    proc = train(tmp_path, doc)
     assert proc.returncode == 1 and proc.stdout == ""
     (line,) = proc.stderr.strip().splitlines()
     lines = doc.read_text().splitlines()
@@ -46,18 +47,18 @@ def test_an_invalid_document_exits_1_with_its_line(tmp_path: Path, capsys):
     ],
 )
 @IN_PROCESS
-def test_an_unknown_base_or_untrainable_block_exits_1(tmp_path: Path, frontmatter: str, needle: str, capsys):
+def test_an_unknown_base_or_untrainable_block_exits_1(tmp_path: Path, frontmatter: str, needle: str):
     doc = tmp_path / "doc.dlm"
     doc.write_text(f"---\ndlm_id: {new_ulid()}\n{frontmatter}---\n::instruction::\n### Q\nq?\n### A\na\n")
-    proc = train(capsys, tmp_path, doc)
+    proc = train(tmp_path, doc)
     assert proc.returncode == 1 and needle in proc.stderr and "Traceback" not in proc.stderr
     adapters = tmp_path / "state" / "adapters"
     assert not adapters.exists() or not any(adapters.iterdir())
 
 
 @IN_PROCESS
-def test_a_missing_document_exits_1(tmp_path: Path, capsys):
-    proc = train(capsys, tmp_path, tmp_path / "nope.dlm")
+def test_a_missing_document_exits_1(tmp_path: Path):
+    proc = train(tmp_path, tmp_path / "nope.dlm")
     assert proc.returncode == 1 and "no such document" in proc.stderr
 
 

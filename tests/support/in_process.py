@@ -26,8 +26,8 @@ def run_cli_here(*args: str, check: bool = True, stdin: str = "") -> subprocess.
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 status = main(list(args))
-            except SystemExit as exc:  # argparse's usage errors
-                status = exc.code if isinstance(exc.code, int) else 1
+            except SystemExit as exc:  # argparse's usage errors (and --help: no status, 0)
+                status = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
     finally:
         sys.stdin = saved_stdin
         os.umask(umask)

@@ -22,22 +22,6 @@ def run_cli(*args: str, timeout: float = 600, check: bool = True) -> subprocess.
     return proc
 
 
-def run_in_process(capsys: Any, *args: str) -> subprocess.CompletedProcess[str]:
-    """``learnerd ARGS`` run in this process (:func:`learnerd.cmd.main.main`, what the command runs after its
-    ``umask``), as :func:`run_cli` returns it: the exit status and what it wrote to stdout and stderr (``capsys``,
-    pytest's capture), without the seconds a subprocess spends importing torch, transformers and peft. It sets the
-    process-wide log level: use it with the ``restore_log_level`` fixture."""
-    from learnerd.cmd.main import main
-
-    capsys.readouterr()
-    try:
-        code = main(list(args))
-    except SystemExit as exc:  # argparse's usage errors (and --help: None, status 0)
-        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(["learnerd", *args], code, out, err)
-
-
 def store_args(store_url: str | None) -> list[str]:
     """``--store-url URL`` for a PostgreSQL store, nothing for the default SQLite file."""
     return ["--store-url", store_url] if store_url else []
