@@ -3,6 +3,9 @@ stops its evaluation thread at the next batch before it returns, writing nothing
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import anyio
 import pytest
 import structlog
@@ -14,23 +17,35 @@ from learnerd.eval.suite import total_steps
 from learnerd.reconcilers.evaluation import evaluation_reconciler
 from learnerd.store.adapters import AdapterStore
 from tests.qa_pairs import QA_PAIRS
-from tests.support.evaluation import qa_document, state_with_models
+from tests.support.evaluation import DLM_ID, qa_document, state_with_models
 from tests.support.training import train_document
 
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("one_torch_thread")]
 
 
-@pytest.fixture
-def trained(tmp_path, models_dir):
-    state = state_with_models(tmp_path, models_dir)
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    doc = docs / "qa.dlm"
+@pytest.fixture(scope="module")
+def trained_once(tmp_path_factory, models_dir) -> Path:
+    """A state and ``docs/qa.dlm`` whose v0001 is trained and promoted, not yet evaluated: trained once for the
+    module (every test evaluates the same version; each works on a copy, for an evaluation writes its report)."""
+    root = tmp_path_factory.mktemp("trained")
+    state = state_with_models(root, models_dir)
+    (root / "docs").mkdir()
+    doc = root / "docs" / "qa.dlm"
     doc.write_text(qa_document(QA_PAIRS[:4], epochs=1, per_section=2))
     outcome = anyio.run(train_document, AdapterStore(state / "adapters"), doc, models_dir)
+    assert outcome.version is not None and not report_path(outcome.version).exists()
+    return root
+
+
+@pytest.fixture
+def trained(trained_once, tmp_path):
+    root = tmp_path / "trained"
+    shutil.copytree(trained_once, root, symlinks=True)  # the model link kept
+    state, docs = root / "state", root / "docs"
+    version = AdapterStore(state / "adapters").current(DLM_ID)
     config = Config(state_dir=state, docs_dirs=[docs])
     config.evaluation.num_threads = 1
-    return config, doc, outcome.version
+    return config, docs / "qa.dlm", version
 
 
 def events(logs: list[dict], name: str) -> list[dict]:
