@@ -62,6 +62,9 @@ def test_the_daemon_raises_the_probe_pass_rate_on_its_own_until_it_settles(tmp_p
     doc.write_text(qa_document(QA_PAIRS, epochs=6, training=dlm_defaults))
     cfg = Config(state_dir=state, docs_dirs=[docs])
     cfg.evaluation.auto_harvest = True
+    # the loop reads probe_recall and the gate, neither of which reads a z-score or the divergence prompts: no
+    # noise adapters, one prompt per divergence probe (as tests/support/serving.write_config)
+    cfg.evaluation.null_runs, cfg.evaluation.max_prompts = 0, 1
     cfg.training.debounce_s = 0.5
     cfg.training.num_threads = 1
     daemon = Daemon(cfg, embedder=minilm)
