@@ -5,12 +5,16 @@ its smoke size runs the whole loop on the built-in tiny model (real ``learnerd r
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
+from benchmarks import bench_learning
 from benchmarks.bench_learning import PROBES, choose_sets, probe_cells, suggested, training_overrides, write_inputs
 from learnerd.store.dlm import read_document
 from learnerd.store.dlm.qa import question_text
@@ -18,6 +22,34 @@ from learnerd.store.dlm.training import TrainingConfigError
 from tests.conftest import REPO_ROOT, cli_env
 
 SCRIPT = REPO_ROOT / "benchmarks" / "bench_learning.py"
+
+Bench = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def bench(capsys, monkeypatch) -> Bench:
+    """``bench(*args)``: the bench's ``main()`` with ``args``, run in this process (torch and transformers already
+    imported here; each cycle's ``learnerd run --once`` is a subprocess all the same), as a completed process: its
+    exit status, stdout and stderr. The SIGTERM handler and torch's thread count it sets are undone afterwards."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        monkeypatch.setattr(sys, "argv", [str(SCRIPT), *args])
+        capsys.readouterr()
+        handler, threads = signal.getsignal(signal.SIGTERM), torch.get_num_threads()
+        message = ""
+        try:
+            code = bench_learning.main()
+        except SystemExit as exc:  # argparse, a refused --resume, a failed cycle
+            code, message = (exc.code, "") if isinstance(exc.code, int) else (1, str(exc.code))
+        finally:
+            signal.signal(signal.SIGTERM, handler)
+            torch.set_num_threads(threads)
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess([str(SCRIPT), *args], code, out, err + message)
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    return run
 
 
 def test_an_answer_is_scored_on_the_command_it_suggests_the_fenced_block_when_it_has_one() -> None:
@@ -94,14 +126,14 @@ def test_a_refused_training_override_exits_2_before_anything_is_written(tmp_path
     assert not out.exists()
 
 
-def test_a_resume_from_a_missing_or_another_runs_json_exits_2(peer_data, tmp_path: Path) -> None:
+def test_a_resume_from_a_missing_or_another_runs_json_exits_2(peer_data, tmp_path: Path, bench: Bench) -> None:
     """``--resume`` reads the checkpoint before anything runs: none there, or one from another seed, is refused
     with the reason, and nothing is written."""
     out, results = tmp_path / "run", tmp_path / "learning.json"
-    command = [sys.executable, str(SCRIPT), "--smoke", "--out", str(out), "--json", str(results), "--resume"]
+    command = ["--smoke", "--out", str(out), "--json", str(results), "--resume"]
 
     def run(*extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*command, *extra], env=cli_env(), capture_output=True, text=True, timeout=300)
+        return bench(*command, *extra)
 
     missing = run()
     assert missing.returncode == 2 and "cannot read the run to resume" in missing.stderr
@@ -118,21 +150,15 @@ def test_a_resume_from_a_missing_or_another_runs_json_exits_2(peer_data, tmp_pat
 
 @pytest.mark.slow
 def test_the_smoke_size_trains_evaluates_and_reports_every_condition_and_resumes_a_cycle_later(
-    peer_data, tmp_path: Path
+    peer_data, tmp_path: Path, bench: Bench
 ) -> None:
     """One cycle, then ``--resume`` to the smoke size's two: the second run goes on from the first's checkpoint
     (the base's answers and cycle 1 reused, not measured again) and ends as a two-cycle run does."""
     png, results = tmp_path / "learning.png", tmp_path / "learning.json"
-    command = [sys.executable, str(SCRIPT), "--smoke", "--pairs", "1", "--threads", "1", "--out", str(tmp_path / "run")]
+    command = ["--smoke", "--pairs", "1", "--threads", "1", "--out", str(tmp_path / "run")]
 
     def run(*extra: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [*command, "--png", str(png), "--json", str(results), *extra],
-            env=cli_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1"),
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
+        done = bench(*command, "--png", str(png), "--json", str(results), *extra)
         assert done.returncode == 0, done.stderr[-3000:]
         return done
 
@@ -177,16 +203,15 @@ def test_the_smoke_size_trains_evaluates_and_reports_every_condition_and_resumes
 
 @pytest.mark.slow
 def test_probes_only_reads_each_versions_evaluation_and_a_resume_without_it_answers_the_sets(
-    peer_data, tmp_path: Path
+    peer_data, tmp_path: Path, bench: Bench
 ) -> None:
     """``--probes-only``: the cycle runs and its version's evaluation is read (the document's probes summed beside
     the retention probes), but no set is answered; resumed without it, the run answers the sets with the base, base
     + RAG and the version it read, training nothing; a full run resumed with ``--probes-only`` is refused."""
     results = tmp_path / "learning.json"
-    command = [sys.executable, str(SCRIPT), "--smoke", "--pairs", "1", "--cycles", "1", "--threads", "1"]
+    command = ["--smoke", "--pairs", "1", "--cycles", "1", "--threads", "1"]
     command += ["--out", str(tmp_path / "run"), "--png", str(tmp_path / "learning.png"), "--json", str(results)]
-    env = cli_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    done = subprocess.run([*command, "--probes-only"], env=env, capture_output=True, text=True, timeout=900)
+    done = bench(*command, "--probes-only")
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(results.read_text())
     assert data["conditions"] == {} and data["probes_only"] is True and "base answered" not in done.stdout
@@ -198,7 +223,7 @@ def test_probes_only_reads_each_versions_evaluation_and_a_resume_without_it_answ
     recall = read["probe_recall"]["evidence"]  # a probe per learned pair (the harvest comes after the evaluation)
     assert recall["probes"] == len(data["sets"]["learned"]) and 0 <= recall["exact"] <= recall["probes"]
     assert f"{recall['exact']}/{recall['probes']}" in done.stdout and "gate: v0001" in done.stdout
-    as_full_run = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True, timeout=600)
+    as_full_run = bench(*command, "--resume")
     assert as_full_run.returncode == 0, as_full_run.stderr[-3000:]
     assert "training step" not in as_full_run.stdout and "adapter c1 (v0001) answered" in as_full_run.stdout
     full = json.loads(results.read_text())
@@ -207,13 +232,13 @@ def test_probes_only_reads_each_versions_evaluation_and_a_resume_without_it_answ
     answered = full["conditions"]["adapter c1 (v0001)"]
     assert all(len(answered[s]["answers"]) == len(full["sets"][s]) for s in full["sets"])
     assert answered["learned"]["exact"] > full["conditions"]["base"]["learned"]["exact"]
-    as_probes_only = subprocess.run([*command, "--resume", "--probes-only"], env=env, capture_output=True, text=True)
+    as_probes_only = bench(*command, "--resume", "--probes-only")
     assert as_probes_only.returncode == 2 and "recorded with another probes_only" in as_probes_only.stderr
 
 
 @pytest.mark.slow
 def test_a_bench_stopped_mid_cycle_stops_its_learnerd_run_and_resumes_with_the_candidate_it_trained(
-    peer_data, tmp_path: Path
+    peer_data, tmp_path: Path, bench: Bench
 ) -> None:
     """SIGTERM to the bench while its first cycle evaluates the version it trained: the bench exits 143 only once
     its ``learnerd run --once`` has exited (no daemon left running alone). ``--resume`` then goes on from the
@@ -222,22 +247,22 @@ def test_a_bench_stopped_mid_cycle_stops_its_learnerd_run_and_resumes_with_the_c
     command = [sys.executable, str(SCRIPT), "--smoke", "--pairs", "1", "--cycles", "1", "--threads", "1"]
     command += ["--out", str(out), "--png", str(tmp_path / "p.png"), "--json", str(results)]
     env = cli_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as bench:
-        assert bench.stdout is not None
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as stopped:
+        assert stopped.stdout is not None
         seen = []
-        for line in bench.stdout:  # relayed from the cycle's log while its learnerd run evaluates
+        for line in stopped.stdout:  # relayed from the cycle's log while its learnerd run evaluates
             seen.append(line)
             if "evaluating v0001" in line:
                 break
         assert any("evaluating v0001" in line for line in seen), "".join(seen)[-3000:]
         assert _learnerd_runs(out / "learnerd.toml"), "no learnerd run --once while the bench's cycle runs"
-        bench.terminate()
-        rest = bench.stdout.read()
-        assert bench.wait(timeout=300) == 143, rest[-3000:]
+        stopped.terminate()
+        rest = stopped.stdout.read()
+        assert stopped.wait(timeout=300) == 143, rest[-3000:]
     assert not _learnerd_runs(out / "learnerd.toml")
     assert json.loads(results.read_text())["cycles"] == []  # the base's answers were kept
 
-    resumed = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True, timeout=900, check=False)
+    resumed = bench(*command[2:], "--resume")  # in this process: the stop was the subprocess's subject
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "base answered" not in resumed.stdout and "v0001 was trained before the run stopped" in resumed.stdout
     (cycle,) = json.loads(results.read_text())["cycles"]
