@@ -5,7 +5,6 @@ backend (the uninterrupted reference run is always on SQLite, once per machine: 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import signal
@@ -53,14 +52,6 @@ def start_daemon(state: Path, logs: Path, stderr, store_url: str | None, notify:
     )  # fmt: skip
     env = cli_env(NOTIFY_SOCKET=notify.address)
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-
-
-def ready(notify: NotifyReceiver, wait_s: float) -> bool:
-    """Whether the daemon has sent ``READY=1`` (waiting up to ``wait_s`` for it)."""
-    with contextlib.suppress(AssertionError):
-        notify.wait_for("READY=1", timeout=wait_s)
-        return True
-    return False
 
 
 def logged(log: Path, since: int) -> bool:
@@ -134,7 +125,7 @@ def test_kill_9_at_random_moments_converges_to_the_uninterrupted_state(tldr_refe
                         f.write("".join(chunk))
                     written += len(chunk)
                 if kill_at is None:  # even starts: from its first log line; odd ones: from READY=1
-                    if ready(notify, 0.05) if kill % 2 else logged(daemon_log_path, since):
+                    if notify.received("READY=1", 0.05) if kill % 2 else logged(daemon_log_path, since):
                         kill_at = time.monotonic() + rng.uniform(*KILL_WINDOW_S)
                     assert time.monotonic() - started < START_TIMEOUT_S, "not started in time; see daemon.log"
                 time.sleep(0.05)

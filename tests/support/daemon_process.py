@@ -43,18 +43,28 @@ class NotifyReceiver:
         self.sock.bind("\0" + self.address[1:])
         self.messages: list[str] = []
 
-    def wait_for(self, assignment: str, timeout: float = START_TIMEOUT_S) -> list[str]:
-        """Receive until a message holds the line ``assignment``; return the messages received so far."""
+    def received(self, assignment: str, timeout: float) -> bool:
+        """Receive for up to ``timeout`` seconds until a message holds the line ``assignment``; whether one does."""
         deadline = time.monotonic() + timeout
         while not any(assignment in m.split("\n") for m in self.messages):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise AssertionError(f"no {assignment} within {timeout:g} s; got {self.messages}")
+                return False
             self.sock.settimeout(remaining)
             try:
                 self.messages.append(self.sock.recv(4096).decode())
             except TimeoutError:
                 continue
+        return True
+
+    def wait_for(self, assignment: str, timeout: float = START_TIMEOUT_S) -> list[str]:
+        """Receive until a message holds the line ``assignment``; return the messages received so far.
+
+        Raises:
+            AssertionError: none did within ``timeout`` seconds.
+        """
+        if not self.received(assignment, timeout):
+            raise AssertionError(f"no {assignment} within {timeout:g} s; got {self.messages}")
         return self.messages
 
     def close(self) -> None:

@@ -25,6 +25,7 @@ from learnerd.store.dlm import read_document
 from tests.conftest import REPO_ROOT
 from tests.support.artefact_cache import cached, content_key, learnerd_code, versions
 from tests.support.base_models import LIBRARIES, linked_models_dir, tiny_models
+from tests.support.evaluation import QUICK_EVALUATION
 from tests.support.in_process import run_cli_here
 from tests.support.pipeline import run_cli, run_once
 
@@ -59,7 +60,9 @@ class ThreeVersions:
 def cached_three_versions() -> ThreeVersions:
     """The state of the module docstring, from the artefact cache: keyed by learnerd's code, the shipped log, this
     module (the steps) and the libraries' versions."""
-    key = content_key("three versions", learnerd_code(), SHIPPED_LOG, Path(__file__), versions(*LIBRARIES))
+    key = content_key(
+        "three versions", QUICK_EVALUATION, learnerd_code(), SHIPPED_LOG, Path(__file__), versions(*LIBRARIES)
+    )
     root = cached("three-versions", key, _build)
     document = root / "state" / "docs" / "learned.dlm"
     outputs = tuple(json.loads((root / "train-outputs.json").read_text()))
@@ -74,7 +77,7 @@ def _build(root: Path) -> None:
     state.mkdir(mode=0o700)
     linked_models_dir(state / "models", tiny_models())
     config = root / "config.toml"
-    config.write_text("[evaluation]\nnull_runs = 0\nmax_prompts = 1\nnum_threads = 1\n")  # the quickest evaluation
+    config.write_text(QUICK_EVALUATION)
     shipped = SHIPPED_LOG.read_text().splitlines(keepends=True)
     document = state / "docs" / "learned.dlm"
     outputs = []
