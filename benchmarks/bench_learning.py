@@ -30,7 +30,11 @@ of ``--cycles`` unattended ``learnerd run --once`` runs with ``[evaluation] auto
 evaluate → promotion gate → harvest failing probes → retrain), or the candidate the gate rejected in that
 cycle (its row says ``rejected``: not served, measured all the same); **adapter+RAG** after the last cycle,
 quoted what the endpoint quotes that version: to one trained without ``retrieval_k``, the k nearest less those
-it learned (:func:`learnerd.ml.retrieved_examples.learned_without_block`; the prompt alone when all were).
+it learned (:func:`learnerd.ml.retrieved_examples.learned_without_block`; the prompt alone when all were); and
+**served** after the last cycle: what a client gets by default from the endpoint (routing ``similarity``, ``rag_k``
+3, no learnerd-specific request field), each prompt routed to the served version's adapter or to the base as the
+endpoint routes it and quoted the examples close enough to it (:func:`answer_served`; the JSON records each
+prompt's route). Its retention column is the gate's, as served, beside the adapter alone's.
 
 Metrics, on the command an answer suggests (the body of its first fenced code block, else the whole answer:
 what learnerd records as a served answer's suggestion, :func:`learnerd.store.suggestions.command_of`): **exact**
@@ -105,6 +109,8 @@ NL2BASH = PEER_TLDR.parent / "nl2bash" / "paraphrases.jsonl"
 MAX_NEW_TOKENS = 48
 RAG_K = 3
 SETS = ("learned", "paraphrase", "related")
+SERVED = "served"
+"""The row of what a client gets by default after the cycles (:func:`answer_served`): ``served (vNNNN)``."""
 PROBES = ("probe_recall", "answer_retention", "calibration_drift", "multi_turn_coherence_decay")
 """The columns of an adapter row read from its evaluation's report (``probe_recall``: the document's probes, summed)."""
 DEFAULTS = {"probes_only": False}
@@ -135,6 +141,8 @@ class Scores:
     answers: list[str] = field(default_factory=list)
     exact: int = 0
     command_name: int = 0
+    routed: list[str] = field(default_factory=list)
+    """Who answered each prompt, ``"adapter"`` or ``"base"`` (the served condition's; empty for the others)."""
 
 
 @dataclass(frozen=True)
@@ -309,9 +317,9 @@ class CheckpointError(Exception):
 
 
 def load_checkpoint(path: Path, expected: dict[str, Any]) -> Checkpoint:
-    """The :class:`Checkpoint` the JSON at ``path`` holds (as :func:`write_json` writes it), less the last
-    ``adapter+RAG`` row (measured again after the cycles to come). ``expected`` holds what must be equal in it
-    (``base``, ``pairs``, ``seed``, ``training``, ``sets``).
+    """The :class:`Checkpoint` the JSON at ``path`` holds (as :func:`write_json` writes it), less the rows
+    measured after the last cycle (``adapter+RAG`` and the served one: measured again after the cycles to come).
+    ``expected`` holds what must be equal in it (``base``, ``pairs``, ``seed``, ``training``, ``sets``).
 
     Raises:
         CheckpointError: ``path`` is missing or unreadable, lacks a field, or one of ``expected`` differs.
@@ -324,9 +332,10 @@ def load_checkpoint(path: Path, expected: dict[str, Any]) -> Checkpoint:
         results = {
             name: {s: Scores(v["answers"], v["exact"], v["command_name"]) for s, v in by_set.items()}
             for name, by_set in data["conditions"].items()
-            if name != "adapter+RAG"
+            if name != "adapter+RAG" and not name.startswith(SERVED)
         }
-        return Checkpoint(results, data["probes"], data["cycles"], dict(data["measured"]))
+        probes = {name: found for name, found in data["probes"].items() if not name.startswith(SERVED)}
+        return Checkpoint(results, probes, data["cycles"], dict(data["measured"]))
     except OSError as exc:
         raise CheckpointError(f"cannot read the run to resume: {exc}") from None
     except (ValueError, KeyError, TypeError) as exc:
@@ -432,11 +441,16 @@ class Retriever:
         those in ``learned`` (held back from a version that learned them without retrieval rows, as the endpoint
         does: :func:`learnerd.ml.retrieved_examples.split_learned`)."""
         from learnerd.ml.retrieved_examples import split_learned
+
+        return split_learned(self.nearest(text), learned)[0]
+
+    def nearest(self, text: str) -> list[SearchHit]:
+        """The :data:`RAG_K` learned examples nearest to ``text``, best first, each with its cosine ``score``."""
         from learnerd.store.retrieval import describe_hits, nearest
 
         if text not in self.found:
             self.found[text] = describe_hits(self.conn, nearest(self.embedder, self.index, text, RAG_K), RAG_K)
-        return split_learned(self.found[text], learned)[0]
+        return self.found[text]
 
 
 def retrieval_reach(retriever: Retriever, items: dict[str, list[Item]]) -> dict[str, dict[str, int]]:
@@ -459,23 +473,63 @@ def answer_all(
 ) -> Scores:
     """Greedy answers to ``items`` (with the retrieved examples, as the endpoint quotes them, when
     ``retriever`` is given: less ``learned``), in batches."""
+    quoted = [retriever.hits(it.prompt, learned) if retriever is not None else [] for it in items]
+    return scored(items, replies(model, tokenizer, items, quoted))
+
+
+def replies(model, tokenizer, items: list[Item], quoted: list[list[SearchHit]]) -> list[str]:
+    """The greedy answers to ``items``, each asked with its ``quoted`` examples as the endpoint quotes them
+    (:func:`learnerd.ml.retrieved_examples.with_examples`), in batches."""
     from learnerd.ml.generate import chat_turns, greedy_replies
     from learnerd.ml.retrieved_examples import with_examples
 
-    conversations = [
-        with_examples(chat_turns(it.prompt), retriever.hits(it.prompt, learned) if retriever is not None else [])
-        for it in items
-    ]
-    scores = Scores()
-    for it, reply in zip(
-        items, greedy_replies(model, tokenizer, conversations, max_new_tokens=MAX_NEW_TOKENS), strict=True
-    ):
-        text = reply.text.strip()
+    conversations = [with_examples(chat_turns(it.prompt), q) for it, q in zip(items, quoted, strict=True)]
+    found = greedy_replies(model, tokenizer, conversations, max_new_tokens=MAX_NEW_TOKENS) if conversations else []
+    return [reply.text.strip() for reply in found]
+
+
+def scored(items: list[Item], answers: list[str], routed: list[str] | None = None) -> Scores:
+    """``answers`` to ``items`` scored on the commands they suggest (exact, and the command's name)."""
+    scores = Scores(routed=routed or [])
+    for it, text in zip(items, answers, strict=True):
         scores.answers.append(text)
         command, gold = suggested(text), normalize_command(it.command)
         scores.exact += command == gold
         scores.command_name += first_token(command) == first_token(gold)
     return scores
+
+
+def answer_served(
+    base_model, adapted, tokenizer, items: list[Item], retriever: Retriever, version, document: Path
+) -> Scores:
+    """What a client gets by default from the endpoint after the cycles (``[serve] routing = "similarity"``,
+    ``rag_k`` :data:`RAG_K`, no learnerd-specific request field): each prompt routed as the endpoint routes it
+    (:func:`learnerd.ml.router.similarity_route`, on the :data:`RAG_K` nearest examples and the served version's
+    learned questions) and answered by ``adapted`` (the model of ``version``, the served version of ``document``;
+    both None before a version is served) or ``base_model``, quoted the examples close enough to it
+    (:func:`learnerd.ml.router.close_hits`), less those the version learned without retrieval rows when its
+    adapter answers."""
+    from learnerd.ml.retrieved_examples import learned_without_block, split_learned
+    from learnerd.ml.router import DEFAULT_THRESHOLD, close_hits, embed_memo, similarity_route, text_router
+    from learnerd.store.dlm import read_document
+
+    router = text_router(read_document(document), version, retriever.embedder).router if version else None
+    threshold = router.threshold if router is not None else DEFAULT_THRESHOLD
+    held = learned_without_block(version) if version is not None else frozenset()
+    routes, quoted = [], []
+    for it in items:
+        hits = close_hits(retriever.nearest(it.prompt), threshold)
+        learned = router.route(embed_memo(retriever.embedder, [it.prompt])[0]).similarity if router else None
+        route = similarity_route(version is not None, router, learned, hits)
+        routes.append(route.routed)
+        quoted.append(split_learned(hits, held if route.routed == "adapter" else frozenset())[0])
+    answers: list[str] = [""] * len(items)
+    for who, model in (("adapter", adapted), ("base", base_model)):
+        mine = [i for i, r in enumerate(routes) if r == who]
+        found = replies(model, tokenizer, [items[i] for i in mine], [quoted[i] for i in mine])
+        for i, text in zip(mine, found, strict=True):
+            answers[i] = text
+    return scored(items, answers, routes)
 
 
 def evaluation_probes(version) -> dict[str, dict[str, Any]]:
@@ -730,6 +784,18 @@ def main() -> int:
         retriever = retriever or Retriever(config)
         learned = learned_without_block(newest)
         results["adapter+RAG"] = {k: answer_all(adapted, tokenizer, v, retriever, learned) for k, v in items.items()}
+        current = store.current(doc_key)
+        served_model = None if current is None else adapted if current.number == newest.number else None
+        if current is not None and served_model is None:  # the newest was rejected: the current one is served
+            served_model = adapter_model(current)
+        name = f"{SERVED} ({current.name if current else 'the base'})"
+        document = out / "docs" / "learned.dlm"
+        results[name] = {
+            k: answer_served(model, served_model, tokenizer, v, retriever, current, document) for k, v in items.items()
+        }
+        if current is not None:
+            probes[name] = evaluation_probes(current)
+        print(f"{name} answered", flush=True)
     reach = retrieval_reach(retriever, items) if retriever is not None else {}
     report(results, items, probes, cycles_done, args.png, base, reach)
     checkpoint(reach)
@@ -738,10 +804,11 @@ def main() -> int:
 
 
 def probe_cells(found: dict[str, dict[str, Any]]) -> list[str]:
-    """``probe_recall`` as exact/probes; ``answer_retention`` as kept/base-right, and how many of those the adapter
-    still knows when led along the base's answer where the report says (``60/65 (knows 64)``: less the probe's
-    ``lost_knowledge``); ``calibration_drift``'s fraction regressed; the half-life in turns with the dialogues
-    answered exactly at each turn (``0.96 (4/0/0/0)``); each with its verdict, ``-`` where the report has none."""
+    """``probe_recall`` as exact/probes; ``answer_retention`` as kept/base-right as served, the adapter alone's kept
+    and how many of those the served system still knows when led along the base's answer where the report says
+    (``60/65 (alone 52; knows 64)``: its ``adapter_alone``, less the probe's ``lost_knowledge``);
+    ``calibration_drift``'s fraction regressed; the half-life in turns with the dialogues answered exactly at each
+    turn (``0.96 (4/0/0/0)``); each with its verdict, ``-`` where the report has none."""
     cells = []
     for kind in PROBES:
         probe = found.get(kind)
@@ -751,8 +818,11 @@ def probe_cells(found: dict[str, dict[str, Any]]) -> list[str]:
             cells.append(f"{probe['evidence']['exact']}/{probe['evidence']['probes']} {probe['verdict']}")
         elif kind == "answer_retention":
             ev = probe["evidence"]
-            knows = "" if ev.get("lost_knowledge") is None else f" (knows {ev['base_right'] - ev['lost_knowledge']})"
-            cells.append(f"{ev.get('kept')}/{ev.get('base_right')}{knows} {probe['verdict']}")
+            notes = [f"alone {ev['adapter_alone']['kept']}"] if "adapter_alone" in ev else []
+            if ev.get("lost_knowledge") is not None:
+                notes.append(f"knows {ev['base_right'] - ev['lost_knowledge']}")
+            noted = f" ({'; '.join(notes)})" if notes else ""
+            cells.append(f"{ev.get('kept')}/{ev.get('base_right')}{noted} {probe['verdict']}")
         elif kind == "calibration_drift":
             cells.append(f"{100 * probe['raw']:.1f} % {probe['verdict']}")
         else:
@@ -867,7 +937,9 @@ def write_json(path: Path, args, base, training, items, results, probes, cycles_
         "sets": sets_json(items),
         "conditions": {
             name: {
-                s: {"exact": sc.exact, "command_name": sc.command_name, "answers": sc.answers} for s, sc in r.items()
+                s: {"exact": sc.exact, "command_name": sc.command_name, "answers": sc.answers}
+                | ({"routed": sc.routed} if sc.routed else {})
+                for s, sc in r.items()
             }
             for name, r in results.items()
         },

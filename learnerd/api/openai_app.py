@@ -93,7 +93,16 @@ from learnerd.api.tcp_endpoints import bearer_middleware
 from learnerd.ml.base_model import BaseModelError
 from learnerd.ml.loader import ModelCheckError
 from learnerd.ml.retrieved_examples import learned_without_block, split_learned, with_examples
-from learnerd.ml.router import ADAPTER, DEFAULT_THRESHOLD, Route, Router, recorded_threshold, version_routing
+from learnerd.ml.router import (
+    ADAPTER,
+    DEFAULT_THRESHOLD,
+    Route,
+    Router,
+    close_hits,
+    recorded_threshold,
+    similarity_route,
+    version_routing,
+)
 from learnerd.ml.rows import ChatMessage
 from learnerd.ml.serving import (
     Admission,
@@ -389,16 +398,11 @@ class OpenAIEndpoint:
             vector = (await self.control.embed([last_user.content]))[0]
             learned = router.route(vector).similarity if router is not None else None
         found = await self._search(last_user.content, k, vector) if k > 0 else []
-        hits = [h for h in found if threshold is None or float(h["score"]) >= threshold]  # close to the request
-        if not similarity:
-            route = ADAPTER if current else Route("base")
-        elif current is None:
-            route = Route("base", float(hits[0]["score"]) if hits else None)
-        elif router is None or learned is None:  # a version that learned no question
-            route = ADAPTER
+        hits = close_hits(found, threshold)
+        if similarity:
+            route = similarity_route(current is not None, router, learned, hits)
         else:
-            nearest = max([learned, *(float(h["score"]) for h in hits)])
-            route = Route("adapter" if nearest >= router.threshold else "base", nearest)
+            route = ADAPTER if current else Route("base")
         version = current if route.routed == "adapter" else None
         held = await anyio.to_thread.run_sync(learned_without_block, version) if version else frozenset()
         retrieved, withheld = split_learned(found if every_hit else hits, held)

@@ -125,6 +125,30 @@ class Router:
         return [Route("adapter" if s >= self.threshold else "base", float(s)) for s in self.similarities(vectors)]
 
 
+def close_hits(found: Sequence[Mapping[str, Any]], threshold: float | None) -> list[Mapping[str, Any]]:
+    """The retrieved examples ``found`` (each with its cosine ``score``) at or above ``threshold``, in their order:
+    those close enough to a request to be quoted to it (None: every one)."""
+    return [h for h in found if threshold is None or float(h["score"]) >= threshold]
+
+
+def similarity_route(
+    has_version: bool, router: Router | None, learned: float | None, hits: Sequence[Mapping[str, Any]]
+) -> Route:
+    """``[serve] routing = "similarity"``'s decision for one request (the endpoint's, and
+    ``benchmarks/bench_learning.py``'s served condition): ``has_version``, the document has a current version;
+    ``router`` its router (None: a version that learned no question); ``learned``, the request's similarity to
+    the nearest learned question (:meth:`Router.route`); ``hits``, the retrieved examples close enough to quote
+    (:func:`close_hits`). Before a first version the base answers (``similarity``: the nearest hit's); a version
+    without questions answers everything; otherwise the adapter answers when the nearest of its learned questions
+    and the close hits is at least the router's threshold."""
+    if not has_version:
+        return Route("base", float(hits[0]["score"]) if hits else None)
+    if router is None or learned is None:
+        return ADAPTER
+    nearest = max([learned, *(float(h["score"]) for h in hits)])
+    return Route("adapter" if nearest >= router.threshold else "base", nearest)
+
+
 def document_questions(rows: Iterable[TrainingRow]) -> list[str]:
     """The distinct user turns of the single-turn Q/A rows among ``rows``, in order: what an adapter trained on
     them learned to answer."""

@@ -66,6 +66,14 @@ def test_the_retention_cell_says_how_many_the_adapter_still_knows_where_the_repo
     split = {"answer_retention": {"verdict": "fail", "raw": 60 / 65, "evidence": evidence}}
     older = {"answer_retention": {"verdict": "fail", "raw": 60 / 65, "evidence": {"base_right": 65, "kept": 60}}}
     assert probe_cells(split)[1] == "60/65 (knows 64) fail"
+    served = {
+        "answer_retention": {
+            "verdict": "pass",
+            "raw": 1.0,
+            "evidence": evidence | {"kept": 65, "adapter_alone": {"kept": 52}},
+        }
+    }
+    assert probe_cells(served)[1] == "65/65 (alone 52; knows 64) pass"
     assert probe_cells(older)[1] == "60/65 fail"  # a report from before the split
     recall = {"probe_recall": {"verdict": "fail", "raw": 0.95, "evidence": {"exact": 95, "probes": 100}}}
     assert probe_cells(recall) == ["95/100 fail", "-", "-", "-"]
@@ -164,7 +172,7 @@ def test_the_smoke_size_trains_evaluates_and_reports_every_condition_and_resumes
 
     first_run = run("--cycles", "1")
     first = json.loads(results.read_text())
-    assert list(first["conditions"]) == ["base", "base+RAG", "adapter c1 (v0001)", "adapter+RAG"]
+    assert list(first["conditions"]) == ["base", "base+RAG", "adapter c1 (v0001)", "adapter+RAG", "served (v0001)"]
     assert first["measured"] == {"adapter c1 (v0001)": 1} and "base answered" in first_run.stdout
     relayed = first_run.stdout  # the cycle's log, relayed while it runs
     assert "training step" in relayed and "training: v0001 committed" in relayed
@@ -174,7 +182,7 @@ def test_the_smoke_size_trains_evaluates_and_reports_every_condition_and_resumes
     assert png.read_bytes().startswith(b"\x89PNG")
     data = json.loads(results.read_text())
     conditions = data["conditions"]
-    assert list(conditions) == ["base", "base+RAG", "adapter c1 (v0001)", "adapter c2 (v0001)", "adapter+RAG"]
+    assert list(conditions)[:-1] == ["base", "base+RAG", "adapter c1 (v0001)", "adapter c2 (v0001)", "adapter+RAG"]
     assert {k: conditions[k] for k in ("base", "base+RAG")} == {k: first["conditions"][k] for k in ("base", "base+RAG")}
     assert data["cycles"][0] == first["cycles"][0] and len(data["cycles"]) == 2
     (first_cycle,), second = (cycle["committed"] for cycle in data["cycles"])
@@ -199,6 +207,10 @@ def test_the_smoke_size_trains_evaluates_and_reports_every_condition_and_resumes
     assert reach["learned"] == {"first": learned, "among": learned}
     assert all(0 <= r["first"] <= r["among"] <= len(data["sets"][s]) for s, r in reach.items())
     assert "in the 3 examples retrieved for it: learned 2/2 first" in resumed.stdout
+    served = conditions["served (v0001)"]  # as the endpoint serves: a learned prompt is a question v0001 learned
+    assert served["learned"]["routed"] == ["adapter"] * learned
+    assert all(len(served[s]["routed"]) == len(data["sets"][s]) for s in served)
+    assert data["probes"]["served (v0001)"] == data["probes"]["adapter c1 (v0001)"]
 
 
 @pytest.mark.slow
@@ -227,7 +239,7 @@ def test_probes_only_reads_each_versions_evaluation_and_a_resume_without_it_answ
     assert as_full_run.returncode == 0, as_full_run.stderr[-3000:]
     assert "training step" not in as_full_run.stdout and "adapter c1 (v0001) answered" in as_full_run.stdout
     full = json.loads(results.read_text())
-    assert list(full["conditions"]) == ["base", "base+RAG", "adapter c1 (v0001)", "adapter+RAG"]
+    assert list(full["conditions"]) == ["base", "base+RAG", "adapter c1 (v0001)", "adapter+RAG", "served (v0001)"]
     assert full["cycles"] == data["cycles"] and full["probes"] == data["probes"] and full["probes_only"] is False
     answered = full["conditions"]["adapter c1 (v0001)"]
     assert all(len(answered[s]["answers"]) == len(full["sets"][s]) for s in full["sets"])
