@@ -22,16 +22,25 @@ paraphrase (another annotator's words, never logged) is asked through the endpoi
 client's default call (``model="learned"``, the user message, nothing else). It reports exact matches (the
 suggested command, as ``bench_learning.py`` reads it, equal to the logged one), how often the logged example was
 quoted, what answered (``learnerd.routed``), and p50/p95 from the log line to the answer and of the request alone.
+``--after DIR`` asks them of a trained state instead: a copy of a ``bench_learning.py --out`` directory (its
+document, logs and state; the model cache linked), whose served version answers as the endpoint routes each
+request, the fresh tasks chosen among the nl2bash commands it has not logged. ``--next-cycle`` then trains them
+(``learnerd run --once``, the cycle ``bench_learning.py`` runs without its harvest; ``--threads``) and asks the
+same paraphrases again.
 
-Run: ``python benchmarks/bench_freshness.py [--events 200] [--format blocklog|claude-code|codex] [--answers 20]``
+Run: ``python benchmarks/bench_freshness.py [--events 200] [--format blocklog|claude-code|codex] [--answers 20]
+[--after DIR [--next-cycle]]``
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import secrets
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -158,104 +167,200 @@ FRESH_WAIT_S = 5.0
 """Seconds between a task's log line and the request that asks it in other words (issue 59)."""
 
 
-def fresh_tasks(nl2bash: Path, n: int, seed: int) -> list[tuple[Block, str, str]]:
+def fresh_tasks(nl2bash: Path, n: int, seed: int, logged: frozenset[str] = frozenset()) -> list[tuple[Block, str, str]]:
     """``n`` seeded nl2bash tasks as ``(block, paraphrase, command)``: the block learnerd logs (the first
-    description, the command) and the first other description learnerd would ask the same way."""
+    description, the command) and the first other description learnerd would ask the same way; none of the
+    blocks ``logged`` (their ids: what the state learned already)."""
     from benchmarks.bench_learning import choose_nl2bash
 
-    blocks, learned, paraphrases = choose_nl2bash(nl2bash, n, seed)
+    blocks, learned, paraphrases = choose_nl2bash(nl2bash, n + len(logged), seed)
     first = {}
     for item in paraphrases:  # sources nl2bash/<line>/<i>: the first of each line's
         first.setdefault(item.source.rsplit("/", 1)[0], item)
-    return [(b, first[b.id].prompt, item.command) for b, item in zip(blocks, learned, strict=True)]
+    tasks = [(b, first[b.id].prompt, item.command) for b, item in zip(blocks, learned, strict=True)]
+    return [task for task in tasks if task[0].id not in logged][:n]
+
+
+def logged_blocks(logs: Path) -> frozenset[str]:
+    """The ids of the blocks the block logs (``*.jsonl``) under ``logs`` hold."""
+    ids = set()
+    for path in logs.glob("*.jsonl"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            ids.add(json.loads(line)["block_id"])
+    return frozenset(ids)
 
 
 def write_answer_config(root: Path, port: int) -> None:
-    """``root``'s config for ``learnerd run``: one SmolLM2 document, no training, the endpoint on ``port``."""
+    """``root``'s config for ``learnerd run`` (:data:`ANSWER_CONFIG`): the endpoint on ``port``, no training."""
+    from learnerd.ml.base_model import SMOLLM2_INSTRUCT
+    from learnerd.store.atomic import atomic_write_text
+
+    atomic_write_text(root / "learnerd.toml", ANSWER_CONFIG.format(base=SMOLLM2_INSTRUCT, port=port))
+
+
+ANSWER_CONFIG = """\
+state_dir = "state"
+log_dirs = ["logs"]
+docs_dirs = ["docs"]
+[probes]
+base_model = "{base}"
+[training]
+enabled = false
+[serve]
+listen = "127.0.0.1:{port}"
+"""
+"""The daemon that answers: ``docs/learned.dlm`` on ``base`` served on ``port``, no training."""
+CYCLE_CONFIG = """\
+state_dir = "state"
+log_dirs = ["logs"]
+docs_dirs = ["docs"]
+[probes]
+base_model = "{base}"
+[training]
+num_threads = {threads}
+[evaluation]
+null_runs = 0
+max_prompts = 4
+num_threads = {threads}
+"""
+"""``--next-cycle``'s ``learnerd run --once``: the cycle ``bench_learning.py`` runs, without its harvest."""
+
+
+def new_root(root: Path, after: Path | None) -> None:
+    """``root`` laid out for the daemon: a new SmolLM2 document and state, or (``after``) a copy of a
+    ``bench_learning.py --out`` directory's document, logs and state, its model cache linked file by file."""
     from learnerd.ml.base_model import SMOLLM2_INSTRUCT
     from learnerd.store.atomic import atomic_write_text
     from learnerd.store.dlm import new_document
 
-    for sub in ("logs", "docs", "state"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    atomic_write_text(root / "docs" / "learned.dlm", new_document(SMOLLM2_INSTRUCT).to_text())
-    atomic_write_text(
-        root / "learnerd.toml",
-        'state_dir = "state"\nlog_dirs = ["logs"]\ndocs_dirs = ["docs"]\n'
-        f'[probes]\nbase_model = "{SMOLLM2_INSTRUCT}"\n[training]\nenabled = false\n'
-        f'[serve]\nlisten = "127.0.0.1:{port}"\n',
+    if after is None:
+        for sub in ("logs", "docs", "state"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        atomic_write_text(root / "docs" / "learned.dlm", new_document(SMOLLM2_INSTRUCT).to_text())
+        return
+    for sub in ("logs", "docs"):
+        shutil.copytree(after / sub, root / sub)
+    shutil.copytree(
+        after / "state", root / "state", ignore=lambda d, names: ["models"] if d == str(after / "state") else []
     )
+    (root / "state" / "models").mkdir(mode=0o700)
+    for entry in (after / "state" / "models").iterdir():
+        (root / "state" / "models" / entry.name).symlink_to(entry.resolve())
 
 
-def fresh_answers(nl2bash: Path, n: int, seed: int) -> dict[str, Any]:
-    """Issue 59's freshness figures (the module docstring), as a mapping printed by :func:`main`."""
+def fresh_answers(
+    nl2bash: Path, n: int, seed: int, after: Path | None = None, next_cycle: bool = False, threads: int = 2
+) -> dict[str, Any]:
+    """Issue 59's freshness figures (the module docstring), as a mapping printed by :func:`main`: ``tasks``
+    (each fresh task's row), ``ready_s``; with ``next_cycle``, ``next_cycle``: the ``learnerd run --once`` that
+    trained them (``wall_s``, its ``summary``) and the same paraphrases asked again (``tasks``, ``ready_s``)."""
+    tasks = fresh_tasks(nl2bash, n, seed, logged_blocks(after / "logs") if after is not None else frozenset())
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        new_root(root, after)
+        result = ask(root, tasks, log=True)
+        if next_cycle:
+            from learnerd.ml.base_model import SMOLLM2_INSTRUCT
+            from learnerd.store.atomic import atomic_write_text
+
+            config = root / "cycle.toml"
+            atomic_write_text(config, CYCLE_CONFIG.format(base=SMOLLM2_INSTRUCT, threads=threads))
+            started = time.perf_counter()
+            proc = subprocess.run(
+                [sys.executable, "-m", "learnerd", "run", "--once", "--config", str(config)],
+                env={**os.environ, "OMP_NUM_THREADS": str(threads)},
+                capture_output=True,
+                text=True,
+            )
+            if proc.returncode != 0:
+                raise SystemExit(f"learnerd run --once exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+            wall = time.perf_counter() - started
+            print(f"next cycle: {wall:.0f} s", flush=True)
+            result["next_cycle"] = {"wall_s": wall, **ask(root, tasks, log=False)}
+    return result
+
+
+def ask(root: Path, tasks: list[tuple[Block, str, str]], log: bool) -> dict[str, Any]:
+    """A ``learnerd run`` daemon on ``root`` (:func:`write_answer_config`) asked each task's paraphrase with the
+    official client's default call; with ``log``, :data:`FRESH_WAIT_S` after appending the task's block to the
+    block log. ``{"tasks": rows, "ready_s"}``."""
     import openai
 
     from benchmarks.bench_learning import suggested
     from learnerd.store.suggestions import normalize_command
 
-    tasks = fresh_tasks(nl2bash, n, seed)
     token, port = secrets.token_urlsafe(24), free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        write_answer_config(root, port)
-        started = time.perf_counter()
-        with daemon_process(root, env={"LEARNERD_OPENAI_TOKEN": token}) as daemon:
-            daemon.wait_ready()
-            api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=token, max_retries=0, timeout=600)
-            api.chat.completions.create(model="learned", messages=[{"role": "user", "content": "hi"}])  # loads it
-            ready_s = time.perf_counter() - started
-            rows = []
-            for seq, (block, paraphrase, command) in enumerate(tasks, start=1):
+    write_answer_config(root, port)
+    started = time.perf_counter()
+    with daemon_process(root, env={"LEARNERD_OPENAI_TOKEN": token}) as daemon:
+        daemon.wait_ready()
+        api = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=token, max_retries=0, timeout=600)
+        api.chat.completions.create(model="learned", messages=[{"role": "user", "content": "hi"}])  # loads it
+        ready_s = time.perf_counter() - started
+        rows = []
+        for seq, (block, paraphrase, command) in enumerate(tasks, start=1):
+            logged = time.perf_counter()
+            if log:
                 t = time.time()
                 lines = event_line("context", block.id, t, cells=block.context) + event_line(
                     "executed", block.id, t + 0.5, cell=block.executed, exit_code=0
                 )
-                logged = time.perf_counter()
                 with (root / "logs" / "fresh.jsonl").open("a", encoding="utf-8") as f:
                     f.write(lines)
                 time.sleep(FRESH_WAIT_S)
-                asked = time.perf_counter()
-                reply = api.chat.completions.create(model="learned", messages=[{"role": "user", "content": paraphrase}])
-                done = time.perf_counter()
-                info = (reply.model_extra or {}).get("learnerd", {})
-                answer = reply.choices[0].message.content or ""
-                rows.append(
-                    {
-                        "exact": suggested(answer) == normalize_command(command),
-                        "quoted": any(
-                            h.get("answer", "").strip() == command.strip() for h in info.get("retrieved", [])
-                        ),
-                        "routed": info.get("routed"),
-                        "log_to_answer_s": done - logged,
-                        "request_s": done - asked,
-                        "paraphrase": paraphrase,
-                        "command": command,
-                        "answer": answer,
-                    }
-                )
-                print(
-                    f"  {seq}/{len(tasks)} exact={rows[-1]['exact']} quoted={rows[-1]['quoted']} "
-                    f"routed={rows[-1]['routed']} request {done - asked:.1f} s",
-                    flush=True,
-                )
+            asked = time.perf_counter()
+            reply = api.chat.completions.create(model="learned", messages=[{"role": "user", "content": paraphrase}])
+            done = time.perf_counter()
+            info = (reply.model_extra or {}).get("learnerd", {})
+            answer = reply.choices[0].message.content or ""
+            rows.append(
+                {
+                    "exact": suggested(answer) == normalize_command(command),
+                    "quoted": any(h.get("answer", "").strip() == command.strip() for h in info.get("retrieved", [])),
+                    "routed": info.get("routed"),
+                    "adapter": info.get("adapter"),
+                    "similarity": info.get("similarity"),
+                    "log_to_answer_s": done - logged,
+                    "request_s": done - asked,
+                    "paraphrase": paraphrase,
+                    "command": command,
+                    "answer": answer,
+                }
+            )
+            print(
+                f"  {seq}/{len(tasks)} exact={rows[-1]['exact']} quoted={rows[-1]['quoted']} "
+                f"routed={rows[-1]['routed']} request {done - asked:.1f} s",
+                flush=True,
+            )
     return {"tasks": rows, "ready_s": ready_s}
 
 
 def print_fresh(result: dict[str, Any]) -> None:
-    rows = result["tasks"]
-    n = len(rows)
-    exact, quoted = sum(r["exact"] for r in rows), sum(r["quoted"] for r in rows)
-    routed = {k: sum(r["routed"] == k for r in rows) for k in ("adapter", "base")}
-    total = np.percentile([r["log_to_answer_s"] for r in rows], [50, 95])
-    request = np.percentile([r["request_s"] for r in rows], [50, 95])
-    print(f"fresh tasks asked in other words {FRESH_WAIT_S:.0f} s after their log line, before any training: {n}")
-    print(f"  exact {exact}/{n} ({exact / n:.0%}); its example quoted {quoted}/{n}; routed {routed}")
-    print(
-        f"  log line → answer: p50 {total[0]:6.1f} s   p95 {total[1]:6.1f} s (the {FRESH_WAIT_S:.0f} s wait included)"
-    )
-    print(f"  the request alone: p50 {request[0]:6.1f} s   p95 {request[1]:6.1f} s")
-    print(f"  (the daemon and SmolLM2 ready after {result['ready_s']:.0f} s)")
+    """The figures of :func:`fresh_answers`' result: per round of questions, exact matches, how often the task's
+    example was quoted, who answered, and the latencies."""
+    rounds = [("asked {wait:.0f} s after their log line, before any training", result, True)]
+    if "next_cycle" in result:
+        wall = result["next_cycle"]["wall_s"]
+        rounds.append((f"asked again after the next cycle trained them ({wall:.0f} s)", result["next_cycle"], False))
+    for title, found, logged in rounds:
+        rows = found["tasks"]
+        n = len(rows)
+        exact, quoted = sum(r["exact"] for r in rows), sum(r["quoted"] for r in rows)
+        routed = {k: sum(r["routed"] == k for r in rows) for k in ("adapter", "base")}
+        served = sorted({str(r.get("adapter")) for r in rows})
+        request = np.percentile([r["request_s"] for r in rows], [50, 95])
+        print(f"fresh tasks in other words, {title.format(wait=FRESH_WAIT_S)}: {n}")
+        print(
+            f"  exact {exact}/{n} ({exact / n:.0%}); its example quoted {quoted}/{n}; routed {routed}; adapter {served}"
+        )
+        if logged:
+            total = np.percentile([r["log_to_answer_s"] for r in rows], [50, 95])
+            print(
+                f"  log line → answer: p50 {total[0]:6.1f} s   p95 {total[1]:6.1f} s "
+                f"(the {FRESH_WAIT_S:.0f} s wait included)"
+            )
+        print(f"  the request alone: p50 {request[0]:6.1f} s   p95 {request[1]:6.1f} s")
+        print(f"  (the daemon and SmolLM2 ready after {found['ready_s']:.0f} s)")
 
 
 def main() -> None:
@@ -265,6 +370,16 @@ def main() -> None:
     parser.add_argument("--format", choices=sorted(WRITERS), default="blocklog", help="the log format written")
     parser.add_argument("--answers", type=int, default=0, help="fresh tasks asked through the endpoint (0: none)")
     parser.add_argument("--json", type=Path, help="write the --answers rows here")
+    parser.add_argument(
+        "--after",
+        type=Path,
+        help="--answers on a copy of this bench_learning.py --out directory: its served version answers, and the "
+        "fresh tasks are commands it did not learn (default: a new document, no version)",
+    )
+    parser.add_argument(
+        "--next-cycle", action="store_true", help="then train them (learnerd run --once) and ask the same again"
+    )
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of --next-cycle's training")
     args = parser.parse_args()
     require_tldr(args.tldr, parser.prog)
     configure_logging("warning")
@@ -291,7 +406,7 @@ def main() -> None:
     if args.answers > 0:
         from benchmarks.bench_learning import NL2BASH
 
-        result = fresh_answers(NL2BASH, args.answers, seed=7)
+        result = fresh_answers(NL2BASH, args.answers, 7, args.after, args.next_cycle, args.threads)
         print_fresh(result)
         if args.json is not None:
             args.json.write_text(json.dumps(result, indent=1))

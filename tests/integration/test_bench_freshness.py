@@ -1,0 +1,33 @@
+"""benchmarks/bench_freshness.py's ``--after``: the fresh tasks are commands the trained state has not logged, and
+the daemon runs on a copy of that state whose model cache is linked, never written through."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.bench_freshness import fresh_tasks, logged_blocks, new_root
+from benchmarks.bench_learning import choose_nl2bash, write_inputs
+
+
+def test_fresh_tasks_after_a_trained_state_are_commands_it_never_logged(peer_data: Path, tmp_path: Path) -> None:
+    nl2bash = peer_data / "nl2bash" / "paraphrases.jsonl"
+    after = tmp_path / "bench"
+    blocks, _, _ = choose_nl2bash(nl2bash, 2, seed=7)  # the state logged the first two of the same draw
+    write_inputs(after, blocks, "smollm2-135m-instruct", {}, threads=1)
+    (after / "state" / "models").mkdir(parents=True)
+    (after / "state" / "models" / "base-answers-x.npz").write_bytes(b"cached")
+    logged = logged_blocks(after / "logs")
+    assert logged == {b.id for b in blocks}
+    tasks = fresh_tasks(nl2bash, 3, seed=7, logged=logged)
+    drawn, _, _ = choose_nl2bash(nl2bash, 5, seed=7)
+    assert [t[0].id for t in tasks] == [b.id for b in drawn[2:]]  # the next of the draw, none it logged
+    assert all(paraphrase != block.context[0].text for block, paraphrase, _ in tasks)  # other words than logged
+
+    root = tmp_path / "fresh"
+    root.mkdir()
+    new_root(root, after)
+    assert (root / "docs" / "learned.dlm").read_text() == (after / "docs" / "learned.dlm").read_text()
+    assert logged_blocks(root / "logs") == logged
+    linked = root / "state" / "models" / "base-answers-x.npz"
+    assert linked.is_symlink() and linked.read_bytes() == b"cached"
+    assert not (root / "state" / "models").is_symlink()  # what the daemon writes there stays in the copy
