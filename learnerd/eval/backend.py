@@ -13,11 +13,12 @@ Each :class:`View` gives, for token ids the caller built (see :mod:`learnerd.eva
 * :meth:`View.logprob` — the log-likelihood of a continuation given a context, in nats;
 * :meth:`View.generate` — greedy decoding until an end-of-sequence id;
 
-and their batched forms (``next_token_dists``, ``logprobs``, ``generate_many``), which run many inputs per
-forward pass: padded batches of at most :data:`MAX_BATCH_TOKENS` tokens and :data:`LOGITS_BATCH_BYTES` of
-logits. Before every batch the backend checks its cancel event (a ``threading.Event`` another thread may
-set) and raises :class:`EvaluationCancelled`, and a generation checks it at every decoding step too, so a
-running evaluation stops within one forward pass.
+and their batched forms (``next_token_dists``, ``logprobs``, ``generate_many``), which run many inputs per forward
+pass: padded batches of at most :data:`MAX_BATCH_TOKENS` tokens and :data:`LOGITS_BATCH_BYTES` of logits; a
+generation decodes at most :data:`GENERATION_ROWS` sequences together, keeping at most
+:data:`GENERATION_LOGITS_BYTES` of logits. Before every batch the backend checks its cancel event (a
+``threading.Event`` another thread may set) and raises :class:`EvaluationCancelled`, and a generation checks it at
+every decoding step too, so a running evaluation stops within one forward pass.
 
 Every forward pass checks that the logits are finite: a NaN or inf raises :class:`NonFiniteLogitsError`
 naming the view, so no probe ever computes on garbage. Log-softmax runs in float64. Results of the base
@@ -55,6 +56,13 @@ LOGITS_BATCH_BYTES = 128 * 2**20
 """Bytes of float32 logits one batched forward pass may produce (``padded tokens × vocabulary × 4``)."""
 MAX_BATCH_TOKENS = 8192
 """Padded tokens per batch at most, whatever the vocabulary (bounds the attention's memory too)."""
+GENERATION_ROWS = 32
+"""Sequences one batched greedy generation decodes together at most. Decoding a small model on a CPU reads every
+weight at each step, whatever the batch: SmolLM2-135M-Instruct on one thread answered 64 prompts × 32 tokens in
+54 s in batches of 8, 36 s of 16 and 28 s of 32 (2026-12-02, beside another job)."""
+GENERATION_LOGITS_BYTES = 256 * 2**20
+"""Bytes of float32 logits one batched generation keeps (``rows × new tokens × vocabulary × 4``: every step's, for
+the finiteness check and the first step's distribution)."""
 
 
 class EvaluationCancelled(BaseException):
@@ -223,13 +231,15 @@ class _StopWhenCancelled:
         return torch.full((input_ids.shape[0],), self.cancel.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
-def _batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+def _batches(lengths: Sequence[int], max_tokens: int, max_rows: int | None = None) -> list[list[int]]:
     """Indices into ``lengths`` grouped into batches, longest first, each padding to at most ``max_tokens``
-    tokens (``batch size × longest length``); a sequence longer than that is a batch of its own."""
+    tokens (``batch size × longest length``) and of at most ``max_rows`` sequences (None: any number); a
+    sequence longer than that is a batch of its own."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     out: list[list[int]] = []
     for i in order:
-        if out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= max_tokens:
+        fits = out and (len(out[-1]) + 1) * lengths[out[-1][0]] <= max_tokens
+        if fits and (max_rows is None or len(out[-1]) < max_rows):
             out[-1].append(i)
         else:
             out.append([i])
@@ -240,9 +250,10 @@ def _batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
 class View:
     """One side of a :class:`DifferentialBackend`; valid only inside the ``with`` that made it.
 
-    The ``*_many`` methods run their inputs in batches (right-padded forwards, left-padded generation) of
-    at most :attr:`DifferentialBackend.batch_tokens` padded tokens; the single-input methods are batches
-    of one. Batching changes float32 results only by summation order (≈ 1e-6 relative).
+    The ``*_many`` methods run their inputs in batches: right-padded forwards of at most
+    :attr:`DifferentialBackend.batch_tokens` padded tokens, left-padded generations of at most
+    :data:`GENERATION_ROWS` sequences and :data:`GENERATION_LOGITS_BYTES` of logits; the single-input methods
+    are batches of one. Batching changes float32 results only by summation order (≈ 1e-6 relative).
     """
 
     backend: DifferentialBackend
@@ -449,7 +460,9 @@ class View:
         out: list[list[int]] = [[] for _ in prompts]
         dists: dict[int, TokenDist] = {}
         lengths = [len(p) + b for p, b in zip(prompts, max_new_tokens, strict=True)]
-        for batch in _batches(lengths, self.backend.batch_tokens):
+        logits_per_row = 4 * self.backend.vocab_size * max(max_new_tokens)
+        rows = max(1, min(GENERATION_ROWS, GENERATION_LOGITS_BYTES // logits_per_row))
+        for batch in _batches(lengths, MAX_BATCH_TOKENS, rows):
             self.backend.check_cancelled()
             pad = self.backend._pad_id
             input_ids, mask = left_padded([prompts[i] for i in batch], pad, self.backend.model.device)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from benchmarks.bench_eval import noisy_lora
-from learnerd.eval.backend import DifferentialBackend, EvaluationCancelled, NonFiniteLogitsError
+from learnerd.eval import backend as backend_module
+from learnerd.eval.backend import DifferentialBackend, EvaluationCancelled, NonFiniteLogitsError, _batches
 from learnerd.eval.inputs import Encoder
 from learnerd.eval.suite import evaluate
 from learnerd.ml.base_model import load_model_directory
@@ -111,7 +112,7 @@ def test_non_finite_logits_are_refused(backend):
     assert "non-finite" in report.probes[0].message and report.score.overall == 0.0
 
 
-def test_batches_give_what_one_input_at_a_time_gives(backend):
+def test_batches_give_what_one_input_at_a_time_gives(backend, monkeypatch):
     encoder = Encoder(backend.tokenizer)
     questions = [QUESTION, "Who wrote Hamlet?", "Hi", "How many legs does a spider have, in all?"]
     prompts = [encoder.prompt(q) for q in questions]
@@ -135,9 +136,16 @@ def test_batches_give_what_one_input_at_a_time_gives(backend):
                               .gather(1, torch.tensor(t).unsqueeze(1)).sum()) for c, t in items]  # fmt: skip
         assert batched == pytest.approx(by_full_pass, rel=FLOAT32_REL)  # the cache gives what one pass gives
         budgets = [12, 3, 7, 1]
+        monkeypatch.setattr(backend_module, "GENERATION_ROWS", 2)  # two generations of two, each left-padded
         answers = ft.generate_many(prompts, budgets)
         assert answers == [ft.generate(p, b) for p, b in zip(prompts, budgets, strict=True)]
         assert all(len(a) <= b for a, b in zip(answers, budgets, strict=True)) and any(answers)
+
+
+def test_a_generation_batch_holds_at_most_its_rows_and_its_padded_tokens():
+    assert _batches([5, 5, 5, 5, 5], max_tokens=100, max_rows=2) == [[0, 1], [2, 3], [4]]
+    assert _batches([9, 5, 5, 4], max_tokens=10, max_rows=8) == [[0], [1, 2], [3]]  # 9 + 9 > 10: padded to the longest
+    assert _batches([5, 5, 5], max_tokens=100) == [[0, 1, 2]]
 
 
 def test_a_set_cancel_event_stops_the_next_batch(backend):
