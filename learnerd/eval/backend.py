@@ -460,7 +460,7 @@ class View:
         out: list[list[int]] = [[] for _ in prompts]
         dists: dict[int, TokenDist] = {}
         lengths = [len(p) + b for p, b in zip(prompts, max_new_tokens, strict=True)]
-        logits_per_row = 4 * self.backend.vocab_size * max(max_new_tokens)
+        logits_per_row = 4 * self.backend.vocab_size * max(max_new_tokens, default=1)  # nothing to answer: no batch
         rows = max(1, min(GENERATION_ROWS, GENERATION_LOGITS_BYTES // logits_per_row))
         for batch in _batches(lengths, MAX_BATCH_TOKENS, rows):
             self.backend.check_cancelled()

@@ -140,6 +140,7 @@ def test_batches_give_what_one_input_at_a_time_gives(backend, monkeypatch):
         answers = ft.generate_many(prompts, budgets)
         assert answers == [ft.generate(p, b) for p, b in zip(prompts, budgets, strict=True)]
         assert all(len(a) <= b for a, b in zip(answers, budgets, strict=True)) and any(answers)
+        assert ft.generate_many([], []) == []  # answer_retention's led answers when it lost none
 
 
 def test_a_generation_batch_holds_at_most_its_rows_and_its_padded_tokens():
