@@ -198,31 +198,33 @@ def write_answer_config(root: Path, port: int) -> None:
     atomic_write_text(root / "learnerd.toml", ANSWER_CONFIG.format(base=SMOLLM2_INSTRUCT, port=port))
 
 
-ANSWER_CONFIG = """\
+LAYOUT = """\
 state_dir = "state"
 log_dirs = ["logs"]
 docs_dirs = ["docs"]
 [probes]
 base_model = "{base}"
-[training]
+"""
+"""Where the state, the logs and ``docs/learned.dlm`` are, on SmolLM2: the start of both configs below."""
+ANSWER_CONFIG = (
+    LAYOUT
+    + """[training]
 enabled = false
 [serve]
 listen = "127.0.0.1:{port}"
 """
+)
 """The daemon that answers: ``docs/learned.dlm`` on ``base`` served on ``port``, no training."""
-CYCLE_CONFIG = """\
-state_dir = "state"
-log_dirs = ["logs"]
-docs_dirs = ["docs"]
-[probes]
-base_model = "{base}"
-[training]
+CYCLE_CONFIG = (
+    LAYOUT
+    + """[training]
 num_threads = {threads}
 [evaluation]
 null_runs = 0
 max_prompts = 4
 num_threads = {threads}
 """
+)
 """``--next-cycle``'s ``learnerd run --once``: the cycle ``bench_learning.py`` runs, without its harvest."""
 
 

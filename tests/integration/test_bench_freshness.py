@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.bench_freshness import fresh_tasks, logged_blocks, new_root
+from benchmarks.bench_freshness import ANSWER_CONFIG, CYCLE_CONFIG, fresh_tasks, logged_blocks, new_root
 from benchmarks.bench_learning import choose_nl2bash, write_inputs
 
 
@@ -31,3 +31,15 @@ def test_fresh_tasks_after_a_trained_state_are_commands_it_never_logged(peer_dat
     linked = root / "state" / "models" / "base-answers-x.npz"
     assert linked.is_symlink() and linked.read_bytes() == b"cached"
     assert not (root / "state" / "models").is_symlink()  # what the daemon writes there stays in the copy
+
+
+def test_the_daemons_configs_are_learnerds_the_answering_one_never_trains(tmp_path: Path) -> None:
+    from learnerd.daemon.config import load_config
+
+    answering, cycle = tmp_path / "answer.toml", tmp_path / "cycle.toml"
+    answering.write_text(ANSWER_CONFIG.format(base="smollm2-135m-instruct", port=8471))
+    cycle.write_text(CYCLE_CONFIG.format(base="smollm2-135m-instruct", threads=2))
+    serving, training = load_config(answering), load_config(cycle)
+    assert not serving.training.enabled and serving.serve.listen == "127.0.0.1:8471"
+    assert training.training.enabled and training.training.num_threads == 2 and training.evaluation.null_runs == 0
+    assert serving.state_dir == training.state_dir  # the same state: the cycle trains what the daemon logged
