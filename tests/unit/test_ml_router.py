@@ -1,6 +1,7 @@
 """The router's decision and the threshold a version routes with (learnerd.ml.router), without a model: a request
 at least the threshold similar to a learned question goes to the adapter, anything else to the base; a version
-with no recorded threshold, or one recorded with another embedder, routes with the default."""
+with no recorded threshold, or one recorded with another embedder, routes with the default; the endpoint's decision
+(``similarity_route``) also counts the retrieved examples close enough to quote."""
 
 import dataclasses
 import json
@@ -14,8 +15,10 @@ from learnerd.ml.router import (
     Route,
     Router,
     adapter_alone,
+    close_hits,
     document_questions,
     recorded_threshold,
+    similarity_route,
     version_routing,
 )
 from learnerd.ml.rows import ChatMessage, TrainingRow
@@ -101,3 +104,32 @@ def manifest_dict(section: str, routing: dict) -> dict:
         "start_loss": 1.0, "final_loss": 0.5, "losses": [1.0], "sections": [{"section_id": section}], "added": [],
         "replayed": [], "removed": [], "routing": routing,
     }  # fmt: skip
+
+
+ROUTER = Router(np.eye(2, dtype=np.float32)[:1], threshold=0.6)
+
+
+def hit(score: float) -> dict[str, object]:
+    """A retrieved example of cosine similarity ``score``."""
+    return {"id": f"e{score}", "query": "q", "answer": "a", "language": "bash", "score": score}
+
+
+def test_only_the_hits_at_or_above_the_threshold_are_close_in_their_order() -> None:
+    found = [hit(0.9), hit(0.6), hit(0.59)]
+    assert close_hits(found, 0.6) == found[:2]
+    assert close_hits(found, None) == found
+
+
+def test_before_a_first_version_the_base_answers_with_the_nearest_hits_similarity() -> None:
+    assert similarity_route(False, None, None, [hit(0.8), hit(0.7)]) == Route("base", 0.8)
+    assert similarity_route(False, None, None, []) == Route("base", None)
+
+
+def test_a_version_without_questions_answers_everything() -> None:
+    assert similarity_route(True, None, None, []) == ADAPTER
+
+
+def test_the_nearest_of_the_learned_questions_and_the_close_hits_decides() -> None:
+    assert similarity_route(True, ROUTER, 0.3, []) == Route("base", 0.3)
+    assert similarity_route(True, ROUTER, 0.3, [hit(0.7)]) == Route("adapter", 0.7)  # a task logged since
+    assert similarity_route(True, ROUTER, 0.6, []) == Route("adapter", 0.6)  # at the threshold: the adapter
