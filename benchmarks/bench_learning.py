@@ -445,11 +445,15 @@ class Retriever:
         return split_learned(self.nearest(text), learned)[0]
 
     def nearest(self, text: str) -> list[SearchHit]:
-        """The :data:`RAG_K` learned examples nearest to ``text``, best first, each with its cosine ``score``."""
-        from learnerd.store.retrieval import describe_hits, nearest
+        """The :data:`RAG_K` learned examples nearest to ``text``, best first, each with its cosine ``score``.
+        ``text`` is embedded through :func:`learnerd.ml.router.embed_memo`, so routing it reuses the embedding, as
+        the endpoint embeds a request once for both."""
+        from learnerd.ml.router import embed_memo
+        from learnerd.store.retrieval import describe_hits, nearest_to
 
         if text not in self.found:
-            self.found[text] = describe_hits(self.conn, nearest(self.embedder, self.index, text, RAG_K), RAG_K)
+            vector = embed_memo(self.embedder, [text])[0]
+            self.found[text] = describe_hits(self.conn, nearest_to(self.index, vector, RAG_K), RAG_K)
         return self.found[text]
 
 
@@ -516,18 +520,20 @@ def answer_served(
     router = text_router(read_document(document), version, retriever.embedder).router if version else None
     threshold = router.threshold if router is not None else DEFAULT_THRESHOLD
     held = learned_without_block(version) if version is not None else frozenset()
+    prompts = [it.prompt for it in items]
+    found = [retriever.nearest(p) for p in prompts]  # each prompt embedded once, for retrieval and routing
+    nearest = router.similarities(embed_memo(retriever.embedder, prompts)) if router else [None] * len(prompts)
     routes, quoted = [], []
-    for it in items:
-        hits = close_hits(retriever.nearest(it.prompt), threshold)
-        learned = router.route(embed_memo(retriever.embedder, [it.prompt])[0]).similarity if router else None
-        route = similarity_route(version is not None, router, learned, hits)
+    for hits_all, learned in zip(found, nearest, strict=True):
+        hits = close_hits(hits_all, threshold)
+        route = similarity_route(version is not None, router, None if learned is None else float(learned), hits)
         routes.append(route.routed)
         quoted.append(split_learned(hits, held if route.routed == "adapter" else frozenset())[0])
     answers: list[str] = [""] * len(items)
     for who, model in (("adapter", adapted), ("base", base_model)):
         mine = [i for i, r in enumerate(routes) if r == who]
-        found = replies(model, tokenizer, [items[i] for i in mine], [quoted[i] for i in mine])
-        for i, text in zip(mine, found, strict=True):
+        texts = replies(model, tokenizer, [items[i] for i in mine], [quoted[i] for i in mine])
+        for i, text in zip(mine, texts, strict=True):
             answers[i] = text
     return scored(items, answers, routes)
 
@@ -785,9 +791,9 @@ def main() -> int:
         learned = learned_without_block(newest)
         results["adapter+RAG"] = {k: answer_all(adapted, tokenizer, v, retriever, learned) for k, v in items.items()}
         current = store.current(doc_key)
-        served_model = None if current is None else adapted if current.number == newest.number else None
-        if current is not None and served_model is None:  # the newest was rejected: the current one is served
-            served_model = adapter_model(current)
+        served_model = None
+        if current is not None:  # the newest, unless the gate rejected it: then the current one is served
+            served_model = adapted if current.number == newest.number else adapter_model(current)
         name = f"{SERVED} ({current.name if current else 'the base'})"
         document = out / "docs" / "learned.dlm"
         results[name] = {
