@@ -7,7 +7,7 @@ recipe chosen by its base model (the document's own keys always win; docs/retent
 * :data:`RANDOM_BASE_RECIPE` for the built-in random tiny models: memorisation (LoRA r 16 without dropout,
   ``learning_rate`` 1e-2, micro-batch 4, 60 epochs);
 * :data:`PRETRAINED_RECIPE` for every other base: LoRA r 8 (alpha 16) on every linear projection,
-  ``learning_rate`` 1e-3, micro-batch 4, 12 epochs, multi-turn rows, micro-batches of rows of similar length, and
+  ``learning_rate`` 1e-3, micro-batch 4, 4 epochs, multi-turn rows, micro-batches of rows of similar length, and
   (the daemon serves retrieved examples: ``[serve] rag_k``, 3 by default) each pair trained once more under as
   many retrieved examples (:func:`learnerd.training.ingredients.retrieval.served`: RAFT's rows). No general
   replay and no KL term: the endpoint routes what the document does not hold to the base
@@ -46,7 +46,7 @@ PRETRAINED_RECIPE: dict[str, Any] = {
     "target_modules": "auto",
     "learning_rate": 1e-3,
     "micro_batch_size": 4,
-    "num_epochs": 12,
+    "num_epochs": 4,
     "general_replay": 0.0,
     "replay_kl_weight": 0.0,
     "multi_turn_rows": 20,

@@ -54,6 +54,7 @@ def test_a_cycle_that_breaks_what_is_served_is_still_rejected(smollm2_commands: 
     plain_lora = {
         "lora_r": 8,
         "lora_alpha": 16,
+        "num_epochs": 12,
         "general_replay": 0,
         "multi_turn_rows": 0,
         "retrieval_k": 0,

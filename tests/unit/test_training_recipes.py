@@ -63,8 +63,12 @@ def test_learnerd_keys_are_fields_of_the_block():
 
 
 def test_the_recipes_train_at_least_min_steps_on_twenty_pairs():
-    for builtin in (True, False):
-        assert training_config(None, builtin=builtin).total_steps(20) >= MIN_STEPS
+    assert training_config(None, builtin=True).total_steps(20) >= MIN_STEPS
+    # a pretrained base trains each pair, its multi-turn rows and (under [serve] rag_k, 3 by default) a RAFT row
+    # of each pair: 60 rows for 20 pairs, and fewer epochs over them
+    pretrained = document_training(None, builtin=False, served_rag_k=3).config
+    rows = 20 + pretrained.multi_turn_rows + 20 * (pretrained.retrieval_k > 0)
+    assert rows == 60 and pretrained.total_steps(rows) >= MIN_STEPS
 
 
 def test_undertrained_reason():
@@ -84,13 +88,13 @@ def test_undertrained_reason():
 def test_too_few_steps_from_learnerds_defaults_say_how_many_epochs_reach_min_steps():
     for block in (None, default_training("smollm2-135m-instruct")):  # left out, or the recipe written out
         training = document_training(block, builtin=False)
-        reason = undertrained_reason(12, 0.5, 49152, training=training, rows=3)
+        reason = undertrained_reason(4, 0.5, 49152, training=training, rows=3)
         assert reason == (
-            "undertrained: 12 optimizer steps (< 50); cause: learnerd's default of 12 epochs over 3 rows at "
-            "micro-batch 4 is 12 steps; fix: set training.num_epochs: 50 in the document (50 epochs reach 50 "
+            "undertrained: 4 optimizer steps (< 50); cause: learnerd's default of 4 epochs over 3 rows at "
+            "micro-batch 4 is 4 steps; fix: set training.num_epochs: 50 in the document (50 epochs reach 50 "
             "steps), or add examples"
         )
-    sixteen = undertrained_reason(48, 0.5, 49152, training=document_training(None, builtin=False), rows=16)
+    sixteen = undertrained_reason(16, 0.5, 49152, training=document_training(None, builtin=False), rows=16)
     assert sixteen is not None and "set training.num_epochs: 13 in the document" in sixteen
     assert "document's" not in sixteen
 
@@ -110,11 +114,11 @@ def test_the_documents_own_keys_are_named_with_their_fix():
         "(50 epochs reach 50 steps)"
     )
     hot = document_training({"learning_rate": 0.5}, builtin=False)
-    reason = undertrained_reason(60, 12.0, 49152, training=hot, rows=20)
+    reason = undertrained_reason(60, 12.0, 49152, training=hot, rows=60)
     assert reason is not None and reason.endswith(
-        "sets learning_rate: 0.5; fix: delete it to use learnerd's recipe for this base (60 steps over 20 rows)"
+        "sets learning_rate: 0.5; fix: delete it to use learnerd's recipe for this base (60 steps over 60 rows)"
     )
-    flat = undertrained_reason(60, 12.0, 49152, training=document_training(None, builtin=False), rows=20)
+    flat = undertrained_reason(60, 12.0, 49152, training=document_training(None, builtin=False), rows=60)
     assert flat is not None and "learnerd's default learning_rate 0.001 did not fit these rows" in flat
 
 
