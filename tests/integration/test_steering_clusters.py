@@ -1,7 +1,8 @@
 """Vocabulary clusters on real tokenizers with the real MiniLM embedder: the built-in tiny model's
 byte-level tokenizer, and a WordPiece tokenizer of a sample of MiniLM's own vocabulary (every
-:data:`SAMPLE_EVERY`-th of its 30,522 tokens and the ones the test names). ``benchmarks/bench_steering_clusters.py``
-clusters the whole vocabulary (about 1.5 minutes of a shared 2-core machine)."""
+:data:`SAMPLE_EVERY`-th of its 30,522 tokens and the ones the test names); SmolLM2's 49,152-token byte-level BPE
+vocabulary as the clusters read it. ``benchmarks/bench_steering_clusters.py`` clusters MiniLM's whole vocabulary
+(about 1.5 minutes of a shared 2-core machine), ``benchmarks/bench_steering.py`` SmolLM2's (``learnerd evolve``)."""
 
 from __future__ import annotations
 
@@ -188,3 +189,29 @@ def test_minilm_wordpiece_partition(minilm_sample, minilm_clusters):
         assert minilm_clusters.token_clusters[vocab[word]] >= 2, word
     for symbol in SYMBOLS:
         assert minilm_clusters.token_clusters[vocab[symbol]] == 1, symbol
+
+
+def test_smollm2_byte_level_bpe_vocabulary_is_read_as_the_clusters_read_it(smollm2_models_dir):
+    """SmolLM2-135M-Instruct's own 49,152-token byte-level BPE tokenizer, as :func:`load_or_build_clusters` reads a
+    vocabulary before embedding it: every id decoded alone, its digits and currency and arithmetic symbols
+    (space-led ``Ġ$`` too) in cluster 1's rule, word tokens embedded without their space, its EOS from the
+    generation config. Clustering the whole vocabulary with MiniLM (minutes on 2 cores) is
+    ``benchmarks/bench_steering.py``'s, which runs ``learnerd evolve`` on SmolLM2."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    from learnerd.ml.base_model import resolve_base_model
+    from learnerd.steering.clusters import decode_tokens, embedding_text, is_number_token
+
+    path = resolve_base_model("smollm2-135m-instruct", cache_dir=smollm2_models_dir).path
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    texts = decode_tokens(tokenizer)
+    assert len(texts) == len(tokenizer) == 49152 and tokenizer_identity(tokenizer).startswith("vocab-49152-")
+    eos = eos_token_ids(tokenizer, GenerationConfig.from_pretrained(path))
+    assert eos and all(0 <= i < 49152 for i in eos) and tokenizer.eos_token_id in eos
+    vocab = tokenizer.get_vocab()
+    assert "Ġthe" in vocab and texts[vocab["Ġthe"]] == " the" and embedding_text(texts[vocab["Ġthe"]], "Ġthe") == "the"
+    digits = [t for t in vocab if re.fullmatch(r"Ġ?[0-9]+", t)]
+    assert sorted(digits) == list("0123456789"), "SmolLM2 splits numbers into single digits"
+    assert all(is_number_token(texts[vocab[t]]) for t in (*digits, "Ġ$", "%"))
+    words = [vocab[t] for t in ("Ġthe", "Ġcapital", "ĠParis") if t in vocab]
+    assert len(words) >= 2 and not any(is_number_token(texts[i]) for i in words)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
 
@@ -10,7 +11,15 @@ from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.retrieved_examples import EXAMPLES_HEADER, quote_example
 from learnerd.ml.rows import ChatMessage, TrainingRow, encode_rows
 from learnerd.training.config import TrainingConfig
-from learnerd.training.ingredients.retrieval import RETRIEVAL_PREFIX, REWRITE_PREFIX, retrieval_rows, rewrite_rows
+from learnerd.training.ingredients.retrieval import (
+    FRESH_PREFIX,
+    RETRIEVAL_PREFIX,
+    REWRITE_PREFIX,
+    fresh_rows,
+    retrieval_rows,
+    rewrite_rows,
+)
+from learnerd.training.new_tasks import command_words, new_task
 from learnerd.training.rewrites import rewrite_question
 from learnerd.training.worker import TrainingRequest, retention_rows
 from tests.qa_pairs import QA_PAIRS
@@ -112,3 +121,37 @@ def test_rewrites_keep_the_context_lines_and_the_tasks_words():
         assert "lint" in last and "file" in last
     assert rewrite_question(question, 4, seed=3) == rewrites, "seeded"
     assert rewrite_question("   ", 3, seed=1) == [] and rewrite_question("List pods", 0, seed=1) == []
+
+
+def test_a_new_task_replaces_every_word_of_the_command_in_the_request_too():
+    question, command = "Find files named tecmint.txt of owner root", "find / -user root -name tecmint.txt"
+    assert command_words(command) == ["tecmint.txt", "find", "root"]  # longest first; no options, no "/"
+    new_question, new_command = new_task(question, command, random.Random(1))
+    old, new = command.split(), new_command.split()
+    assert [w for w in new if w.startswith("-") or w == "/"] == ["/", "-user", "-name"]
+    assert all(a != b for a, b in zip(old, new, strict=True) if not a.startswith("-") and a != "/")
+    assert new[3].islower() and len(new[3]) == 4 and len(new[5]) == len("tecmint.txt") and new[5][7] == "."  # shape
+    assert new_question == f"Find files named {new[5]} of owner {new[3]}", "a word of both changes in both"
+    assert new_task(question, command, random.Random(1)) == (new_question, new_command), "seeded"
+    up, cd = new_task("Go up", "cd ..", random.Random(1)) or ("", "")
+    assert up == "Go up" and cd.endswith(" ..") and len(cd) == len("cd ..") and cd != "cd .."
+    assert new_task("Show it", "- / {}", random.Random(1)) is None
+
+
+def test_fresh_rows_ask_a_new_task_in_other_words_under_a_block_that_quotes_it_first(minilm):
+    """Each fresh row's answer is a command no document pair has, quoted first in its block (the oracle), and its
+    request is a rewrite of the new task's question; the other quoted examples are the document's nearest pairs."""
+    rows = fresh_rows(QA_ROWS, 3, 30, minilm.embed, seed=7)
+    assert len(rows) == 30 and len({r.section_id for r in rows}) == 30
+    answers = {a for _, a in QA_PAIRS}
+    for n, row in enumerate(rows):
+        assert row.section_id.startswith(f"{FRESH_PREFIX}{n}:qa")
+        system, user, reply = row.messages
+        assert system.role == "system" and user.role == "user" and reply.role == "assistant"
+        assert reply.content not in answers, "a task the adapter never trained"
+        first = system.content.split("\n\n> ", 1)[1]
+        assert first.split("\n\n```", 1)[0] != user.content, "asked in other words than its quoted question"
+        assert f"```\n{reply.content}\n```" in system.content.split("\n\n> ")[1], "the oracle is quoted first"
+        assert len(quoted_pairs(system.content)) == 2, "and the document's 2 nearest pairs"
+    assert fresh_rows(QA_ROWS, 3, 30, minilm.embed, seed=7) == rows, "seeded"
+    assert fresh_rows(QA_ROWS, 0, 5, minilm.embed, seed=7) == fresh_rows(QA_ROWS, 3, 0, minilm.embed, seed=7) == []

@@ -16,7 +16,14 @@ from tests.conftest import REPO_ROOT
 
 def test_every_ingredient_key_is_a_field_of_the_block_and_learnerds():
     keys = {key for ingredient in ingredients.INGREDIENTS for key in ingredient.options.model_fields}
-    assert keys == {"general_replay", "replay_kl_weight", "multi_turn_rows", "retrieval_k", "retrieval_rewrites"}
+    assert keys == {
+        "general_replay",
+        "replay_kl_weight",
+        "multi_turn_rows",
+        "retrieval_k",
+        "retrieval_rewrites",
+        "fresh_rows",
+    }
     assert keys <= TrainingConfig.model_fields.keys() and keys <= LEARNERD_KEYS
     assert keys | dlm.LEARNERD_LOOP_KEYS == LEARNERD_KEYS
     assert issubclass(TrainingConfig, dlm.TrainingConfig) and "general_replay" not in dlm.TrainingConfig.model_fields

@@ -7,7 +7,13 @@ retrieved documents, distractors included).
 
 With ``retrieval_rewrites`` each pair is also asked in other words (:mod:`learnerd.training.rewrites`) under the
 block its rewrite retrieves, so the adapter learns to take a quoted example's answer for a request worded unlike
-the example's question — as a person asks a task they logged (PAFT: prompt-agnostic fine-tuning, 2025)."""
+the example's question — as a person asks a task they logged (PAFT: prompt-agnostic fine-tuning, 2025).
+
+With ``fresh_rows`` a cycle also trains tasks it has never seen, each answered only by the example quoted first:
+a pair with a new command (:mod:`learnerd.training.new_tasks`), asked in other words, under a block of it and
+the pairs nearest to it (the pair it came from among them when near). Every other row's answer is one the adapter
+memorises, so without these it learns to answer from memory and ignores an example logged since its cycle (RAFT's
+oracle document: the answer is in the context, not in the weights)."""
 
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ from pydantic import Field
 
 from learnerd.ml.retrieved_examples import with_examples
 from learnerd.ml.rows import ChatMessage, TrainingRow
-from learnerd.training import rewrites
+from learnerd.training import new_tasks, rewrites
 from learnerd.training.ingredients import spec
 
 MAX_RETRIEVAL_K = 16
@@ -35,6 +41,11 @@ class Options(spec.Options):
     """with retrieval_k: rewrites of each question (request templates, seeded) trained as more rows, each under
     the k pairs nearest to the rewrite (its own pair among them when retrieval finds it); one more row per
     rewrite and pair"""
+    fresh_rows: int = Field(0, ge=0, le=10_000)
+    """with retrieval_k: rows of tasks never trained, each a pair whose command's words are replaced by new ones
+    (in its question too), asked in other words under a block quoting it first and the k - 1 pairs nearest, the
+    loss on the new command: they teach the adapter to answer a task logged since its cycle from its quoted
+    example; this many a cycle"""
 
 
 def served(rag_k: int) -> dict[str, Any]:
@@ -43,6 +54,8 @@ def served(rag_k: int) -> dict[str, Any]:
     return {"retrieval_k": min(rag_k, MAX_RETRIEVAL_K)} if rag_k > 0 else {}
 
 
+FRESH_PREFIX = "fresh:"
+"""The section id prefix of a fresh task's row (``fresh:<n>:<the pair's section id>``)."""
 RETRIEVAL_PREFIX = "retrieval:"
 """The section id prefix of a retrieval-augmented row (``retrieval:<the pair's section id>``)."""
 REWRITE_PREFIX = "rewrite:"
@@ -148,10 +161,60 @@ def rewrite_rows(
     return out
 
 
+def fresh_rows(
+    rows: Sequence[TrainingRow], k: int, count: int, embed: Callable[[Sequence[str]], np.ndarray], *, seed: int
+) -> list[TrainingRow]:
+    """``count`` rows of tasks the adapter never trained (the module docstring): the single-turn Q/A pairs of
+    ``rows`` whose command has a word to replace, in an order drawn with ``random.Random(seed)`` and taken again
+    from the start when ``count`` exceeds them, each made a new task (:func:`learnerd.training.new_tasks.new_task`,
+    a new draw each time), its question rewritten
+    (:func:`learnerd.training.rewrites.rewrite_question`; the new question itself when no rewrite differs) under a
+    block quoting the new pair first and the ``k - 1`` pairs of ``rows`` nearest to the new question (cosine
+    similarity of ``embed``'s vectors), the loss on the new command.
+
+    Returns:
+        the rows (section ids ``fresh:<n>:<pair>``); empty when ``k`` or ``count`` is 0, ``rows`` hold fewer than
+        two pairs, or no command has a word to replace.
+    """
+    pairs = _single_turn(rows)
+    if k <= 0 or count <= 0 or len(pairs) < 2:
+        return []
+    questions = [next(m.content for m in messages if m.role == "user") for _, messages in pairs]
+    answers = [next(m.content for m in messages if m.role == "assistant") for _, messages in pairs]
+    candidates = [i for i in range(len(pairs)) if new_tasks.command_words(answers[i])]
+    if not candidates:
+        return []
+    rng = random.Random(f"{seed}:fresh")
+    rng.shuffle(candidates)
+    made = []
+    for n in range(count):
+        i = candidates[n % len(candidates)]
+        variant = new_tasks.new_task(questions[i], answers[i], rng)
+        assert variant is not None  # a candidate's command has a word to replace
+        question, answer = variant
+        asked = rewrites.rewrite_question(question, 1, seed=f"{seed}:fresh:{n}") or [question]
+        made.append((i, question, answer, asked[0]))
+    vectors = np.asarray(embed(questions), dtype=np.float32)
+    new_vectors = np.asarray(embed([question for _, question, _, _ in made]), dtype=np.float32)
+    out = []
+    for n, ((i, question, answer, asked), vector) in enumerate(zip(made, new_vectors, strict=True)):
+        oracle = {"query": question, "answer": answer, "language": ""}
+        hits = [oracle, *_hits(vector @ vectors.T, questions, answers, k - 1)] if k > 1 else [oracle]
+        section_id, messages = pairs[i]
+        turns = [ChatMessage("user", asked) if m.role == "user" else m for m in messages if m.role != "assistant"]
+        prompt = with_examples(turns, hits)
+        out.append(
+            TrainingRow(
+                section_id=f"{FRESH_PREFIX}{n}:{section_id}", messages=(*prompt, ChatMessage("assistant", answer))
+            )
+        )
+    return out
+
+
 def rows(options: Options, cycle: spec.CycleRows) -> spec.Rows:
     """One row per pair of the cycle and ``retrieval_rewrites`` more, neighbours among all its pairs (the MiniLM
     embedder, loaded here): every epoch for a trained pair, with the rehearsal for a rehearsed one (so a rehearsed
-    pair costs an epoch what a new one does)."""
+    pair costs an epoch what a new one does); and ``fresh_rows`` rows of new tasks, every epoch."""
     if not options.retrieval_k:
         return spec.Rows([])
     from learnerd.ml.embedders import MiniLMEmbedder
@@ -160,8 +223,10 @@ def rows(options: Options, cycle: spec.CycleRows) -> spec.Rows:
     rehearsed = {r.section_id for r in cycle.rehearsal}
     augmented = retrieval_rows(cycle.pairs, options.retrieval_k, embed, seed=cycle.seed)
     augmented += rewrite_rows(cycle.pairs, options.retrieval_k, options.retrieval_rewrites, embed, seed=cycle.seed)
+    fresh = fresh_rows(cycle.pairs, options.retrieval_k, options.fresh_rows, embed, seed=cycle.seed)
     return spec.Rows(
-        [r for r in augmented if _pair_of(r) not in rehearsed], [r for r in augmented if _pair_of(r) in rehearsed]
+        [*(r for r in augmented if _pair_of(r) not in rehearsed), *fresh],
+        [r for r in augmented if _pair_of(r) in rehearsed],
     )
 
 
