@@ -6,8 +6,9 @@ quoted example it never trained on hardly moves it (``benchmarks/bench_freshness
 tasks answered, each with its example quoted). RAFT (Zhang et al. 2024) trains with the *oracle* document quoted;
 learnerd's retrieval rows quote a pair the adapter also memorises, so they cannot teach the copy.
 :func:`new_task` makes a task the adapter has never seen from one it has: every word of the command (its name and
-arguments, not its options) replaced by a new one of the same shape, in the request too wherever it occurs there,
-so the command can only be read from the quoted example, not recalled or pieced together from the request.
+arguments, not its options) replaced by another — a word of the document's other commands, or a new one of the same
+shape — in the request too wherever it occurs there, so the command can only be read from the quoted example, not
+recalled or pieced together from the request.
 Nothing is downloaded and nothing of an evaluation set is used: the rows come from the document's own pairs.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 
 QUOTES = "'\"`;,()*?[]{}"
 """Characters stripped from a command's word to find the word inside (quotes, globs, separators)."""
@@ -55,13 +57,27 @@ def new_shape(text: str, rng: random.Random) -> str:
             return out
 
 
-def new_task(question: str, command: str, rng: random.Random) -> tuple[str, str] | None:
-    """``(question, command)`` with every :func:`command_words` word replaced by :func:`new_shape` of it, in both,
-    wherever it occurs as a whole word; None when the command has no such word (nothing would be new)."""
+def replacement(word: str, vocabulary: Sequence[str], rng: random.Random) -> str:
+    """What :func:`new_task` puts for ``word``: a word of letters becomes another word of letters of ``vocabulary``
+    (drawn with ``rng``; the words of the document's other commands, so the new command looks like one a person
+    runs, and only the quoted example tells it from those the adapter memorised); any other word, or one without
+    an alternative, becomes :func:`new_shape` of it."""
+    if word.isalpha():
+        choices = [w for w in vocabulary if w.isalpha() and w != word]
+        if choices:
+            return rng.choice(choices)
+    return new_shape(word, rng)
+
+
+def new_task(question: str, command: str, rng: random.Random, vocabulary: Sequence[str] = ()) -> tuple[str, str] | None:
+    """``(question, command)`` with every :func:`command_words` word replaced (:func:`replacement`, from
+    ``vocabulary``), in both, wherever it occurs as a whole word; None when the command has no such word (nothing
+    would be new)."""
     words = command_words(command)
     if not words:
         return None
     for word in words:
-        pattern, new = _whole_word(word), new_shape(word, rng).replace("\\", "\\\\")  # a literal replacement
+        new = replacement(word, vocabulary, rng).replace("\\", "\\\\")  # a literal replacement
+        pattern = _whole_word(word)
         question, command = pattern.sub(new, question), pattern.sub(new, command)
     return question, command

@@ -5,6 +5,7 @@ answer, a document of four questions, and the real router under MiniLM."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -64,8 +65,29 @@ def test_answer_retention_scores_the_items_routed_to_the_base_as_the_bases(conte
     assert served.evidence["kept"] == routed["base"] + routed["adapter"] - lost, "every base-routed item is kept"
     assert all(entry["prompt"] in QUESTIONS for entry in served.evidence["lost"])
     assert any(entry["prompt"] not in QUESTIONS for entry in alone.evidence["lost"]), "the adapter loses some alone"
-    assert served.evidence["adapter_alone"] == {"kept": alone.evidence["kept"], "kept_fraction": alone.raw}
+    right = served.evidence["base_right"]
+    assert served.evidence["adapter_alone"] == {
+        "kept": alone.evidence["kept"],
+        "kept_fraction": alone.raw,
+        "answered": right,
+    }
     assert served.raw > alone.raw and alone.evidence["routed"] == {"adapter": len(pool), "base": 0}
+    # the adapter alone answers at most retention_alone_sample of the items routed to the base: an estimate
+    sampled_ctx = dataclasses.replace(
+        served_ctx, options=served_ctx.options.model_copy(update={"retention_alone_sample": 2})
+    )
+    sampled = retention.judge(sampled_ctx, pool)
+    assert sampled.evidence["kept"] == served.evidence["kept"] and sampled.evidence["routed"] == routed
+    assert sampled.evidence["adapter_alone"]["answered"] == routed["adapter"] + 2 < right
+    assert "estimated from" in sampled.message and 0 <= sampled.evidence["adapter_alone"]["kept"] <= right
+
+
+def test_the_alone_sample_is_seeded_and_whole_when_small():
+    assert retention.alone_sample([3, 5, 8], 3) == [3, 5, 8]
+    drawn = retention.alone_sample(list(range(100)), 10)
+    assert len(drawn) == 10 == len(set(drawn)) and drawn == sorted(drawn) == retention.alone_sample(
+        list(range(100)), 10
+    )
 
 
 def test_calibration_drift_as_served_gives_the_base_the_general_items(contexts):

@@ -136,6 +136,11 @@ def test_a_new_task_replaces_every_word_of_the_command_in_the_request_too():
     up, cd = new_task("Go up", "cd ..", random.Random(1)) or ("", "")
     assert up == "Go up" and cd.endswith(" ..") and len(cd) == len("cd ..") and cd != "cd .."
     assert new_task("Show it", "- / {}", random.Random(1)) is None
+    # from a vocabulary (the document's other commands' words), a word of letters becomes another such word
+    vocabulary = ["grep", "ls", "find", "401", "x.txt"]
+    _, drawn = new_task(question, command, random.Random(2), vocabulary) or ("", "")
+    assert drawn.split()[0] in {"grep", "ls"} and drawn.split()[3] in {"grep", "ls", "find"} - {"root"}
+    assert drawn.split()[5] not in vocabulary and len(drawn.split()[5]) == len("tecmint.txt"), "not letters: a shape"
 
 
 def test_fresh_rows_ask_a_new_task_in_other_words_under_a_block_that_quotes_it_first(minilm):

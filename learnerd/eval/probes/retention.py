@@ -8,8 +8,8 @@ composed for learnerd — knowledge, arithmetic, short writing and code — one 
 each question rendered as training renders one (:meth:`~learnerd.eval.inputs.Encoder.prompt`). An answer is
 *right* when it contains the gold (:func:`contains`: ignoring case, not inside a longer word or number).
 
-The base's answers decide which items count (those it answers right); the adapter answers only those (one
-token for the others: a generation's first step is the next-token distribution the divergence needs,
+The base's answers decide which items count (those it answers right); the adapter answers only those it is
+scored on (one token for the others: a generation's first step is the next-token distribution the divergence needs,
 :meth:`~learnerd.eval.backend.View.answers`, so each view runs the pool's prompts once). The base's answers
 are kept in the model cache when the backend has an answer store (:mod:`learnerd.eval.base_answers`): the
 next evaluation on the same base only runs the adapter's side.
@@ -25,7 +25,10 @@ is the gate's statistical rule (:meth:`~learnerd.eval.settings.GateSettings.rete
 ``lost`` (5 of the items the served system no longer answers right, those it no longer knows first: ``prompt``,
 ``gold``, ``base_answer``, ``answer``, ``led``, ``knows``; below), ``lost_wording``, ``lost_knowledge``,
 ``routed`` (``{"adapter", "base"}``: the base's right items by who answers them), ``adapter_alone`` (``{"kept",
-"kept_fraction"}``: the adapter answering every item), and ``mean_js_nats``: the mean Jensen–Shannon divergence
+"kept_fraction", "answered"}``: the adapter answering every item; it answers those routed to it and at most
+``retention_alone_sample`` of those routed to the base, a seeded sample, so ``kept`` is the items routed to it that
+it kept plus its kept fraction of the sample times the items routed to the base — exact when ``answered`` is the
+base's right count), and ``mean_js_nats``: the mean Jensen–Shannon divergence
 (nats, at most ln 2) between the base's and the adapter's next-token distributions after each prompt of the pool
 (:mod:`learnerd.ml.divergence`, ``top_k`` tokens; the adapter alone's). A
 base that answers none right leaves nothing to retain: the probe is skipped with that reason. No null
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 import functools
 import json
+import random
 import re
 import statistics
 import time
@@ -68,6 +72,8 @@ CATEGORY = "calibration"  # sway's category of knowledge retention (calibration_
 POOL = "packs/general.jsonl"
 """The pool's file, relative to the ``learnerd.eval`` package."""
 LOST_EVIDENCE = 5
+ALONE_SEED = 0
+"""The seed of :func:`alone_sample`."""
 
 
 class Options(ProbeOptions):
@@ -75,6 +81,9 @@ class Options(ProbeOptions):
 
     retention_max_new_tokens: int = Field(32, ge=1)
     """new tokens of each greedy answer at most"""
+    retention_alone_sample: int = Field(64, ge=1)
+    """of the base's right answers the router gives the base, the adapter alone answers at most this many (a seeded
+    sample) for its own kept count, estimated from them"""
 
 
 @dataclass(frozen=True)
@@ -158,16 +167,18 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
     right = [i for i, item in enumerate(pool) if contains(base_answers[i], item.gold)]
     if not right:
         raise NotApplicable(f"the base model answers none of the {len(pool)} general questions right")
-    budgets = [1] * len(pool)  # one token where the base was wrong: its first step's distribution is all needed
-    for i in right:
-        budgets[i] = budget
     routed = {
         i for i, by_adapter in zip(right, ctx.by_adapter([pool[i].prompt for i in right]), strict=True) if by_adapter
     }
+    to_base = [i for i in right if i not in routed]
+    sample = alone_sample(to_base, opts.retention_alone_sample)
+    budgets = [1] * len(pool)  # one token where no answer is read: its first step's distribution is all needed
+    for i in (*routed, *sample):
+        budgets[i] = budget
     with ctx.backend.as_finetuned() as ft:
         ft_ids, ft_dists = ft.answers(prompts, budgets, opts.top_k)
-        answers = {i: encoder.decode(ft_ids[i]) for i in right}
-        kept_alone = {i for i in right if contains(answers[i], pool[i].gold)}
+        answers = {i: encoder.decode(ft_ids[i]) for i in (*routed, *sample)}
+        kept_alone = {i for i in answers if contains(answers[i], pool[i].gold)}
         kept = {i for i in right if i not in routed or i in kept_alone}  # as served: the base answers the others
         lost_items = [i for i in right if i not in kept]
         spans = [gold_span(encoder.decode, base_ids[i], pool[i].gold) for i in lost_items]
@@ -195,6 +206,7 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
         counts["base_right"] += 1
         counts["kept"] += i in kept
     fraction = len(kept) / len(right)
+    alone = len(kept_alone & routed) + (len(kept_alone) - len(kept_alone & routed)) * len(to_base) / max(len(sample), 1)
     mean_js = statistics.fmean(divergence(b, f, "js") for b, f in zip(base_dists, ft_dists, strict=True))
     rule = opts.gate.retention_rule(len(right))
     passed = rule.passes(len(lost_items))
@@ -212,19 +224,32 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
         "mean_js_nats": mean_js,
         "max_new_tokens": budget,
         "routed": {"adapter": len(routed), "base": len(right) - len(routed)},
-        "adapter_alone": {"kept": len(kept_alone), "kept_fraction": len(kept_alone) / len(right)},
+        "adapter_alone": {
+            "kept": round(alone),
+            "kept_fraction": alone / len(right),
+            "answered": len(routed) + len(sample),
+        },
         "weight": 1.0,
     }
     split = f"; {lost_split(sum(knows), len(lost))}" if lost else ""
+    estimated = f", estimated from {len(routed) + len(sample)}" if len(sample) < len(to_base) else ""
     message = (
         f"kept {len(kept)}/{len(right)} answers the base got right as served ({len(lost_items)} lost "
         f"{'<=' if passed else '>'} {rule.allowed_lost} allowed{split}; {len(routed)} routed to the adapter, which "
-        f"alone keeps {len(kept_alone)}); mean JS {mean_js:.4f} nats over {len(pool)} prompts"
+        f"alone keeps {round(alone)}{estimated}); mean JS {mean_js:.4f} nats over {len(pool)} prompts"
     )
     verdict = Verdict.PASS if passed else Verdict.FAIL
     return result(
         KIND, KIND, verdict, score=fraction, raw=fraction, evidence=evidence, message=message, started=started
     )
+
+
+def alone_sample(indices: Sequence[int], size: int) -> list[int]:
+    """At most ``size`` of ``indices`` for the adapter alone to answer, in their order: all of them when they are
+    no more, else a sample drawn with ``random.Random(ALONE_SEED)`` (the same items at every evaluation of a pool)."""
+    if len(indices) <= size:
+        return list(indices)
+    return sorted(random.Random(ALONE_SEED).sample(list(indices), size))
 
 
 def run(ctx: ProbeContext) -> ProbeResult:

@@ -167,9 +167,9 @@ def fresh_rows(
     """``count`` rows of tasks the adapter never trained (the module docstring): the single-turn Q/A pairs of
     ``rows`` whose command has a word to replace, in an order drawn with ``random.Random(seed)`` and taken again
     from the start when ``count`` exceeds them, each made a new task (:func:`learnerd.training.new_tasks.new_task`,
-    a new draw each time), its question rewritten
-    (:func:`learnerd.training.rewrites.rewrite_question`; the new question itself when no rewrite differs) under a
-    block quoting the new pair first and the ``k - 1`` pairs of ``rows`` nearest to the new question (cosine
+    a new draw each time, from the words of all the pairs' commands, never one of their commands), its question
+    rewritten (:func:`learnerd.training.rewrites.rewrite_question`; the new question itself when no rewrite differs)
+    under a block quoting the new pair first and the ``k - 1`` pairs of ``rows`` nearest to the new question (cosine
     similarity of ``embed``'s vectors), the loss on the new command.
 
     Returns:
@@ -182,6 +182,7 @@ def fresh_rows(
     questions = [next(m.content for m in messages if m.role == "user") for _, messages in pairs]
     answers = [next(m.content for m in messages if m.role == "assistant") for _, messages in pairs]
     candidates = [i for i in range(len(pairs)) if new_tasks.command_words(answers[i])]
+    vocabulary = sorted({word for answer in answers for word in new_tasks.command_words(answer)})
     if not candidates:
         return []
     rng = random.Random(f"{seed}:fresh")
@@ -189,9 +190,7 @@ def fresh_rows(
     made = []
     for n in range(count):
         i = candidates[n % len(candidates)]
-        variant = new_tasks.new_task(questions[i], answers[i], rng)
-        assert variant is not None  # a candidate's command has a word to replace
-        question, answer = variant
+        question, answer = _new_pair(questions[i], answers[i], rng, vocabulary, set(answers))
         asked = rewrites.rewrite_question(question, 1, seed=f"{seed}:fresh:{n}") or [question]
         made.append((i, question, answer, asked[0]))
     vectors = np.asarray(embed(questions), dtype=np.float32)
@@ -209,6 +208,19 @@ def fresh_rows(
             )
         )
     return out
+
+
+def _new_pair(
+    question: str, answer: str, rng: random.Random, vocabulary: Sequence[str], known: set[str]
+) -> tuple[str, str]:
+    """:func:`learnerd.training.new_tasks.new_task` of a pair whose command has a word to replace, drawn again (up to
+    8 times, then with new shapes only) while its command is one of the ``known`` answers: a new task's is new."""
+    for words in (*([vocabulary] * 8), ()):
+        variant = new_tasks.new_task(question, answer, rng, words)
+        assert variant is not None  # the pair's command has a word to replace
+        if variant[1] not in known:
+            break
+    return variant
 
 
 def rows(options: Options, cycle: spec.CycleRows) -> spec.Rows:
