@@ -191,8 +191,8 @@ def fresh_rows(
     for n in range(count):
         i = candidates[n % len(candidates)]
         question, answer = _new_pair(questions[i], answers[i], rng, vocabulary, set(answers))
-        asked = rewrites.rewrite_question(question, 1, seed=f"{seed}:fresh:{n}") or [question]
-        made.append((i, question, answer, asked[0]))
+        rewritten = rewrites.rewrite_question(question, 1, seed=f"{seed}:fresh:{n}") or [question]
+        made.append((i, question, answer, rewritten[0]))
     vectors = np.asarray(embed(questions), dtype=np.float32)
     new_vectors = np.asarray(embed([question for _, question, _, _ in made]), dtype=np.float32)
     out = []
@@ -215,11 +215,12 @@ def _new_pair(
 ) -> tuple[str, str]:
     """:func:`learnerd.training.new_tasks.new_task` of a pair whose command has a word to replace, drawn again (up to
     8 times, then with new shapes only) while its command is one of the ``known`` answers: a new task's is new."""
+    variant = None
     for words in (*([vocabulary] * 8), ()):
         variant = new_tasks.new_task(question, answer, rng, words)
-        assert variant is not None  # the pair's command has a word to replace
-        if variant[1] not in known:
+        if variant is not None and variant[1] not in known:
             break
+    assert variant is not None  # the pair's command has a word to replace
     return variant
 
 
