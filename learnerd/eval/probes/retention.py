@@ -206,7 +206,8 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
         counts["base_right"] += 1
         counts["kept"] += i in kept
     fraction = len(kept) / len(right)
-    alone = len(kept_alone & routed) + (len(kept_alone) - len(kept_alone & routed)) * len(to_base) / max(len(sample), 1)
+    kept_routed = len(kept_alone & routed)  # the adapter's own items; the sample's kept scale to every base item
+    alone = kept_routed + (len(kept_alone) - kept_routed) * len(to_base) / max(len(sample), 1)
     mean_js = statistics.fmean(divergence(b, f, "js") for b, f in zip(base_dists, ft_dists, strict=True))
     rule = opts.gate.retention_rule(len(right))
     passed = rule.passes(len(lost_items))
@@ -223,16 +224,16 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
         "lost_knowledge": len(knows) - sum(knows),
         "mean_js_nats": mean_js,
         "max_new_tokens": budget,
-        "routed": {"adapter": len(routed), "base": len(right) - len(routed)},
+        "routed": {"adapter": len(routed), "base": len(to_base)},
         "adapter_alone": {
             "kept": round(alone),
             "kept_fraction": alone / len(right),
-            "answered": len(routed) + len(sample),
+            "answered": len(answers),
         },
         "weight": 1.0,
     }
     split = f"; {lost_split(sum(knows), len(lost))}" if lost else ""
-    estimated = f", estimated from {len(routed) + len(sample)}" if len(sample) < len(to_base) else ""
+    estimated = f", estimated from {len(answers)}" if len(sample) < len(to_base) else ""
     message = (
         f"kept {len(kept)}/{len(right)} answers the base got right as served ({len(lost_items)} lost "
         f"{'<=' if passed else '>'} {rule.allowed_lost} allowed{split}; {len(routed)} routed to the adapter, which "

@@ -181,16 +181,18 @@ def fresh_rows(
         return []
     questions = [next(m.content for m in messages if m.role == "user") for _, messages in pairs]
     answers = [next(m.content for m in messages if m.role == "assistant") for _, messages in pairs]
-    candidates = [i for i in range(len(pairs)) if new_tasks.command_words(answers[i])]
-    vocabulary = sorted({word for answer in answers for word in new_tasks.command_words(answer)})
+    words = [new_tasks.command_words(answer) for answer in answers]
+    candidates = [i for i, replaceable in enumerate(words) if replaceable]
     if not candidates:
         return []
+    vocabulary = sorted({word for replaceable in words for word in replaceable})
+    known = set(answers)
     rng = random.Random(f"{seed}:fresh")
     rng.shuffle(candidates)
     made = []
     for n in range(count):
         i = candidates[n % len(candidates)]
-        question, answer = _new_pair(questions[i], answers[i], rng, vocabulary, set(answers))
+        question, answer = _new_pair(questions[i], answers[i], rng, vocabulary, known)
         rewritten = rewrites.rewrite_question(question, 1, seed=f"{seed}:fresh:{n}") or [question]
         made.append((i, question, answer, rewritten[0]))
     vectors = np.asarray(embed(questions), dtype=np.float32)
@@ -226,13 +228,19 @@ def _new_pair(
 
 def rows(options: Options, cycle: spec.CycleRows) -> spec.Rows:
     """One row per pair of the cycle and ``retrieval_rewrites`` more, neighbours among all its pairs (the MiniLM
-    embedder, loaded here): every epoch for a trained pair, with the rehearsal for a rehearsed one (so a rehearsed
-    pair costs an epoch what a new one does); and ``fresh_rows`` rows of new tasks, every epoch."""
+    embedder, loaded here; each text embedded once, :func:`learnerd.ml.router.embed_memo`): every epoch for a
+    trained pair, with the rehearsal for a rehearsed one (so a rehearsed pair costs an epoch what a new one does);
+    and ``fresh_rows`` rows of new tasks, every epoch."""
     if not options.retrieval_k:
         return spec.Rows([])
     from learnerd.ml.embedders import MiniLMEmbedder
+    from learnerd.ml.router import embed_memo
 
-    embed = MiniLMEmbedder().embed
+    embedder = MiniLMEmbedder()
+
+    def embed(texts: Sequence[str]) -> np.ndarray:  # the pairs' questions once for the three kinds of rows
+        return embed_memo(embedder, texts)
+
     rehearsed = {r.section_id for r in cycle.rehearsal}
     augmented = retrieval_rows(cycle.pairs, options.retrieval_k, embed, seed=cycle.seed)
     augmented += rewrite_rows(cycle.pairs, options.retrieval_k, options.retrieval_rewrites, embed, seed=cycle.seed)
