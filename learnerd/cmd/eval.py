@@ -121,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
                 placement=placement,
                 answer_cache_dir=cfg.layout.models_dir,
                 embedder=shared_embedder(cfg.embeddings) if cfg.serve.routing == "similarity" else None,
+                rag_k=cfg.serve.rag_k,
             )
     except (BaseModelError, DeviceError, DocumentError, EmbedderError, ModelCheckError) as exc:
         raise CommandError(str(exc)) from None

@@ -35,7 +35,7 @@ from learnerd.eval.score import compute_score
 from learnerd.ml.base_model import BaseModelRef
 from learnerd.ml.device import Placement
 from learnerd.ml.embedders import Embedder
-from learnerd.ml.router import Route, adapter_alone, text_router
+from learnerd.ml.router import Route, adapter_alone, no_quotes, text_router
 from learnerd.ml.undertrained import undertrained_finding
 from learnerd.store.adapters import AdapterVersion
 from learnerd.store.dlm import Document
@@ -59,10 +59,12 @@ def evaluate(
     extra: Mapping[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
     route: Callable[[Sequence[str]], list[Route]] = adapter_alone,
+    quote: Callable[[Sequence[str]], list[list[dict[str, Any]]]] = no_quotes,
 ) -> Report:
     """Evaluate ``backend``'s adapter on ``document``'s probes, prompts and sections, the retention and dialogue
     probes as ``route`` serves (:attr:`~learnerd.eval.probes.base.ProbeContext.route`; default: the adapter
-    alone). ``progress`` is called with a description after each of the :func:`total_steps` steps.
+    alone), the dialogue's turns under the retrieved examples ``quote`` gives (default: none). ``progress`` is
+    called with a description after each of the :func:`total_steps` steps.
 
     Raises:
         DocumentError: an instruction section of ``document`` breaks the Q/A grammar.
@@ -80,7 +82,9 @@ def evaluate(
         inputs = document_inputs(
             document, backend.tokenizer, max_prompts=options.max_prompts, harvest_tag=options.harvest_tag
         )
-        ctx = ProbeContext(backend, inputs, options, progress=progress or (lambda description: None), route=route)
+        ctx = ProbeContext(
+            backend, inputs, options, progress=progress or (lambda description: None), route=route, quote=quote
+        )
         probes = []
         for probe in PROBES:
             outcome = probe.run(ctx)
@@ -119,11 +123,13 @@ def evaluate_version(
     placement: Placement | None = None,
     answer_cache_dir: Path | None = None,
     embedder: Embedder | None = None,
+    rag_k: int = 0,
 ) -> Report:
     """Load ``base`` (on ``placement``; default CPU float32) with ``version``'s adapter and :func:`evaluate`
     it on ``document``; setting ``cancel`` (from another thread) stops it at the next batch. With ``embedder``
     (the serving one) the items are scored as ``[serve] routing = "similarity"`` serves them, routed by the
-    version's own threshold (:func:`learnerd.ml.router.text_router`); without, by the adapter alone
+    version's own threshold (:func:`learnerd.ml.router.text_router`), and the dialogue's turns are answered under
+    the ``rag_k`` (``[serve] rag_k``) learned examples the endpoint quotes with them; without, by the adapter alone
     (``"always-adapter"``); the report's ``learnerd.routing`` says which. With
     ``answer_cache_dir`` (the model cache), the base's answers to ``answer_retention``'s pool and every
     log-likelihood it scores are kept there for the next evaluation on this base
@@ -139,7 +145,7 @@ def evaluate_version(
     """
     backend = DifferentialBackend.load(base, version, placement, cancel=cancel, answer_cache_dir=answer_cache_dir)
     backend.check_cancelled()
-    router = text_router(document, version, embedder) if embedder is not None else None
+    router = text_router(document, version, embedder, rag_k) if embedder is not None else None
     extra = {
         "learnerd": {
             "dlm_id": document.frontmatter.dlm_id,
@@ -157,6 +163,7 @@ def evaluate_version(
         extra=extra,
         progress=progress,
         route=router or adapter_alone,
+        quote=router.quoted if router is not None else no_quotes,
     )
     meta = version.metadata()
     reason = undertrained_finding(meta.steps, meta.final_loss, backend.vocab_size)

@@ -152,11 +152,20 @@ def similarity_route(
 def document_questions(rows: Iterable[TrainingRow]) -> list[str]:
     """The distinct user turns of the single-turn Q/A rows among ``rows``, in order: what an adapter trained on
     them learned to answer."""
-    questions: dict[str, None] = {}
+    return list(document_answers(rows))
+
+
+def document_answers(rows: Iterable[TrainingRow]) -> dict[str, str]:
+    """:func:`document_questions` → the answer of each question's first row: the examples an adapter trained on
+    ``rows`` learned."""
+    answers: dict[str, str] = {}
     for row in rows:
         if row.messages and sum(m.role == "assistant" for m in row.messages) == 1:
-            questions.update((m.content, None) for m in row.messages if m.role == "user")
-    return list(questions)
+            reply = next(m.content for m in row.messages if m.role == "assistant")
+            for m in row.messages:
+                if m.role == "user":
+                    answers.setdefault(m.content, reply)
+    return answers
 
 
 def calibrate(
@@ -205,6 +214,15 @@ def version_routing(
     entry (None: none recorded). Blocking (reads up to three files). A file that cannot be read is logged and
     counts as empty: no questions (the adapter answers everything, as before routing), or no entry (the default).
     """
+    answers, routing = version_examples(document, version)
+    return list(answers), routing
+
+
+def version_examples(
+    document: Document | str | Path, version: AdapterVersion
+) -> tuple[dict[str, str], Mapping[str, Any] | None]:
+    """:func:`version_routing` with each question's learned answer (:func:`document_answers`): ``(answers,
+    routing)``. Blocking; a file that cannot be read is logged and counts as empty, as there."""
     try:
         embodied = set(version.metadata().section_ids)
         parsed = document if isinstance(document, Document) else read_document(document)
@@ -217,7 +235,7 @@ def version_routing(
     except ManifestError as exc:
         log.warning("routing.manifest_unreadable", version=version.name, error=str(exc))
         manifest = None
-    return document_questions(rows), manifest.routing if manifest is not None else None
+    return document_answers(rows), manifest.routing if manifest is not None else None
 
 
 def adapter_alone(texts: Sequence[str]) -> list[Route]:
@@ -225,45 +243,94 @@ def adapter_alone(texts: Sequence[str]) -> list[Route]:
     return [ADAPTER] * len(texts)
 
 
+def no_quotes(texts: Sequence[str]) -> list[list[dict[str, Any]]]:
+    """No retrieved example quoted with any text (``[serve] rag_k`` 0, or :func:`adapter_alone`'s serving)."""
+    return [[] for _ in texts]
+
+
 @dataclass(frozen=True)
 class TextRouter:
     """Texts → their :class:`Route` (``__call__``), as the endpoint routes a request whose last user message is
     the text: ``router`` of a version under ``embedder`` (None: a version without questions, whose adapter
-    answers everything). Blocking (embeds the texts through :func:`embed_memo`)."""
+    answers everything). With ``rag_k`` above 0 and ``examples`` (the ``(question, answer)`` learned for each of the
+    router's questions, in its order), :meth:`quoted` gives the retrieved examples the endpoint quotes with each
+    text. Blocking (embeds the texts through :func:`embed_memo`)."""
 
     embedder: Embedder
     router: Router | None
     recorded: bool
+    examples: tuple[tuple[str, str], ...] = ()
+    rag_k: int = 0
 
     def __call__(self, texts: Sequence[str]) -> list[Route]:
         if self.router is None or not texts:
             return adapter_alone(texts)
         return self.router.route_many(embed_memo(self.embedder, texts))
 
+    def quoted(self, texts: Sequence[str]) -> list[list[dict[str, Any]]]:
+        """For each of ``texts``, the learned examples the endpoint quotes with it (``[serve] rag_k``): the
+        ``rag_k`` nearest (each ``{"id", "query", "answer", "score"}``, ``score`` the cosine similarity, nearest
+        first) at or above the router's threshold (:func:`close_hits`). The document's examples stand for the
+        daemon's index, which holds the examples the document was written from; none without ``examples``."""
+        if self.router is None or not self.examples or self.rag_k <= 0 or not texts:
+            return [[] for _ in texts]
+        similarities = embed_memo(self.embedder, texts) @ self.router.vectors.T  # (m, n)
+        out = []
+        for row in similarities:
+            nearest = np.argsort(-row, kind="stable")[: self.rag_k]
+            found = [
+                {
+                    "id": f"learned-{j}",
+                    "query": self.examples[j][0],
+                    "answer": self.examples[j][1],
+                    "score": float(row[j]),
+                }
+                for j in nearest
+            ]
+            out.append([dict(h) for h in close_hits(found, self.router.threshold)])
+        return out
+
     def describe(self) -> dict[str, Any]:
-        """``{"mode": "similarity", "embedder", "threshold", "recorded", "questions"}`` (``recorded``: the
-        threshold is the manifest's, not the default; ``threshold`` None without questions)."""
+        """``{"mode": "similarity", "embedder", "threshold", "recorded", "questions", "rag_k"}`` (``recorded``: the
+        threshold is the manifest's, not the default; ``threshold`` None without questions; ``rag_k`` the learned
+        examples quoted per request, 0 when none are)."""
         return {
             "mode": "similarity",
             "embedder": self.embedder.name,
             "threshold": self.router.threshold if self.router is not None else None,
             "recorded": self.recorded,
             "questions": len(self.router.vectors) if self.router is not None else 0,
+            "rag_k": self.rag_k if self.examples else 0,
         }
 
 
-def text_router(document: Document, version: AdapterVersion, embedder: Embedder) -> TextRouter:
+def text_router(document: Document, version: AdapterVersion, embedder: Embedder, rag_k: int = 0) -> TextRouter:
     """The :class:`TextRouter` of ``version`` of ``document`` under ``embedder``: its questions
-    (:func:`version_routing`) embedded now, its threshold :func:`recorded_threshold`. Blocking.
+    (:func:`version_routing`) embedded now, its threshold :func:`recorded_threshold`; with ``rag_k`` (``[serve]
+    rag_k``) above 0, its learned examples quoted as the endpoint quotes them — only to a version that trained under
+    retrieved examples (``retrieval_k`` above 0 in its hyperparameters), as the endpoint holds them back from any
+    other (:func:`learnerd.ml.retrieved_examples.learned_without_block`). Blocking.
 
     Raises:
         EmbedderError: the embedder failed.
     """
-    questions, routing = version_routing(document, version)
+    answers, routing = version_examples(document, version)
+    questions = list(answers)
     threshold = recorded_threshold(routing, embedder.name)
     recorded = routing is not None and routing.get("embedder") == embedder.name
     router = Router(embed_memo(embedder, questions), threshold) if questions else None
-    return TextRouter(embedder, router, recorded)
+    examples = tuple(answers.items()) if rag_k > 0 and _trained_under_block(version) else ()
+    return TextRouter(embedder, router, recorded, examples, rag_k if examples else 0)
+
+
+def _trained_under_block(version: AdapterVersion) -> bool:
+    """Whether ``version`` trained retrieval-augmented rows (``retrieval_k`` above 0); True when its metadata
+    cannot be read (logged), as the endpoint then quotes every example, as to a base."""
+    try:
+        return int(version.metadata().hyperparameters.get("retrieval_k") or 0) > 0
+    except (AdapterStoreError, TypeError, ValueError) as exc:
+        log.warning("routing.hyperparameters_unknown", version=version.name, error=str(exc))
+        return True
 
 
 _memos: weakref.WeakKeyDictionary[Any, OrderedDict[str, np.ndarray]] = weakref.WeakKeyDictionary()

@@ -162,6 +162,8 @@ class EvaluationReconciler:
         embedder: gives the serving embedder (None: not loaded yet, a failed attempt), with which the items are
             scored as ``[serve] routing = "similarity"`` serves them; None: as the adapter alone answers them
             (``"always-adapter"``).
+        rag_k: ``[serve] rag_k``, the retrieved examples the endpoint quotes with a request: the dialogue's
+            turns are answered under as many of the document's learned examples (with ``embedder``).
     """
 
     name = "evaluation"
@@ -179,9 +181,10 @@ class EvaluationReconciler:
         on_verdict: Callable[[Path, GateVerdict], None] | None = None,
         on_promoted: Callable[[str, AdapterVersion], None] | None = None,
         embedder: Callable[[], Embedder | None] | None = None,
+        rag_k: int = 0,
     ) -> None:
         self.settings = settings
-        self._embedder = embedder
+        self._embedder, self._rag_k = embedder, rag_k
         self.options = EvalOptions.from_settings(settings)
         self.store = adapters
         self._models_dir = models_dir
@@ -394,6 +397,7 @@ class EvaluationReconciler:
                 placement=placement,
                 answer_cache_dir=self._models_dir,
                 embedder=embedder,
+                rag_k=self._rag_k,
             )
             failure = evaluation_failure(report)
             if failure is not None:
@@ -521,7 +525,8 @@ def evaluation_reconciler(
     """The evaluation reconciler of ``cfg`` (the daemon's :class:`~learnerd.daemon.config.Config`;
     ``on_report``, ``on_failure``, ``on_verdict``: its metrics hooks; ``on_promoted``: its promotion hook),
     judging what ``[serve] routing`` serves: routed with ``embedder``'s embedder (None: this process's one of
-    ``[embeddings]``, :func:`learnerd.ml.embedders.shared_embedder`), or the adapter alone."""
+    ``[embeddings]``, :func:`learnerd.ml.embedders.shared_embedder`) and quoted ``[serve] rag_k`` examples, or the
+    adapter alone."""
     if cfg.serve.routing == "always-adapter":
         embedder = None
     elif embedder is None:
@@ -537,6 +542,7 @@ def evaluation_reconciler(
         on_verdict=on_verdict,
         on_promoted=on_promoted,
         embedder=embedder,
+        rag_k=cfg.serve.rag_k,
     )
 
 

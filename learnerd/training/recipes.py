@@ -49,7 +49,7 @@ PRETRAINED_RECIPE: dict[str, Any] = {
     "num_epochs": 4,
     "general_replay": 0.0,
     "replay_kl_weight": 0.0,
-    "multi_turn_rows": 20,
+    "multi_turn_rows": 40,
     "group_by_length": True,
 }
 STEP_KEYS = ("num_epochs", "max_steps", "micro_batch_size", "grad_accum")

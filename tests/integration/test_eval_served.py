@@ -15,7 +15,8 @@ from benchmarks.bench_eval import make_adapter
 from learnerd.eval.inputs import document_inputs
 from learnerd.eval.probes import calibration_drift, coherence, retention
 from learnerd.eval.probes.base import EvalOptions, ProbeContext
-from learnerd.ml.router import Router, TextRouter, calibrate, embed_memo
+from learnerd.ml.router import Router, TextRouter, calibrate, embed_memo, text_router
+from learnerd.store.adapters import AdapterMetadata, AdapterStore
 from learnerd.store.dlm import parse_text
 from learnerd.training.ingredients.replay import replay_prompts
 from tests.support.sway_peer import learnerd_backend
@@ -107,3 +108,66 @@ def test_a_dialogue_turn_the_router_gives_the_base_is_answered_by_the_base(conte
     result = coherence.run(to_base)
     assert result.evidence["routed_to_base"] == 4 * served_ctx.options.max_turns
     assert result.evidence["adapter_alone"]["answered_per_turn"] == coherence.per_turn(alone_ctx).answered
+
+
+def test_the_dialogue_is_answered_under_the_nearest_learned_examples_the_endpoint_quotes(contexts, monkeypatch):
+    """With ``[serve] rag_k``, the served dialogue's turns carry the learned examples nearest to the turn's question
+    (at most ``rag_k``, none below the threshold) in a block of quoted data, as the endpoint sends them; the adapter
+    alone answers without them."""
+    served_ctx, alone_ctx = contexts
+    examples = tuple((q, f"Colour {i}") for i, q in enumerate(QUESTIONS))
+    quoting = dataclasses.replace(served_ctx.route, examples=examples, rag_k=2)
+    near, general = quoting.quoted([QUESTIONS[1], "What is 17 times 3?"])
+    assert near[0]["query"] == QUESTIONS[1] and near[0]["answer"] == "Colour 1" and 1 <= len(near) <= 2
+    assert all(h["score"] >= quoting.router.threshold for h in near) and general == []
+    assert dataclasses.replace(quoting, rag_k=0).quoted([QUESTIONS[1]]) == [[]]
+
+    blocks, with_examples = [], coherence.with_examples
+
+    def recorded(messages, hits):
+        blocks.append((messages[-1].content, [h["query"] for h in hits]))
+        return with_examples(messages, hits)
+
+    monkeypatch.setattr(coherence, "with_examples", recorded)
+    result = coherence.run(dataclasses.replace(served_ctx, quote=quoting.quoted))
+    turns = 4 * served_ctx.options.max_turns
+    assert result.verdict.value != "error", result.message
+    assert result.evidence["quoted_turns"] == turns == len(blocks) and result.evidence["routed_to_base"] == 0
+    assert all(hits[0] == asked for asked, hits in blocks), "each turn quotes its own question's example first"
+    monkeypatch.undo()
+    assert result.evidence["adapter_alone"]["answered_per_turn"] == coherence.per_turn(alone_ctx).answered
+
+
+@pytest.mark.parametrize("trained_k", [0, 3])
+def test_learned_examples_are_quoted_only_to_a_version_that_trained_under_them(trained_k, tmp_path, minilm):
+    """As the endpoint holds a version's learned examples back unless it trained retrieval-augmented rows
+    (:func:`learnerd.ml.retrieved_examples.learned_without_block`), the evaluation quotes them only then."""
+    document = parse_text(DOC)
+    store = AdapterStore(tmp_path / "adapters")
+    sections = tuple(s.section_id for s in document.sections)
+    meta = AdapterMetadata(
+        "learnerd/tiny-llama",
+        "id",
+        sections,
+        sections,
+        (),
+        None,
+        60,
+        1.0,
+        0.1,
+        0,
+        42,
+        {"retrieval_k": trained_k},
+        {},
+        "",
+    )
+    with store.stage(document.frontmatter.dlm_id) as staging:
+        (staging.path / "adapter_config.json").write_text("{}")
+        version = store.commit(staging, meta)
+    router = text_router(document, version, minilm, rag_k=3)
+    hits = router.quoted([QUESTIONS[2]])[0]
+    if trained_k:
+        assert router.describe()["rag_k"] == 3 and hits[0]["answer"] == "Colour 2"
+    else:
+        assert router.describe()["rag_k"] == 0 and hits == []
+    assert router([QUESTIONS[2]])[0].routed == "adapter"

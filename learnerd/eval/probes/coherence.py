@@ -9,14 +9,18 @@ depth of the dialogue, not by which questions were asked; with ``k = max_turns``
 dialogue asks each question once. Each turn is answered greedily as served (at most the reference's token
 count + 8 new tokens, ``max_answer_tokens`` at most): by the fine-tuned view, or by the base when the router
 (:attr:`~learnerd.eval.probes.base.ProbeContext.route`) gives it the turn's question, as the endpoint routes the
-last user message. At each turn ``t = 2..max_turns``, before the
-model answers, the divergence KL(ft ‖ base) of the next-token distributions is measured on the same history
+last user message; and under the retrieved examples the endpoint quotes with that message
+(:attr:`~learnerd.eval.probes.base.ProbeContext.quote`, ``[serve] rag_k`` of the document's learned examples,
+:func:`learnerd.ml.retrieved_examples.with_examples`), the history itself plain, as a client sends it again at
+each request. At each turn ``t = 2..max_turns``, before the
+model answers, the divergence KL(ft ‖ base) of the next-token distributions is measured on the plain history
 (both views see the fine-tuned model's own earlier answers); ``calibration = "sway-exact"`` completes the
 top-k tails as sway does. The per-turn means are fitted with :func:`~learnerd.eval.half_life.fit_half_life`;
 ``raw`` is the half-life in turns. ``evidence.answered_per_turn[t - 1]`` counts the dialogues whose answer at
 turn ``t`` equals its reference (whitespace collapsed): whether the served system still answers at turn 3;
-``evidence.routed_to_base`` counts the turns the base answered, and ``evidence.adapter_alone.answered_per_turn``
-the same counts when the adapter answers every turn (rolled once more only when the router gave the base a turn).
+``evidence.routed_to_base`` counts the turns the base answered, ``evidence.quoted_turns`` those answered under
+retrieved examples, and ``evidence.adapter_alone.answered_per_turn`` the same counts when the adapter answers every
+turn with nothing quoted (rolled once more only when the served dialogue routed a turn to the base or quoted one).
 
 Why the document's questions, not generic follow-ups ("Please go on."): a generic follow-up asks for
 something no document teaches, and an adapter that keeps the base's abilities (``calibration_drift``,
@@ -48,6 +52,7 @@ from learnerd.eval.probes.common import NotApplicable, ProbeOptions, errored, re
 from learnerd.eval.probes.recall import answer_budget, exact_match
 from learnerd.eval.report import ProbeResult, Verdict
 from learnerd.ml.divergence import divergence
+from learnerd.ml.retrieved_examples import with_examples
 from learnerd.ml.rows import ChatMessage
 
 if TYPE_CHECKING:
@@ -73,12 +78,13 @@ NO_CHAT_TEMPLATE = "the base model's tokenizer has no chat template; a multi-tur
 class Dialogues:
     """The probe's measurements: ``kls[i]`` the mean KL(ft ‖ base) in nats before the answer at turn
     ``i + 2``; ``answered[i]`` how many of the ``count`` dialogues answered turn ``i + 1`` exactly; ``by_base``
-    the turns the base answered (routed to it)."""
+    the turns the base answered (routed to it); ``quoted`` the turns answered under retrieved examples."""
 
     kls: list[float]
     answered: list[int]
     count: int
     by_base: int = 0
+    quoted: int = 0
 
 
 def per_turn(ctx: ProbeContext, *, served: bool = True) -> Dialogues:
@@ -102,16 +108,21 @@ def per_turn(ctx: ProbeContext, *, served: bool = True) -> Dialogues:
     dialogues: list[list[ChatMessage]] = [[] for _ in starts]
     kls: list[float] = []
     answered: list[int] = []
-    by_base = 0
+    by_base = quoted = 0
 
     def asked(d: int, turn: int) -> int:  # the pair dialogue d asks at user turn ``turn`` (1-based)
         return (d + turn - 1) % k
 
     def reply(prompts: list[tuple[int, ...]], turn: int) -> None:
-        nonlocal by_base
+        nonlocal by_base, quoted
         asks = [asked(d, turn) for d in starts]
         by_adapter = ctx.by_adapter([pairs[i][0] for i in asks]) if served else [True] * k
         by_base += by_adapter.count(False)
+        hits = ctx.quote([pairs[i][0] for i in asks]) if served else [[] for _ in starts]
+        quoted += sum(bool(h) for h in hits)
+        prompts = [
+            encoder.dialogue(with_examples(m, h)) if h else p for m, h, p in zip(dialogues, hits, prompts, strict=True)
+        ]
         answers: list[list[int]] = [[] for _ in starts]
         for adapter, enter in ((True, backend.as_finetuned), (False, backend.as_base)):
             members = [d for d in starts if by_adapter[d] == adapter]
@@ -141,7 +152,7 @@ def per_turn(ctx: ProbeContext, *, served: bool = True) -> Dialogues:
         if turn > 1:
             kls.append(mean_kl(prompts))
         reply(prompts, turn)
-    return Dialogues(kls, answered, len(dialogues), by_base)
+    return Dialogues(kls, answered, len(dialogues), by_base, quoted)
 
 
 def run(ctx: ProbeContext) -> ProbeResult:
@@ -149,7 +160,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
     opts = ctx.options
     try:
         measured = per_turn(ctx)
-        alone = per_turn(ctx, served=False) if measured.by_base else measured
+        alone = per_turn(ctx, served=False) if measured.by_base or measured.quoted else measured
         curve = measured.kls
         turns = list(range(2, opts.max_turns + 1))
         fit = fit_half_life(turns, curve, max_turns=opts.max_turns)
@@ -188,6 +199,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
         "num_prompts": measured.count,
         "answered_per_turn": measured.answered,
         "routed_to_base": measured.by_base,
+        "quoted_turns": measured.quoted,
         "adapter_alone": {"answered_per_turn": alone.answered},
         "sparkline": spark,
         "weight": 1.0,

@@ -11,15 +11,17 @@ from pydantic import Field
 from learnerd.ml.rows import TrainingRow
 from learnerd.training.ingredients import spec
 
-MULTI_TURN_PAIRS = 3
-"""Q/A pairs a multi-turn row chains (fewer when the rows have fewer single-turn pairs)."""
+MULTI_TURN_PAIRS = 4
+"""Q/A pairs a multi-turn row chains (fewer when the rows have fewer single-turn pairs): as many as the user turns
+of the dialogue probe's dialogues (``[evaluation] max_turns``, 4 by default), so the adapter has answered a document
+question at every turn the gate judges (docs/benchmarks.md, "Multi-turn rows of four pairs")."""
 MULTI_TURN_PREFIX = "multi-turn:"
 """The section id prefix of a multi-turn row (``multi-turn:<n>``)."""
 
 
 class Options(spec.Options):
     multi_turn_rows: int = Field(0, ge=0, le=10_000)
-    """conversations a cycle adds, each chaining 3 of the document's Q/A pairs (drawn with seed), the loss on
+    """conversations a cycle adds, each chaining 4 of the document's Q/A pairs (drawn with seed), the loss on
     every assistant turn; costs their steps"""
 
 
