@@ -82,13 +82,23 @@ def learned_without_block(version: AdapterVersion) -> frozenset[str]:
         return frozenset()
 
 
+def trained_retrieval_k(version: AdapterVersion) -> int:
+    """The ``retrieval_k`` ``version`` trained with (its metadata's hyperparameters; 0: no retrieval-augmented rows,
+    so it learned to answer without a block of quoted examples). Reads ``metadata.json``.
+
+    Raises:
+        AdapterStoreError: the metadata cannot be read.
+        TypeError, ValueError: its ``retrieval_k`` is not an integer.
+    """
+    return int(version.metadata().hyperparameters.get("retrieval_k") or 0)
+
+
 @functools.lru_cache(maxsize=64)
 def _learned_ids(version: AdapterVersion) -> frozenset[str]:
     """:func:`learned_without_block`'s answer, remembered per version; raises what reading the files raises
     (``functools.lru_cache`` remembers no exception)."""
-    trained_k = int(version.metadata().hyperparameters.get("retrieval_k") or 0)
     manifest = read_manifest(version.path, version.number)
-    if trained_k > 0 or manifest is None:
+    if trained_retrieval_k(version) > 0 or manifest is None:
         return frozenset()
     return frozenset(manifest.example_ids())
 

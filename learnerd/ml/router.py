@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import structlog
 
+from learnerd.ml.retrieved_examples import trained_retrieval_k
 from learnerd.ml.rows import TrainingRow, document_rows
 from learnerd.store.adapters import AdapterStoreError, AdapterVersion
 from learnerd.store.dlm import Document, DocumentError, read_document
@@ -273,7 +274,7 @@ class TextRouter:
         first) at or above the router's threshold (:func:`close_hits`). The document's examples stand for the
         daemon's index, which holds the examples the document was written from; none without ``examples``."""
         if self.router is None or not self.examples or self.rag_k <= 0 or not texts:
-            return [[] for _ in texts]
+            return no_quotes(texts)
         similarities = embed_memo(self.embedder, texts) @ self.router.vectors.T  # (m, n)
         out = []
         for row in similarities:
@@ -327,7 +328,7 @@ def _trained_under_block(version: AdapterVersion) -> bool:
     """Whether ``version`` trained retrieval-augmented rows (``retrieval_k`` above 0); True when its metadata
     cannot be read (logged), as the endpoint then quotes every example, as to a base."""
     try:
-        return int(version.metadata().hyperparameters.get("retrieval_k") or 0) > 0
+        return trained_retrieval_k(version) > 0
     except (AdapterStoreError, TypeError, ValueError) as exc:
         log.warning("routing.hyperparameters_unknown", version=version.name, error=str(exc))
         return True

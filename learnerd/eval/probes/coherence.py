@@ -53,6 +53,7 @@ from learnerd.eval.probes.recall import answer_budget, exact_match
 from learnerd.eval.report import ProbeResult, Verdict
 from learnerd.ml.divergence import divergence
 from learnerd.ml.retrieved_examples import with_examples
+from learnerd.ml.router import no_quotes
 from learnerd.ml.rows import ChatMessage
 
 if TYPE_CHECKING:
@@ -116,9 +117,10 @@ def per_turn(ctx: ProbeContext, *, served: bool = True) -> Dialogues:
     def reply(prompts: list[tuple[int, ...]], turn: int) -> None:
         nonlocal by_base, quoted
         asks = [asked(d, turn) for d in starts]
-        by_adapter = ctx.by_adapter([pairs[i][0] for i in asks]) if served else [True] * k
+        questions = [pairs[i][0] for i in asks]
+        by_adapter = ctx.by_adapter(questions) if served else [True] * k
         by_base += by_adapter.count(False)
-        hits = ctx.quote([pairs[i][0] for i in asks]) if served else [[] for _ in starts]
+        hits = ctx.quote(questions) if served else no_quotes(questions)
         quoted += sum(bool(h) for h in hits)
         prompts = [
             encoder.dialogue(with_examples(m, h)) if h else p for m, h, p in zip(dialogues, hits, prompts, strict=True)
