@@ -26,6 +26,11 @@ from tests.support.serving import write_config
 from tests.support.smollm2 import THREADS, Trained
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # waits for the shared training, if running
+WRONG = 40
+"""General questions the document answers wrongly. The base answers about 70 % of them right, and every one it
+answers right is routed to the adapter, so about 28 of its right answers are the adapter's to lose, against the
+default rule's 15 allowed of the pool's about 230 (with 20, at most 16 could be lost: one from passing). Measured
+on 2026-12-02: 28 routed, 23 lost, rejected."""
 
 
 def train(root: Path, doc: Path) -> tuple[int, dict]:
@@ -42,23 +47,25 @@ def train(root: Path, doc: Path) -> tuple[int, dict]:
 
 
 def test_a_cycle_that_breaks_what_is_served_is_still_rejected(smollm2_commands: Trained, tmp_path: Path):
-    """A document that teaches wrong answers to 20 general questions (each the gold of another): the served
+    """A document that teaches wrong answers to 40 general questions (each the gold of another): the served
     system routes those questions to its adapter, which answers them wrongly, so ``answer_retention`` judged as
     served fails and the default gate rejects the candidate; it is never served."""
     models = shutil.copytree(smollm2_commands.state / "models", tmp_path / "models", symlinks=True)
     base_answers = sorted(models.glob("base-answers-*.npz"))
     assert base_answers, "the shared training cached the base's answers"
     write_config(tmp_path, models)
-    knowledge = [item for item in general_pool() if item.category == "knowledge"][:20]
+    knowledge = [item for item in general_pool() if item.category == "knowledge"][:WRONG]
     wrong = [(item.prompt, knowledge[(i + 1) % len(knowledge)].gold) for i, item in enumerate(knowledge)]
     plain_lora = {
         "lora_r": 8,
         "lora_alpha": 16,
-        "num_epochs": 12,
+        "num_epochs": 2,
+        "learning_rate": 5e-3,
+        "micro_batch_size": 4,
         "general_replay": 0,
         "multi_turn_rows": 0,
         "retrieval_k": 0,
-    }  # NO_REPLAY
+    }  # plain LoRA, fast: 20 steps teach most of the wrong answers (an undertrained warning, not a verdict)
     doc = qa_document(tmp_path / "docs" / "trivia.dlm", wrong, training=plain_lora, base_model="smollm2-135m-instruct")
     status, outcome = train(tmp_path, doc)
     assert status == 1 and outcome["gate"]["outcome"] == "rejected", outcome
