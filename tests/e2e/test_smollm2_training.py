@@ -18,6 +18,7 @@ from learnerd.eval.report import load_report
 from learnerd.reconcilers.evaluation import exact_recall
 from learnerd.store.adapters import AdapterStore, AdapterVersion
 from learnerd.store.dlm import read_document
+from tests.support.in_process import run_cli_here
 from tests.support.pipeline import run_cli
 from tests.support.smollm2 import COMMAND, TASK, Trained
 
@@ -70,8 +71,11 @@ def test_the_adapter_alone_forgets_what_the_router_gives_the_base(smollm2_comman
     assert retention.raw > alone and retention.evidence["routed"]["base"] > retention.evidence["routed"]["adapter"]
 
 
+@pytest.mark.usefixtures("one_torch_thread")
 def test_learnerd_generate_answers_the_trained_command_and_the_base_does_not(smollm2_commands: Trained, tmp_path: Path):
+    """``learnerd generate`` in a subprocess answers the trained command; the base's answer (``--adapter none``,
+    the same command in the test's process) does not."""
     trained = smollm2_commands.copy(tmp_path / "commands")
     doc, state = str(trained.document("commands.dlm")), str(trained.state)
     assert run_cli("generate", doc, TASK, "--state-dir", state).stdout.strip() == COMMAND
-    assert run_cli("generate", doc, TASK, "--state-dir", state, "--adapter", "none").stdout.strip() != COMMAND
+    assert run_cli_here("generate", doc, TASK, "--state-dir", state, "--adapter", "none").stdout.strip() != COMMAND
