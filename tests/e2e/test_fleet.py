@@ -19,7 +19,8 @@ from learnerd.store.dlm import read_document
 from tests.integration.test_fleet_parts import TAKEOVER_SLACK_S
 from tests.support.daemon import append_blocks
 from tests.support.daemon_process import DaemonProcess, wait_until
-from tests.support.pipeline import open_store, run_cli, run_once
+from tests.support.in_process import run_cli_here
+from tests.support.pipeline import open_store, run_once
 
 REPLICAS = 3
 BLOCKS_PER_LOG = 12
@@ -107,7 +108,7 @@ def test_three_replicas_share_the_work_take_over_a_killed_one_and_equal_one_sqli
         assert len(status["fleet"]["replicas"]) == REPLICAS
         ids = sorted(r["id"] for r in status["fleet"]["replicas"])
         id_of = [next(i for i in ids if i.endswith(str(root / "state"))) for root in roots]
-        ctl = run_cli("ctl", "status", "--state-dir", str(roots[1] / "state"))
+        ctl = run_cli_here("ctl", "status", "--state-dir", str(roots[1] / "state"))
         assert "fleet" in ctl.stdout and "test-host" in ctl.stdout
 
         # The victim (the replica owning most of the blocks still to come) stops reconciling: the keys it
@@ -184,12 +185,12 @@ def test_three_replicas_share_the_work_take_over_a_killed_one_and_equal_one_sqli
             (union / f"r{i}").mkdir(parents=True, exist_ok=True)
             (union / f"r{i}" / log.name).write_bytes(log.read_bytes())
     reference = tmp_path / "reference"
-    run_once(reference, union)
+    run_once(reference, union, here=True)  # the reference, not the subject: in this process (no torch import)
     got, want = comparable(roots[0], postgres_url, docs), comparable(reference, None, reference / "docs")
     for key in ("examples", "embedding_keys", "sections"):
         assert got[key] == want[key], f"{key} differ from the single SQLite run"
     np.testing.assert_allclose(got["vectors"], want["vectors"], atol=1e-5)
-    offline = run_cli("search", query, "-k", "5", "--json", "--state-dir", str(reference))
+    offline = run_cli_here("search", query, "-k", "5", "--json", "--state-dir", str(reference))
     assert hits[0] == hits[1] == [h["id"] for h in json.loads(offline.stdout)]
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT, cli_env, learnerd_command
+from tests.support.in_process import run_cli_here
 
 pytestmark = pytest.mark.slow
 
@@ -26,6 +27,18 @@ def learnerd(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = cli_env(XDG_STATE_HOME=str(home / "state"), XDG_CONFIG_HOME=str(home / "xdg"))
     env.pop("LEARNERD_CONFIG", None)
     proc = subprocess.run(learnerd_command(*args), cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"learnerd {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def learnerd_here(home: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> subprocess.CompletedProcess[str]:
+    """:func:`learnerd` in this process (:func:`tests.support.in_process.run_cli_here`): the same command, directory
+    and environment, for a test whose subject is what a command prints, not the process that prints it."""
+    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "xdg"))
+    monkeypatch.delenv("LEARNERD_CONFIG", raising=False)
+    proc = run_cli_here(*args, check=False)
     assert proc.returncode == 0, f"learnerd {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}"
     return proc
 
@@ -53,9 +66,10 @@ def test_init_then_run_once_learns_the_example_logs(tmp_path: Path):
     assert "warning" not in answer.stderr.lower(), answer.stderr
 
 
-def test_a_document_that_trains_too_little_is_named_in_the_summary(tmp_path: Path):
-    project = tmp_path / "project"
-    learnerd(tmp_path, "init", str(project), "--log-dir", "examples/logs")
+@pytest.mark.usefixtures("one_torch_thread")
+def test_a_document_that_trains_too_little_is_named_in_the_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    project = tmp_path / "project"  # the commands in this process: the test above runs them as a person does
+    learnerd_here(tmp_path, monkeypatch, "init", str(project), "--log-dir", "examples/logs")
     document = project / "docs" / "learned.dlm"
     text = document.read_text()
     document.write_text(
@@ -66,7 +80,7 @@ def test_a_document_that_trains_too_little_is_named_in_the_summary(tmp_path: Pat
     with (project / "config.toml").open("a") as config:  # the warning is the training's: no noise adapters
         config.write("\n[evaluation]\nnull_runs = 0\nmax_prompts = 1\n")
 
-    run = learnerd(tmp_path, "run", "--once", "--config", str(project / "config.toml"))
+    run = learnerd_here(tmp_path, monkeypatch, "run", "--once", "--config", str(project / "config.toml"))
     warning = (
         "warning: learned.dlm: undertrained: 6 optimizer steps (< 50)",
         "cause: the document's training block sets num_epochs: 1; "

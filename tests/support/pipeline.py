@@ -12,6 +12,7 @@ from benchmarks.tldr_to_blocklog import convert
 from learnerd.store import db
 from tests.conftest import REPO_ROOT, cli_env, learnerd_command
 from tests.support.artefact_cache import cached, content_key, learnerd_code
+from tests.support.in_process import run_cli_here
 
 
 def run_cli(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -27,16 +28,20 @@ def store_args(store_url: str | None) -> list[str]:
     return ["--store-url", store_url] if store_url else []
 
 
-def run_once(state: Path, logs: Path, *extra: str, train: bool = False, store_url: str | None = None) -> dict:
+def run_once(
+    state: Path, logs: Path, *extra: str, train: bool = False, store_url: str | None = None, here: bool = False
+) -> dict:
     """``learnerd run --once --json`` over ``logs`` with state (and docs) in ``state``; the summary.
     The pipeline tests do not train adapters (``--no-train``) unless ``train``. ``store_url``: a
-    PostgreSQL database instead of ``state``'s SQLite file."""
-    proc = run_cli(
+    PostgreSQL database instead of ``state``'s SQLite file. ``here``: in this process
+    (:func:`tests.support.in_process.run_cli_here`), for a run that is not itself the subject (a reference state,
+    a step towards one) and whose process start (torch's import) would be most of its cost."""
+    args = (
         "run", "--once", "--json", "--log-level", "warning",
         "--state-dir", str(state), "--log-dir", str(logs), "--docs-dir", str(state / "docs"),
         *([] if train else ["--no-train"]), *store_args(store_url), *extra,
     )  # fmt: skip
-    return json.loads(proc.stdout)
+    return json.loads((run_cli_here(*args) if here else run_cli(*args)).stdout)
 
 
 def open_store(state: Path, store_url: str | None = None) -> Any:

@@ -27,7 +27,7 @@ from tests.support.artefact_cache import cached, content_key, learnerd_code, ver
 from tests.support.base_models import LIBRARIES, linked_models_dir, tiny_models
 from tests.support.evaluation import QUICK_EVALUATION
 from tests.support.in_process import run_cli_here
-from tests.support.pipeline import run_cli, run_once
+from tests.support.pipeline import run_once
 
 SHIPPED_LOG = REPO_ROOT / "examples" / "logs" / "assistant.jsonl"
 
@@ -53,7 +53,9 @@ class ThreeVersions:
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """``learnerd ARGS --state-dir STATE``, in this process (:func:`tests.support.in_process.run_cli_here`: the
-        tests run it many times; the build below runs its steps as subprocesses, as a person would)."""
+        tests run it many times; the build below runs its steps in this process too, the commands a person runs:
+        ``run --once`` and ``train`` are proven as subprocesses elsewhere, and a process start, torch's import, was most
+        of a step's cost)."""
         return run_cli_here(*args, "--state-dir", str(self.state), check=check)
 
 
@@ -87,8 +89,9 @@ def _build(root: Path) -> None:
         ("c.jsonl", [json.dumps(FAILED_RERUN) + "\n"]),
     ):
         (logs / name).write_text("".join(lines))
-        run_once(state, logs, "--config", str(config))  # (it evaluates the version the last step trained)
-        trained = run_cli("train", str(document), "--config", str(config), "--state-dir", str(state), "--threads", "1",
-                          timeout=300)  # fmt: skip
+        run_once(state, logs, "--config", str(config), here=True)  # (it evaluates the version the last step trained)
+        trained = run_cli_here(
+            "train", str(document), "--config", str(config), "--state-dir", str(state), "--threads", "1"
+        )
         outputs.append(trained.stdout)
     (root / "train-outputs.json").write_text(json.dumps(outputs))
