@@ -38,7 +38,7 @@ SEED = 20261121
 @pytest.fixture(scope="module")
 def tldr_reference(peer_data: Path) -> TldrRun:
     """The first :data:`BLOCKS` blocks of the tldr pages and one uninterrupted run over them (read it only)."""
-    return tldr_run(peer_data / "tldr", limit=BLOCKS)
+    return tldr_run(peer_data / "tldr", limit=BLOCKS, here=True)
 
 
 def lines_of(directory: Path) -> list[str]:

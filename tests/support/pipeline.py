@@ -79,15 +79,16 @@ class TldrRun:
     summary: dict[str, Any]
 
 
-def tldr_run(tldr: Path, limit: int = 1000) -> TldrRun:
+def tldr_run(tldr: Path, limit: int = 1000, here: bool = False) -> TldrRun:
     """Convert the first ``limit`` blocks of ``tldr`` (the peer data's ``tldr`` folder) into ``logs`` and run once
     over them into ``state`` (:class:`TldrRun`), once per machine: an entry of the artefact cache
     (:mod:`tests.support.artefact_cache`), keyed by ``limit``, learnerd's code, the tldr pages and the code of both
-    steps. Read it, copy it to change it."""
+    steps. Read it, copy it to change it. ``here``: a first build runs in this process (:func:`run_once`), for a
+    caller whose subject is not that run."""
 
     def build(root: Path) -> None:
         blocks = convert(tldr, root / "logs", limit=limit)
-        summary = run_once(root / "state", root / "logs")
+        summary = run_once(root / "state", root / "logs", here=here)
         (root / "run.json").write_text(json.dumps({"blocks": blocks, "summary": summary}))
 
     steps = (Path(__file__), REPO_ROOT / "benchmarks" / "tldr_to_blocklog.py")
