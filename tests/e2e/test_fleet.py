@@ -161,8 +161,10 @@ def test_three_replicas_share_the_work_take_over_a_killed_one_and_equal_one_sqli
         conn.close()
     # Its lease was taken when it ended: deleted by a survivor lease_ttl_s after the victim's last renewal,
     # plus the slack justified at tests/integration/test_fleet_parts.py::TAKEOVER_SLACK_S (database clock).
-    # (A survivor stalled past its own lease on a loaded host is expired too, and registers again: not the subject.)
-    [(_, _, deleted_by, last_renewal, deleted)] = [r for r in log_rows if r[0] == "replicas" and r[1] == victim_id]
+    # (A replica stalled past its own lease on a loaded host, the victim before its death too, is expired and
+    # registers again: not the subject. The victim's last expiry is its death's: a dead replica registers no more.)
+    expiries = sorted((r for r in log_rows if r[0] == "replicas" and r[1] == victim_id), key=lambda r: r[4])
+    (_, _, deleted_by, last_renewal, deleted) = expiries[-1]
     assert deleted_by != victim_id and TTL_S <= deleted - last_renewal <= TTL_S + TAKEOVER_SLACK_S
     survivors_did = {(q, k) for q, k, r, _, _ in log_rows if r != victim_id}
     assert all(("examples", b) in survivors_did for b in owned_by_victim)
