@@ -2,8 +2,9 @@
 user:password`` URL is learned with typed placeholders and the secrets are nowhere on disk (state directory,
 documents, foyle export); a dangerous command that succeeded is kept as a block, counted as refused by
 policy, and is in no document; ``learnerd db scrub`` takes the same secrets out of state stored without
-redaction. Each command runs once as a subprocess (``run --once`` and ``search`` in the first test, ``db scrub`` in
-the second), its other runs in the test's process (:func:`~tests.support.in_process.run_cli_here`)."""
+redaction. ``run --once`` (in the first test) and ``db scrub`` (in the second) run once each as a subprocess, the
+other commands in the test's process (:func:`~tests.support.in_process.run_cli_here`; ``search`` is a subprocess in
+``tests/e2e/test_fleet.py``)."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def test_secrets_are_redacted_before_storage_and_dangerous_commands_never_learne
     assert "rm -rf" not in (docs / "learned.dlm").read_text()
 
     hits = json.loads(
-        run_cli("search", "--json", "--config", str(config), "download the quarterly report", "-k", "1").stdout
+        run_cli_here("search", "--json", "--config", str(config), "download the quarterly report", "-k", "1").stdout
     )
     assert hits[0]["answer"] == (
         "export AWS_ACCESS_KEY_ID=<AWS_ACCESS_KEY_ID> AWS_SECRET_ACCESS_KEY=<AWS_SECRET_ACCESS_KEY> && "
