@@ -23,7 +23,8 @@ from learnerd.eval.history import history
 from learnerd.eval.holdout import holdout
 from learnerd.store.dlm import read_document
 from tests.qa_pairs import QA_PAIRS
-from tests.support.evaluation import DLM_ID, qa_document, run_cli, state_with_models
+from tests.support.evaluation import DLM_ID, qa_document, state_with_models
+from tests.support.in_process import run_cli_here
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 SETTLE_S = 4.0  # idle this long (twice the debounce and more) counts as settled
@@ -67,6 +68,7 @@ def test_the_daemon_raises_the_probe_pass_rate_on_its_own_until_it_settles(tmp_p
     cfg.evaluation.null_runs, cfg.evaluation.max_prompts = 0, 1
     cfg.training.debounce_s = 0.5
     cfg.training.num_threads = 1
+    cfg.training.warm_spare = False  # a spare is started after every cycle: the last one, never used, is pure cost
     daemon = Daemon(cfg, embedder=minilm)
     try:
         anyio.run(run_until_settled, daemon)
@@ -101,6 +103,6 @@ def test_the_daemon_raises_the_probe_pass_rate_on_its_own_until_it_settles(tmp_p
     assert all(not p.probe for s in copies for p in s.qa_pairs()), "reinforcement copies, not new probes"
 
     plot = tmp_path / "closed-loop.png"
-    proc = run_cli("eval", str(doc), "--history", "--plot", str(plot), "--state-dir", str(state))
+    proc = run_cli_here("eval", str(doc), "--history", "--plot", str(plot), "--state-dir", str(state))
     print(proc.stdout)
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

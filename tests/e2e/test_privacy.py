@@ -2,7 +2,9 @@
 user:password`` URL is learned with typed placeholders and the secrets are nowhere on disk (state directory,
 documents, foyle export); a dangerous command that succeeded is kept as a block, counted as refused by
 policy, and is in no document; ``learnerd db scrub`` takes the same secrets out of state stored without
-redaction."""
+redaction. ``run --once`` (in the first test) and ``db scrub`` (in the second) run once each as a subprocess, the
+other commands in the test's process (:func:`~tests.support.in_process.run_cli_here`; ``search`` is a subprocess in
+``tests/e2e/test_fleet.py``)."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ import pytest
 
 from learnerd.analyzer.blocklog import event_line
 from learnerd.store.blocks import Cell
+from tests.support.in_process import run_cli_here
 from tests.support.pipeline import run_cli, table_rows
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 KEY_ID = "AKIAZ7EXAMPLE4Q2W3E5"
 SECRET = "q9X2vLm8Rt4Yp1Nz6Kw3Hs7Jd5Fg0Bc2Vn8Mx4Za"
@@ -65,7 +68,7 @@ def test_secrets_are_redacted_before_storage_and_dangerous_commands_never_learne
     assert "rm -rf" not in (docs / "learned.dlm").read_text()
 
     hits = json.loads(
-        run_cli("search", "--json", "--config", str(config), "download the quarterly report", "-k", "1").stdout
+        run_cli_here("search", "--json", "--config", str(config), "download the quarterly report", "-k", "1").stdout
     )
     assert hits[0]["answer"] == (
         "export AWS_ACCESS_KEY_ID=<AWS_ACCESS_KEY_ID> AWS_SECRET_ACCESS_KEY=<AWS_SECRET_ACCESS_KEY> && "
@@ -84,19 +87,19 @@ def test_db_scrub_redacts_secrets_stored_before_redaction_everywhere(tmp_path: P
     before, after = tmp_path / "before.toml", tmp_path / "learnerd.toml"
     before.write_text(settings + "[privacy]\nallow = ['.*']\n")  # as if stored before redaction existed
     after.write_text(settings)
-    run_cli("run", "--once", "--json", "--no-train", "--config", str(before), "--log-dir", str(logs))
+    run_cli_here("run", "--once", "--json", "--no-train", "--config", str(before), "--log-dir", str(logs))
     assert files_holding(state, SECRET.encode()) and files_holding(docs, SECRET.encode())
 
-    dry = json.loads(run_cli("db", "scrub", "--dry-run", "--json", "--config", str(after)).stdout)
+    dry = json.loads(run_cli_here("db", "scrub", "--dry-run", "--json", "--config", str(after)).stdout)
     assert dry["tables"] == {"blocks": 1, "examples": 1, "foyle_traces": 0, "suggestions": 0}
     assert files_holding(docs, SECRET.encode())
     report = json.loads(run_cli("db", "scrub", "--json", "--config", str(after)).stdout)
     # each secret was in the block, the example and the document's section
     assert report["redacted"] == {"AWS_ACCESS_KEY_ID": 3, "AWS_SECRET_ACCESS_KEY": 3, "BASIC_AUTH_PASSWORD": 3}
     assert report["vectors"] == 0 and report["export_files"] == 1 and list(report["documents"].values()) == [1]
-    run_cli("run", "--once", "--json", "--no-train", "--config", str(after), "--log-dir", str(logs))
+    run_cli_here("run", "--once", "--json", "--no-train", "--config", str(after), "--log-dir", str(logs))
     for root in (state, docs, export):
         for secret in (KEY_ID, SECRET, PASSWORD):
             assert files_holding(root, secret.encode()) == [], f"{secret} is still stored under {root}"
-    hits = json.loads(run_cli("search", "--json", "--config", str(after), "the Q3 report", "-k", "1").stdout)
+    hits = json.loads(run_cli_here("search", "--json", "--config", str(after), "the Q3 report", "-k", "1").stdout)
     assert "<AWS_SECRET_ACCESS_KEY>" in hits[0]["answer"] and "<BASIC_AUTH_PASSWORD>" in hits[0]["answer"]

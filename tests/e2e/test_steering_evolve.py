@@ -1,6 +1,9 @@
 """``learnerd evolve`` end to end on the built-in tiny model with an adapter trained on a Q/A document:
 ten iterations with the offline reflector, the files they leave, SIGINT mid-run and a resumed run, the
-best deltas applied, and ``learnerd generate --steering``."""
+best deltas applied, and ``learnerd generate --steering``. ``evolve`` runs as a subprocess where a signal is
+the subject (SIGINT mid-run); its other runs and ``generate`` (a subprocess in
+``tests/integration/test_cmd_generate.py``) run in the test's process
+(:func:`~tests.support.in_process.run_cli_here`)."""
 
 from __future__ import annotations
 
@@ -19,15 +22,10 @@ from learnerd.steering.processor import read_steering
 from tests.conftest import cli_env, learnerd_command
 from tests.support.in_process import run_cli_here
 from tests.support.memorised import memorised
+from tests.support.steering import one_thread
 
 pytestmark = pytest.mark.slow
 EVOLVE = ("--minibatch-size", "4", "--max-new-tokens", "32", "--log-level", "warning")
-
-
-def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        learnerd_command(*args), env=cli_env(OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=timeout
-    )
 
 
 IN_PROCESS = pytest.mark.usefixtures("one_torch_thread")
@@ -46,7 +44,8 @@ def workspace(tmp_path_factory):
     state = root / "state"
     run_dir = state / "steering" / "runs" / trained.doc_key  # the default run directory
     started = time.monotonic()
-    result = _run("evolve", str(doc), "--state-dir", str(state), "--iterations", "10", *EVOLVE)
+    with one_thread():
+        result = run_cli_here("evolve", str(doc), "--state-dir", str(state), "--iterations", "10", *EVOLVE, check=False)
     return SimpleNamespace(
         doc=doc, state=state, run_dir=run_dir, result=result, seconds=time.monotonic() - started, key=trained.doc_key
     )
@@ -196,7 +195,7 @@ def test_apply_best_answers_the_pool_steered_and_unsteered(workspace):
 @IN_PROCESS
 def test_generate_with_and_without_steering(workspace, tmp_path):
     common = ("generate", str(workspace.doc), "What is the capital of France?", "--state-dir", str(workspace.state))
-    plain = _run(*common)  # the command itself; the rest in this process
+    plain = run_cli_here(*common, check=False)
     assert plain.returncode == 0, plain.stderr
     assert plain.stdout == "Paris\n"
     as_json = run_cli_here(*common, "--json", check=False)

@@ -1,4 +1,7 @@
-"""``learnerd harvest`` run as a real subprocess on the real audit document and sway report."""
+"""``learnerd harvest`` on the real audit document and sway report: four runs as a real subprocess
+(:func:`harvest_process`: its exit statuses, an argparse refusal and its output as a user sees them), the others
+in the test's process (:func:`harvest`, :func:`~tests.support.in_process.run_cli_here`: the same parser and
+command, without an interpreter's start of seconds each)."""
 
 from __future__ import annotations
 
@@ -10,9 +13,10 @@ import pytest
 
 from learnerd.store.dlm import read_document
 from tests.conftest import cli_env, learnerd_command
+from tests.support.in_process import run_cli_here
 
 
-def harvest(*args: str | Path) -> subprocess.CompletedProcess[str]:
+def harvest_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         learnerd_command("harvest", *map(str, args)),
         env=cli_env(COLUMNS="200"),
@@ -20,6 +24,16 @@ def harvest(*args: str | Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
     )
+
+
+def harvest(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return run_cli_here("harvest", *map(str, args), check=False)
+
+
+@pytest.fixture(autouse=True)
+def wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The subprocesses' terminal width for the runs in this process."""
+    monkeypatch.setenv("COLUMNS", "200")
 
 
 @pytest.fixture
@@ -33,7 +47,7 @@ def test_a_passing_calibration_drift_writes_no_general_knowledge_probes(audit: t
     Fortran document (as in dlm, only failing probes are harvested)."""
     doc, report = audit
     original = doc.read_bytes()
-    result = harvest(doc, "--sway-json", report, "--apply", "--json")
+    result = harvest_process(doc, "--sway-json", report, "--apply", "--json")
     assert result.returncode == 2, result.stderr
     plan = json.loads(result.stdout)
     assert plan["additions"] == [] and not plan["written"] and doc.read_bytes() == original
@@ -69,7 +83,7 @@ def test_dry_run_apply_revert_leaves_the_document_byte_identical(audit: tuple[Pa
     original = doc.read_bytes()
     before = [s.section_id for s in read_document(doc).sections]
 
-    dry = harvest(doc, "--sway-json", report)
+    dry = harvest_process(doc, "--sway-json", report)
     assert dry.returncode == 0, dry.stderr
     assert doc.read_bytes() == original
     assert "dry-run" in dry.stdout and "evidence.worst_offenders[0]" in dry.stdout and "cal_general" in dry.stdout
@@ -141,7 +155,7 @@ def test_refusals_and_their_exit_codes(audit: tuple[Path, Path], tmp_path: Path)
 
     none = harvest(doc, "--sway-json", tmp_path / "pass.json", "--apply")
     assert none.returncode == 2 and "no candidates to harvest" in none.stdout
-    low = harvest(doc, "--sway-json", report, "--min-confidence", "1.5")
+    low = harvest_process(doc, "--sway-json", report, "--min-confidence", "1.5")
     assert low.returncode == 2 and "[0, 1]" in low.stderr  # argparse refuses a value outside [0, 1]
     assert doc.read_bytes() == original
 
@@ -149,7 +163,7 @@ def test_refusals_and_their_exit_codes(audit: tuple[Path, Path], tmp_path: Path)
 def test_malformed_document_is_refused_with_its_line(audit: tuple[Path, Path]) -> None:
     doc, report = audit
     doc.write_text(doc.read_text().replace("::instruction::", "::instructions::", 1))
-    result = harvest(doc, "--sway-json", report, "--apply")
+    result = harvest_process(doc, "--sway-json", report, "--apply")
     assert result.returncode == 1 and f"{doc}:70: unknown section fence" in result.stderr
 
 

@@ -21,6 +21,7 @@ from learnerd.training.config import TrainingConfig
 from learnerd.training.cycle import train_cycle
 from learnerd.training.lora import ProgressEvent, train_lora
 from tests.qa_pairs import QA_PAIRS
+from tests.support.steering import one_thread
 
 ROWS = [TrainingRow.chat(f"qa{i:02d}", q, a) for i, (q, a) in enumerate(QA_PAIRS[:8])]
 CONFIG = TrainingConfig(learning_rate=1e-2, num_epochs=12)  # 12 steps of 8 rows, with dlm's LoRA dropout
@@ -48,8 +49,17 @@ def _train(model_dir, checkpoint=None, stop_at=None):
     return weights, result, events
 
 
-def test_a_stopped_training_resumes_from_its_checkpoint_to_the_uninterrupted_adapter(tiny_model_dir, tmp_path):
-    straight, expected, straight_events = _train(tiny_model_dir)
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_model_dir):
+    """:func:`_train` without a checkpoint or a stop: the adapter every resumed training must reach (read only)."""
+    with one_thread():
+        return _train(tiny_model_dir)
+
+
+def test_a_stopped_training_resumes_from_its_checkpoint_to_the_uninterrupted_adapter(
+    tiny_model_dir, tmp_path, uninterrupted
+):
+    straight, expected, straight_events = uninterrupted
     assert expected.steps == 12 and expected.resumed_at_step == 0
     checkpoint = TrainingCheckpoint(tmp_path / "ckpt", "a" * 64, every_s=0)
     with pytest.raises(Stop):
@@ -92,7 +102,9 @@ def test_a_checkpoint_of_another_training_or_an_unreadable_one_is_not_resumed(ti
     ]
 
 
-def test_a_checkpoint_whose_parameters_are_not_the_adapters_is_refused_before_anything_loads(tiny_model_dir, tmp_path):
+def test_a_checkpoint_whose_parameters_are_not_the_adapters_is_refused_before_anything_loads(
+    tiny_model_dir, tmp_path, uninterrupted
+):
     checkpoint = TrainingCheckpoint(tmp_path / "ckpt", "a" * 64, every_s=0)
     with pytest.raises(Stop):
         _train(tiny_model_dir, checkpoint, stop_at=2)
@@ -100,7 +112,7 @@ def test_a_checkpoint_whose_parameters_are_not_the_adapters_is_refused_before_an
     name = next(iter(state["params"]))
     state["params"][name] = torch.zeros(3)
     torch.save(state, checkpoint.path)
-    straight, _, _ = _train(tiny_model_dir)
+    straight, _, _ = uninterrupted
     with capture_logs() as logs:
         weights, result, _ = _train(tiny_model_dir, checkpoint)
     assert result.resumed_at_step == 0 and all(torch.equal(weights[n], straight[n]) for n in straight)
