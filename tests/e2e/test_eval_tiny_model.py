@@ -19,7 +19,8 @@ from learnerd.ml.base_model import resolve_base_model
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.qa_pairs import EXTRA_QA_PAIRS, QA_PAIRS
-from tests.support.evaluation import DLM_ID, run_cli, state_with_models
+from tests.support.evaluation import DLM_ID, state_with_models
+from tests.support.evaluation import run_cli_in_process as run_cli  # no interpreter's start per command
 from tests.support.memorised import memorised as memorised_state
 from tests.support.training import train_document
 

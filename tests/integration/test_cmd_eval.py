@@ -13,7 +13,8 @@ import pytest
 
 from learnerd.store.adapters import AdapterStore
 from tests.qa_pairs import QA_PAIRS
-from tests.support.evaluation import DLM_ID, commit_version, qa_document, run_cli, state_with_models
+from tests.support.evaluation import DLM_ID, commit_version, qa_document, state_with_models
+from tests.support.evaluation import run_cli_in_process as run_cli  # no interpreter's start per command
 from tests.support.training import train_document
 
 DOC = f"---\ndlm_id: {DLM_ID}\nbase_model: learnerd/tiny-llama\n---\nSome prose.\n"

@@ -6,9 +6,11 @@ import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from unittest import mock
 
 from learnerd.store.adapters import AdapterMetadata, AdapterStore, AdapterVersion
 from tests.conftest import cli_env, learnerd_command
+from tests.support.in_process import run_cli_here
 
 DLM_ID = "01KPPJZWBDDDYRESSA0HESRDHS"
 QUICK_EVALUATION = "[evaluation]\nnull_runs = 0\nmax_prompts = 1\nnum_threads = 1\n"
@@ -43,6 +45,15 @@ def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     if check and proc.returncode != 0:
         raise AssertionError(f"learnerd {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
     return proc
+
+
+def run_cli_in_process(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """:func:`run_cli` in this process (:func:`tests.support.in_process.run_cli_here`: no interpreter's start, no
+    torch import), under the same terminal width and offline Hugging Face; the caller sets torch's threads
+    (``one_torch_thread``)."""
+    wide = {"COLUMNS": "200", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    with mock.patch.dict(os.environ, wide):
+        return run_cli_here(*args, check=check)
 
 
 def commit_version(store: AdapterStore, doc_key: str = DLM_ID, *, promote: bool = True) -> AdapterVersion:
