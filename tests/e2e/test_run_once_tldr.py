@@ -9,7 +9,8 @@ import shutil
 import pytest
 
 from learnerd.store.dlm import read_document
-from tests.support.pipeline import TldrRun, open_store, run_cli, run_once, snapshot
+from tests.support.in_process import run_cli_here
+from tests.support.pipeline import TldrRun, open_store, run_once, snapshot
 
 
 @pytest.mark.slow
@@ -35,13 +36,13 @@ def test_tldr_subset_learns_every_block_and_replays_change_nothing(tldr_once: Tl
     before = snapshot(state)
     doc_bytes, doc_mtime = doc_path.read_bytes(), doc_path.stat().st_mtime_ns
 
-    second = run_once(state, logs)
+    second = run_once(state, logs, here=True)  # the replays in this process: what they change is the subject
     assert second["embedder_calls"] == 0
     assert not any(v for counts in second["changes"].values() for v in counts.values())
     assert snapshot(state) == before
     assert doc_path.read_bytes() == doc_bytes and doc_path.stat().st_mtime_ns == doc_mtime
 
-    proc = run_cli(
+    proc = run_cli_here(
         "backfill", "--since", "1970-01-01T00:00:00Z", "--json", "--log-level", "warning",
         "--state-dir", str(state), "--docs-dir", str(state / "docs"),
     )  # fmt: skip

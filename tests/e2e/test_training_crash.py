@@ -20,7 +20,7 @@ from learnerd.store.dlm import read_document
 from tests.conftest import cli_env, learnerd_command
 from tests.qa_pairs import EXTRA_QA_PAIRS, QA_PAIRS
 from tests.support.documents import qa_document
-from tests.support.pipeline import run_cli
+from tests.support.in_process import run_cli_here
 
 CONFIG = """
 [training]
@@ -68,7 +68,7 @@ def test_kill_9_during_training_keeps_the_previous_adapter_and_the_next_start_re
     common = ["--config", str(config), "--state-dir", str(state)]
     doc = qa_document(docs / "notes.dlm", QA_PAIRS[:3], training={"learning_rate": 1e-2, "max_steps": 2})
     dlm_id = read_document(doc).frontmatter.dlm_id
-    run_cli("train", str(doc), *common)
+    run_cli_here("train", str(doc), *common)  # in this process: only the daemon's kill -9 is a subprocess's subject
     store = AdapterStore(state / "adapters")
     assert store.current(dlm_id).name == "v0001"
 
@@ -106,7 +106,7 @@ def test_kill_9_during_training_keeps_the_previous_adapter_and_the_next_start_re
     # the next start (a short budget this time) recovers the store and retrains the changed rows
     qa_document(doc, [*QA_PAIRS[:3], EXTRA_QA_PAIRS[0]], training={"learning_rate": 1e-2, "max_steps": 2},
                 dlm_id=dlm_id)  # fmt: skip
-    run_cli("run", "--once", *common, "--docs-dir", str(docs), "--log-level", "warning")
+    run_cli_here("run", "--once", *common, "--docs-dir", str(docs), "--log-level", "warning")
     assert [v.name for v in store.list_versions(dlm_id)] == ["v0001", "v0002"]
     v2 = store.current(dlm_id).metadata()
     assert v2.section_ids == tuple(s.section_id for s in read_document(doc).sections)  # trained on the edit
