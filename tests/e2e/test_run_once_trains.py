@@ -19,7 +19,6 @@ from tests.support.pipeline import run_once
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("one_torch_thread")  # the evaluation after the training runs in this process
 def test_run_once_trains_the_learned_document_once(tmp_path: Path, models_dir: Path):
     logs = tmp_path / "logs"
     shutil.copytree(REPO_ROOT / "examples" / "logs", logs)
@@ -28,7 +27,7 @@ def test_run_once_trains_the_learned_document_once(tmp_path: Path, models_dir: P
     (state / "models").symlink_to(models_dir)
     config = tmp_path / "learnerd.toml"  # the calibration and the divergence probes are not the subject: quickest
     config.write_text("[evaluation]\nnull_runs = 0\nmax_prompts = 1\n")
-    first = run_once(state, logs, "--config", str(config), train=True, here=True)  # the training: a child all the same
+    first = run_once(state, logs, "--config", str(config), train=True)
     document = read_document(state / "docs" / "learned.dlm")
     assert document.frontmatter.base_model == "learnerd/tiny-llama"  # the default: trainable offline
     assert document.frontmatter.raw["training"] == RANDOM_BASE_RECIPE  # written out, not implied
@@ -43,6 +42,6 @@ def test_run_once_trains_the_learned_document_once(tmp_path: Path, models_dir: P
     assert recall["before"] == 0 and recall["after"] >= 18, recall
     assert recall["after"] <= recall["passed"] <= recall["probes"], "an exact answer passes its probe"
 
-    second = run_once(state, logs, "--config", str(config), train=True, here=True)
+    second = run_once(state, logs, "--config", str(config), train=True)
     assert second["changes"]["training"] == {} and second["controllers"]["training"]["failures"] == 0
     assert [v.name for v in AdapterStore(state / "adapters").list_versions(document.frontmatter.dlm_id)] == ["v0001"]
