@@ -13,8 +13,8 @@ import pytest
 
 from learnerd.store.adapters import AdapterStore
 from tests.qa_pairs import QA_PAIRS
-from tests.support.evaluation import DLM_ID, commit_version, qa_document, state_with_models
-from tests.support.evaluation import run_cli_in_process as run_cli  # no interpreter's start per command
+from tests.support.evaluation import DLM_ID, commit_version, qa_document, run_cli_in_process, state_with_models
+from tests.support.evaluation import run_cli as run_cli_subprocess
 from tests.support.training import train_document
 
 DOC = f"---\ndlm_id: {DLM_ID}\nbase_model: learnerd/tiny-llama\n---\nSome prose.\n"
@@ -23,17 +23,17 @@ DOC = f"---\ndlm_id: {DLM_ID}\nbase_model: learnerd/tiny-llama\n---\nSome prose.
 def test_refusals(tmp_path: Path):
     doc, state = tmp_path / "doc.dlm", tmp_path / "state"
     doc.write_text(DOC)
-    no_adapter = run_cli("eval", str(doc), "--state-dir", str(state), check=False)
+    no_adapter = run_cli_in_process("eval", str(doc), "--state-dir", str(state), check=False)
     assert no_adapter.returncode == 1 and f"{doc}: document '{DLM_ID}' has no adapter yet" in no_adapter.stderr
-    no_history = run_cli("eval", str(doc), "--history", "--state-dir", str(state), check=False)
+    no_history = run_cli_in_process("eval", str(doc), "--history", "--state-dir", str(state), check=False)
     assert no_history.returncode == 1 and "no evaluated adapter version yet" in no_history.stderr
     commit_version(AdapterStore(state / "adapters"))
-    wrong = run_cli("eval", str(doc), "--adapter", "v9", "--state-dir", str(state), check=False)
+    wrong = run_cli_in_process("eval", str(doc), "--adapter", "v9", "--state-dir", str(state), check=False)
     assert wrong.returncode == 1 and "no adapter v0009 (versions: v0001)" in wrong.stderr
     doc.write_text("---\ndlm_id: nope\n---\n")
-    malformed = run_cli("eval", str(doc), "--state-dir", str(state), check=False)
+    malformed = run_cli_in_process("eval", str(doc), "--state-dir", str(state), check=False)
     assert malformed.returncode == 1 and f"{doc}:2" in malformed.stderr and "dlm_id" in malformed.stderr
-    assert run_cli("eval", str(doc), "--null-runs", "99", check=False).returncode == 1
+    assert run_cli_in_process("eval", str(doc), "--null-runs", "99", check=False).returncode == 1
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def trained(tmp_path_factory, models_dir):
 def test_gates_json_on_stdout_output_and_junit(trained, tmp_path):
     out, junit = tmp_path / "report.json", tmp_path / "junit.xml"
     common = ("--state-dir", str(trained.state), "--null-runs", "2", "--log-level", "warning")
-    gated = run_cli(
+    gated = run_cli_subprocess(  # a process's stdout: the report and nothing else, not even a library's own write
         "eval", str(trained.doc), "--json", "--output", str(out), "--junit", str(junit),
         "--fail-under", "0.99", "--require-pass", *common, check=False,
     )  # fmt: skip
@@ -68,10 +68,10 @@ def test_gates_json_on_stdout_output_and_junit(trained, tmp_path):
     retention = {"paraphrase_invariance", "calibration_drift", "answer_retention"}
     assert retention <= {p["kind"] for p in report["probes"]} and "calibration" in report["score"]["components"]
     assert retention <= {case.get("classname") for case in suite.iter("testcase")}
-    passing = run_cli("eval", str(trained.doc), "--fail-under", "0", *common)
+    passing = run_cli_in_process("eval", str(trained.doc), "--fail-under", "0", *common)
     assert f"overall score {report['score']['overall']:.3f}, {report['score']['band']} (" in passing.stdout
     assert all(kind in passing.stdout for kind in retention)
-    history = run_cli("eval", str(trained.doc), "--history", "--json", "--state-dir", str(trained.state))
+    history = run_cli_in_process("eval", str(trained.doc), "--history", "--json", "--state-dir", str(trained.state))
     (point,) = json.loads(history.stdout)
     assert point["name"] == "v0001" and point["band"] == report["score"]["band"]
 
@@ -79,8 +79,8 @@ def test_gates_json_on_stdout_output_and_junit(trained, tmp_path):
 @pytest.mark.usefixtures("one_torch_thread")
 def test_calibration_sway_exact_reaches_the_probes_and_the_report(trained):
     common = ("--state-dir", str(trained.state), "--null-runs", "2", "--log-level", "warning", "--json")
-    report = json.loads(run_cli("eval", str(trained.doc), "--calibration", "sway-exact", *common).stdout)
+    report = json.loads(run_cli_in_process("eval", str(trained.doc), "--calibration", "sway-exact", *common).stdout)
     (null,) = [p for p in report["probes"] if p["kind"] == "null_adapter"]
     assert null["evidence"]["calibration"] == "sway-exact" and "delta_kl" in null["evidence"]["calibrated_kinds"]
-    bad = run_cli("eval", str(trained.doc), "--calibration", "exact", *common, check=False)
+    bad = run_cli_in_process("eval", str(trained.doc), "--calibration", "exact", *common, check=False)
     assert bad.returncode == 2 and "invalid choice: 'exact'" in bad.stderr
