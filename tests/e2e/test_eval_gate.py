@@ -23,8 +23,7 @@ from learnerd.ml.base_model import resolve_base_model
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from tests.qa_pairs import QA_PAIRS
-from tests.support.evaluation import qa_document, run_cli
-from tests.support.in_process import run_cli_here
+from tests.support.evaluation import qa_document, run_cli, run_cli_in_process
 from tests.support.serving import client, serving_daemon, write_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
@@ -47,15 +46,14 @@ def first_cycle(tmp_path_factory, models_dir: Path) -> tuple[Path, dict]:
 def copy_of(first_cycle: tuple[Path, dict], tmp_path: Path) -> tuple[Path, dict]:
     """A copy of the first cycle's root under ``tmp_path`` (the config's paths are relative, the model link kept).
     The fixture proves ``learnerd train`` in a subprocess; the tests run their commands in this process
-    (:func:`tests.support.in_process.run_cli_here`; a terminal as wide as that of
+    (:func:`tests.support.evaluation.run_cli_in_process`: a terminal as wide as that of
     :func:`tests.support.evaluation.run_cli`)."""
     root, good = first_cycle
     shutil.copytree(root, tmp_path, symlinks=True, dirs_exist_ok=True)
     return tmp_path, good
 
 
-def test_a_bad_cycle_is_rejected_and_the_previous_version_stays_served(tmp_path: Path, first_cycle, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")
+def test_a_bad_cycle_is_rejected_and_the_previous_version_stays_served(tmp_path: Path, first_cycle):
     _, good = copy_of(first_cycle, tmp_path)
     config = ("--config", str(tmp_path / "learnerd.toml"))
     doc = tmp_path / "docs" / "notes.dlm"
@@ -63,7 +61,7 @@ def test_a_bad_cycle_is_rejected_and_the_previous_version_stays_served(tmp_path:
     assert good["version"] == "v0001" and good["gate"]["outcome"] == "promoted", good["gate"]
 
     doc.write_text(doc.read_text().replace("learning_rate: 0.01", "learning_rate: 0.5"))
-    bad = run_cli_here("train", str(doc), "--fresh", "--json", *config, check=False)
+    bad = run_cli_in_process("train", str(doc), "--fresh", "--json", *config, check=False)
     assert bad.returncode == 1, bad.stderr[-2000:]
     gate = json.loads(bad.stdout)["gate"]
     assert gate["version"] == "v0002" and gate["outcome"] == "rejected" and gate["baseline"] == 1
@@ -72,15 +70,16 @@ def test_a_bad_cycle_is_rejected_and_the_previous_version_stays_served(tmp_path:
     assert store.current(dlm_id).name == "v0001" and store.rejected(dlm_id)[0].name == "v0002"
     assert (store.resolve(dlm_id, 2).path / "eval.json").is_file()  # kept for inspection
 
-    again = run_cli_here("train", str(doc), *config)  # the next cycle plans from the current version, not the rejected
+    # the next cycle plans from the current version, not the rejected
+    again = run_cli_in_process("train", str(doc), *config)
     assert again.stdout == "nothing to train: the rows are unchanged since v0001\n"
 
-    history = json.loads(run_cli_here("eval", str(doc), "--history", "--json", *config).stdout)
+    history = json.loads(run_cli_in_process("eval", str(doc), "--history", "--json", *config).stdout)
     assert [(p["name"], p["gate"], p["current"]) for p in history] == [
         ("v0001", "promoted", True),
         ("v0002", "rejected", False),
     ]
-    assert "v0002 rejected: probe_recall" in run_cli_here("eval", str(doc), "--history", *config).stdout
+    assert "v0002 rejected: probe_recall" in run_cli_in_process("eval", str(doc), "--history", *config).stdout
 
     with serving_daemon(tmp_path, "--no-train") as (process, url):
         api = client(url)
@@ -94,7 +93,7 @@ def test_a_bad_cycle_is_rejected_and_the_previous_version_stays_served(tmp_path:
         status = process.client().call("GET", "/status")["documents"][str(doc)]
         assert status["served"] == "v0001" and status["rejected"]["version"] == "v0002"
         assert status["rejected"]["reasons"] == gate["reasons"]
-        ctl = run_cli_here("ctl", "status", *config).stdout
+        ctl = run_cli_in_process("ctl", "status", *config).stdout
         assert "v0002: probe_recall" in ctl
 
 
@@ -108,7 +107,7 @@ def test_the_same_candidate_evaluated_with_three_seeds_gets_one_verdict(tmp_path
     config = ("--config", str(tmp_path / "learnerd.toml"))
     doc = tmp_path / "docs" / "notes.dlm"
     doc.write_text(qa_document(QA_PAIRS[:8], epochs=20))
-    trained = json.loads(run_cli_here("train", str(doc), "--json", *config).stdout)
+    trained = json.loads(run_cli_in_process("train", str(doc), "--json", *config).stdout)
     assert trained["gate"]["outcome"] == "promoted" and trained["gate"]["baseline"] == 1
     document = read_document(doc)
     store = AdapterStore(tmp_path / "state" / "adapters")

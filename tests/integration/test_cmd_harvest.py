@@ -1,6 +1,6 @@
 """``learnerd harvest`` on the real audit document and sway report: four runs as a real subprocess
 (:func:`harvest_process`: its exit statuses, an argparse refusal and its output as a user sees them), the others
-in the test's process (:func:`harvest`, :func:`~tests.support.in_process.run_cli_here`: the same parser and
+in the test's process (:func:`harvest`, :func:`~tests.support.evaluation.run_cli_in_process`: the same parser and
 command, without an interpreter's start of seconds each)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from learnerd.store.dlm import read_document
 from tests.conftest import cli_env, learnerd_command
-from tests.support.in_process import run_cli_here
+from tests.support.evaluation import run_cli_in_process
 
 
 def harvest_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -27,13 +27,7 @@ def harvest_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 
 def harvest(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return run_cli_here("harvest", *map(str, args), check=False)
-
-
-@pytest.fixture(autouse=True)
-def wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The subprocesses' terminal width for the runs in this process."""
-    monkeypatch.setenv("COLUMNS", "200")
+    return run_cli_in_process("harvest", *map(str, args), check=False)
 
 
 @pytest.fixture
