@@ -31,24 +31,31 @@ def pytest_configure(config: pytest.Config) -> None:
 MODEL_FIXTURES = frozenset({"minilm", "smollm2_models_dir", "smollm2_commands"})
 """Fixtures that load a real pretrained model: a test using one is marked ``model``."""
 TRAINED_FIXTURES = frozenset({"smollm2_commands"})
-"""Fixtures of a model trained once per machine (many minutes the first time): their modules run last."""
+"""Fixtures of a model trained once per machine (many minutes the first time): their modules run after the other
+slow ones."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by the marks added here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``model`` every test that uses a fixture of :data:`MODEL_FIXTURES`. Then order the modules (each
     group keeps its own order): those marked ``longest`` first, as in a parallel run a module of many minutes
-    handed out last would run alone at the end; those that read the trained SmolLM2 (:data:`TRAINED_FIXTURES`)
-    last, as a worker that reaches one while another worker trains it waits idle on the artefact cache's lock."""
+    handed out last would run alone at the end; then the other ``slow`` ones; then those that read the trained
+    SmolLM2 (:data:`TRAINED_FIXTURES`), as a worker that reaches one while another worker trains it waits idle on
+    the artefact cache's lock; the quick modules last. pytest-xdist keeps a module queued behind the running one
+    on each worker: with the readers (minutes each) at the very end, one worker ran two of them while the other
+    had nothing left, and the many quick modules after them now fill both workers to the end."""
     for item in items:
         if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.model)
+    longest = {item.path for item in items if item.get_closest_marker("longest")}
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
     reads_trained = {
         item.path for item in items if TRAINED_FIXTURES.intersection(getattr(item, "fixturenames", ()))
-    } - {item.path for item in items if item.get_closest_marker("longest")}
+    } - longest
 
     def rank(item: pytest.Item) -> int:
-        return 0 if item.get_closest_marker("longest") else 2 if item.path in reads_trained else 1
+        path = item.path
+        return 0 if path in longest else 2 if path in reads_trained else 1 if path in slow else 3
 
     items.sort(key=rank)
 

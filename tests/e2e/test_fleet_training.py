@@ -203,7 +203,9 @@ def test_when_the_training_replica_dies_mid_cycle_a_survivor_commits_and_no_stag
         _, cycle_started, cycle_finished = cycles[0]
         assert cycle_started <= committed_at <= cycle_finished, "the survivor's first cycle after the kill committed"
         if signum == signal.SIGKILL:  # the lease ran out; with SIGTERM the clean stop gave it back at once
-            assert [e[:2] for e in expiries] == [(trainer_id, survivor_id)]
+            # (a replica stalled past its 4 s lease on a loaded host before the kill is expired and registers
+            # again: not the subject; an expiry recorded after the kill is the dead trainer's, by the survivor)
+            assert [e[:2] for e in expiries if e[3] >= killed_at] == [(trainer_id, survivor_id)], expiries
         taken_over_in = cycle_started - since
         assert taken_over_in <= LEASE_TTL_S + TAKEOVER_SLACK_S, (
             f"the survivor started its cycle {taken_over_in:.1f} s after the trainer died (lease {LEASE_TTL_S} s); "
