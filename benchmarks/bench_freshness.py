@@ -26,10 +26,11 @@ quoted, what answered (``learnerd.routed``), and p50/p95 from the log line to th
 document, logs and state; the model cache linked), whose served version answers as the endpoint routes each
 request, the fresh tasks chosen among the nl2bash commands it has not logged. ``--next-cycle`` then trains them
 (``learnerd run --once``, the cycle ``bench_learning.py`` runs without its harvest; ``--threads``) and asks the
-same paraphrases again.
+same paraphrases again. ``--context-alpha A`` sets the answering daemon's ``[serve] context_alpha`` (0: the answers
+without context-aware decoding, to compare with the default's).
 
 Run: ``python benchmarks/bench_freshness.py [--events 200] [--format blocklog|claude-code|codex] [--answers 20]
-[--after DIR [--next-cycle]]``
+[--after DIR [--next-cycle]] [--context-alpha A]``
 """
 
 from __future__ import annotations
@@ -190,12 +191,16 @@ def logged_blocks(logs: Path) -> frozenset[str]:
     return frozenset(ids)
 
 
-def write_answer_config(root: Path, port: int) -> None:
-    """``root``'s config for ``learnerd run`` (:data:`ANSWER_CONFIG`): the endpoint on ``port``, no training."""
+def write_answer_config(root: Path, port: int, context_alpha: float | None = None) -> None:
+    """``root``'s config for ``learnerd run`` (:data:`ANSWER_CONFIG`): the endpoint on ``port``, no training;
+    ``context_alpha``: its ``[serve] context_alpha`` (None: the default)."""
     from learnerd.ml.base_model import SMOLLM2_INSTRUCT
     from learnerd.store.atomic import atomic_write_text
 
-    atomic_write_text(root / "learnerd.toml", ANSWER_CONFIG.format(base=SMOLLM2_INSTRUCT, port=port))
+    text = ANSWER_CONFIG.format(base=SMOLLM2_INSTRUCT, port=port)
+    if context_alpha is not None:
+        text += f"context_alpha = {context_alpha}\n"
+    atomic_write_text(root / "learnerd.toml", text)
 
 
 LAYOUT = """\
@@ -251,7 +256,13 @@ def new_root(root: Path, after: Path | None) -> None:
 
 
 def fresh_answers(
-    nl2bash: Path, n: int, seed: int, after: Path | None = None, next_cycle: bool = False, threads: int = 2
+    nl2bash: Path,
+    n: int,
+    seed: int,
+    after: Path | None = None,
+    next_cycle: bool = False,
+    threads: int = 2,
+    context_alpha: float | None = None,
 ) -> dict[str, Any]:
     """Issue 59's freshness figures (the module docstring), as a mapping printed by :func:`main`: ``tasks``
     (each fresh task's row), ``ready_s``; with ``next_cycle``, ``next_cycle``: the ``learnerd run --once`` that
@@ -260,7 +271,7 @@ def fresh_answers(
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         new_root(root, after)
-        result = ask(root, tasks, log=True)
+        result = ask(root, tasks, log=True, context_alpha=context_alpha)
         if next_cycle:
             from learnerd.ml.base_model import SMOLLM2_INSTRUCT
             from learnerd.store.atomic import atomic_write_text
@@ -278,11 +289,13 @@ def fresh_answers(
                 raise SystemExit(f"learnerd run --once exited {proc.returncode}:\n{proc.stderr[-3000:]}")
             wall = time.perf_counter() - started
             print(f"next cycle: {wall:.0f} s", flush=True)
-            result["next_cycle"] = {"wall_s": wall, **ask(root, tasks, log=False)}
+            result["next_cycle"] = {"wall_s": wall, **ask(root, tasks, log=False, context_alpha=context_alpha)}
     return result
 
 
-def ask(root: Path, tasks: list[tuple[Block, str, str]], log: bool) -> dict[str, Any]:
+def ask(
+    root: Path, tasks: list[tuple[Block, str, str]], log: bool, context_alpha: float | None = None
+) -> dict[str, Any]:
     """A ``learnerd run`` daemon on ``root`` (:func:`write_answer_config`) asked each task's paraphrase with the
     official client's default call; with ``log``, :data:`FRESH_WAIT_S` after appending the task's block to the
     block log. ``{"tasks": rows, "ready_s"}``."""
@@ -292,7 +305,7 @@ def ask(root: Path, tasks: list[tuple[Block, str, str]], log: bool) -> dict[str,
     from learnerd.store.suggestions import normalize_command
 
     token, port = secrets.token_urlsafe(24), free_port()
-    write_answer_config(root, port)
+    write_answer_config(root, port, context_alpha)
     started = time.perf_counter()
     with daemon_process(root, env={"LEARNERD_OPENAI_TOKEN": token}) as daemon:
         daemon.wait_ready()
@@ -322,6 +335,7 @@ def ask(root: Path, tasks: list[tuple[Block, str, str]], log: bool) -> dict[str,
                     "routed": info.get("routed"),
                     "adapter": info.get("adapter"),
                     "similarity": info.get("similarity"),
+                    "context_alpha": info.get("context_alpha"),
                     "log_to_answer_s": done - logged,
                     "request_s": done - asked,
                     "paraphrase": paraphrase,
@@ -382,6 +396,11 @@ def main() -> None:
         "--next-cycle", action="store_true", help="then train them (learnerd run --once) and ask the same again"
     )
     parser.add_argument("--threads", type=int, default=2, help="torch threads of --next-cycle's training")
+    parser.add_argument(
+        "--context-alpha",
+        type=float,
+        help="the answering daemon's [serve] context_alpha (default: learnerd's; 0: no context-aware decoding)",
+    )
     args = parser.parse_args()
     require_tldr(args.tldr, parser.prog)
     configure_logging("warning")
@@ -408,7 +427,9 @@ def main() -> None:
     if args.answers > 0:
         from benchmarks.bench_learning import NL2BASH
 
-        result = fresh_answers(NL2BASH, args.answers, 7, args.after, args.next_cycle, args.threads)
+        result = fresh_answers(
+            NL2BASH, args.answers, 7, args.after, args.next_cycle, args.threads, context_alpha=args.context_alpha
+        )
         print_fresh(result)
         if args.json is not None:
             args.json.write_text(json.dumps(result, indent=1))

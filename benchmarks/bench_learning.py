@@ -483,12 +483,28 @@ def answer_all(
 
 def replies(model, tokenizer, items: list[Item], quoted: list[list[SearchHit]]) -> list[str]:
     """The greedy answers to ``items``, each asked with its ``quoted`` examples as the endpoint quotes them
-    (:func:`learnerd.ml.retrieved_examples.with_examples`), in batches."""
+    (:func:`learnerd.ml.retrieved_examples.with_examples`) and decodes them (context-aware decoding at the default
+    ``[serve] context_alpha``, :func:`learnerd.ml.generate.context_guidance`), in batches."""
+    from learnerd.api.settings import ServeConfig
     from learnerd.ml.generate import chat_turns, greedy_replies
     from learnerd.ml.retrieved_examples import with_examples
 
-    conversations = [with_examples(chat_turns(it.prompt), q) for it, q in zip(items, quoted, strict=True)]
-    found = greedy_replies(model, tokenizer, conversations, max_new_tokens=MAX_NEW_TOKENS) if conversations else []
+    asked = [chat_turns(it.prompt) for it in items]
+    conversations = [with_examples(a, q) for a, q in zip(asked, quoted, strict=True)]
+    negatives = [a if q else None for a, q in zip(asked, quoted, strict=True)]
+    alpha = ServeConfig().served_context_alpha
+    found = (
+        greedy_replies(
+            model,
+            tokenizer,
+            conversations,
+            max_new_tokens=MAX_NEW_TOKENS,
+            negatives=negatives,
+            context_alpha=alpha,
+        )
+        if conversations
+        else []
+    )
     return [reply.text.strip() for reply in found]
 
 

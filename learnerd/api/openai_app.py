@@ -13,7 +13,12 @@ block. A document version trained without it is quoted only the examples it has 
 which it did): the others, among the K nearest, are held back (``withheld``), as it answers them better without
 the block.
 Every response carries ``"learnerd": {"adapter", "doc_key", "max_tokens", "retrieved", "withheld", "routed",
-"similarity"}`` (the first chunk of a stream), so a client sees what answered it.
+"similarity", "context_alpha"}`` (the first chunk of a stream), so a client sees what answered it.
+
+A request answered under retrieved examples is decoded with context-aware decoding at ``[serve] context_alpha``
+(:func:`learnerd.ml.generate.context_guidance`: the answer leans on the quoted examples over what the model recalls
+without them); ``context_alpha`` says the α applied (0: nothing quoted, the option off, or the llama.cpp backend,
+which cannot).
 
 Routing (``[serve] routing = "similarity"``, the default; :mod:`learnerd.ml.router`). A document's request is
 compared with what the document holds: the questions its served version learned and the retrieved examples (those
@@ -219,6 +224,7 @@ class _Prepared:
     admission: Admission
     version: AdapterVersion | None
     authenticated: bool
+    unquoted: list[ChatMessage] | None = None
 
 
 WithoutToken = Literal["none", "bases", "all"]
@@ -247,6 +253,7 @@ class OpenAIEndpoint:
             metrics,
         )
         self.token, self.without_token = (token.encode() if token else None), without_token
+        self._context_alpha = settings.context_alpha if served.context_aware else 0.0  # llama.cpp: none
         self.started = int(time.time())
         self._routers: dict[
             Path, tuple[Path, Router | None, float]
@@ -378,9 +385,11 @@ class OpenAIEndpoint:
             "withheld": withheld,
             "routed": route.routed,
             "similarity": None if route.similarity is None else round(route.similarity, 4),
+            "context_alpha": self._context_alpha if retrieved else 0.0,
         }
+        unquoted = messages if retrieved else None
         messages = with_examples(messages, retrieved)
-        return _Prepared(req, model, model.id, messages, info, admission, version, authenticated)
+        return _Prepared(req, model, model.id, messages, info, admission, version, authenticated, unquoted)
 
     async def _route_and_retrieve(
         self, model: ServedModel, current: AdapterVersion | None, messages: list[ChatMessage], k: int, every_hit: bool
@@ -435,8 +444,10 @@ class OpenAIEndpoint:
         req = p.request
         try:
             temperature = self.settings.temperature if req.temperature is None else req.temperature
-            params = SamplingParams(p.info["max_tokens"], temperature, req.top_p, req.stop_strings(), req.seed)
-            job = self.served.submit(p.model, p.messages, params, p.admission, p.version)
+            params = SamplingParams(
+                p.info["max_tokens"], temperature, req.top_p, req.stop_strings(), req.seed, p.info["context_alpha"]
+            )
+            job = self.served.submit(p.model, p.messages, params, p.admission, p.version, p.unquoted)
         finally:
             p.admission.release()  # a no-op once the job holds the place
         self.metrics.pending.set(self.served.pending)

@@ -117,6 +117,10 @@ class ServeConfig(Section):
     """retrieved examples quoted in the system message of a document's request, those at least the routing
     threshold similar (0 = off; per request: learnerd.rag_k); retrieval needs the token, and documents of a
     pretrained base train under rag_k retrieved examples unless their training block says otherwise"""
+    context_alpha: float = Field(0.5, ge=0.0, le=4.0)
+    """context-aware decoding's alpha for a request answered under retrieved examples: scores (1 + alpha) log p(y |
+    examples, request) - alpha log p(y | request), so the answer copies a quoted example rather than what the model
+    recalls (0 = off; transformers backend only; docs/operations.md, Context-aware decoding)"""
     steering: bool = False
     """apply `learnerd evolve`'s deltas_best.json of the document's run, when there is one"""
     num_threads: int = Field(0, ge=0)
@@ -130,6 +134,12 @@ class ServeConfig(Section):
     the rag_k nearest. The promotion gate judges what this serves"""
 
     _listen = field_validator("listen")(_host_port_or_empty("serve"))
+
+    @property
+    def served_context_alpha(self) -> float:
+        """The context-aware decoding α the endpoint applies: ``context_alpha`` on the transformers backend, 0 on
+        llama.cpp's (no second context per request)."""
+        return self.context_alpha if self.backend == "transformers" else 0.0
 
     @field_validator("base_models")
     @classmethod

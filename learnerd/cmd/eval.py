@@ -122,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
                 answer_cache_dir=cfg.layout.models_dir,
                 embedder=shared_embedder(cfg.embeddings) if cfg.serve.routing == "similarity" else None,
                 rag_k=cfg.serve.rag_k,
+                context_alpha=cfg.serve.served_context_alpha,
             )
     except (BaseModelError, DeviceError, DocumentError, EmbedderError, ModelCheckError) as exc:
         raise CommandError(str(exc)) from None

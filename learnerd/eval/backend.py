@@ -46,7 +46,7 @@ from learnerd.eval.base_logprobs import BaseLogprobStore, dist_key, item_key
 from learnerd.ml.base_model import BaseModelRef, load_model_directory
 from learnerd.ml.device import Placement
 from learnerd.ml.divergence import TokenDist
-from learnerd.ml.generate import left_padded
+from learnerd.ml.generate import context_guidance, left_padded
 from learnerd.ml.loader import load_adapter
 from learnerd.store.adapters import AdapterVersion
 
@@ -411,16 +411,40 @@ class View:
         """
         return self.generate_many([ids], [max_new_tokens])[0]
 
-    def generate_many(self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int]) -> list[list[int]]:
+    def generate_many(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: Sequence[int],
+        *,
+        negatives: Sequence[Sequence[int] | None] | None = None,
+        context_alpha: float = 0.0,
+    ) -> list[list[int]]:
         """:meth:`generate` of each prompt with its own token budget, in left-padded batches (HF
-        ``generate`` derives the position ids from the attention mask).
+        ``generate`` derives the position ids from the attention mask). With ``context_alpha`` above 0, a prompt
+        whose ``negatives`` entry is not None (the prompt without its retrieved examples) is decoded with
+        context-aware decoding against it (:func:`learnerd.ml.generate.context_guidance`), as the endpoint
+        decodes a request answered under retrieved examples.
 
         Raises:
-            ValueError: a prompt is empty, or the budgets do not match the prompts.
+            ValueError: a prompt or a negative prompt is empty, or the budgets or negatives do not match the prompts.
             NonFiniteLogitsError: the logits of a decoding step hold NaN or inf.
             EvaluationCancelled: the backend's cancel event was set.
         """
-        return self.answers(prompts, max_new_tokens)[0]
+        if negatives is None or context_alpha <= 0 or all(n is None for n in negatives):
+            return self.answers(prompts, max_new_tokens)[0]
+        if len(negatives) != len(prompts):
+            raise ValueError(f"{len(negatives)} negative prompts for {len(prompts)} prompts")
+        plain = [i for i, n in enumerate(negatives) if n is None]
+        guided = [i for i, n in enumerate(negatives) if n is not None]
+        out: list[list[int]] = [[] for _ in prompts]
+        for group, negative in ((plain, None), (guided, [negatives[i] for i in guided])):
+            if group:
+                found, _ = self._answers(
+                    [prompts[i] for i in group], [max_new_tokens[i] for i in group], 1, negative, context_alpha
+                )
+                for i, ids in zip(group, found, strict=True):
+                    out[i] = ids
+        return out
 
     def answers(
         self,
@@ -454,7 +478,16 @@ class View:
         store.save(digest, answers)
         return answers
 
-    def _answers(self, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int], top_k: int) -> Answers:
+    def _answers(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: Sequence[int],
+        top_k: int,
+        negatives: Sequence[Sequence[int] | None] | None = None,
+        context_alpha: float = 0.0,
+    ) -> Answers:
+        """:meth:`answers` without the store; ``negatives`` (all given, or None) decode every prompt with
+        context-aware decoding at ``context_alpha`` (:meth:`generate_many`)."""
         import torch
 
         out: list[list[int]] = [[] for _ in prompts]
@@ -467,6 +500,11 @@ class View:
             pad = self.backend._pad_id
             input_ids, mask = left_padded([prompts[i] for i in batch], pad, self.backend.model.device)
             width = input_ids.shape[1]
+            guidance = (
+                context_guidance(context_alpha, [negatives[i] or () for i in batch], pad, self.backend.model.device)
+                if negatives is not None
+                else {}
+            )
             with torch.no_grad():
                 gen = self.backend.model.generate(
                     input_ids=input_ids,
@@ -477,6 +515,7 @@ class View:
                     return_dict_in_generate=True,
                     output_logits=True,
                     stopping_criteria=[_StopWhenCancelled(self.backend.cancel)],
+                    **guidance,
                 )
             self.backend.check_cancelled()  # a generation the cancel event cut short is discarded
             self.backend.forward_passes += len(gen.logits)

@@ -60,10 +60,12 @@ def evaluate(
     progress: Callable[[str], None] | None = None,
     route: Callable[[Sequence[str]], list[Route]] = adapter_alone,
     quote: Callable[[Sequence[str]], list[list[dict[str, Any]]]] = no_quotes,
+    context_alpha: float = 0.0,
 ) -> Report:
     """Evaluate ``backend``'s adapter on ``document``'s probes, prompts and sections, the retention and dialogue
     probes as ``route`` serves (:attr:`~learnerd.eval.probes.base.ProbeContext.route`; default: the adapter
-    alone), the dialogue's turns under the retrieved examples ``quote`` gives (default: none). ``progress`` is
+    alone), the dialogue's turns under the retrieved examples ``quote`` gives (default: none), decoded with
+    context-aware decoding at ``context_alpha`` (0: off) when any is quoted. ``progress`` is
     called with a description after each of the :func:`total_steps` steps.
 
     Raises:
@@ -83,7 +85,13 @@ def evaluate(
             document, backend.tokenizer, max_prompts=options.max_prompts, harvest_tag=options.harvest_tag
         )
         ctx = ProbeContext(
-            backend, inputs, options, progress=progress or (lambda description: None), route=route, quote=quote
+            backend,
+            inputs,
+            options,
+            progress=progress or (lambda description: None),
+            route=route,
+            quote=quote,
+            context_alpha=context_alpha,
         )
         probes = []
         for probe in PROBES:
@@ -124,13 +132,16 @@ def evaluate_version(
     answer_cache_dir: Path | None = None,
     embedder: Embedder | None = None,
     rag_k: int = 0,
+    context_alpha: float = 0.0,
 ) -> Report:
     """Load ``base`` (on ``placement``; default CPU float32) with ``version``'s adapter and :func:`evaluate`
     it on ``document``; setting ``cancel`` (from another thread) stops it at the next batch. With ``embedder``
     (the serving one) the items are scored as ``[serve] routing = "similarity"`` serves them, routed by the
     version's own threshold (:func:`learnerd.ml.router.text_router`), and the dialogue's turns are answered under
-    the ``rag_k`` (``[serve] rag_k``) learned examples the endpoint quotes with them; without, by the adapter alone
-    (``"always-adapter"``); the report's ``learnerd.routing`` says which. With
+    the ``rag_k`` (``[serve] rag_k``) learned examples the endpoint quotes with them, decoded with context-aware
+    decoding at ``context_alpha`` (the α the endpoint applies: ``ServeConfig.served_context_alpha``); without, by the
+    adapter alone (``"always-adapter"``); the report's ``learnerd.routing`` says which, and its
+    ``learnerd.context_alpha`` the α. With
     ``answer_cache_dir`` (the model cache), the base's answers to ``answer_retention``'s pool and every
     log-likelihood it scores are kept there for the next evaluation on this base
     (:mod:`learnerd.eval.base_answers`, :mod:`learnerd.eval.base_logprobs`). A version that
@@ -152,6 +163,7 @@ def evaluate_version(
             "adapter_version": version.number,
             "base_model_identity": base.identity,
             "routing": router.describe() if router is not None else {"mode": "always-adapter"},
+            "context_alpha": context_alpha if router is not None else 0.0,
         }
     }
     report = evaluate(
@@ -164,6 +176,7 @@ def evaluate_version(
         progress=progress,
         route=router or adapter_alone,
         quote=router.quoted if router is not None else no_quotes,
+        context_alpha=context_alpha if router is not None else 0.0,
     )
     meta = version.metadata()
     reason = undertrained_finding(meta.steps, meta.final_loss, backend.vocab_size)

@@ -1,4 +1,20 @@
-"""Greedy answers from a chat model: the decoding used to check what an adapter learned."""
+"""Greedy answers from a chat model: the decoding used to check what an adapter learned, and context-aware decoding.
+
+**Context-aware decoding** (:func:`context_guidance`). A request answered under quoted retrieved examples
+(:func:`learnerd.ml.retrieved_examples.with_examples`) is decoded with the next-token scores
+
+    (1 + α) · log p(y | examples, request) − α · log p(y | request)
+
+(Shi et al., "Trusting Your Evidence: Hallucinate Less with Context-aware Decoding", NAACL 2024, eq. 2, the
+retrieved examples as the context): what the examples add to the model's belief is amplified, what it believes
+without them discounted, so a model that would answer a task logged seconds ago with a command it memorised, or with
+prose, copies the quoted example's command instead. It is transformers' classifier-free guidance with the request
+without its examples as the negative prompt (``guidance_scale`` = 1 + α; ``UnbatchedClassifierFreeGuidance-
+LogitsProcessor`` computes ``γ · (s_c − s_u) + s_u`` on log-softmaxed scores): one more forward pass per token, over
+the shorter prompt, with its own key/value cache. The endpoint applies it on the transformers backend
+(``[serve] context_alpha``), the evaluation's dialogue probe answers its quoted turns the same way (the gate judges
+what is served), and ``benchmarks/bench_learning.py`` answers every quoted prompt so.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +44,26 @@ def left_padded(prompts: Sequence[Sequence[int]], pad_id: int, device: Any = "cp
     input_ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], device=device)
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
     return input_ids, mask
+
+
+def context_guidance(
+    alpha: float, negatives: Sequence[Sequence[int]], pad_id: int, device: Any = "cpu"
+) -> dict[str, Any]:
+    """The keyword arguments of HF ``generate`` that decode a batch with context-aware decoding at ``alpha`` (α; the
+    module docstring): ``negatives`` are the negative prompts' token ids, one per row of the batch in its order (each
+    prompt without its retrieved examples), left-padded as the batch is (:func:`left_padded`); empty when ``alpha``
+    is 0 or below. RoPE attends by relative position, so a negative row's left padding (whose positions the second
+    forward pass counts from 0, padding included) changes its scores only by summation order.
+
+    Raises:
+        ValueError: ``alpha`` is above 0 and ``negatives`` is empty or holds an empty prompt.
+    """
+    if alpha <= 0:
+        return {}
+    if not negatives or any(not n for n in negatives):
+        raise ValueError("context-aware decoding needs one non-empty negative prompt per row")
+    ids, mask = left_padded(negatives, pad_id, device)
+    return {"guidance_scale": 1.0 + alpha, "negative_prompt_ids": ids, "negative_prompt_attention_mask": mask}
 
 
 def generation_eos_ids(model: Any) -> set[int]:
@@ -84,6 +120,8 @@ def greedy_replies(
     logits_processor: Any = None,
     stopping_criteria: Any = None,
     on_batch: Callable[[int], None] | None = None,
+    negatives: Sequence[Sequence[ChatMessage] | None] | None = None,
+    context_alpha: float = 0.0,
 ) -> list[Reply]:
     """The greedy reply to each of ``conversations`` (lists of :class:`ChatMessage`, the last a user
     turn), in order, generated in left-padded batches of at most ``batch_size`` conversations of similar
@@ -92,9 +130,13 @@ def greedy_replies(
     the one-at-a-time answer only where two tokens tie that closely. ``on_batch(replies_done)`` is called after
     each batch.
 
+    With ``context_alpha`` above 0, a conversation whose ``negatives`` entry is not None (the conversation without
+    its retrieved examples) is decoded with context-aware decoding against it (:func:`context_guidance`), in batches
+    of its own; the others as without.
+
     Raises:
         RowEncodingError: the tokenizer has no chat template.
-        ValueError: ``batch_size`` < 1.
+        ValueError: ``batch_size`` < 1, or ``negatives`` not one per conversation.
     """
     import torch
 
@@ -103,11 +145,27 @@ def greedy_replies(
     prompts = [render_chat(tokenizer, list(c), add_generation_prompt=True) for c in conversations]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     eos_ids = generation_eos_ids(model)
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    if negatives is not None and len(negatives) != len(prompts):
+        raise ValueError(f"{len(negatives)} negative prompts for {len(prompts)} conversations")
+    unquoted = [
+        render_chat(tokenizer, list(n), add_generation_prompt=True) if n is not None and context_alpha > 0 else None
+        for n in (negatives if negatives is not None else [None] * len(prompts))
+    ]
+    order = sorted(range(len(prompts)), key=lambda i: (unquoted[i] is not None, len(prompts[i])))
+    batches = [
+        [i for i in order[start : start + batch_size] if (unquoted[i] is not None) == guided]
+        for start in range(0, len(order), batch_size)
+        for guided in (False, True)
+    ]
     replies: dict[int, Reply] = {}
-    for start in range(0, len(order), batch_size):
-        batch = order[start : start + batch_size]
+    for batch in (b for b in batches if b):
         input_ids, mask = left_padded([prompts[i] for i in batch], pad_id, model.device)
+        guided = [unquoted[i] for i in batch]
+        guidance = (
+            context_guidance(context_alpha, [g for g in guided if g is not None], pad_id, model.device)
+            if guided[0] is not None
+            else {}
+        )
         width = input_ids.shape[1]
         with torch.no_grad():
             out = model.generate(
@@ -118,6 +176,7 @@ def greedy_replies(
                 pad_token_id=pad_id,
                 logits_processor=logits_processor,
                 stopping_criteria=stopping_criteria,
+                **guidance,
             )
         for row, i in enumerate(batch):
             new = out[row, width:].tolist()

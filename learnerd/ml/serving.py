@@ -58,7 +58,7 @@ from typing import Any
 import structlog
 
 from learnerd.ml.base_model import BaseModelRef, LoadedBase, load_base_model, resolve_base_model
-from learnerd.ml.generate import generation_eos_ids
+from learnerd.ml.generate import context_guidance, generation_eos_ids
 from learnerd.ml.loader import ModelCheckError, load_adapter
 from learnerd.ml.rows import ChatMessage, render_chat
 from learnerd.ml.threads import CoreMeter, choose_threads, intra_op_threads
@@ -139,13 +139,16 @@ class ServedModel:
 class SamplingParams:
     """``max_tokens`` new tokens at most; ``temperature`` 0 is greedy, else multinomial sampling with
     ``top_p`` nucleus; ``seed`` seeds torch's generator for the job; ``stop`` strings end the text
-    (the stop string itself is not returned)."""
+    (the stop string itself is not returned); ``context_alpha`` above 0 decodes a job that has its messages without
+    retrieved examples (:attr:`Job.unquoted`) with context-aware decoding at that α
+    (:func:`learnerd.ml.generate.context_guidance`) where the backend can (:attr:`ServedModels.context_aware`)."""
 
     max_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    context_alpha: float = 0.0
 
 
 @dataclass
@@ -172,13 +175,15 @@ class Finished:
 
 @dataclass
 class Job:
-    """One admitted chat completion; iterate :meth:`events` on the event loop."""
+    """One admitted chat completion; iterate :meth:`events` on the event loop. ``unquoted``: ``messages`` without
+    the retrieved examples quoted in them (None: none are), context-aware decoding's negative prompt."""
 
     model: ServedModel
     messages: tuple[ChatMessage, ...]
     params: SamplingParams
     version: AdapterVersion | None
     loop: asyncio.AbstractEventLoop
+    unquoted: tuple[ChatMessage, ...] | None = None
     queue: asyncio.Queue[Delta | Finished] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
 
@@ -256,6 +261,10 @@ class ServedModels:
             refused (:class:`ModelUnavailable`) and it is loaded again in the background this many
             seconds later, until a load passes.
     """
+
+    context_aware = True
+    """Whether a job's ``context_alpha`` applies (:class:`SamplingParams`): this backend decodes with context-aware
+    decoding."""
 
     def __init__(
         self,
@@ -378,11 +387,13 @@ class ServedModels:
         params: SamplingParams,
         admission: Admission | None = None,
         version: AdapterVersion | _Current | None = CURRENT,
+        unquoted: Sequence[ChatMessage] | None = None,
     ) -> Job:
         """Queue a chat completion bound to ``version`` of ``model``'s adapter (:data:`CURRENT`: the version
         :meth:`current_version` gives now; None: the base), in ``admission``'s place (None: :meth:`admit` one
         now). A request prepared for one version (its retrieval block) passes that version, so a promotion
-        between preparing and submitting cannot pair the block with the next version.
+        between preparing and submitting cannot pair the block with the next version. ``unquoted``: ``messages``
+        without their retrieved examples (:attr:`Job.unquoted`).
 
         Must be called on the event loop. Raises :class:`QueueFull` when ``capacity`` jobs are pending.
         """
@@ -391,7 +402,8 @@ class ServedModels:
         admission.take()
         if version is CURRENT:
             version = self.current_version(model)
-        job = Job(model, tuple(messages), params, version, asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        job = Job(model, tuple(messages), params, version, loop, unquoted=tuple(unquoted) if unquoted else None)
         if version is not None:
             with self._lock:
                 self._held[adapter_name(version)] += 1
@@ -660,6 +672,9 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
         torch.manual_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little"))
     input_ids = torch.tensor([ids], device=model.device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos_ids), 0)
+    if params.context_alpha > 0 and job.unquoted is not None:
+        unquoted = render_chat(tokenizer, job.unquoted, add_generation_prompt=True)
+        kwargs.update(context_guidance(params.context_alpha, [unquoted], pad_id, model.device))
     with torch.no_grad():
         model.generate(
             input_ids=input_ids,

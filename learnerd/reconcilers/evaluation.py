@@ -164,6 +164,8 @@ class EvaluationReconciler:
             (``"always-adapter"``).
         rag_k: ``[serve] rag_k``, the retrieved examples the endpoint quotes with a request: the dialogue's
             turns are answered under as many of the document's learned examples (with ``embedder``).
+        context_alpha: the context-aware decoding α the endpoint applies to a request answered under retrieved
+            examples (``ServeConfig.served_context_alpha``): the dialogue's quoted turns are decoded so.
     """
 
     name = "evaluation"
@@ -182,9 +184,10 @@ class EvaluationReconciler:
         on_promoted: Callable[[str, AdapterVersion], None] | None = None,
         embedder: Callable[[], Embedder | None] | None = None,
         rag_k: int = 0,
+        context_alpha: float = 0.0,
     ) -> None:
         self.settings = settings
-        self._embedder, self._rag_k = embedder, rag_k
+        self._embedder, self._rag_k, self._context_alpha = embedder, rag_k, context_alpha
         self.options = EvalOptions.from_settings(settings)
         self.store = adapters
         self._models_dir = models_dir
@@ -398,6 +401,7 @@ class EvaluationReconciler:
                 answer_cache_dir=self._models_dir,
                 embedder=embedder,
                 rag_k=self._rag_k,
+                context_alpha=self._context_alpha,
             )
             failure = evaluation_failure(report)
             if failure is not None:
@@ -543,6 +547,7 @@ def evaluation_reconciler(
         on_promoted=on_promoted,
         embedder=embedder,
         rag_k=cfg.serve.rag_k,
+        context_alpha=cfg.serve.served_context_alpha,
     )
 
 

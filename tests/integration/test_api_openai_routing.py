@@ -2,7 +2,8 @@
 aiohttp server over a real served-model manager on the built-in tiny Llama, a document's version trained one cycle
 with its threshold calibrated by the real MiniLM, asked with the official ``openai`` client's default call. A
 learned question is answered by the adapter, "What is the capital of France?" by the base (exactly the base
-model's answer), and ``always-adapter`` gives the adapter everything."""
+model's answer), a task logged after the version is answered under its quoted example with context-aware decoding,
+and ``always-adapter`` gives the adapter everything."""
 
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ from prometheus_client import CollectorRegistry
 
 from learnerd.api.openai_app import openai_app
 from learnerd.api.settings import ServeConfig
+from learnerd.ml import serving
+from learnerd.ml.base_model import load_model_directory
+from learnerd.ml.generate import greedy_replies
+from learnerd.ml.loader import load_adapter
+from learnerd.ml.retrieved_examples import with_examples
+from learnerd.ml.rows import ChatMessage
 from learnerd.ml.serving import ModelCatalog, ServedModels
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
@@ -97,7 +104,7 @@ async def endpoint(
     served = ServedModels(AdapterStore(root / "adapters"), models_dir, num_threads=1)
     control = Control(served, minilm)
     catalog = ModelCatalog([root / "docs"], [])
-    settings = ServeConfig(max_tokens=4, routing=routing)
+    settings = ServeConfig(max_tokens=24, routing=routing)
     app = openai_app(catalog, served, control, settings, CollectorRegistry(), TOKEN, without_token="none")
     try:
         async with (
@@ -131,6 +138,7 @@ async def test_a_learned_question_goes_to_the_adapter_and_the_capital_of_france_
     threshold = read_manifest(AdapterStore(trained / "adapters").current(dlm_id).path).routing["threshold"]
     assert (info["routed"], info["adapter"]) == ("base", None) and info["similarity"] < threshold
     assert info["retrieved"] == [], "no example is quoted into a request about nothing the document holds"
+    assert info["context_alpha"] == 0.0, "nothing quoted: decoded as the base decodes it"
     assert france.system_fingerprint == f"{dlm_id}@base"
     assert france.choices[0].message.content == base.choices[0].message.content  # the base's own answer
     assert base.model_extra["learnerd"]["routed"] == "base" and base.model_extra["learnerd"]["similarity"] is None
@@ -142,17 +150,32 @@ async def test_a_learned_question_goes_to_the_adapter_and_the_capital_of_france_
 
 
 async def test_a_task_logged_after_the_version_goes_to_the_adapter_with_its_example_quoted(
-    trained: Path, models_dir: Path, minilm
+    trained: Path, models_dir: Path, minilm, tiny_model_dir: Path
 ):
     asked = [{"role": "user", "content": "How big is the logs directory on disk?"}]
     dlm_id = read_document(trained / "docs" / "commands.dlm").frontmatter.dlm_id
     async with endpoint(trained, models_dir, minilm, "similarity") as (client, _):
-        fresh = await client.chat.completions.create(model="commands", messages=asked)
+        fresh = await client.chat.completions.create(model="commands", messages=asked, max_tokens=24)
     info = fresh.model_extra["learnerd"]
     threshold = read_manifest(AdapterStore(trained / "adapters").current(dlm_id).path).routing["threshold"]
     assert [h["answer"] for h in info["retrieved"]][:1] == [FRESH[1]], "the fresh example is quoted"
     assert all(h["score"] >= threshold for h in info["retrieved"]), "only examples over the threshold are quoted"
     assert info["routed"] == "adapter" and info["similarity"] == info["retrieved"][0]["score"]
+    # decoded with context-aware decoding (the default α) against the request without its examples: the tokens the
+    # formula gives (tests/integration/test_ml_generate.py), as the endpoint's text tracker renders them
+    assert info["context_alpha"] == ServeConfig().context_alpha > 0
+    version = AdapterStore(trained / "adapters").current(dlm_id)
+    model, tokenizer = load_model_directory(tiny_model_dir)
+    adapter = load_adapter(model, version)
+    messages = [ChatMessage("user", asked[0]["content"])]
+    quoted = [with_examples(messages, info["retrieved"])]
+
+    def rendered(alpha: float) -> str:
+        reply = greedy_replies(adapter, tokenizer, quoted, max_new_tokens=24, negatives=[messages], context_alpha=alpha)
+        text = serving._TextTracker(tokenizer, ())
+        return "".join(text.add(t) for t in reply[0].token_ids) + text.flush()
+
+    assert fresh.choices[0].message.content == rendered(info["context_alpha"]) != rendered(0.0)
 
 
 async def test_always_adapter_gives_the_adapter_every_request(trained: Path, models_dir: Path, minilm):

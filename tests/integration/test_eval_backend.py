@@ -15,11 +15,13 @@ from learnerd.eval.inputs import Encoder
 from learnerd.eval.suite import evaluate
 from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.divergence import divergence
-from learnerd.ml.generate import greedy_answer
+from learnerd.ml.generate import chat_turns, greedy_answer, greedy_replies
+from learnerd.ml.retrieved_examples import with_examples
 from learnerd.store.dlm import parse_text
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 QUESTION = "What is the capital of France?"
+EXAMPLES = [{"query": "restart the api deployment", "answer": "kubectl rollout restart deployment/api", "language": ""}]
 FLOAT32_REL = 1e-5
 """Relative agreement of values computed from float32 logits in different orders: float32's eps is 1.2e-7,
 and a forward pass accumulates rounding over its layers; 1e-5 leaves a wide margin over what is seen (≤ 1e-7)."""
@@ -97,6 +99,30 @@ def test_generation_is_the_trainers_greedy_answer(backend):
         base_answer = encoder.decode(base.generate(encoder.prompt(QUESTION), 12))
     with backend.model.disable_adapter():
         assert base_answer == greedy_answer(backend.model, backend.tokenizer, QUESTION, max_new_tokens=12)
+
+
+def test_a_quoted_prompt_is_decoded_as_the_endpoint_decodes_it(backend):
+    """``generate_many`` with negative prompts (the dialogue probe's quoted turns) gives what ``greedy_replies`` gives
+    with context-aware decoding — the decoding the endpoint and the benchmarks use — and the plain prompts beside them
+    what they give without."""
+    encoder = Encoder(backend.tokenizer)
+    asked = [chat_turns(q) for q in (QUESTION, "restart api", "list the pods in dev")]
+    quoted = [with_examples(a, EXAMPLES) for a in asked]
+    prompts = [encoder.dialogue(quoted[0]), encoder.dialogue(asked[1]), encoder.dialogue(quoted[2])]
+    negatives = [encoder.dialogue(asked[0]), None, encoder.dialogue(asked[2])]
+    with backend.as_finetuned() as ft:
+        mine = ft.generate_many(prompts, [10, 10, 10], negatives=negatives, context_alpha=2.0)
+        unguided = ft.generate_many(prompts, [10, 10, 10])
+    expected = greedy_replies(
+        backend.model,
+        backend.tokenizer,
+        [quoted[0], asked[1], quoted[2]],
+        max_new_tokens=10,
+        negatives=[asked[0], None, asked[2]],
+        context_alpha=2.0,
+    )
+    assert mine == [list(r.token_ids) for r in expected]
+    assert mine[1] == unguided[1] and mine != unguided, "only the quoted prompts are decoded otherwise"
 
 
 def test_non_finite_logits_are_refused(backend):

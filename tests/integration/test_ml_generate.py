@@ -1,12 +1,15 @@
 """Batched greedy decoding: left-padded batches of conversations of different lengths answer exactly as
-each conversation alone does (the tiny model, float32)."""
+each conversation alone does (the tiny model, float32); context-aware decoding scores what the formula says, batched
+or alone."""
 
 from __future__ import annotations
 
 import pytest
 
 from learnerd.ml.base_model import load_model_directory
-from learnerd.ml.generate import chat_turns, greedy_replies, greedy_reply
+from learnerd.ml.generate import chat_turns, context_guidance, generation_eos_ids, greedy_replies, greedy_reply
+from learnerd.ml.retrieved_examples import with_examples
+from learnerd.ml.rows import render_chat
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -37,3 +40,66 @@ def test_a_batch_size_below_one_is_refused(tiny_model_dir):
     model, tokenizer = load_model_directory(tiny_model_dir)
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
         greedy_replies(model, tokenizer, [chat_turns("q")], batch_size=0)
+
+
+EXAMPLES = [{"query": "restart the api deployment", "answer": "kubectl rollout restart deployment/api", "language": ""}]
+
+
+def test_context_aware_decoding_scores_the_examples_against_the_request_alone(tiny_model_dir):
+    """Each token greedy under (1 + α) log p(y | examples, request) − α log p(y | request) (Shi et al. 2024), as
+    recomputed here from the model's two full forward passes per step, and a different answer from α 0."""
+    import torch
+
+    model, tokenizer = load_model_directory(tiny_model_dir)
+    asked = chat_turns("restart api")
+    quoted = with_examples(asked, EXAMPLES)
+    steps = 10
+    found = {}
+    for alpha in (0.5, 2.0):
+        ids = render_chat(tokenizer, quoted, add_generation_prompt=True)
+        plain = render_chat(tokenizer, asked, add_generation_prompt=True)
+        expected: list[int] = []
+        with torch.no_grad():
+            for _ in range(steps):
+                c = torch.log_softmax(model(torch.tensor([ids + expected])).logits[0, -1], -1)
+                u = torch.log_softmax(model(torch.tensor([plain + expected])).logits[0, -1], -1)
+                expected.append(int(torch.argmax((1 + alpha) * c - alpha * u)))
+        eos = generation_eos_ids(model)
+        expected = expected[: next((i for i, t in enumerate(expected) if t in eos), steps)]
+        guided = greedy_replies(
+            model, tokenizer, [quoted], max_new_tokens=steps, negatives=[asked], context_alpha=alpha
+        )[0]
+        assert list(guided.token_ids) == expected
+        found[alpha] = guided.token_ids
+    unguided = greedy_replies(model, tokenizer, [quoted], max_new_tokens=steps)[0].token_ids
+    assert unguided != found[2.0], "the guidance changes the answer: the comparison is not vacuous"
+    assert greedy_replies(model, tokenizer, [quoted], max_new_tokens=steps, negatives=[asked])[0].token_ids == unguided
+
+
+def test_a_batch_with_guided_and_plain_rows_answers_as_each_row_alone(tiny_model_dir):
+    """Rows with a negative prompt (guided, left-padded in their own batches) and rows without, mixed: each answers as
+    it does alone (RoPE: a row's padding shifts positions, not their differences)."""
+    model, tokenizer = load_model_directory(tiny_model_dir)
+    asked = [chat_turns(q, system=system) for q, system in QUESTIONS]
+    conversations = [with_examples(a, EXAMPLES) if i % 2 == 0 else a for i, a in enumerate(asked)]
+    negatives = [a if i % 2 == 0 else None for i, a in enumerate(asked)]
+    alone = [
+        greedy_replies(model, tokenizer, [c], max_new_tokens=8, negatives=[n], context_alpha=2.0)[0].token_ids
+        for c, n in zip(conversations, negatives, strict=True)
+    ]
+    batched = greedy_replies(
+        model, tokenizer, conversations, max_new_tokens=8, batch_size=3, negatives=negatives, context_alpha=2.0
+    )
+    assert [r.token_ids for r in batched] == alone
+    with pytest.raises(ValueError, match="2 negative prompts for 5 conversations"):
+        greedy_replies(model, tokenizer, conversations, negatives=negatives[:2], context_alpha=2.0)
+
+
+def test_context_guidance_is_off_at_alpha_zero_and_needs_a_prompt_per_row():
+    assert context_guidance(0.0, [], 0) == {}
+    kwargs = context_guidance(0.5, [[1, 2, 3], [4]], 0)
+    assert kwargs["guidance_scale"] == 1.5
+    assert kwargs["negative_prompt_ids"].tolist() == [[1, 2, 3], [0, 0, 4]]
+    assert kwargs["negative_prompt_attention_mask"].tolist() == [[1, 1, 1], [0, 0, 1]]
+    with pytest.raises(ValueError, match="one non-empty negative prompt per row"):
+        context_guidance(0.5, [[1], []], 0)

@@ -1,5 +1,6 @@
-"""``[serve] backend``: transformers by default, llama.cpp on request; steering, which only the transformers
-backend applies, is refused with llama.cpp when the configuration is loaded, naming both settings."""
+"""``[serve] backend``: transformers by default, llama.cpp on request (steering too, as llama.cpp's logit bias); an
+unknown backend is refused with the choices; context-aware decoding (``[serve] context_alpha``) is served on the
+transformers backend only."""
 
 from __future__ import annotations
 
@@ -34,3 +35,12 @@ def test_steering_with_the_llamacpp_backend_is_accepted(tmp_path: Path):
 def test_an_unknown_backend_is_refused_with_the_choices(tmp_path: Path):
     with pytest.raises(ConfigError, match=r"serve.backend.*'transformers'.*'llamacpp'"):
         load_config(write(tmp_path, '[serve]\nbackend = "vllm"\n'))
+
+
+def test_context_aware_decoding_is_served_on_the_transformers_backend_only(tmp_path: Path):
+    assert load_config(write(tmp_path, "")).serve.served_context_alpha == 0.5
+    assert load_config(write(tmp_path, "[serve]\ncontext_alpha = 1.0\n")).serve.served_context_alpha == 1.0
+    llamacpp = load_config(write(tmp_path, '[serve]\nbackend = "llamacpp"\ncontext_alpha = 1.0\n')).serve
+    assert (llamacpp.context_alpha, llamacpp.served_context_alpha) == (1.0, 0.0)
+    with pytest.raises(ConfigError, match="context_alpha"):
+        load_config(write(tmp_path, "[serve]\ncontext_alpha = -0.5\n"))

@@ -69,7 +69,8 @@ class ProbeContext:
     it (:func:`learnerd.ml.router.text_router`; default: the adapter alone): the retention and dialogue probes
     score each item as served and report the adapter alone beside it. ``quote`` gives the retrieved examples the
     endpoint quotes with each text (:meth:`learnerd.ml.router.TextRouter.quoted`; default: none): the dialogue probe
-    answers each turn under them, as served.
+    answers each turn under them, as served, decoded with context-aware decoding at ``context_alpha`` (the endpoint's
+    ``[serve] context_alpha`` as its backend applies it; 0: off) when any is quoted.
 
     ``progress`` is called with a short description after each step of work (:func:`learnerd.eval.suite.total_steps`
     of them in a whole evaluation); it is where a progress bar or a log event hooks in.
@@ -82,6 +83,7 @@ class ProbeContext:
     progress: Callable[[str], None] = field(default_factory=lambda: _no_progress)
     route: Callable[[Sequence[str]], list[Route]] = field(default_factory=lambda: adapter_alone)
     quote: Callable[[Sequence[str]], list[list[dict[str, Any]]]] = field(default_factory=lambda: no_quotes)
+    context_alpha: float = 0.0
 
     def by_adapter(self, texts: Sequence[str]) -> list[bool]:
         """Whether the served system answers each of ``texts`` with the adapter (else the base: :attr:`route`)."""

@@ -1,26 +1,26 @@
 """``multi_turn_coherence_decay``: does the adapter's influence survive a dialogue, or fade turn by turn?
 
-After the seed's probe of this name (sway 0.1.0 ships none; its ``prompt_collapse`` fits the same
-exponential over context length instead of turns). A dialogue chains the document's own questions, as a
-person asks a copilot one thing after another. Of the document's first ``k = min(dialogue_prompts, pairs)``
-Q/A pairs, dialogue ``d`` (``0..k-1``) asks pair ``(d + t - 1) mod k`` at user turn ``t``, up to ``max_turns``
-user turns — a Latin square: every turn asks the same ``k`` questions, so the per-turn means differ by the
-depth of the dialogue, not by which questions were asked; with ``k = max_turns`` (the defaults, 4) each
-dialogue asks each question once. Each turn is answered greedily as served (at most the reference's token
-count + 8 new tokens, ``max_answer_tokens`` at most): by the fine-tuned view, or by the base when the router
-(:attr:`~learnerd.eval.probes.base.ProbeContext.route`) gives it the turn's question, as the endpoint routes the
-last user message; and under the retrieved examples the endpoint quotes with that message
+After the seed's probe of this name (sway 0.1.0 ships none; its ``prompt_collapse`` fits the same exponential over
+context length instead of turns). A dialogue chains the document's own questions, as a person asks a copilot one thing
+after another. Of the document's first ``k = min(dialogue_prompts, pairs)`` Q/A pairs, dialogue ``d`` (``0..k-1``) asks
+pair ``(d + t - 1) mod k`` at user turn ``t``, up to ``max_turns`` user turns — a Latin square: every turn asks the same
+``k`` questions, so the per-turn means differ by the depth of the dialogue, not by which questions were asked; with ``k
+= max_turns`` (the defaults, 4) each dialogue asks each question once. Each turn is answered greedily as served (at most
+the reference's token count + 8 new tokens, ``max_answer_tokens`` at most): by the fine-tuned view, or by the base when
+the router (:attr:`~learnerd.eval.probes.base.ProbeContext.route`) gives it the turn's question, as the endpoint routes
+the last user message; and under the retrieved examples the endpoint quotes with that message
 (:attr:`~learnerd.eval.probes.base.ProbeContext.quote`, ``[serve] rag_k`` of the document's learned examples,
-:func:`learnerd.ml.retrieved_examples.with_examples`), the history itself plain, as a client sends it again at
-each request. At each turn ``t = 2..max_turns``, before the
-model answers, the divergence KL(ft ‖ base) of the next-token distributions is measured on the plain history
-(both views see the fine-tuned model's own earlier answers); ``calibration = "sway-exact"`` completes the
-top-k tails as sway does. The per-turn means are fitted with :func:`~learnerd.eval.half_life.fit_half_life`;
-``raw`` is the half-life in turns. ``evidence.answered_per_turn[t - 1]`` counts the dialogues whose answer at
-turn ``t`` equals its reference (whitespace collapsed): whether the served system still answers at turn 3;
-``evidence.routed_to_base`` counts the turns the base answered, ``evidence.quoted_turns`` those answered under
-retrieved examples, and ``evidence.adapter_alone.answered_per_turn`` the same counts when the adapter answers every
-turn with nothing quoted (rolled once more only when the served dialogue routed a turn to the base or quoted one).
+:func:`learnerd.ml.retrieved_examples.with_examples`; decoded with context-aware decoding at
+:attr:`~learnerd.eval.probes.base.ProbeContext.context_alpha` against the same prompt without them, as the endpoint
+decodes it), the history itself plain, as a client sends it again at each request. At each turn ``t = 2..max_turns``,
+before the model answers, the divergence KL(ft ‖ base) of the next-token distributions is measured on the plain history
+(both views see the fine-tuned model's own earlier answers); ``calibration = "sway-exact"`` completes the top-k tails as
+sway does. The per-turn means are fitted with :func:`~learnerd.eval.half_life.fit_half_life`; ``raw`` is the half-life
+in turns. ``evidence.answered_per_turn[t - 1]`` counts the dialogues whose answer at turn ``t`` equals its reference
+(whitespace collapsed): whether the served system still answers at turn 3; ``evidence.routed_to_base`` counts the turns
+the base answered, ``evidence.quoted_turns`` those answered under retrieved examples, and
+``evidence.adapter_alone.answered_per_turn`` the same counts when the adapter answers every turn with nothing quoted
+(rolled once more only when the served dialogue routed a turn to the base or quoted one).
 
 Why the document's questions, not generic follow-ups ("Please go on."): a generic follow-up asks for
 something no document teaches, and an adapter that keeps the base's abilities (``calibration_drift``,
@@ -122,6 +122,7 @@ def per_turn(ctx: ProbeContext, *, served: bool = True) -> Dialogues:
         by_base += by_adapter.count(False)
         hits = ctx.quote(questions) if served else no_quotes(questions)
         quoted += sum(bool(h) for h in hits)
+        negatives = [p if h else None for h, p in zip(hits, prompts, strict=True)]  # without the examples
         prompts = [
             encoder.dialogue(with_examples(m, h)) if h else p for m, h, p in zip(dialogues, hits, prompts, strict=True)
         ]
@@ -130,7 +131,12 @@ def per_turn(ctx: ProbeContext, *, served: bool = True) -> Dialogues:
             members = [d for d in starts if by_adapter[d] == adapter]
             if members:
                 with enter() as view:
-                    generated = view.generate_many([prompts[d] for d in members], [budgets[asks[d]] for d in members])
+                    generated = view.generate_many(
+                        [prompts[d] for d in members],
+                        [budgets[asks[d]] for d in members],
+                        negatives=[negatives[d] for d in members],
+                        context_alpha=ctx.context_alpha,
+                    )
                 for d, ids in zip(members, generated, strict=True):
                     answers[d] = ids
         right = 0
