@@ -21,14 +21,14 @@ without them); ``context_alpha`` says the α applied (0: nothing quoted, the opt
 which cannot).
 
 Routing (``[serve] routing = "similarity"``, the default; :mod:`learnerd.ml.router`). A document's request is
-compared with what the document holds: the questions its served version learned and the retrieved examples (those
-logged since included). Its ``similarity`` is the nearest one's cosine similarity; at or above the version's
-threshold (recorded in its manifest; :data:`~learnerd.ml.router.DEFAULT_THRESHOLD` before a first version) the
-adapter answers (``routed: "adapter"``), below it the base (``"base"``, inside ``disable_adapter()``). Only the
-retrieved examples at or above the threshold are quoted, whoever answers (a request that sets its own
-``learnerd.rag_k`` is quoted its K nearest): a request about nothing the document
-holds ("What is 17 times 3?") reaches the base as the client sent it, and a task logged seconds ago, before any
-version learned it, is answered from its quoted example. The message is embedded once, for routing and retrieval
+compared with the questions its served version learned. Its ``similarity`` is the nearest one's cosine similarity;
+at or above the version's threshold (recorded in its manifest) the adapter answers (``routed: "adapter"``), below it
+the base (``"base"``, inside ``disable_adapter()``); before a first version the base answers everything
+(``similarity``: the nearest retrieved example's). Only the retrieved examples at or above the threshold
+(:data:`~learnerd.ml.router.DEFAULT_THRESHOLD` before a first version) are quoted, whoever answers (a request that
+sets its own ``learnerd.rag_k`` is quoted its K nearest): a request about nothing the document holds ("What is 17
+times 3?") reaches the base as the client sent it, and a task logged seconds ago, which no version learned, is
+answered by the base from its quoted example. The message is embedded once, for routing and retrieval
 both; a version's questions are embedded at its first request. ``"always-adapter"`` sends every request of a
 document with a version to its adapter and quotes the ``rag_k`` nearest examples, however far; a base model's
 request is compared with nothing and gets retrieved examples only when it asks (``learnerd.rag_k``).

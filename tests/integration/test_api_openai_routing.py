@@ -2,7 +2,7 @@
 aiohttp server over a real served-model manager on the built-in tiny Llama, a document's version trained one cycle
 with its threshold calibrated by the real MiniLM, asked with the official ``openai`` client's default call. A
 learned question is answered by the adapter, "What is the capital of France?" by the base (exactly the base
-model's answer), a task logged after the version is answered under its quoted example with context-aware decoding,
+model's answer), a task logged after the version by the base under its quoted example with context-aware decoding,
 and ``always-adapter`` gives the adapter everything."""
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from learnerd.api.settings import ServeConfig
 from learnerd.ml import serving
 from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.generate import greedy_replies
-from learnerd.ml.loader import load_adapter
 from learnerd.ml.retrieved_examples import with_examples
 from learnerd.ml.rows import ChatMessage
 from learnerd.ml.serving import ModelCatalog, ServedModels
@@ -149,7 +148,7 @@ async def test_a_learned_question_goes_to_the_adapter_and_the_capital_of_france_
     ]
 
 
-async def test_a_task_logged_after_the_version_goes_to_the_adapter_with_its_example_quoted(
+async def test_a_task_logged_after_the_version_goes_to_the_base_with_its_example_quoted(
     trained: Path, models_dir: Path, minilm, tiny_model_dir: Path
 ):
     asked = [{"role": "user", "content": "How big is the logs directory on disk?"}]
@@ -160,18 +159,17 @@ async def test_a_task_logged_after_the_version_goes_to_the_adapter_with_its_exam
     threshold = read_manifest(AdapterStore(trained / "adapters").current(dlm_id).path).routing["threshold"]
     assert [h["answer"] for h in info["retrieved"]][:1] == [FRESH[1]], "the fresh example is quoted"
     assert all(h["score"] >= threshold for h in info["retrieved"]), "only examples over the threshold are quoted"
-    assert info["routed"] == "adapter" and info["similarity"] == info["retrieved"][0]["score"]
+    assert (info["routed"], info["adapter"]) == ("base", None), "no version learned it: the base copies its example"
+    assert info["similarity"] < threshold <= info["retrieved"][0]["score"]
     # decoded with context-aware decoding (the default α) against the request without its examples: the tokens the
     # formula gives (tests/integration/test_ml_generate.py), as the endpoint's text tracker renders them
     assert info["context_alpha"] == ServeConfig().context_alpha > 0
-    version = AdapterStore(trained / "adapters").current(dlm_id)
-    model, tokenizer = load_model_directory(tiny_model_dir)
-    adapter = load_adapter(model, version)
+    model, tokenizer = load_model_directory(tiny_model_dir)  # the base answers it
     messages = [ChatMessage("user", asked[0]["content"])]
     quoted = [with_examples(messages, info["retrieved"])]
 
     def rendered(alpha: float) -> str:
-        reply = greedy_replies(adapter, tokenizer, quoted, max_new_tokens=24, negatives=[messages], context_alpha=alpha)
+        reply = greedy_replies(model, tokenizer, quoted, max_new_tokens=24, negatives=[messages], context_alpha=alpha)
         text = serving._TextTracker(tokenizer, ())
         return "".join(text.add(t) for t in reply[0].token_ids) + text.flush()
 

@@ -1,7 +1,7 @@
 """The router's decision and the threshold a version routes with (learnerd.ml.router), without a model: a request
 at least the threshold similar to a learned question goes to the adapter, anything else to the base; a version
 with no recorded threshold, or one recorded with another embedder, routes with the default; the endpoint's decision
-(``similarity_route``) also counts the retrieved examples close enough to quote."""
+(``similarity_route``) sends a request close only to a retrieved example the version never learned to the base."""
 
 import dataclasses
 import json
@@ -129,7 +129,8 @@ def test_a_version_without_questions_answers_everything() -> None:
     assert similarity_route(True, None, None, []) == ADAPTER
 
 
-def test_the_nearest_of_the_learned_questions_and_the_close_hits_decides() -> None:
+def test_the_nearest_learned_question_decides_and_a_task_logged_since_goes_to_the_base() -> None:
     assert similarity_route(True, ROUTER, 0.3, []) == Route("base", 0.3)
-    assert similarity_route(True, ROUTER, 0.3, [hit(0.7)]) == Route("adapter", 0.7)  # a task logged since
+    assert similarity_route(True, ROUTER, 0.3, [hit(0.7)]) == Route("base", 0.3)  # close only to a fresh example
     assert similarity_route(True, ROUTER, 0.6, []) == Route("adapter", 0.6)  # at the threshold: the adapter
+    assert similarity_route(True, ROUTER, 0.65, [hit(0.9)]) == Route("adapter", 0.65)
