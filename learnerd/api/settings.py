@@ -129,8 +129,8 @@ class ServeConfig(Section):
     """or "llamacpp": generate with llama.cpp on the base's GGUF file and the version's GGUF LoRA (docs/export.md)"""
     routing: Literal["similarity", "always-adapter"] = "similarity"
     """who answers a document's request: "similarity" = its adapter when the last user message is at least the
-    version's threshold similar to a question it learned or to a retrieved example, else the base, and only
-    examples over the threshold are quoted (docs/operations.md, Routing); "always-adapter" = its adapter, quoted
+    version's threshold similar to a question it learned, else the base (a task logged since the version too), and
+    only examples over the threshold are quoted (docs/operations.md, Routing); "always-adapter" = its adapter, quoted
     the rag_k nearest. The promotion gate judges what this serves"""
 
     _listen = field_validator("listen")(_host_port_or_empty("serve"))
