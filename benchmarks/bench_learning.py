@@ -473,18 +473,24 @@ def retrieval_reach(retriever: Retriever, items: dict[str, list[Item]]) -> dict[
 
 
 def answer_all(
-    model, tokenizer, items: list[Item], retriever: Retriever | None = None, learned: frozenset[str] = frozenset()
+    model,
+    tokenizer,
+    items: list[Item],
+    retriever: Retriever | None = None,
+    learned: frozenset[str] = frozenset(),
+    by_base: bool = False,
 ) -> Scores:
     """Greedy answers to ``items`` (with the retrieved examples, as the endpoint quotes them, when
-    ``retriever`` is given: less ``learned``), in batches."""
+    ``retriever`` is given: less ``learned``), in batches; ``by_base``: ``model`` is the base (:func:`replies`)."""
     quoted = [retriever.hits(it.prompt, learned) if retriever is not None else [] for it in items]
-    return scored(items, replies(model, tokenizer, items, quoted))
+    return scored(items, replies(model, tokenizer, items, quoted, by_base))
 
 
-def replies(model, tokenizer, items: list[Item], quoted: list[list[SearchHit]]) -> list[str]:
+def replies(model, tokenizer, items: list[Item], quoted: list[list[SearchHit]], by_base: bool = False) -> list[str]:
     """The greedy answers to ``items``, each asked with its ``quoted`` examples as the endpoint quotes them
-    (:func:`learnerd.ml.retrieved_examples.with_examples`) and decodes them (context-aware decoding at the default
-    ``[serve] context_alpha``, :func:`learnerd.ml.generate.context_guidance`), in batches."""
+    (:func:`learnerd.ml.retrieved_examples.with_examples`) and decodes them: ``by_base`` (``model`` is the base), with
+    context-aware decoding at the default ``[serve] context_alpha`` (:func:`learnerd.ml.generate.context_guidance`),
+    as the endpoint decodes the base's answers; in batches."""
     from learnerd.api.settings import ServeConfig
     from learnerd.ml.generate import chat_turns, greedy_replies
     from learnerd.ml.retrieved_examples import with_examples
@@ -492,7 +498,7 @@ def replies(model, tokenizer, items: list[Item], quoted: list[list[SearchHit]]) 
     asked = [chat_turns(it.prompt) for it in items]
     conversations = [with_examples(a, q) for a, q in zip(asked, quoted, strict=True)]
     negatives = [a if q else None for a, q in zip(asked, quoted, strict=True)]
-    alpha = ServeConfig().served_context_alpha
+    alpha = ServeConfig().served_context_alpha if by_base else 0.0
     found = (
         greedy_replies(
             model,
@@ -548,7 +554,7 @@ def answer_served(
     answers: list[str] = [""] * len(items)
     for who, model in (("adapter", adapted), ("base", base_model)):
         mine = [i for i, r in enumerate(routes) if r == who]
-        texts = replies(model, tokenizer, [items[i] for i in mine], [quoted[i] for i in mine])
+        texts = replies(model, tokenizer, [items[i] for i in mine], [quoted[i] for i in mine], by_base=who == "base")
         for i, text in zip(mine, texts, strict=True):
             answers[i] = text
     return scored(items, answers, routes)
@@ -732,7 +738,9 @@ def main() -> int:
         nonlocal retriever
         retriever = retriever or Retriever(config)
         if "base+RAG" not in results:
-            results["base+RAG"] = {k: answer_all(model, tokenizer, v, retriever) for k, v in items.items()}
+            results["base+RAG"] = {
+                k: answer_all(model, tokenizer, v, retriever, by_base=True) for k, v in items.items()
+            }
             print("base+RAG answered", flush=True)
 
     # a --probes-only run resumed without it: the versions whose evaluations it read answer the sets now (base + RAG

@@ -15,9 +15,10 @@ the block.
 Every response carries ``"learnerd": {"adapter", "doc_key", "max_tokens", "retrieved", "withheld", "routed",
 "similarity", "context_alpha"}`` (the first chunk of a stream), so a client sees what answered it.
 
-A request answered under retrieved examples is decoded with context-aware decoding at ``[serve] context_alpha``
-(:func:`learnerd.ml.generate.context_guidance`: the answer leans on the quoted examples over what the model recalls
-without them); ``context_alpha`` says the α applied (0: nothing quoted, the option off, or the llama.cpp backend,
+A request the base answers under retrieved examples is decoded with context-aware decoding at ``[serve]
+context_alpha`` (:func:`learnerd.ml.generate.context_guidance`: the answer leans on the quoted examples over what the
+model recalls without them); ``context_alpha`` says the α applied (0: nothing quoted, the adapter answers — it
+trained under such blocks, and the decoding cost its dialogue answers —, the option off, or the llama.cpp backend,
 which cannot).
 
 Routing (``[serve] routing = "similarity"``, the default; :mod:`learnerd.ml.router`). A document's request is
@@ -385,9 +386,9 @@ class OpenAIEndpoint:
             "withheld": withheld,
             "routed": route.routed,
             "similarity": None if route.similarity is None else round(route.similarity, 4),
-            "context_alpha": self._context_alpha if retrieved else 0.0,
+            "context_alpha": self._context_alpha if retrieved and version is None else 0.0,  # the base's answer
         }
-        unquoted = messages if retrieved else None
+        unquoted = messages if retrieved and version is None else None
         messages = with_examples(messages, retrieved)
         return _Prepared(req, model, model.id, messages, info, admission, version, authenticated, unquoted)
 

@@ -118,9 +118,9 @@ class ServeConfig(Section):
     threshold similar (0 = off; per request: learnerd.rag_k); retrieval needs the token, and documents of a
     pretrained base train under rag_k retrieved examples unless their training block says otherwise"""
     context_alpha: float = Field(0.5, ge=0.0, le=4.0)
-    """context-aware decoding's alpha for a request answered under retrieved examples: scores (1 + alpha) log p(y |
-    examples, request) - alpha log p(y | request), so the answer copies a quoted example rather than what the model
-    recalls (0 = off; transformers backend only; docs/operations.md, Context-aware decoding)"""
+    """context-aware decoding's alpha for a request the base answers under retrieved examples: scores (1 + alpha)
+    log p(y | examples, request) - alpha log p(y | request), so the answer copies a quoted example rather than what
+    the model recalls (0 = off; transformers backend only; docs/operations.md, Context-aware decoding)"""
     steering: bool = False
     """apply `learnerd evolve`'s deltas_best.json of the document's run, when there is one"""
     num_threads: int = Field(0, ge=0)

@@ -65,7 +65,7 @@ def evaluate(
     """Evaluate ``backend``'s adapter on ``document``'s probes, prompts and sections, the retention and dialogue
     probes as ``route`` serves (:attr:`~learnerd.eval.probes.base.ProbeContext.route`; default: the adapter
     alone), the dialogue's turns under the retrieved examples ``quote`` gives (default: none), decoded with
-    context-aware decoding at ``context_alpha`` (0: off) when any is quoted. ``progress`` is
+    context-aware decoding at ``context_alpha`` (0: off) where the base answers a quoted turn. ``progress`` is
     called with a description after each of the :func:`total_steps` steps.
 
     Raises:
@@ -134,19 +134,18 @@ def evaluate_version(
     rag_k: int = 0,
     context_alpha: float = 0.0,
 ) -> Report:
-    """Load ``base`` (on ``placement``; default CPU float32) with ``version``'s adapter and :func:`evaluate`
-    it on ``document``; setting ``cancel`` (from another thread) stops it at the next batch. With ``embedder``
-    (the serving one) the items are scored as ``[serve] routing = "similarity"`` serves them, routed by the
-    version's own threshold (:func:`learnerd.ml.router.text_router`), and the dialogue's turns are answered under
-    the ``rag_k`` (``[serve] rag_k``) learned examples the endpoint quotes with them, decoded with context-aware
-    decoding at ``context_alpha`` (the α the endpoint applies: ``ServeConfig.served_context_alpha``); without, by the
-    adapter alone (``"always-adapter"``); the report's ``learnerd.routing`` says which, and its
-    ``learnerd.context_alpha`` the α. With
-    ``answer_cache_dir`` (the model cache), the base's answers to ``answer_retention``'s pool and every
-    log-likelihood it scores are kept there for the next evaluation on this base
-    (:mod:`learnerd.eval.base_answers`, :mod:`learnerd.eval.base_logprobs`). A version that
-    trained too little (:func:`learnerd.ml.undertrained.undertrained_finding` on its metadata's steps, final loss
-    and vocabulary size) gets an ``undertrained: ...`` finding first.
+    """Load ``base`` (on ``placement``; default CPU float32) with ``version``'s adapter and :func:`evaluate` it on
+    ``document``; setting ``cancel`` (from another thread) stops it at the next batch. With ``embedder`` (the serving
+    one) the items are scored as ``[serve] routing = "similarity"`` serves them, routed by the version's own threshold
+    (:func:`learnerd.ml.router.text_router`), and the dialogue's turns are answered under the ``rag_k`` (``[serve]
+    rag_k``) learned examples the endpoint quotes with them, those the base answers decoded with context-aware decoding
+    at ``context_alpha`` (the α the endpoint applies: ``ServeConfig.served_context_alpha``); without, by the adapter
+    alone (``"always-adapter"``); the report's ``learnerd.routing`` says which, and its ``learnerd.context_alpha`` the
+    α. With ``answer_cache_dir`` (the model cache), the base's answers to ``answer_retention``'s pool and every
+    log-likelihood it scores are kept there for the next evaluation on this base (:mod:`learnerd.eval.base_answers`,
+    :mod:`learnerd.eval.base_logprobs`). A version that trained too little
+    (:func:`learnerd.ml.undertrained.undertrained_finding` on its metadata's steps, final loss and vocabulary size) gets
+    an ``undertrained: ...`` finding first.
 
     Raises:
         BaseModelError: the base cannot be loaded.

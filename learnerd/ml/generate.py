@@ -11,9 +11,11 @@ without them discounted, so a model that would answer a task logged seconds ago 
 prose, copies the quoted example's command instead. It is transformers' classifier-free guidance with the request
 without its examples as the negative prompt (``guidance_scale`` = 1 + α; ``UnbatchedClassifierFreeGuidance-
 LogitsProcessor`` computes ``γ · (s_c − s_u) + s_u`` on log-softmaxed scores): one more forward pass per token, over
-the shorter prompt, with its own key/value cache. The endpoint applies it on the transformers backend
-(``[serve] context_alpha``), the evaluation's dialogue probe answers its quoted turns the same way (the gate judges
-what is served), and ``benchmarks/bench_learning.py`` answers every quoted prompt so.
+the shorter prompt, with its own key/value cache. The endpoint applies it to the base's answers on the transformers
+backend (``[serve] context_alpha``: before a document's first version, and to a task logged since its version's
+cycle), the evaluation's dialogue probe to its quoted turns the base answers (the gate judges what is served), and
+``benchmarks/bench_learning.py`` to the base's quoted prompts. An adapter trained under retrieved examples (RAFT rows)
+answers without it: it does not copy a fresh example under it either, and it lost a dialogue answer of 16.
 """
 
 from __future__ import annotations

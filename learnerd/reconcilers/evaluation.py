@@ -165,7 +165,8 @@ class EvaluationReconciler:
         rag_k: ``[serve] rag_k``, the retrieved examples the endpoint quotes with a request: the dialogue's
             turns are answered under as many of the document's learned examples (with ``embedder``).
         context_alpha: the context-aware decoding α the endpoint applies to a request answered under retrieved
-            examples (``ServeConfig.served_context_alpha``): the dialogue's quoted turns are decoded so.
+            examples (``ServeConfig.served_context_alpha``): the dialogue's quoted turns the base answers are decoded
+            so.
     """
 
     name = "evaluation"

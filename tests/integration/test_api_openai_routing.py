@@ -133,6 +133,7 @@ async def test_a_learned_question_goes_to_the_adapter_and_the_capital_of_france_
     info = learned.model_extra["learnerd"]
     assert (info["routed"], info["adapter"]) == ("adapter", "v0001") and info["similarity"] == pytest.approx(1.0)
     assert learned.system_fingerprint == f"{dlm_id}@v0001"
+    assert info["context_alpha"] == 0.0, "the adapter answers without context-aware decoding"
     info = france.model_extra["learnerd"]
     threshold = read_manifest(AdapterStore(trained / "adapters").current(dlm_id).path).routing["threshold"]
     assert (info["routed"], info["adapter"]) == ("base", None) and info["similarity"] < threshold

@@ -10,7 +10,7 @@ the reference's token count + 8 new tokens, ``max_answer_tokens`` at most): by t
 the router (:attr:`~learnerd.eval.probes.base.ProbeContext.route`) gives it the turn's question, as the endpoint routes
 the last user message; and under the retrieved examples the endpoint quotes with that message
 (:attr:`~learnerd.eval.probes.base.ProbeContext.quote`, ``[serve] rag_k`` of the document's learned examples,
-:func:`learnerd.ml.retrieved_examples.with_examples`; decoded with context-aware decoding at
+:func:`learnerd.ml.retrieved_examples.with_examples`; a turn the base answers decoded with context-aware decoding at
 :attr:`~learnerd.eval.probes.base.ProbeContext.context_alpha` against the same prompt without them, as the endpoint
 decodes it), the history itself plain, as a client sends it again at each request. At each turn ``t = 2..max_turns``,
 before the model answers, the divergence KL(ft ‖ base) of the next-token distributions is measured on the plain history
@@ -134,7 +134,7 @@ def per_turn(ctx: ProbeContext, *, served: bool = True) -> Dialogues:
                     generated = view.generate_many(
                         [prompts[d] for d in members],
                         [budgets[asks[d]] for d in members],
-                        negatives=[negatives[d] for d in members],
+                        negatives=[None if adapter else negatives[d] for d in members],  # as served
                         context_alpha=ctx.context_alpha,
                     )
                 for d, ids in zip(members, generated, strict=True):
