@@ -535,20 +535,23 @@ def answer_served(
     both None before a version is served) or ``base_model``, quoted the examples close enough to it
     (:func:`learnerd.ml.router.close_hits`), less those the version learned without retrieval rows when its
     adapter answers."""
-    from learnerd.ml.retrieved_examples import learned_without_block, split_learned
+    from learnerd.ml.retrieved_examples import learned_without_block, split_learned, version_example_ids
     from learnerd.ml.router import DEFAULT_THRESHOLD, close_hits, embed_memo, similarity_route, text_router
     from learnerd.store.dlm import read_document
 
     router = text_router(read_document(document), version, retriever.embedder).router if version else None
     threshold = router.threshold if router is not None else DEFAULT_THRESHOLD
     held = learned_without_block(version) if version is not None else frozenset()
+    known = version_example_ids(version) if version is not None else frozenset()
     prompts = [it.prompt for it in items]
     found = [retriever.nearest(p) for p in prompts]  # each prompt embedded once, for retrieval and routing
     nearest = router.similarities(embed_memo(retriever.embedder, prompts)) if router else [None] * len(prompts)
     routes, quoted = [], []
     for hits_all, learned in zip(found, nearest, strict=True):
         hits = close_hits(hits_all, threshold)
-        route = similarity_route(version is not None, router, None if learned is None else float(learned), hits)
+        unlearned = max((float(h["score"]) for h in hits if str(h["id"]) not in known), default=None)
+        nearest_learned = None if learned is None else float(learned)
+        route = similarity_route(version is not None, router, nearest_learned, hits, unlearned=unlearned)
         routes.append(route.routed)
         quoted.append(split_learned(hits, held if route.routed == "adapter" else frozenset())[0])
     answers: list[str] = [""] * len(items)

@@ -23,8 +23,9 @@ which cannot).
 
 Routing (``[serve] routing = "similarity"``, the default; :mod:`learnerd.ml.router`). A document's request is
 compared with the questions its served version learned. Its ``similarity`` is the nearest one's cosine similarity;
-at or above the version's threshold (recorded in its manifest) the adapter answers (``routed: "adapter"``), below it
-the base (``"base"``, inside ``disable_adapter()``); before a first version the base answers everything
+at or above the version's threshold (recorded in its manifest), and no retrieved example logged since the version's
+cycle nearer, the adapter answers (``routed: "adapter"``), otherwise the base (``"base"``, inside
+``disable_adapter()``); before a first version the base answers everything
 (``similarity``: the nearest retrieved example's). Only the retrieved examples at or above the threshold
 (:data:`~learnerd.ml.router.DEFAULT_THRESHOLD` before a first version) are quoted, whoever answers (a request that
 sets its own ``learnerd.rag_k`` is quoted its K nearest): a request about nothing the document holds ("What is 17
@@ -98,7 +99,7 @@ from learnerd.api.surface import ControlSurface
 from learnerd.api.tcp_endpoints import bearer_middleware
 from learnerd.ml.base_model import BaseModelError
 from learnerd.ml.loader import ModelCheckError
-from learnerd.ml.retrieved_examples import learned_without_block, split_learned, with_examples
+from learnerd.ml.retrieved_examples import learned_without_block, split_learned, version_example_ids, with_examples
 from learnerd.ml.router import (
     ADAPTER,
     DEFAULT_THRESHOLD,
@@ -410,7 +411,9 @@ class OpenAIEndpoint:
         found = await self._search(last_user.content, k, vector) if k > 0 else []
         hits = close_hits(found, threshold)
         if similarity:
-            route = similarity_route(current is not None, router, learned, hits)
+            known = await anyio.to_thread.run_sync(version_example_ids, current) if current and hits else frozenset()
+            unlearned = max((float(h["score"]) for h in hits if str(h["id"]) not in known), default=None)
+            route = similarity_route(current is not None, router, learned, hits, unlearned=unlearned)
         else:
             route = ADAPTER if current else Route("base")
         version = current if route.routed == "adapter" else None

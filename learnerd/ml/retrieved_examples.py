@@ -93,6 +93,24 @@ def trained_retrieval_k(version: AdapterVersion) -> int:
     return int(version.metadata().hyperparameters.get("retrieval_k") or 0)
 
 
+def version_example_ids(version: AdapterVersion) -> frozenset[str]:
+    """The ids of every learned example ``version`` embodies (its manifest's, :meth:`Manifest.example_ids`), whatever
+    it trained with: the examples it can answer from its weights, where an example outside them was logged since its
+    cycle. Empty when its manifest is missing or unreadable (logged). Remembered per version as
+    :func:`learned_without_block` is. Blocking."""
+    try:
+        return _example_ids(version)
+    except (AdapterStoreError, ManifestError, TypeError, ValueError) as exc:
+        log.warning("retrieval.learned_unknown", doc_key=version.doc_key, version=version.name, error=str(exc))
+        return frozenset()
+
+
+@functools.lru_cache(maxsize=64)
+def _example_ids(version: AdapterVersion) -> frozenset[str]:
+    manifest = read_manifest(version.path, version.number)
+    return frozenset(manifest.example_ids()) if manifest is not None else frozenset()
+
+
 @functools.lru_cache(maxsize=64)
 def _learned_ids(version: AdapterVersion) -> frozenset[str]:
     """:func:`learned_without_block`'s answer, remembered per version; raises what reading the files raises

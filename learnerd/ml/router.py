@@ -133,22 +133,30 @@ def close_hits(found: Sequence[Mapping[str, Any]], threshold: float | None) -> l
 
 
 def similarity_route(
-    has_version: bool, router: Router | None, learned: float | None, hits: Sequence[Mapping[str, Any]]
+    has_version: bool,
+    router: Router | None,
+    learned: float | None,
+    hits: Sequence[Mapping[str, Any]],
+    *,
+    unlearned: float | None = None,
 ) -> Route:
     """``[serve] routing = "similarity"``'s decision for one request (the endpoint's, and
     ``benchmarks/bench_learning.py``'s served condition): ``has_version``, the document has a current version;
-    ``router`` its router (None: a version that learned no question); ``learned``, the request's similarity to
-    the nearest learned question (:meth:`Router.route`); ``hits``, the retrieved examples close enough to quote
-    (:func:`close_hits`). Before a first version the base answers (``similarity``: the nearest hit's); a version
-    without questions answers everything; otherwise the adapter answers when the nearest of its learned questions is
-    at least the router's threshold, and the base any other request — also one close only to an example logged
-    since the version's cycle, which the adapter never learned: quoted it, the base copies it (with context-aware
-    decoding, 9 of 20 fresh tasks asked in other words where the version's adapter answered none;
-    docs/benchmarks.md, "Context-aware decoding")."""
+    ``router`` its router (None: a version that learned no question); ``learned``, the request's similarity to the
+    nearest learned question (:meth:`Router.route`); ``hits``, the retrieved examples close enough to quote
+    (:func:`close_hits`). Before a first version the base answers (``similarity``: the nearest hit's); a version without
+    questions answers everything; otherwise the adapter answers when the nearest of its learned questions is at least
+    the router's threshold and no example logged since the version's cycle is nearer (``unlearned``: the best score
+    among the close hits the version did not learn; None: none), and the base any other request. A task logged since the
+    cycle, asked again, is nearest its own example, which the adapter never learned: quoted it, the base copies it with
+    context-aware decoding where the adapter answers what it memorised (docs/benchmarks.md, "Context-aware decoding").
+    Hits' scores are rounded to 4 decimals, so ``learned`` is compared at that precision."""
     if not has_version:
         return Route("base", float(hits[0]["score"]) if hits else None)
     if router is None or learned is None:
         return ADAPTER
+    if unlearned is not None and unlearned > round(learned, 4):
+        return Route("base", learned)
     return Route("adapter" if learned >= router.threshold else "base", learned)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from learnerd.ml.base_model import resolve_base_model
-from learnerd.ml.retrieved_examples import learned_without_block, split_learned
+from learnerd.ml.retrieved_examples import learned_without_block, split_learned, version_example_ids
 from learnerd.store.adapters import AdapterStore
 from tests.support.tied_model import commit_noise_adapter
 
@@ -42,3 +42,13 @@ def test_the_examples_a_version_learned_without_retrieval_rows_are_held_back_fro
 
     (broken.path / "metadata.json").write_text((plain.path / "metadata.json").read_text("utf-8"), "utf-8")
     assert learned_without_block(broken) == {"ex-a"}, "a failed read is not remembered: the repaired version is read"
+
+
+def test_every_example_a_version_learned_is_known_to_routing_whatever_it_trained_with(models_dir: Path, tmp_path: Path):
+    """``version_example_ids``: the manifest's examples, with retrieval rows too (routing tells an example logged since
+    the cycle by its absence); none without a manifest."""
+    base = resolve_base_model("learnerd/tiny-llama", cache_dir=models_dir)
+    store = AdapterStore(tmp_path / "adapters")
+    with_rows = commit_noise_adapter(store, "doc", base, learned=["ex-a"], hyperparameters={"retrieval_k": 3})
+    assert version_example_ids(with_rows) == {"ex-a"}
+    assert version_example_ids(commit_noise_adapter(store, "doc", base)) == frozenset()

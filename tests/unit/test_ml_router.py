@@ -134,3 +134,6 @@ def test_the_nearest_learned_question_decides_and_a_task_logged_since_goes_to_th
     assert similarity_route(True, ROUTER, 0.3, [hit(0.7)]) == Route("base", 0.3)  # close only to a fresh example
     assert similarity_route(True, ROUTER, 0.6, []) == Route("adapter", 0.6)  # at the threshold: the adapter
     assert similarity_route(True, ROUTER, 0.65, [hit(0.9)]) == Route("adapter", 0.65)
+    # nearer an example logged since the cycle than anything learned: the base, which copies it
+    assert similarity_route(True, ROUTER, 0.65, [hit(0.9)], unlearned=0.9) == Route("base", 0.65)
+    assert similarity_route(True, ROUTER, 0.65004, [hit(0.65)], unlearned=0.65) == Route("adapter", 0.65004)
