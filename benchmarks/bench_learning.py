@@ -549,9 +549,8 @@ def answer_served(
     routes, quoted = [], []
     for hits_all, learned in zip(found, nearest, strict=True):
         hits = close_hits(hits_all, threshold)
-        unlearned = max((float(h["score"]) for h in hits if str(h["id"]) not in known), default=None)
         nearest_learned = None if learned is None else float(learned)
-        route = similarity_route(version is not None, router, nearest_learned, hits, unlearned=unlearned)
+        route = similarity_route(version is not None, router, nearest_learned, hits, learned_examples=known)
         routes.append(route.routed)
         quoted.append(split_learned(hits, held if route.routed == "adapter" else frozenset())[0])
     answers: list[str] = [""] * len(items)

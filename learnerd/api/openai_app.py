@@ -255,7 +255,6 @@ class OpenAIEndpoint:
             metrics,
         )
         self.token, self.without_token = (token.encode() if token else None), without_token
-        self._context_alpha = settings.context_alpha if served.context_aware else 0.0  # llama.cpp: none
         self.started = int(time.time())
         self._routers: dict[
             Path, tuple[Path, Router | None, float]
@@ -380,6 +379,7 @@ class OpenAIEndpoint:
             admission.release()
             raise
         wanted = req.max_completion_tokens or req.max_tokens or self.settings.max_tokens
+        guided = bool(retrieved) and version is None  # the base answers under retrieved examples
         info = {
             "doc_key": model.doc_key,
             "max_tokens": min(wanted, self.settings.max_tokens),
@@ -387,9 +387,9 @@ class OpenAIEndpoint:
             "withheld": withheld,
             "routed": route.routed,
             "similarity": None if route.similarity is None else round(route.similarity, 4),
-            "context_alpha": self._context_alpha if retrieved and version is None else 0.0,  # the base's answer
+            "context_alpha": self.settings.served_context_alpha if guided else 0.0,
         }
-        unquoted = messages if retrieved and version is None else None
+        unquoted = messages if guided else None
         messages = with_examples(messages, retrieved)
         return _Prepared(req, model, model.id, messages, info, admission, version, authenticated, unquoted)
 
@@ -412,8 +412,7 @@ class OpenAIEndpoint:
         hits = close_hits(found, threshold)
         if similarity:
             known = await anyio.to_thread.run_sync(version_example_ids, current) if current and hits else frozenset()
-            unlearned = max((float(h["score"]) for h in hits if str(h["id"]) not in known), default=None)
-            route = similarity_route(current is not None, router, learned, hits, unlearned=unlearned)
+            route = similarity_route(current is not None, router, learned, hits, learned_examples=known)
         else:
             route = ADAPTER if current else Route("base")
         version = current if route.routed == "adapter" else None

@@ -109,10 +109,6 @@ class LlamaCppServedModels(ServedModels):
     minus one, at least 1).
     """
 
-    context_aware = False
-    """llama.cpp decodes one context per request: no context-aware decoding (a job's ``context_alpha`` is ignored;
-    the endpoint reports 0)."""
-
     def __init__(
         self,
         adapters: Any,

@@ -138,7 +138,7 @@ def similarity_route(
     learned: float | None,
     hits: Sequence[Mapping[str, Any]],
     *,
-    unlearned: float | None = None,
+    learned_examples: frozenset[str] | None = None,
 ) -> Route:
     """``[serve] routing = "similarity"``'s decision for one request (the endpoint's, and
     ``benchmarks/bench_learning.py``'s served condition): ``has_version``, the document has a current version;
@@ -146,8 +146,9 @@ def similarity_route(
     nearest learned question (:meth:`Router.route`); ``hits``, the retrieved examples close enough to quote
     (:func:`close_hits`). Before a first version the base answers (``similarity``: the nearest hit's); a version without
     questions answers everything; otherwise the adapter answers when the nearest of its learned questions is at least
-    the router's threshold and no example logged since the version's cycle is nearer (``unlearned``: the best score
-    among the close hits the version did not learn; None: none), and the base any other request. A task logged since the
+    the router's threshold and no example logged since the version's cycle is nearer (a close hit whose ``id`` is not
+    in ``learned_examples``, the version's: :func:`~learnerd.ml.retrieved_examples.version_example_ids`; None: the
+    hits are not compared), and the base any other request. A task logged since the
     cycle, asked again, is nearest its own example, which the adapter never learned: quoted it, the base copies it with
     context-aware decoding where the adapter answers what it memorised (docs/benchmarks.md, "Context-aware decoding").
     Hits' scores are rounded to 4 decimals, so ``learned`` is compared at that precision."""
@@ -155,7 +156,9 @@ def similarity_route(
         return Route("base", float(hits[0]["score"]) if hits else None)
     if router is None or learned is None:
         return ADAPTER
-    if unlearned is not None and unlearned > round(learned, 4):
+    known = learned_examples
+    unlearned = [float(h["score"]) for h in hits if known is not None and str(h["id"]) not in known]
+    if max(unlearned, default=-1.0) > round(learned, 4):
         return Route("base", learned)
     return Route("adapter" if learned >= router.threshold else "base", learned)
 

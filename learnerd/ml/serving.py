@@ -141,7 +141,8 @@ class SamplingParams:
     ``top_p`` nucleus; ``seed`` seeds torch's generator for the job; ``stop`` strings end the text
     (the stop string itself is not returned); ``context_alpha`` above 0 decodes a job that has its messages without
     retrieved examples (:attr:`Job.unquoted`) with context-aware decoding at that α
-    (:func:`learnerd.ml.generate.context_guidance`) where the backend can (:attr:`ServedModels.context_aware`)."""
+    (:func:`learnerd.ml.generate.context_guidance`); llama.cpp's backend ignores it
+    (``ServeConfig.served_context_alpha`` is 0 there)."""
 
     max_tokens: int
     temperature: float = 1.0
@@ -261,10 +262,6 @@ class ServedModels:
             refused (:class:`ModelUnavailable`) and it is loaded again in the background this many
             seconds later, until a load passes.
     """
-
-    context_aware = True
-    """Whether a job's ``context_alpha`` applies (:class:`SamplingParams`): this backend decodes with context-aware
-    decoding."""
 
     def __init__(
         self,

@@ -135,5 +135,8 @@ def test_the_nearest_learned_question_decides_and_a_task_logged_since_goes_to_th
     assert similarity_route(True, ROUTER, 0.6, []) == Route("adapter", 0.6)  # at the threshold: the adapter
     assert similarity_route(True, ROUTER, 0.65, [hit(0.9)]) == Route("adapter", 0.65)
     # nearer an example logged since the cycle than anything learned: the base, which copies it
-    assert similarity_route(True, ROUTER, 0.65, [hit(0.9)], unlearned=0.9) == Route("base", 0.65)
-    assert similarity_route(True, ROUTER, 0.65004, [hit(0.65)], unlearned=0.65) == Route("adapter", 0.65004)
+    none: frozenset[str] = frozenset()
+    assert similarity_route(True, ROUTER, 0.65, [hit(0.9)], learned_examples=none) == Route("base", 0.65)
+    assert similarity_route(True, ROUTER, 0.65004, [hit(0.65)], learned_examples=none) == Route("adapter", 0.65004)
+    learned = frozenset({"e0.9"})  # the hit is an example the version learned: the adapter
+    assert similarity_route(True, ROUTER, 0.65, [hit(0.9)], learned_examples=learned) == Route("adapter", 0.65)
