@@ -1,14 +1,15 @@
 """``multi_turn_coherence_decay``: does the adapter's influence survive a dialogue, or fade turn by turn?
 
-After the seed's probe of this name (sway 0.1.0 ships none; its ``prompt_collapse`` fits the same exponential over
-context length instead of turns). A dialogue chains the document's own questions, as a person asks a copilot one thing
-after another. Of the document's first ``k = min(dialogue_prompts, pairs)`` Q/A pairs, dialogue ``d`` (``0..k-1``) asks
-pair ``(d + t - 1) mod k`` at user turn ``t``, up to ``max_turns`` user turns — a Latin square: every turn asks the same
-``k`` questions, so the per-turn means differ by the depth of the dialogue, not by which questions were asked; with ``k
-= max_turns`` (the defaults, 4) each dialogue asks each question once. Each turn is answered greedily as served (at most
-the reference's token count + 8 new tokens, ``max_answer_tokens`` at most): by the fine-tuned view, or by the base when
-the router (:attr:`~learnerd.eval.probes.base.ProbeContext.route`) gives it the turn's question, as the endpoint routes
-the last user message; and under the retrieved examples the endpoint quotes with that message
+After the seed's probe of this name (sway 0.1.0 ships none; its ``prompt_collapse`` fits the same
+exponential over context length instead of turns). A dialogue chains the document's own questions, as a
+person asks a copilot one thing after another. Of the document's first ``k = min(dialogue_prompts, pairs)``
+Q/A pairs, dialogue ``d`` (``0..k-1``) asks pair ``(d + t - 1) mod k`` at user turn ``t``, up to ``max_turns``
+user turns — a Latin square: every turn asks the same ``k`` questions, so the per-turn means differ by the
+depth of the dialogue, not by which questions were asked; with ``k = max_turns`` (the defaults, 4) each
+dialogue asks each question once. Each turn is answered greedily as served (at most the reference's token
+count + 8 new tokens, ``max_answer_tokens`` at most): by the fine-tuned view, or by the base when the router
+(:attr:`~learnerd.eval.probes.base.ProbeContext.route`) gives it the turn's question, as the endpoint routes the
+last user message; and under the retrieved examples the endpoint quotes with that message
 (:attr:`~learnerd.eval.probes.base.ProbeContext.quote`, ``[serve] rag_k`` of the document's learned examples,
 :func:`learnerd.ml.retrieved_examples.with_examples`; a turn the base answers decoded with context-aware decoding at
 :attr:`~learnerd.eval.probes.base.ProbeContext.context_alpha` against the same prompt without them, as the endpoint
