@@ -489,16 +489,16 @@ def answer_all(
 def replies(model, tokenizer, items: list[Item], quoted: list[list[SearchHit]], by_base: bool = False) -> list[str]:
     """The greedy answers to ``items``, each asked with its ``quoted`` examples as the endpoint quotes them
     (:func:`learnerd.ml.retrieved_examples.with_examples`) and decodes them: ``by_base`` (``model`` is the base), with
-    context-aware decoding at the default ``[serve] context_alpha`` (:func:`learnerd.ml.generate.context_guidance`),
-    as the endpoint decodes the base's answers; in batches."""
+    context-aware decoding at the default ``[serve] context_alpha`` (:func:`learnerd.ml.generate.context_guidance`)
+    and ending with its first code block, as the endpoint decodes the base's answers; in batches."""
     from learnerd.api.settings import ServeConfig
     from learnerd.ml.generate import chat_turns, greedy_replies
     from learnerd.ml.retrieved_examples import with_examples
 
     asked = [chat_turns(it.prompt) for it in items]
     conversations = [with_examples(a, q) for a, q in zip(asked, quoted, strict=True)]
-    negatives = [a if q else None for a, q in zip(asked, quoted, strict=True)]
-    alpha = ServeConfig().served_context_alpha if by_base else 0.0
+    negatives = [a if q and by_base else None for a, q in zip(asked, quoted, strict=True)]
+    alpha = ServeConfig().served_context_alpha
     found = (
         greedy_replies(
             model,

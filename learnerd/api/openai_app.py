@@ -19,7 +19,10 @@ A request the base answers under retrieved examples is decoded with context-awar
 context_alpha`` (:func:`learnerd.ml.generate.context_guidance`: the answer leans on the quoted examples over what the
 model recalls without them); ``context_alpha`` says the α applied (0: nothing quoted, the adapter answers — it
 trained under such blocks, and the decoding cost its dialogue answers —, the option off, or the llama.cpp backend,
-which cannot).
+which cannot). Such an answer ends with the closing fence of its first fenced code block (``finish_reason``
+``stop``; :func:`learnerd.store.suggestions.first_block_end`), on either backend: the quoted examples are commands
+in such blocks, the command is what the client takes from it (:func:`~learnerd.store.suggestions.command_of`), and
+what a small base writes after it is seconds of text that does not change it.
 
 Routing (``[serve] routing = "similarity"``, the default; :mod:`learnerd.ml.router`). A document's request is
 compared with the questions its served version learned. Its ``similarity`` is the nearest one's cosine similarity;
@@ -447,8 +450,15 @@ class OpenAIEndpoint:
         req = p.request
         try:
             temperature = self.settings.temperature if req.temperature is None else req.temperature
+            guided = p.unquoted is not None  # the base answers under retrieved examples: it ends with their form
             params = SamplingParams(
-                p.info["max_tokens"], temperature, req.top_p, req.stop_strings(), req.seed, p.info["context_alpha"]
+                p.info["max_tokens"],
+                temperature,
+                req.top_p,
+                req.stop_strings(),
+                req.seed,
+                p.info["context_alpha"],
+                end_at_block=guided,
             )
             job = self.served.submit(p.model, p.messages, params, p.admission, p.version, p.unquoted)
         finally:

@@ -46,7 +46,7 @@ from learnerd.eval.base_logprobs import BaseLogprobStore, dist_key, item_key
 from learnerd.ml.base_model import BaseModelRef, load_model_directory
 from learnerd.ml.device import Placement
 from learnerd.ml.divergence import TokenDist
-from learnerd.ml.generate import context_guidance, left_padded
+from learnerd.ml.generate import BlockEnds, context_guidance, cut_at_block, left_padded, until_eos
 from learnerd.ml.loader import load_adapter
 from learnerd.store.adapters import AdapterVersion
 
@@ -420,17 +420,18 @@ class View:
         context_alpha: float = 0.0,
     ) -> list[list[int]]:
         """:meth:`generate` of each prompt with its own token budget, in left-padded batches (HF
-        ``generate`` derives the position ids from the attention mask). With ``context_alpha`` above 0, a prompt
-        whose ``negatives`` entry is not None (the prompt without its retrieved examples) is decoded with
-        context-aware decoding against it (:func:`learnerd.ml.generate.context_guidance`), as the endpoint
-        decodes a request answered under retrieved examples.
+        ``generate`` derives the position ids from the attention mask). A prompt whose ``negatives`` entry is not
+        None (the prompt without its retrieved examples) is answered as the endpoint answers a request under
+        retrieved examples: with context-aware decoding against that entry when ``context_alpha`` is above 0
+        (:func:`learnerd.ml.generate.context_guidance`), and ending with the ids that close its first fenced code
+        block (:func:`learnerd.ml.generate.cut_at_block`).
 
         Raises:
             ValueError: a prompt or a negative prompt is empty, or the budgets or negatives do not match the prompts.
             NonFiniteLogitsError: the logits of a decoding step hold NaN or inf.
             EvaluationCancelled: the backend's cancel event was set.
         """
-        if negatives is None or context_alpha <= 0 or all(n is None for n in negatives):
+        if negatives is None or all(n is None for n in negatives):
             return self.answers(prompts, max_new_tokens)[0]
         if len(negatives) != len(prompts):
             raise ValueError(f"{len(negatives)} negative prompts for {len(prompts)} prompts")
@@ -486,8 +487,8 @@ class View:
         negatives: Sequence[Sequence[int] | None] | None = None,
         context_alpha: float = 0.0,
     ) -> Answers:
-        """:meth:`answers` without the store; ``negatives`` (all given, or None) decode every prompt with
-        context-aware decoding at ``context_alpha`` (:meth:`generate_many`)."""
+        """:meth:`answers` without the store; ``negatives`` (all given, or None) answer every prompt as quoted to the
+        base, with context-aware decoding at ``context_alpha`` (:meth:`generate_many`)."""
         import torch
 
         out: list[list[int]] = [[] for _ in prompts]
@@ -514,7 +515,10 @@ class View:
                     pad_token_id=pad,
                     return_dict_in_generate=True,
                     output_logits=True,
-                    stopping_criteria=[_StopWhenCancelled(self.backend.cancel)],
+                    stopping_criteria=[
+                        _StopWhenCancelled(self.backend.cancel),
+                        *([BlockEnds(self.backend.tokenizer, width, self.backend.eos_ids)] if negatives else []),
+                    ],
                     **guidance,
                 )
             self.backend.check_cancelled()  # a generation the cancel event cut short is discarded
@@ -530,8 +534,9 @@ class View:
             top = torch.topk(first, min(top_k, first.shape[-1]))
             for row, i in enumerate(batch):
                 new = gen.sequences[row, width:].cpu().tolist()[: max_new_tokens[i]]
-                stop = next((j for j, token in enumerate(new) if token in self.backend.eos_ids), len(new))
-                out[i] = new[:stop]
+                out[i] = until_eos(new, self.backend.eos_ids)
+                if negatives is not None:
+                    out[i] = out[i][: cut_at_block(self.backend.tokenizer, out[i])[0]]
                 ids, values = top.indices[row].numpy(), top.values[row].numpy()
                 dists[i] = TokenDist(ids.astype(np.int64), values.astype(np.float64), self.backend.vocab_size)
         return out, [dists[i] for i in range(len(prompts))]

@@ -16,11 +16,15 @@ backend (``[serve] context_alpha``: before a document's first version, and to a 
 cycle), the evaluation's dialogue probe to its quoted turns the base answers (the gate judges what is served), and
 ``benchmarks/bench_learning.py`` to the base's quoted prompts. An adapter trained under retrieved examples (RAFT rows)
 answers without it: it does not copy a fresh example under it either, and it lost a dialogue answer of 16.
+
+Such an answer (the base's, under quoted examples) also ends with the closing fence of its first fenced code block,
+on the endpoint and here alike (:func:`learnerd.store.suggestions.first_block_end`): the command is what is taken
+from it, and what a small base writes after it costs seconds, twice the forward passes under the decoding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,9 +136,10 @@ def greedy_replies(
     the one-at-a-time answer only where two tokens tie that closely. ``on_batch(replies_done)`` is called after
     each batch.
 
-    With ``context_alpha`` above 0, a conversation whose ``negatives`` entry is not None (the conversation without
-    its retrieved examples) is decoded with context-aware decoding against it (:func:`context_guidance`), in batches
-    of its own; the others as without.
+    A conversation whose ``negatives`` entry is not None (the conversation without its retrieved examples: the base
+    answers under quoted examples) is answered as the endpoint answers it, in batches of its own: with
+    context-aware decoding against that entry when ``context_alpha`` is above 0 (:func:`context_guidance`), and
+    ending with the closing fence of its first fenced code block (:func:`cut_at_block`); the others as without.
 
     Raises:
         RowEncodingError: the tokenizer has no chat template.
@@ -150,25 +155,24 @@ def greedy_replies(
     if negatives is not None and len(negatives) != len(prompts):
         raise ValueError(f"{len(negatives)} negative prompts for {len(prompts)} conversations")
     unquoted = [
-        render_chat(tokenizer, list(n), add_generation_prompt=True) if n is not None and context_alpha > 0 else None
+        render_chat(tokenizer, list(n), add_generation_prompt=True) if n is not None else None
         for n in (negatives if negatives is not None else [None] * len(prompts))
     ]
     order = sorted(range(len(prompts)), key=lambda i: (unquoted[i] is not None, len(prompts[i])))
     batches = [
-        [i for i in order[start : start + batch_size] if (unquoted[i] is not None) == guided]
+        [i for i in order[start : start + batch_size] if (unquoted[i] is not None) == quoted]
         for start in range(0, len(order), batch_size)
-        for guided in (False, True)
+        for quoted in (False, True)
     ]
     replies: dict[int, Reply] = {}
     for batch in (b for b in batches if b):
         input_ids, mask = left_padded([prompts[i] for i in batch], pad_id, model.device)
-        guided = [unquoted[i] for i in batch]
-        guidance = (
-            context_guidance(context_alpha, [g for g in guided if g is not None], pad_id, model.device)
-            if guided[0] is not None
-            else {}
-        )
+        negative = [n for n in (unquoted[i] for i in batch) if n is not None]
+        guidance = context_guidance(context_alpha, negative, pad_id, model.device) if negative else {}
         width = input_ids.shape[1]
+        stops = stopping_criteria
+        if negative:
+            stops = [*(stopping_criteria or []), BlockEnds(tokenizer, width, frozenset(eos_ids))]
         with torch.no_grad():
             out = model.generate(
                 input_ids=input_ids,
@@ -177,16 +181,62 @@ def greedy_replies(
                 do_sample=False,
                 pad_token_id=pad_id,
                 logits_processor=logits_processor,
-                stopping_criteria=stopping_criteria,
+                stopping_criteria=stops,
                 **guidance,
             )
         for row, i in enumerate(batch):
-            new = out[row, width:].tolist()
-            end = next((j for j, t in enumerate(new) if t in eos_ids), len(new))
-            replies[i] = Reply(text=tokenizer.decode(new[:end], skip_special_tokens=True), token_ids=tuple(new[:end]))
+            new = until_eos(out[row, width:].tolist(), eos_ids)
+            end, text = (
+                cut_at_block(tokenizer, new)
+                if negative
+                else (len(new), tokenizer.decode(new, skip_special_tokens=True))
+            )
+            replies[i] = Reply(text=text, token_ids=tuple(new[:end]))
         if on_batch is not None:
             on_batch(len(replies))
     return [replies[i] for i in range(len(prompts))]
+
+
+def cut_at_block(tokenizer: Any, token_ids: Sequence[int]) -> tuple[int, str]:
+    """How many of ``token_ids`` (an answer's generated ids, up to its EOS) an answer that ends with its first fenced
+    code block keeps, and its text: the ids up to the one that completes the block's closing line, the text cut
+    after the closing fence (:func:`learnerd.store.suggestions.first_block_end`, as the endpoint's text tracker cuts
+    it); all of them and their whole text when no block closes."""
+    from learnerd.store.suggestions import first_block_end
+
+    for n in range(1, len(token_ids) + 1):
+        text = tokenizer.decode(token_ids[:n], skip_special_tokens=True)
+        end = first_block_end(text)
+        if end is not None:
+            return n, text[:end]
+    return len(token_ids), tokenizer.decode(token_ids, skip_special_tokens=True)
+
+
+@dataclass(frozen=True)
+class BlockEnds:
+    """A stopping criterion of HF ``generate`` (one bool per row of ``input_ids``, shape ``(batch, width + steps)``):
+    a row is done once its new ids (after the prompt's ``width``, up to an id of ``eos_ids``) close their first fenced
+    code block (:func:`cut_at_block`)."""
+
+    tokenizer: Any
+    width: int
+    eos_ids: frozenset[int]
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        from learnerd.store.suggestions import first_block_end
+
+        ended = [
+            first_block_end(self.tokenizer.decode(until_eos(row[self.width :], self.eos_ids), skip_special_tokens=True))
+            for row in input_ids.tolist()
+        ]
+        return torch.tensor([e is not None for e in ended], dtype=torch.bool, device=input_ids.device)
+
+
+def until_eos(token_ids: Sequence[int], eos_ids: Collection[int]) -> list[int]:
+    """``token_ids`` up to, not including, the first id of ``eos_ids``."""
+    return list(token_ids[: next((j for j, t in enumerate(token_ids) if t in eos_ids), len(token_ids))])
 
 
 def greedy_answer(

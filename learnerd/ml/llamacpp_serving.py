@@ -245,7 +245,7 @@ class LlamaCppServedModels(ServedModels):
             raise PromptTooLong(f"the prompt is {len(ids)} tokens; the model's context is {context} tokens")
         max_new = min(params.max_tokens, context - len(ids))
         sampler = self._sampler(llm, params, self._steering_for(job.model, base.tokenizer))
-        text = _TextTracker(base.tokenizer, params.stop)
+        text = _TextTracker(base.tokenizer, params.stop, params.end_at_block)
         emitted: list[str] = []
         reason = "length"
         llm.reset()  # no prefix reuse: see the module docstring

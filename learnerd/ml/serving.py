@@ -63,6 +63,7 @@ from learnerd.ml.loader import ModelCheckError, load_adapter
 from learnerd.ml.rows import ChatMessage, render_chat
 from learnerd.ml.threads import CoreMeter, choose_threads, intra_op_threads
 from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
+from learnerd.store.suggestions import first_block_end
 
 log = structlog.get_logger(__name__)
 LOAD_ATTEMPTS = 2
@@ -142,7 +143,8 @@ class SamplingParams:
     (the stop string itself is not returned); ``context_alpha`` above 0 decodes a job that has its messages without
     retrieved examples (:attr:`Job.unquoted`) with context-aware decoding at that α
     (:func:`learnerd.ml.generate.context_guidance`); llama.cpp's backend ignores it
-    (``ServeConfig.served_context_alpha`` is 0 there)."""
+    (``ServeConfig.served_context_alpha`` is 0 there); ``end_at_block``: the answer ends with the closing fence of its
+    first fenced code block (:func:`learnerd.store.suggestions.first_block_end`; ``finish_reason`` ``stop``)."""
 
     max_tokens: int
     temperature: float = 1.0
@@ -150,6 +152,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     context_alpha: float = 0.0
+    end_at_block: bool = False
 
 
 @dataclass
@@ -629,7 +632,7 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
         raise PromptTooLong(f"the prompt is {len(ids)} tokens; the model's context is {context} tokens")
     max_new = min(job.params.max_tokens, context - len(ids)) if context else job.params.max_tokens
     eos_ids = generation_eos_ids(base.loaded.model)
-    text = _TextTracker(tokenizer, job.params.stop)
+    text = _TextTracker(tokenizer, job.params.stop, job.params.end_at_block)
     state = {"prompt_seen": False, "eos": False}
     emitted: list[str] = []
 
@@ -695,11 +698,14 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
 
 class _TextTracker:
     """Incremental detokenisation with stop strings: :meth:`add` returns the new text that is safe to
-    send (held back: an incomplete UTF-8 sequence, and a suffix that may begin a stop string)."""
+    send (held back: an incomplete UTF-8 sequence, and a suffix that may begin a stop string). ``end_at_block``:
+    the text also ends with its first fenced code block's closing fence
+    (:func:`learnerd.store.suggestions.first_block_end`)."""
 
-    def __init__(self, tokenizer: Any, stop: Sequence[str]) -> None:
+    def __init__(self, tokenizer: Any, stop: Sequence[str], end_at_block: bool = False) -> None:
         self.tokenizer = tokenizer
         self.stop = [s for s in stop if s]
+        self.end_at_block = end_at_block
         self.tokens: list[int] = []
         self.sent = 0
         self.stopped = False
@@ -712,6 +718,11 @@ class _TextTracker:
         if cut >= 0:
             self.stopped = True
             self._text = self._text[:cut]
+        block_end = first_block_end(self._text) if self.end_at_block else None
+        if block_end is not None:
+            self.stopped = True
+            self._text = self._text[:block_end]
+        if self.stopped:
             return self._take(len(self._text))
         if self._text.endswith("\ufffd"):
             return ""

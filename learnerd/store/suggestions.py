@@ -145,6 +145,26 @@ def command_of(answer: str) -> Cell:
     return Cell("code", fence.content.strip(), next(iter(fence.info.split()), ""))
 
 
+def first_block_end(answer: str) -> int | None:
+    """The length of ``answer`` up to the end of its first fenced code block's closing fence (the fence line
+    itself, without its newline), or None while that block is not closed by a complete line (no fence yet,
+    the block still open, or its closing line not yet ended by a newline): where an answer streamed token by
+    token can end once it has given its command. The block is the one :func:`command_of` reads (CommonMark 0.31,
+    markdown-it-py); a closing fence is a line of the opening fence's character, at least as long (section 4.5).
+    """
+    fence = next((t for t in MarkdownIt("commonmark").parse(answer) if t.type == "fence"), None)
+    if fence is None or fence.map is None:
+        return None
+    lines = answer.split("\n")
+    last = fence.map[1] - 1  # a closed block's last line is its closing fence
+    if len(lines) <= fence.map[1] or last <= fence.map[0]:
+        return None  # the line after the block has not begun: its last line may still grow
+    closing = lines[last].lstrip(" >").rstrip()
+    if len(closing) < len(fence.markup) or closing.strip(fence.markup[0]):
+        return None
+    return sum(len(line) + 1 for line in lines[: last + 1]) - 1
+
+
 def normalize_command(text: str) -> str:
     """``text`` with every run of whitespace made one space and the ends stripped: two commands are the
     same suggestion when these are equal."""

@@ -171,7 +171,7 @@ async def test_a_task_logged_after_the_version_goes_to_the_base_with_its_example
 
     def rendered(alpha: float) -> str:
         reply = greedy_replies(model, tokenizer, quoted, max_new_tokens=24, negatives=[messages], context_alpha=alpha)
-        text = serving._TextTracker(tokenizer, ())
+        text = serving._TextTracker(tokenizer, (), end_at_block=True)  # as the endpoint ends a quoted answer
         return "".join(text.add(t) for t in reply[0].token_ids) + text.flush()
 
     assert fresh.choices[0].message.content == rendered(info["context_alpha"]) != rendered(0.0)

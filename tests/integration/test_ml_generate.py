@@ -1,6 +1,6 @@
 """Batched greedy decoding: left-padded batches of conversations of different lengths answer exactly as
 each conversation alone does (the tiny model, float32); context-aware decoding scores what the formula says, batched
-or alone."""
+or alone; an answer under quoted examples ends with its first code block, as the endpoint cuts it."""
 
 from __future__ import annotations
 
@@ -103,3 +103,58 @@ def test_context_guidance_is_off_at_alpha_zero_and_needs_a_prompt_per_row():
     assert kwargs["negative_prompt_attention_mask"].tolist() == [[1, 1, 1], [0, 0, 1]]
     with pytest.raises(ValueError, match="one non-empty negative prompt per row"):
         context_guidance(0.5, [[1], []], 0)
+
+
+ANSWER = "Run it:\n```bash\nls -l\n```\nThis lists the files, one per line."
+"""An answer that gives its command in a fenced block, then goes on."""
+
+
+class Forced:
+    """A logits processor that makes greedy decoding write ``token_ids``, then the end-of-sequence id ``eos``."""
+
+    def __init__(self, token_ids: list[int], eos: int) -> None:
+        self.token_ids, self.eos, self.width = token_ids, eos, None
+
+    def __call__(self, input_ids, scores):
+        self.width = self.width or input_ids.shape[1]
+        step = input_ids.shape[1] - self.width
+        forced = self.token_ids[step] if step < len(self.token_ids) else self.eos
+        scores[:] = float("-inf")
+        scores[:, forced] = 0.0
+        return scores
+
+
+def test_an_answer_under_quoted_examples_ends_with_its_first_code_block_as_the_endpoint_cuts_it(tiny_model_dir):
+    """The base's answer under quoted examples ends with the closing fence of its first block: generation stops at
+    the token that ends the fence's line, at any α (0 here), and the endpoint's text tracker cuts the same tokens to
+    the same text; a plain answer goes on."""
+    from learnerd.ml.serving import _TextTracker
+
+    model, tokenizer = load_model_directory(tiny_model_dir)
+    token_ids = tokenizer.encode(ANSWER, add_special_tokens=False)
+    assert tokenizer.decode(token_ids) == ANSWER
+    eos = min(generation_eos_ids(model))
+    asked = chat_turns("list the files")
+    quoted = with_examples(asked, [{"query": "list files", "answer": "ls -l", "language": "bash"}])
+
+    def reply(negatives):
+        return greedy_replies(
+            model,
+            tokenizer,
+            [quoted],
+            max_new_tokens=64,
+            negatives=negatives,
+            logits_processor=[Forced(token_ids, eos)],
+        )[0]
+
+    plain, ended = reply(None), reply([asked])
+    assert plain.text == ANSWER and list(plain.token_ids) == token_ids
+    assert ended.text == "Run it:\n```bash\nls -l\n```"
+    assert 0 < len(ended.token_ids) < len(token_ids) and list(ended.token_ids) == token_ids[: len(ended.token_ids)]
+    assert "\n" in tokenizer.decode(ended.token_ids[-1:]), "it stopped at the token that ends the fence's line"
+
+    tracker, streamed = _TextTracker(tokenizer, (), end_at_block=True), []
+    for n, token in enumerate(ended.token_ids, 1):
+        streamed.append(tracker.add(token))
+        assert tracker.stopped == (n == len(ended.token_ids)), "the tracker stops at the same token"
+    assert "".join(streamed) + tracker.flush() == ended.text

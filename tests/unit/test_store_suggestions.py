@@ -14,7 +14,7 @@ from learnerd.analyzer.blocklog import event_line
 from learnerd.analyzer.tail import RawLine
 from learnerd.store import db, suggestions
 from learnerd.store.blocks import BlockEvent, Cell, apply_event, get_block
-from learnerd.store.suggestions import ServedAnswer, command_of, counts, get_suggestion, prune, record
+from learnerd.store.suggestions import ServedAnswer, command_of, counts, first_block_end, get_suggestion, prune, record
 
 SERVED_AT = 1_800_000_000.0
 WINDOW_S = 600.0
@@ -222,6 +222,31 @@ def test_pruning_removes_old_suggestions_and_their_unrun_blocks_but_keeps_counts
 )
 def test_the_suggested_command_is_the_first_fenced_block_else_the_whole_answer(answer, cell):
     assert command_of(answer) == cell
+
+
+@pytest.mark.parametrize(
+    ("answer", "kept"),
+    [
+        ("Run:\n```sh\nmake test\n```\nthen\n```\nmake\n```\n", "Run:\n```sh\nmake test\n```"),
+        ("~~~bash\nfind . -name '*.py'\n~~~\n\nIt finds them.", "~~~bash\nfind . -name '*.py'\n~~~"),
+        ("````sh\necho '```'\n``````\nafter", "````sh\necho '```'\n``````"),  # closed by a longer fence only
+        ("Steps:\n\n- first\n\n  ```bash\n  make\n  ```\n", "Steps:\n\n- first\n\n  ```bash\n  make\n  ```"),
+        ("> ```\n> uptime\n> ```\n", "> ```\n> uptime\n> ```"),  # inside a block quote
+        ("```\n```\n", "```\n```"),  # an empty block closes too
+        # not closed yet: no fence, the block still open, its closing line not ended, or a line that does not close
+        ("ls -la\n", None),
+        ("```bash\nls -la\n", None),
+        ("```bash\nls -la\n```", None),  # the next token may still make it "```x", a line of the block
+        ("```bash\nls\n``` x\n", None),
+        ("````sh\necho\n```\n", None),
+        ("    ls -la\n\n", None),  # an indented code block is not a fence
+    ],
+)
+def test_an_answer_ends_with_the_closing_fence_of_its_first_block(answer, kept):
+    end = first_block_end(answer)
+    assert (answer[:end] if end is not None else None) == kept
+    if kept is not None:
+        assert command_of(kept) == command_of(answer), "the cut keeps the command the client takes"
 
 
 def test_forget_deletes_the_named_blocks_and_every_answer_or_command_holding_the_text(conn):
