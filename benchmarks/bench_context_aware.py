@@ -2,9 +2,10 @@
 
 A task logged seconds ago is in the index but in no adapter: the served model can answer it only by copying its
 quoted example. This asks ``--tasks`` nl2bash tasks (``../shared/peer-data/nl2bash/paraphrases.jsonl``), each with
-another annotator's words than the logged ones, under the examples retrieval quotes for it (MiniLM, the ``rag_k`` 3
-nearest at or above the default routing threshold, as the endpoint quotes them before a document's first version)
-from an index of those tasks' logged examples and ``--distractors`` other nl2bash examples; and answers each greedily
+another annotator's words than the logged ones, under the examples retrieval quotes for it (MiniLM, of the ``rag_k`` 3
+nearest at or above the default routing threshold the nearest, as the endpoint quotes them to the base:
+:func:`learnerd.ml.retrieved_examples.quoted_to_base`; with ``--adapter``, all three) from an index of those tasks'
+logged examples and ``--distractors`` other nl2bash examples; and answers each greedily
 (48 new tokens, as ``bench_learning.py``) on SmolLM2-135M-Instruct, or with ``--adapter DIR`` a trained version of
 it, once per context-aware decoding α of ``--alphas`` (:func:`learnerd.ml.generate.context_guidance`; α 0 is the
 baseline: the decoding without it). It prints, per α, the exact matches of the suggested command (its first fenced
@@ -82,7 +83,7 @@ def main() -> int:
     from learnerd.ml.base_model import SMOLLM2_INSTRUCT, BaseModelError, load_model_directory, resolve_base_model
     from learnerd.ml.embedders import MiniLMEmbedder
     from learnerd.ml.generate import chat_turns, greedy_replies
-    from learnerd.ml.retrieved_examples import with_examples
+    from learnerd.ml.retrieved_examples import quoted_to_base, with_examples
     from learnerd.ml.router import DEFAULT_THRESHOLD
 
     torch.set_num_threads(args.threads)
@@ -108,6 +109,7 @@ def main() -> int:
             for j in nearest
             if similarity[j] >= DEFAULT_THRESHOLD
         ]
+        hits = quoted_to_base(hits) if args.adapter is None else hits
         own += any(h["answer"] == command for h in hits)
         asked.append(chat_turns(paraphrase))
         quoted.append(with_examples(asked[-1], hits))

@@ -535,7 +535,7 @@ def answer_served(
     both None before a version is served) or ``base_model``, quoted the examples close enough to it
     (:func:`learnerd.ml.router.close_hits`), less those the version learned without retrieval rows when its
     adapter answers."""
-    from learnerd.ml.retrieved_examples import learned_without_block, split_learned, version_example_ids
+    from learnerd.ml.retrieved_examples import learned_without_block, quoted_to_base, split_learned, version_example_ids
     from learnerd.ml.router import DEFAULT_THRESHOLD, close_hits, embed_memo, similarity_route, text_router
     from learnerd.store.dlm import read_document
 
@@ -552,7 +552,7 @@ def answer_served(
         nearest_learned = None if learned is None else float(learned)
         route = similarity_route(version is not None, router, nearest_learned, hits, learned_examples=known)
         routes.append(route.routed)
-        quoted.append(split_learned(hits, held if route.routed == "adapter" else frozenset())[0])
+        quoted.append(split_learned(hits, held)[0] if route.routed == "adapter" else quoted_to_base(hits))
     answers: list[str] = [""] * len(items)
     for who, model in (("adapter", adapted), ("base", base_model)):
         mine = [i for i, r in enumerate(routes) if r == who]

@@ -30,9 +30,10 @@ at or above the version's threshold (recorded in its manifest), and no retrieved
 cycle nearer, the adapter answers (``routed: "adapter"``), otherwise the base (``"base"``, inside
 ``disable_adapter()``); before a first version the base answers everything
 (``similarity``: the nearest retrieved example's). Only the retrieved examples at or above the threshold
-(:data:`~learnerd.ml.router.DEFAULT_THRESHOLD` before a first version) are quoted, whoever answers (a request that
-sets its own ``learnerd.rag_k`` is quoted its K nearest): a request about nothing the document holds ("What is 17
-times 3?") reaches the base as the client sent it, and a task logged seconds ago, which no version learned, is
+(:data:`~learnerd.ml.router.DEFAULT_THRESHOLD` before a first version) are quoted: the ``rag_k`` nearest of them to
+the adapter, the nearest to the base (:func:`~learnerd.ml.retrieved_examples.quoted_to_base`; a request that sets its
+own ``learnerd.rag_k`` is quoted its K nearest, whoever answers): a request about nothing the document holds ("What
+is 17 times 3?") reaches the base as the client sent it, and a task logged seconds ago, which no version learned, is
 answered by the base from its quoted example. The message is embedded once, for routing and retrieval
 both; a version's questions are embedded at its first request. ``"always-adapter"`` sends every request of a
 document with a version to its adapter and quotes the ``rag_k`` nearest examples, however far; a base model's
@@ -102,7 +103,13 @@ from learnerd.api.surface import ControlSurface
 from learnerd.api.tcp_endpoints import bearer_middleware
 from learnerd.ml.base_model import BaseModelError
 from learnerd.ml.loader import ModelCheckError
-from learnerd.ml.retrieved_examples import learned_without_block, split_learned, version_example_ids, with_examples
+from learnerd.ml.retrieved_examples import (
+    learned_without_block,
+    quoted_to_base,
+    split_learned,
+    version_example_ids,
+    with_examples,
+)
 from learnerd.ml.router import (
     ADAPTER,
     DEFAULT_THRESHOLD,
@@ -421,6 +428,8 @@ class OpenAIEndpoint:
         version = current if route.routed == "adapter" else None
         held = await anyio.to_thread.run_sync(learned_without_block, version) if version else frozenset()
         retrieved, withheld = split_learned(found if every_hit else hits, held)
+        if version is None and not every_hit:
+            retrieved = quoted_to_base(retrieved)
         return route, version, retrieved, withheld
 
     async def _search(self, text: str, k: int, vector: Any) -> list[SearchHit]:

@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from learnerd.ml.retrieved_examples import quoted_to_base
 from learnerd.ml.router import (
     ADAPTER,
     DEFAULT_THRESHOLD,
@@ -118,6 +119,12 @@ def test_only_the_hits_at_or_above_the_threshold_are_close_in_their_order() -> N
     found = [hit(0.9), hit(0.6), hit(0.59)]
     assert close_hits(found, 0.6) == found[:2]
     assert close_hits(found, None) == found
+
+
+def test_the_base_is_quoted_the_nearest_close_hit_alone() -> None:
+    found = [hit(0.9), hit(0.8), hit(0.7)]
+    assert quoted_to_base(found) == [hit(0.9)] and quoted_to_base(found)[0] is not found[0], "a copy"
+    assert quoted_to_base([]) == []
 
 
 def test_before_a_first_version_the_base_answers_with_the_nearest_hits_similarity() -> None:
