@@ -424,7 +424,7 @@ class View:
         None (the prompt without its retrieved examples) is answered as the endpoint answers a request under
         retrieved examples: with context-aware decoding against that entry when ``context_alpha`` is above 0
         (:func:`learnerd.ml.generate.context_guidance`), and ending with the ids that close its first fenced code
-        block (:func:`learnerd.ml.generate.cut_at_block`).
+        block, or with the ids it may take to open one when it opens none (:func:`learnerd.ml.generate.cut_at_block`).
 
         Raises:
             ValueError: a prompt or a negative prompt is empty, or the budgets or negatives do not match the prompts.

@@ -139,7 +139,8 @@ def greedy_replies(
     A conversation whose ``negatives`` entry is not None (the conversation without its retrieved examples: the base
     answers under quoted examples) is answered as the endpoint answers it, in batches of its own: with
     context-aware decoding against that entry when ``context_alpha`` is above 0 (:func:`context_guidance`), and
-    ending with the closing fence of its first fenced code block (:func:`cut_at_block`); the others as without.
+    ending with the closing fence of its first fenced code block, or after as many tokens as it may take to open one
+    (:func:`cut_at_block`); the others as without.
 
     Raises:
         RowEncodingError: the tokenizer has no chat template.
@@ -200,13 +201,14 @@ def greedy_replies(
 def cut_at_block(tokenizer: Any, token_ids: Sequence[int]) -> tuple[int, str]:
     """How many of ``token_ids`` (an answer's generated ids, up to its EOS) an answer that ends with its first fenced
     code block keeps, and its text: the ids up to the one that completes the block's closing line, the text cut
-    after the closing fence (:func:`learnerd.store.suggestions.first_block_end`, as the endpoint's text tracker cuts
-    it); all of them and their whole text when no block closes."""
-    from learnerd.store.suggestions import first_block_end
+    after the closing fence; the first :data:`~learnerd.store.suggestions.BLOCK_OPENS_WITHIN` ids and their text when
+    no block opened within them (:func:`learnerd.store.suggestions.answer_end`, as the endpoint's text tracker cuts
+    it); all of them and their whole text when neither happens."""
+    from learnerd.store.suggestions import answer_end
 
     for n in range(1, len(token_ids) + 1):
         text = tokenizer.decode(token_ids[:n], skip_special_tokens=True)
-        end = first_block_end(text)
+        end = answer_end(text, n)
         if end is not None:
             return n, text[:end]
     return len(token_ids), tokenizer.decode(token_ids, skip_special_tokens=True)
@@ -216,7 +218,8 @@ def cut_at_block(tokenizer: Any, token_ids: Sequence[int]) -> tuple[int, str]:
 class BlockEnds:
     """A stopping criterion of HF ``generate`` (one bool per row of ``input_ids``, shape ``(batch, width + steps)``):
     a row is done once its new ids (after the prompt's ``width``, up to an id of ``eos_ids``) close their first fenced
-    code block (:func:`cut_at_block`)."""
+    code block, or number :data:`~learnerd.store.suggestions.BLOCK_OPENS_WITHIN` without opening one
+    (:func:`cut_at_block`)."""
 
     tokenizer: Any
     width: int
@@ -225,12 +228,10 @@ class BlockEnds:
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         import torch
 
-        from learnerd.store.suggestions import first_block_end
+        from learnerd.store.suggestions import answer_end
 
-        ended = [
-            first_block_end(self.tokenizer.decode(until_eos(row[self.width :], self.eos_ids), skip_special_tokens=True))
-            for row in input_ids.tolist()
-        ]
+        new = [until_eos(row[self.width :], self.eos_ids) for row in input_ids.tolist()]
+        ended = [answer_end(self.tokenizer.decode(ids, skip_special_tokens=True), len(ids)) for ids in new]
         return torch.tensor([e is not None for e in ended], dtype=torch.bool, device=input_ids.device)
 
 

@@ -63,7 +63,7 @@ from learnerd.ml.loader import ModelCheckError, load_adapter
 from learnerd.ml.rows import ChatMessage, render_chat
 from learnerd.ml.threads import CoreMeter, choose_threads, intra_op_threads
 from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
-from learnerd.store.suggestions import first_block_end
+from learnerd.store.suggestions import answer_end
 
 log = structlog.get_logger(__name__)
 LOAD_ATTEMPTS = 2
@@ -144,7 +144,9 @@ class SamplingParams:
     retrieved examples (:attr:`Job.unquoted`) with context-aware decoding at that α
     (:func:`learnerd.ml.generate.context_guidance`); llama.cpp's backend ignores it
     (``ServeConfig.served_context_alpha`` is 0 there); ``end_at_block``: the answer ends with the closing fence of its
-    first fenced code block (:func:`learnerd.store.suggestions.first_block_end`; ``finish_reason`` ``stop``)."""
+    first fenced code block, or where it stands when it has opened none within its first
+    :data:`~learnerd.store.suggestions.BLOCK_OPENS_WITHIN` tokens (:func:`learnerd.store.suggestions.answer_end`;
+    ``finish_reason`` ``stop``)."""
 
     max_tokens: int
     temperature: float = 1.0
@@ -699,8 +701,9 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
 class _TextTracker:
     """Incremental detokenisation with stop strings: :meth:`add` returns the new text that is safe to
     send (held back: an incomplete UTF-8 sequence, and a suffix that may begin a stop string). ``end_at_block``:
-    the text also ends with its first fenced code block's closing fence
-    (:func:`learnerd.store.suggestions.first_block_end`)."""
+    the text also ends with its first fenced code block's closing fence, or where it stands when no block opened
+    within its first :data:`~learnerd.store.suggestions.BLOCK_OPENS_WITHIN` tokens
+    (:func:`learnerd.store.suggestions.answer_end`)."""
 
     def __init__(self, tokenizer: Any, stop: Sequence[str], end_at_block: bool = False) -> None:
         self.tokenizer = tokenizer
@@ -718,7 +721,7 @@ class _TextTracker:
         if cut >= 0:
             self.stopped = True
             self._text = self._text[:cut]
-        block_end = first_block_end(self._text) if self.end_at_block else None
+        block_end = answer_end(self._text, len(self.tokens)) if self.end_at_block else None
         if block_end is not None:
             self.stopped = True
             self._text = self._text[:block_end]

@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from markdown_it import MarkdownIt
+from markdown_it.token import Token
 
 from learnerd.store.blocks import BlockEvent, Cell, apply_event, get_block
 from learnerd.store.db import Migration
@@ -152,7 +153,7 @@ def first_block_end(answer: str) -> int | None:
     token can end once it has given its command. The block is the one :func:`command_of` reads (CommonMark 0.31,
     markdown-it-py); a closing fence is a line of the opening fence's character, at least as long (section 4.5).
     """
-    fence = next((t for t in MarkdownIt("commonmark").parse(answer) if t.type == "fence"), None)
+    fence = _first_fence(answer)
     if fence is None or fence.map is None:
         return None
     lines = answer.split("\n")
@@ -163,6 +164,31 @@ def first_block_end(answer: str) -> int | None:
     if len(closing) < len(fence.markup) or closing.strip(fence.markup[0]):
         return None
     return sum(len(line) + 1 for line in lines[: last + 1]) - 1
+
+
+BLOCK_OPENS_WITHIN = 64
+"""Generated tokens within which an answer that ends with its first fenced code block (:func:`answer_end`) opens one;
+an answer that has not by then ends there. On ``benchmarks/bench_context_aware.py``'s 20 tasks (SmolLM2-135M-Instruct
+answering under the nearest quoted example, 512 tokens allowed) every answer with a block opened it within its first
+40 tokens; answers without one ran on to the 512 (82 s each through the endpoint on 2 cores, docs/benchmarks.md)."""
+
+
+def answer_end(answer: str, tokens: int) -> int | None:
+    """Where an answer that ends with its first fenced code block ends, ``answer`` being the text of its first
+    ``tokens`` generated tokens: after that block's closing fence (:func:`first_block_end`), or at its end once
+    ``tokens`` reached :data:`BLOCK_OPENS_WITHIN` with no fence opened (none in the text, and its last line does not
+    begin one: a line starting with a backtick or a tilde may be a fence still being written); None: not yet."""
+    end = first_block_end(answer)
+    if end is not None or tokens < BLOCK_OPENS_WITHIN or _first_fence(answer) is not None:
+        return end
+    last = answer.rsplit("\n", 1)[-1].lstrip(" >")
+    return None if last[:1] in ("`", "~") else len(answer)
+
+
+def _first_fence(answer: str) -> Token | None:
+    """The first fenced code block of ``answer`` (a markdown-it-py ``fence`` token; an unclosed block runs to the
+    end), None when it has none."""
+    return next((t for t in MarkdownIt("commonmark").parse(answer) if t.type == "fence"), None)
 
 
 def normalize_command(text: str) -> str:

@@ -158,3 +158,39 @@ def test_an_answer_under_quoted_examples_ends_with_its_first_code_block_as_the_e
         streamed.append(tracker.add(token))
         assert tracker.stopped == (n == len(ended.token_ids)), "the tracker stops at the same token"
     assert "".join(streamed) + tracker.flush() == ended.text
+
+
+def test_an_answer_under_quoted_examples_that_opens_no_block_ends_where_one_had_to_open(tiny_model_dir):
+    """A base answering under quoted examples in prose, with no code block, stops after
+    ``BLOCK_OPENS_WITHIN`` tokens, as the endpoint's text tracker does; one that opened its block by then ends with
+    the block, however long its prose before it; a plain answer goes on."""
+    from learnerd.ml.serving import _TextTracker
+    from learnerd.store.suggestions import BLOCK_OPENS_WITHIN
+
+    model, tokenizer = load_model_directory(tiny_model_dir)
+    eos = min(generation_eos_ids(model))
+    asked = chat_turns("list the files")
+    quoted = with_examples(asked, [{"query": "list files", "answer": "ls -l", "language": "bash"}])
+    prose = " ".join(["the files are listed one per line"] * 3)
+    late = "Run:\n```bash\nls -l" + " --color=never" * 6 + "\n```\nThat is all."  # its block opens early, closes late
+
+    def reply(text, negatives):
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        forced = [Forced(ids, eos)]
+        answer = greedy_replies(
+            model, tokenizer, [quoted], max_new_tokens=len(ids) + 1, negatives=negatives, logits_processor=forced
+        )
+        return ids, answer[0]
+
+    ids, plain = reply(prose, None)
+    assert len(ids) > BLOCK_OPENS_WITHIN + 10 and list(plain.token_ids) == ids
+    _, ended = reply(prose, [asked])
+    assert list(ended.token_ids) == ids[:BLOCK_OPENS_WITHIN]
+    assert ended.text == tokenizer.decode(ids[:BLOCK_OPENS_WITHIN], skip_special_tokens=True)
+    tracker = _TextTracker(tokenizer, (), end_at_block=True)
+    streamed = [tracker.add(t) for t in ids[:BLOCK_OPENS_WITHIN]]
+    assert tracker.stopped and "".join(streamed) + tracker.flush() == ended.text, "the tracker stops at the same token"
+    _, blocked = reply(late, [asked])
+    closed = len(tokenizer.encode(late[: late.index("\nThat is all.")], add_special_tokens=False))
+    assert len(tokenizer.encode("Run:\n```bash\n", add_special_tokens=False)) < BLOCK_OPENS_WITHIN < closed
+    assert blocked.text == late[: late.index("\nThat is all.")], "a block opened in time ends the answer"

@@ -14,7 +14,17 @@ from learnerd.analyzer.blocklog import event_line
 from learnerd.analyzer.tail import RawLine
 from learnerd.store import db, suggestions
 from learnerd.store.blocks import BlockEvent, Cell, apply_event, get_block
-from learnerd.store.suggestions import ServedAnswer, command_of, counts, first_block_end, get_suggestion, prune, record
+from learnerd.store.suggestions import (
+    BLOCK_OPENS_WITHIN,
+    ServedAnswer,
+    answer_end,
+    command_of,
+    counts,
+    first_block_end,
+    get_suggestion,
+    prune,
+    record,
+)
 
 SERVED_AT = 1_800_000_000.0
 WINDOW_S = 600.0
@@ -262,3 +272,21 @@ def test_forget_deletes_the_named_blocks_and_every_answer_or_command_holding_the
         assert suggestions.forget(conn, [], "") == 0  # no ids, no text: nothing
     assert [get_suggestion(conn, b) is None for b in (by_id, in_answer, in_command, kept)] == [True, True, True, False]
     assert totals(conn)["served"] == 4  # the counts hold no text and stay
+
+
+@pytest.mark.parametrize(
+    ("answer", "tokens", "end"),
+    [
+        ("It lists the files one per line", BLOCK_OPENS_WITHIN - 1, None),  # prose may still open a block
+        ("It lists the files one per line", BLOCK_OPENS_WITHIN, len("It lists the files one per line")),
+        ("It lists them:\n```bash\nls -l", BLOCK_OPENS_WITHIN + 40, None),  # a block opened in time goes on
+        ("It lists them:\n``", BLOCK_OPENS_WITHIN, None),  # a fence still being written
+        ("It lists them:\n> ~", BLOCK_OPENS_WITHIN, None),
+        ("It lists them:\n```bash\nls -l\n```\nmore\n", 5, len("It lists them:\n```bash\nls -l\n```")),
+        ("It lists them:\n```bash\nls -l\n```\nmore\n", 500, len("It lists them:\n```bash\nls -l\n```")),
+    ],
+)
+def test_an_answer_that_opens_no_block_in_time_ends_where_it_stands(answer, tokens, end):
+    assert answer_end(answer, tokens) == end
+    if end is not None and first_block_end(answer) is None:
+        assert command_of(answer[:end]) == command_of(answer), "what ended without a block gives the same command"
