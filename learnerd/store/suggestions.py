@@ -153,7 +153,11 @@ def first_block_end(answer: str) -> int | None:
     token can end once it has given its command. The block is the one :func:`command_of` reads (CommonMark 0.31,
     markdown-it-py); a closing fence is a line of the opening fence's character, at least as long (section 4.5).
     """
-    fence = _first_fence(answer)
+    return _closed_at(answer, _first_fence(answer))
+
+
+def _closed_at(answer: str, fence: Token | None) -> int | None:
+    """:func:`first_block_end` of ``answer``, whose first fenced code block (:func:`_first_fence`) is ``fence``."""
     if fence is None or fence.map is None:
         return None
     lines = answer.split("\n")
@@ -177,10 +181,11 @@ def answer_end(answer: str, tokens: int) -> int | None:
     """Where an answer that ends with its first fenced code block ends, ``answer`` being the text of its first
     ``tokens`` generated tokens: after that block's closing fence (:func:`first_block_end`), or at its end once
     ``tokens`` reached :data:`BLOCK_OPENS_WITHIN` with no fence opened (none in the text, and its last line does not
-    begin one: a line starting with a backtick or a tilde may be a fence still being written); None: not yet."""
-    end = first_block_end(answer)
-    if end is not None or tokens < BLOCK_OPENS_WITHIN or _first_fence(answer) is not None:
-        return end
+    begin one: a line starting with a backtick or a tilde may be a fence still being written); None: not yet.
+    Parses ``answer`` once (it is called at every generated token)."""
+    fence = _first_fence(answer)
+    if fence is not None or tokens < BLOCK_OPENS_WITHIN:
+        return _closed_at(answer, fence)
     last = answer.rsplit("\n", 1)[-1].lstrip(" >")
     return None if last[:1] in ("`", "~") else len(answer)
 

@@ -191,6 +191,7 @@ def test_an_answer_under_quoted_examples_that_opens_no_block_ends_where_one_had_
     streamed = [tracker.add(t) for t in ids[:BLOCK_OPENS_WITHIN]]
     assert tracker.stopped and "".join(streamed) + tracker.flush() == ended.text, "the tracker stops at the same token"
     _, blocked = reply(late, [asked])
-    closed = len(tokenizer.encode(late[: late.index("\nThat is all.")], add_special_tokens=False))
+    block = late[: late.index("\nThat is all.")]
+    closed = len(tokenizer.encode(block, add_special_tokens=False))
     assert len(tokenizer.encode("Run:\n```bash\n", add_special_tokens=False)) < BLOCK_OPENS_WITHIN < closed
-    assert blocked.text == late[: late.index("\nThat is all.")], "a block opened in time ends the answer"
+    assert blocked.text == block, "a block opened in time ends the answer"
