@@ -88,6 +88,15 @@ class EvaluationSettings(Section):
     """dialogue length of the multi-turn probe (2..8)"""
     half_life_target: float = Field(2.0, gt=0)
     """the multi-turn probe passes at a half-life of at least this many turns"""
+    retention_pool_size: int = Field(0, ge=0)
+    """answer_retention asks this many of its 470 general questions, a seeded sample, the same at every
+    evaluation (0: all): fewer make an evaluation shorter and the retention rule's operating points weaker
+    (docs/evaluation.md, "Retention as a statistical decision")"""
+    retention_max_new_tokens: int = Field(32, ge=1)
+    """answer_retention: new tokens of each greedy answer at most"""
+    retention_alone_sample: int = Field(64, ge=1)
+    """answer_retention: of the base's right answers the router gives the base, the adapter alone answers at most
+    this many (a seeded sample) for its own kept count, estimated from them"""
     device: str = "auto"
     """where the evaluated model runs: auto, cpu, cuda, cuda:N"""
     gate: GateSettings = Field(default_factory=GateSettings)

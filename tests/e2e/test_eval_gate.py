@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from learnerd.daemon.config import load_config
 from learnerd.eval.gate import decide
 from learnerd.eval.probes.base import EvalOptions
 from learnerd.eval.report import load_report
@@ -114,13 +115,15 @@ def test_the_same_candidate_evaluated_with_three_seeds_gets_one_verdict(tmp_path
     current = load_report(store.resolve(document.frontmatter.dlm_id, 1).path / "eval.json")
     candidate = store.resolve(document.frontmatter.dlm_id, 2)
     base = resolve_base_model(document.frontmatter.base_model, cache_dir=models_dir)
+    settings = load_config(tmp_path / "learnerd.toml").evaluation  # the test config's, as learnerd train read it
     torch.set_num_threads(1)
     decisions, null_means = [], []
     for seed in (1, 2, 3):
         torch.manual_seed(seed)
         # two noise adapters a seed: the fewest whose z-scores are calibrated (one is degenerate), and each seed's
         # pair differs from the others' ({1, 2}, {2, 3}, {3, 4})
-        report = evaluate_version(document, candidate, base, options=EvalOptions(null_seed_base=seed, null_runs=2))
+        options = EvalOptions.from_settings(settings, null_seed_base=seed, null_runs=2)
+        report = evaluate_version(document, candidate, base, options=options)
         decisions.append(decide(report, current, GateSettings(), current_version=1))
         null_means.append(report.null_stats["delta_kl"]["mean"])
     assert len(set(null_means)) == 3  # the seeds changed what they seed

@@ -24,7 +24,7 @@ from learnerd.eval.probes import calibration_drift, paraphrase, retention
 from learnerd.eval.probes.base import EvalOptions, ProbeContext
 from learnerd.eval.probes.null_adapter import run as calibrate
 from learnerd.eval.report import Verdict
-from learnerd.eval.settings import GateSettings
+from learnerd.eval.settings import EvaluationSettings, GateSettings
 from learnerd.eval.suite import evaluate
 from learnerd.eval.summary import render_report
 from learnerd.store.dlm import parse_text
@@ -89,6 +89,18 @@ def test_retention_skips_a_base_that_answers_nothing_right(tiny_model_dir, still
     assert (
         result.message == f"the base model answers none of the {len(retention.general_pool())} general questions right"
     )
+
+
+def test_the_evaluation_settings_size_the_pool_and_the_answers(tiny_model_dir, still):
+    """``[evaluation] retention_pool_size`` and ``retention_max_new_tokens``, read from a config section, reach the
+    probe: it asks the sample and reports its size and budget."""
+    settings = EvaluationSettings.model_validate({"retention_pool_size": 12, "retention_max_new_tokens": 8})
+    ctx = context(tiny_model_dir, still)
+    result = retention.run(ProbeContext(ctx.backend, ctx.inputs, EvalOptions.from_settings(settings)))
+    assert result.message == "the base model answers none of the 12 general questions right"
+    own = own_answers(ctx, 12)
+    answered = retention.judge(ProbeContext(ctx.backend, ctx.inputs, EvalOptions.from_settings(settings)), own)
+    assert answered.evidence["max_new_tokens"] == 8 and answered.evidence["pool_size"] == len(own)
 
 
 def test_an_adapter_that_changes_nothing_keeps_every_answer(tiny_model_dir, still):

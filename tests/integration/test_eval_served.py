@@ -80,6 +80,7 @@ def test_answer_retention_scores_the_items_routed_to_the_base_as_the_bases(conte
     sampled = retention.judge(sampled_ctx, pool)
     assert sampled.evidence["kept"] == served.evidence["kept"] and sampled.evidence["routed"] == routed
     assert sampled.evidence["adapter_alone"]["answered"] == routed["adapter"] + 2 < right
+    assert sampled.evidence["js_prompts"] == routed["adapter"] + 2, "the adapter runs only the prompts it answers"
     assert "estimated from" in sampled.message and 0 <= sampled.evidence["adapter_alone"]["kept"] <= right
 
 

@@ -76,6 +76,18 @@ def test_the_general_pool():
     assert all(len(item.gold) >= 2 and not retention.contains(item.prompt, item.gold) for item in pool)
 
 
+def test_the_retention_pool_is_the_whole_pool_or_the_same_seeded_sample_in_file_order():
+    pool = retention.general_pool()
+    assert retention.retention_pool(0) == retention.retention_pool(len(pool) + 1) == pool
+    sample = retention.retention_pool(200)
+    assert len(set(sample)) == 200 and set(sample) < set(pool)
+    assert [pool.index(item) for item in sample] == sorted(pool.index(item) for item in sample)
+    assert sample == retention.retention_pool(200) and sample != pool[:200]
+    assert {item.category for item in sample} == {item.category for item in pool}
+    with pytest.raises(ValueError, match="retention_pool_size must be >= 0, not -1"):
+        retention.retention_pool(-1)
+
+
 @pytest.mark.parametrize(
     ("answer", "gold", "right"),
     [

@@ -3,14 +3,16 @@ sway 0.1.0 has none like it, its category is that of sway's ``calibration_drift`
 
 The pool is :data:`POOL` (``learnerd/eval/packs/general.jsonl``, shipped in the package): general questions
 composed for learnerd — knowledge, arithmetic, short writing and code — one JSON object a line with
-``category``, ``prompt`` and a short ``gold`` answer. Both views answer greedily (at most
+``category``, ``prompt`` and a short ``gold`` answer; ``[evaluation] retention_pool_size`` asks a seeded sample of
+it instead (:func:`retention_pool`). The ``[evaluation]`` keys ``retention_max_new_tokens`` and
+``retention_alone_sample`` below are the probe's other knobs. Both views answer greedily (at most
 ``retention_max_new_tokens`` new tokens), in batches (:meth:`~learnerd.eval.backend.View.generate_many`),
 each question rendered as training renders one (:meth:`~learnerd.eval.inputs.Encoder.prompt`). An answer is
 *right* when it contains the gold (:func:`contains`: ignoring case, not inside a longer word or number).
 
 The base's answers decide which items count (those it answers right); the adapter answers only those it is
-scored on (one token for the others: a generation's first step is the next-token distribution the divergence needs,
-:meth:`~learnerd.eval.backend.View.answers`, so each view runs the pool's prompts once). The base's answers
+scored on (:meth:`~learnerd.eval.backend.View.answers`: a generation's first step is also the next-token
+distribution the divergence needs) and runs no other prompt of the pool. The base's answers
 are kept in the model cache when the backend has an answer store (:mod:`learnerd.eval.base_answers`): the
 next evaluation on the same base only runs the adapter's side.
 
@@ -28,9 +30,9 @@ is the gate's statistical rule (:meth:`~learnerd.eval.settings.GateSettings.rete
 "kept_fraction", "answered"}``: the adapter answering every item; it answers those routed to it and at most
 ``retention_alone_sample`` of those routed to the base, a seeded sample, so ``kept`` is the items routed to it that
 it kept plus its kept fraction of the sample times the items routed to the base — exact when ``answered`` is the
-base's right count), and ``mean_js_nats``: the mean Jensen–Shannon divergence
-(nats, at most ln 2) between the base's and the adapter's next-token distributions after each prompt of the pool
-(:mod:`learnerd.ml.divergence`, ``top_k`` tokens; the adapter alone's). A
+base's right count), ``mean_js_nats``: the mean Jensen–Shannon divergence (nats, at most ln 2) between the
+base's and the adapter's next-token distributions after each prompt the adapter answered
+(:mod:`learnerd.ml.divergence`, ``top_k`` tokens; the adapter alone's), and ``js_prompts``, their count. A
 base that answers none right leaves nothing to retain: the probe is skipped with that reason. No null
 calibration: a noise adapter keeps every answer.
 
@@ -58,9 +60,7 @@ from importlib import resources
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
-
-from learnerd.eval.probes.common import NotApplicable, ProbeOptions, errored, result, skipped
+from learnerd.eval.probes.common import NotApplicable, errored, result, skipped
 from learnerd.eval.report import ProbeResult, Verdict
 from learnerd.ml.divergence import divergence
 
@@ -74,16 +74,8 @@ POOL = "packs/general.jsonl"
 LOST_EVIDENCE = 5
 ALONE_SEED = 0
 """The seed of :func:`alone_sample`."""
-
-
-class Options(ProbeOptions):
-    """``answer_retention``'s knobs."""
-
-    retention_max_new_tokens: int = Field(32, ge=1)
-    """new tokens of each greedy answer at most"""
-    retention_alone_sample: int = Field(64, ge=1)
-    """of the base's right answers the router gives the base, the adapter alone answers at most this many (a seeded
-    sample) for its own kept count, estimated from them"""
+POOL_SEED = 0
+"""The seed of :func:`retention_pool`'s sample."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +142,7 @@ def lost_split(wording: int, lost: int) -> str:
 
 
 def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
-    """The probe's result on ``pool`` (:func:`run` passes :func:`general_pool`).
+    """The probe's result on ``pool`` (:func:`run` passes :func:`retention_pool`).
 
     Raises:
         NotApplicable: the base answers none of ``pool`` right.
@@ -172,12 +164,10 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
     }
     to_base = [i for i in right if i not in routed]
     sample = alone_sample(to_base, opts.retention_alone_sample)
-    budgets = [1] * len(pool)  # one token where no answer is read: its first step's distribution is all needed
-    for i in (*routed, *sample):
-        budgets[i] = budget
+    asked = sorted({*routed, *sample})  # the adapter's prompts: a prompt costs a forward pass even for one token
     with ctx.backend.as_finetuned() as ft:
-        ft_ids, ft_dists = ft.answers(prompts, budgets, opts.top_k)
-        answers = {i: encoder.decode(ft_ids[i]) for i in (*routed, *sample)}
+        ft_ids, ft_dists = ft.answers([prompts[i] for i in asked], [budget] * len(asked), opts.top_k)
+        answers = {i: encoder.decode(ids) for i, ids in zip(asked, ft_ids, strict=True)}
         kept_alone = {i for i in answers if contains(answers[i], pool[i].gold)}
         kept = {i for i in right if i not in routed or i in kept_alone}  # as served: the base answers the others
         lost_items = [i for i in right if i not in kept]
@@ -208,7 +198,7 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
     fraction = len(kept) / len(right)
     kept_routed = len(kept_alone & routed)  # the adapter's own items; the sample's kept scale to every base item
     alone = kept_routed + (len(kept_alone) - kept_routed) * len(to_base) / max(len(sample), 1)
-    mean_js = statistics.fmean(divergence(b, f, "js") for b, f in zip(base_dists, ft_dists, strict=True))
+    mean_js = statistics.fmean(divergence(base_dists[i], f, "js") for i, f in zip(asked, ft_dists, strict=True))
     rule = opts.gate.retention_rule(len(right))
     passed = rule.passes(len(lost_items))
     evidence: dict[str, Any] = {
@@ -223,6 +213,7 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
         "lost_wording": sum(knows),
         "lost_knowledge": len(knows) - sum(knows),
         "mean_js_nats": mean_js,
+        "js_prompts": len(asked),
         "max_new_tokens": budget,
         "routed": {"adapter": len(routed), "base": len(to_base)},
         "adapter_alone": {
@@ -237,12 +228,28 @@ def judge(ctx: ProbeContext, pool: Sequence[PoolItem]) -> ProbeResult:
     message = (
         f"kept {len(kept)}/{len(right)} answers the base got right as served ({len(lost_items)} lost "
         f"{'<=' if passed else '>'} {rule.allowed_lost} allowed{split}; {len(routed)} routed to the adapter, which "
-        f"alone keeps {round(alone)}{estimated}); mean JS {mean_js:.4f} nats over {len(pool)} prompts"
+        f"alone keeps {round(alone)}{estimated}); mean JS {mean_js:.4f} nats over the {len(asked)} it answered"
     )
     verdict = Verdict.PASS if passed else Verdict.FAIL
     return result(
         KIND, KIND, verdict, score=fraction, raw=fraction, evidence=evidence, message=message, started=started
     )
+
+
+def retention_pool(size: int) -> tuple[PoolItem, ...]:
+    """The items ``answer_retention`` asks (``[evaluation] retention_pool_size``): :func:`general_pool` whole when
+    ``size`` is 0 or at least its length, else ``size`` of its items drawn with ``random.Random(POOL_SEED)``, in
+    file order — the same items at every evaluation, so the base's stored answers serve each one.
+
+    Raises:
+        ValueError: ``size`` is negative.
+    """
+    if size < 0:
+        raise ValueError(f"retention_pool_size must be >= 0, not {size}")
+    pool = general_pool()
+    if size == 0 or size >= len(pool):
+        return pool
+    return tuple(pool[i] for i in sorted(random.Random(POOL_SEED).sample(range(len(pool)), size)))
 
 
 def alone_sample(indices: Sequence[int], size: int) -> list[int]:
@@ -256,7 +263,7 @@ def alone_sample(indices: Sequence[int], size: int) -> list[int]:
 def run(ctx: ProbeContext) -> ProbeResult:
     started = time.perf_counter()
     try:
-        return judge(ctx, general_pool())
+        return judge(ctx, retention_pool(ctx.options.retention_pool_size))
     except NotApplicable as exc:
         return skipped(KIND, KIND, str(exc), started)  # after the base answered the whole pool
     except Exception as exc:
