@@ -31,7 +31,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ import anyio
 
 from learnerd.ml.tiny_model import ensure_tiny_model
 from learnerd.store.dlm import Document, new_document
+from tests.support.daemon_process import free_port
 
 TOKEN = "bench-token"
 LONG_BODY = "::instruction::\n" + "".join(f"### Q\nQuestion {i}?\n\n### A\nAnswer {i}\n\n" for i in range(64))
@@ -60,12 +60,6 @@ debounce_max_s = 600.0
 [rpc]
 capacity = 10000000      # nothing drains the probes during the measurement
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def events(log: Path) -> list[dict]:

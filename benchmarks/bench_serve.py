@@ -65,6 +65,7 @@ from learnerd.store.adapters import VERDICT_FILE, AdapterStore, AdapterVersion
 from learnerd.store.blocks import Cell
 from learnerd.store.dlm import read_document
 from learnerd.store.dlm.rows import ChatRow, training_rows
+from tests.support.daemon_process import free_port
 
 TOKEN = "bench-serve-token-0123456789"
 REPO = Path(__file__).resolve().parents[1]
@@ -196,14 +197,6 @@ def search_latencies(url: str, seconds: float) -> list[float]:
 
 def pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:

@@ -34,7 +34,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,6 +50,7 @@ from learnerd.analyzer.blocklog import event_line
 from learnerd.store import db
 from learnerd.store.blocks import Cell, list_block_ids
 from learnerd.store.probe_journal import ProbeJournal
+from tests.support.daemon_process import free_port
 from tests.support.hostile import NON_UTF8_TOKEN, connect, nested, raw_request, read_all, request_bytes, with_raw
 
 RPC_TOKEN = "bench-probe-token-0123456789abcdef"
@@ -70,12 +70,6 @@ capacity = 10000000
 
 
 INPUT = "Input: none (it starts its own daemon on 127.0.0.1 and writes its own logs)."
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Load:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,16 +18,11 @@ from aiohttp import web
 from learnerd.cmd._client import AdminClient, DaemonStarting
 from learnerd.cmd.search import search_daemon
 from tests.conftest import REPO_ROOT
+from tests.support.daemon_process import free_port
 from tests.support.openai_server import fake_vector, serve_routes
 from tests.support.pipeline import run_cli
 
 EXAMPLE_LOGS = REPO_ROOT / "examples" / "logs"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_config(tmp_path: Path, embeddings: str, extra: str = "") -> Path:
