@@ -265,6 +265,6 @@ def run(ctx: ProbeContext) -> ProbeResult:
     try:
         return judge(ctx, retention_pool(ctx.options.retention_pool_size))
     except NotApplicable as exc:
-        return skipped(KIND, KIND, str(exc), started)  # after the base answered the whole pool
+        return skipped(KIND, KIND, str(exc), started)  # after the base answered every item asked
     except Exception as exc:
         return errored(KIND, KIND, exc, started)
