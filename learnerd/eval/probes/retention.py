@@ -5,7 +5,7 @@ The pool is :data:`POOL` (``learnerd/eval/packs/general.jsonl``, shipped in the 
 composed for learnerd — knowledge, arithmetic, short writing and code — one JSON object a line with
 ``category``, ``prompt`` and a short ``gold`` answer; ``[evaluation] retention_pool_size`` asks a seeded sample of
 it instead (:func:`retention_pool`). The ``[evaluation]`` keys ``retention_max_new_tokens`` and
-``retention_alone_sample`` below are the probe's other knobs. Both views answer greedily (at most
+``retention_alone_sample`` are the probe's other knobs. Both views answer greedily (at most
 ``retention_max_new_tokens`` new tokens), in batches (:meth:`~learnerd.eval.backend.View.generate_many`),
 each question rendered as training renders one (:meth:`~learnerd.eval.inputs.Encoder.prompt`). An answer is
 *right* when it contains the gold (:func:`contains`: ignoring case, not inside a longer word or number).
