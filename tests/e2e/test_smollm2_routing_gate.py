@@ -28,7 +28,7 @@ from tests.support.smollm2 import THREADS, Trained
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # waits for the shared training, if running
 WRONG = 40
 """General questions the document answers wrongly, the first 40 knowledge questions of the tests' retention sample
-(:data:`~tests.support.serving.RETENTION_SAMPLE`). The base answers 26 of them right within its 16 tokens, and
+(:data:`~tests.support.serving.EVALUATION_KEYS`). The base answers 26 of them right within its 16 tokens, and
 every one it answers right is routed to the adapter, so 26 of its about 90 right answers are the adapter's to lose,
 against the default rule's 4 allowed at 90. Measured on the whole pool at 32 tokens on 2026-12-02: 28 routed, 23
 lost (15 allowed of 231), rejected."""

@@ -96,10 +96,11 @@ def test_the_evaluation_settings_size_the_pool_and_the_answers(tiny_model_dir, s
     probe: it asks the sample and reports its size and budget."""
     settings = EvaluationSettings.model_validate({"retention_pool_size": 12, "retention_max_new_tokens": 8})
     ctx = context(tiny_model_dir, still)
-    result = retention.run(ProbeContext(ctx.backend, ctx.inputs, EvalOptions.from_settings(settings)))
+    configured = ProbeContext(ctx.backend, ctx.inputs, EvalOptions.from_settings(settings))
+    result = retention.run(configured)
     assert result.message == "the base model answers none of the 12 general questions right"
     own = own_answers(ctx, 12)
-    answered = retention.judge(ProbeContext(ctx.backend, ctx.inputs, EvalOptions.from_settings(settings)), own)
+    answered = retention.judge(configured, own)
     assert answered.evidence["max_new_tokens"] == 8 and answered.evidence["pool_size"] == len(own)
 
 

@@ -14,12 +14,16 @@ from tests.support.daemon_process import DaemonProcess, daemon_process
 
 TOKEN = "test-" + secrets.token_hex(16)
 RETENTION_POOL_SIZE = 200
-RETENTION_SAMPLE = f"retention_pool_size = {RETENTION_POOL_SIZE}\nretention_max_new_tokens = 16\n"
-"""``[evaluation]`` lines of the tests' daemons and trainings: ``answer_retention`` asks 200 of its 470 questions
-(a seeded sample) for at most 16 tokens each, a fifth of the default's work. The tests check the machinery and
-the verdicts of cycles far from the gate's operating points, not its power; on SmolLM2 the base answers about
-90 of the 200 right (211 of the 470 at 16 tokens, 231 at 32). The same lines everywhere, so the base's answers
-one evaluation stores serve the next (``tests/e2e/test_smollm2_routing_gate.py``)."""
+EVALUATION_KEYS = (
+    f"null_runs = 0\nmax_prompts = 1\nretention_pool_size = {RETENTION_POOL_SIZE}\nretention_max_new_tokens = 16\n"
+)
+"""The ``[evaluation]`` keys of the tests' daemons (:func:`write_config`) and SmolLM2 trainings
+(:data:`tests.support.smollm2.RELAXED_GATE`): no noise adapters, one prompt per divergence probe, and
+``answer_retention`` asking 200 of its 470 questions (a seeded sample) for at most 16 tokens each, a fifth of the
+default's work. The tests check the machinery and the verdicts of cycles far from the gate's operating points, not
+its power; on SmolLM2 the base answers about 90 of the 200 right (211 of the 470 at 16 tokens, 231 at 32). The
+same keys everywhere, so the base's answers one evaluation stores serve the next
+(``tests/e2e/test_smollm2_routing_gate.py``)."""
 
 
 def write_config(root: Path, models_dir: Path, extra: str = "", training: bool | str = False) -> None:
@@ -54,9 +58,7 @@ drain_timeout_s = 60.0
 workers = 1
 
 [evaluation]
-null_runs = 0
-max_prompts = 1
-{RETENTION_SAMPLE}
+{EVALUATION_KEYS}
 {extra}
 """
     )

@@ -23,7 +23,7 @@ from learnerd.store.dlm import read_document
 from tests.conftest import REPO_ROOT, cli_env, learnerd_command
 from tests.support.artefact_cache import cached, content_key, learnerd_code, versions
 from tests.support.base_models import LIBRARIES, linked_models_dir, smollm2_converted
-from tests.support.serving import RETENTION_SAMPLE, write_config
+from tests.support.serving import EVALUATION_KEYS, write_config
 
 THREADS = os.environ.get("OMP_NUM_THREADS", "2")
 """Torch threads of the tests' CLI runs: both cores, or a pytest-xdist worker's share (``tests/conftest.py``)."""
@@ -54,15 +54,14 @@ retention_floor_keep = 0.0
 min_dialogue_answers = 0.0
 """
 """:data:`RELAXED_GATE`'s gate alone: for a daemon's config, whose ``[evaluation]`` section is its own."""
-RELAXED_GATE = "[evaluation]\nnull_runs = 0\nmax_prompts = 1\n" + RETENTION_SAMPLE + "\n" + GATE_SECTION
+RELAXED_GATE = "[evaluation]\n" + EVALUATION_KEYS + "\n" + GATE_SECTION
 """The tests of the trained SmolLM2 check training, evaluation, generation and serving on a real model, not the
 gate: its retention and dialogue checks are relaxed so the trained version is served (a floor of 0.0 fails only
 a version that loses every right answer; the adapter alone forgets what the base knew:
-``tests/e2e/test_smollm2_training.py``). Like the daemons of
-:func:`tests.support.serving.write_config`, its evaluations run the divergence and dialogue probes on one prompt
-of the document (``max_prompts``) and ``answer_retention`` on :data:`~tests.support.serving.RETENTION_SAMPLE`: what
-the tests assert on (recall, the retention probes, the report's shape) does not depend on them, and each evaluation
-is shorter."""
+``tests/e2e/test_smollm2_training.py``). Its other ``[evaluation]`` keys are those of the daemons of
+:func:`tests.support.serving.write_config` (:data:`~tests.support.serving.EVALUATION_KEYS`): the divergence and
+dialogue probes on one prompt of the document and ``answer_retention`` on a sample; what the tests assert on
+(recall, the retention probes, the report's shape) does not depend on them, and each evaluation is shorter."""
 
 
 @dataclass(frozen=True)
