@@ -16,14 +16,16 @@ TOKEN = "test-" + secrets.token_hex(16)
 RETENTION_POOL_SIZE = 200
 EVALUATION_KEYS = (
     f"null_runs = 0\nmax_prompts = 1\nretention_pool_size = {RETENTION_POOL_SIZE}\nretention_max_new_tokens = 16\n"
+    "retention_alone_sample = 16\n"
 )
 """The ``[evaluation]`` keys of the tests' daemons (:func:`write_config`) and SmolLM2 trainings
 (:data:`tests.support.smollm2.RELAXED_GATE`): no noise adapters, one prompt per divergence probe, and
 ``answer_retention`` asking 200 of its 470 questions (a seeded sample) for at most 16 tokens each, a fifth of the
-default's work. The tests check the machinery and the verdicts of cycles far from the gate's operating points, not
-its power; on SmolLM2 the base answers about 90 of the 200 right (211 of the 470 at 16 tokens, 231 at 32). The
-same keys everywhere, so the base's answers one evaluation stores serve the next
-(``tests/e2e/test_smollm2_routing_gate.py``)."""
+default's work, and the adapter alone answering 16 of those the router gives the base (the default 64; the adapter
+alone keeps about a fifth of them: ``tests/e2e/test_smollm2_training.py``). The tests check the machinery and the
+verdicts of cycles far from the gate's operating points, not its power; on SmolLM2 the base answers about 90 of the
+200 right (211 of the 470 at 16 tokens, 231 at 32). The same keys everywhere, so the base's answers one evaluation
+stores serve the next (``tests/e2e/test_smollm2_routing_gate.py``)."""
 
 
 def write_config(root: Path, models_dir: Path, extra: str = "", training: bool | str = False) -> None:
