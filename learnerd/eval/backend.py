@@ -246,6 +246,36 @@ def _batches(lengths: Sequence[int], max_tokens: int, max_rows: int | None = Non
     return out
 
 
+def _shared_context_batches(items: Sequence[tuple[Sequence[int], Sequence[int]]], max_tokens: int) -> list[list[int]]:
+    """Indices into ``items`` (``(context, target)`` ids) grouped into the batches of :meth:`View.logprobs`: the
+    widest contexts first and the items of one context together, each batch padding its two forward passes to at
+    most ``max_tokens`` tokens in all (``distinct contexts × widest context + items × widest target``, less each
+    target's last token, which predicts nothing) and its targets' pass to attend over at most
+    :data:`MAX_BATCH_TOKENS` positions (``items × (widest context + widest target)``: each item's copy of its
+    context's key/value cache); an item over that alone is a batch of its own.
+
+    ``section_internalization`` scores up to 9 targets after each section's question (its own answer, 8 others'),
+    so a many-section document's contexts run once each instead of once per target.
+    """
+    order = sorted(range(len(items)), key=lambda i: (-len(items[i][0]), tuple(items[i][0]), -len(items[i][1])))
+    out: list[list[int]] = []
+    contexts: set[tuple[int, ...]] = set()
+    width = tail_width = 0
+    for i in order:
+        context, tail = tuple(items[i][0]), len(items[i][1]) - 1
+        if out:
+            rows, tails = len(out[-1]) + 1, max(tail_width, tail)
+            passes = (len(contexts) + (context not in contexts)) * width + rows * tails
+            if passes <= max_tokens and rows * (width + tails) <= MAX_BATCH_TOKENS:
+                out[-1].append(i)
+                contexts.add(context)
+                tail_width = max(tail_width, tail)
+                continue
+        out.append([i])
+        contexts, width, tail_width = {context}, len(context), tail
+    return out
+
+
 @dataclass
 class View:
     """One side of a :class:`DifferentialBackend`; valid only inside the ``with`` that made it.
@@ -319,9 +349,10 @@ class View:
     def logprobs(self, items: Sequence[tuple[Sequence[int], Sequence[int]]]) -> list[float]:
         """:meth:`logprob` of each ``(context, target)`` of ``items``, in order, in batched forward passes.
 
-        Items that share a context share its forward pass: each batch runs its distinct contexts once
-        (right-padded, keeping their key/value cache), then every target after its own context's cache
-        (position ids continuing the context, the context's padding masked out). On the base view the values
+        Items that share a context share its forward pass: the items of one context go in one batch
+        (:func:`_shared_context_batches`), and each batch runs its distinct contexts once (right-padded, keeping
+        their key/value cache), then every target after its own context's cache (position ids continuing the
+        context, the context's padding masked out). On the base view the values
         are kept for the backend's life, and between evaluations in its
         :attr:`~DifferentialBackend.logprob_store` when it has one (written after each batch): only the items
         this base has not scored before run.
@@ -343,8 +374,7 @@ class View:
             found = store.load(list(named.values()))
             results.update((i, found[key]) for i, key in named.items() if key in found)
         pending = [i for i in range(len(items)) if i not in results]
-        lengths = [len(items[i][0]) + len(items[i][1]) for i in pending]
-        for batch in _batches(lengths, self.backend.batch_tokens):
+        for batch in _shared_context_batches([items[i] for i in pending], self.backend.batch_tokens):
             members = [pending[j] for j in batch]
             values = self._shared_context_logprobs([items[i] for i in members])
             results.update(zip(members, values, strict=True))

@@ -10,7 +10,13 @@ import torch
 
 from benchmarks.bench_eval import noisy_lora
 from learnerd.eval import backend as backend_module
-from learnerd.eval.backend import DifferentialBackend, EvaluationCancelled, NonFiniteLogitsError, _batches
+from learnerd.eval.backend import (
+    DifferentialBackend,
+    EvaluationCancelled,
+    NonFiniteLogitsError,
+    _batches,
+    _shared_context_batches,
+)
 from learnerd.eval.inputs import Encoder
 from learnerd.eval.suite import evaluate
 from learnerd.ml.base_model import load_model_directory
@@ -173,6 +179,18 @@ def test_a_generation_batch_holds_at_most_its_rows_and_its_padded_tokens():
     assert _batches([5, 5, 5, 5, 5], max_tokens=100, max_rows=2) == [[0, 1], [2, 3], [4]]
     assert _batches([9, 5, 5, 4], max_tokens=10, max_rows=8) == [[0], [1, 2], [3]]  # 9 + 9 > 10: padded to the longest
     assert _batches([5, 5, 5], max_tokens=100) == [[0, 1, 2]]
+
+
+def test_the_targets_of_one_context_share_a_batch_and_its_context_runs_once():
+    """section_internalization's shape: each context (a section's question) with several targets. Sorted by length
+    alone, the targets of one context would scatter over batches, each running the context again."""
+    a, b, c = (1,) * 6, (2,) * 6, (3,) * 4
+    items = [(a, (9, 9)), (b, (9, 9, 9)), (a, (9,) * 4), (c, (9, 9)), (b, (9,)), (a, (9, 9))]
+    # a's three: 6 + 3 × 3 = 15; b too: 2 × 6 + 4 × 3 = 24 > 20; b's two and c: 2 × 6 + 3 × 2 = 18
+    assert _shared_context_batches(items, max_tokens=20) == [[2, 0, 5], [1, 4, 3]]
+    assert _shared_context_batches(items, max_tokens=12) == [[2, 0], [5], [1, 4], [3]]
+    assert _shared_context_batches(items, max_tokens=1) == [[i] for i in (2, 0, 5, 1, 4, 3)]  # each alone
+    assert _shared_context_batches(items, max_tokens=10_000) == [[2, 0, 5, 1, 4, 3]]  # 3 × 6 + 6 × 3 tokens
 
 
 def test_a_set_cancel_event_stops_the_next_batch(backend):
