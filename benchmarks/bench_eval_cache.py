@@ -41,11 +41,12 @@ import tempfile
 import time
 from functools import reduce
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 if TYPE_CHECKING:
+    from learnerd.ml.base_model import BaseModelRef
     from learnerd.store.dlm import Document, Section
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,48 +56,68 @@ INPUT = (
 )
 
 
-def probe_sections(path: Path) -> tuple[Document, list[Section]]:
+def probe_sections(prog: str, path: Path) -> tuple[Document, list[Section]] | None:
     """``path``'s document emptied of its sections, and each of its Q/A pairs as a probe section of its own, in
-    order (as learnerd's probes reconciler writes them).
+    order (as learnerd's probes reconciler writes them); None, the reason printed to stderr after ``prog``, when
+    ``path`` cannot be read or is not a valid ``.dlm`` document."""
+    from learnerd.store.dlm import DocumentError, probe_section, read_document
 
-    Raises:
-        OSError: ``path`` cannot be read.
-        DocumentError: it is not a valid ``.dlm`` document.
-    """
-    from learnerd.store.dlm import probe_section, read_document
-
-    given = read_document(path)
+    try:
+        given = read_document(path)
+    except (OSError, DocumentError) as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return None
     pairs = [p for section in given.sections if section.type == "instruction" for p in section.qa_pairs(path=path)]
     sections = [probe_section(pair.question, pair.answer, source=f"bench/{n}") for n, pair in enumerate(pairs)]
     return given.remove_sections(lambda _: True), sections
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench_eval_cache", description=__doc__.splitlines()[0], epilog=INPUT)
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--base``, ``--doc`` and ``--threads``, as this benchmark and ``bench_eval_logprobs.py`` take them."""
     parser.add_argument("--base", default="smollm2-135m-instruct", help="base_model (a dlm key, path or built-in)")
     parser.add_argument("--doc", type=Path, default=REPO / "examples" / "commands.dlm", help="the .dlm document")
-    parser.add_argument("--grow", type=int, default=4, help="sections (pairs) the next cycle adds (default 4)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    parser.add_argument("--null-runs", type=int, default=0, help="noise adapters to calibrate on (default 0)")
-    args = parser.parse_args(argv)
 
+
+def noise_adapted(prog: str, base_model: str, tmp: Path, threads: int) -> tuple[BaseModelRef, Any, Any] | None:
+    """The base ``base_model`` (converted under ``tmp`` where needed) with ``bench_eval.py``'s seeded noise adapter
+    of learnerd's default LoRA shape (``lora_B`` ~ N(0, 0.02²), saved under ``tmp``), in eval mode, on the CPU in
+    float32, torch set to ``threads`` threads: ``(base, peft_model, tokenizer)``; None, the reason printed to stderr
+    after ``prog``, when the base cannot be resolved or loaded."""
     import torch
     from peft import PeftModel
 
     from benchmarks.bench_eval import make_adapter
+    from learnerd.ml.base_model import BaseModelError, load_model_directory, resolve_base_model
+
+    torch.set_num_threads(threads)
+    try:
+        base = resolve_base_model(base_model, cache_dir=tmp / "base")
+        model, tokenizer = load_model_directory(base.path, name=base.name)
+    except BaseModelError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return None
+    peft_model = PeftModel.from_pretrained(model, make_adapter(base.path, tmp / "adapter", scale=0.02))
+    return base, peft_model.eval(), tokenizer
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench_eval_cache", description=__doc__.splitlines()[0], epilog=INPUT)
+    add_model_arguments(parser)
+    parser.add_argument("--grow", type=int, default=4, help="sections (pairs) the next cycle adds (default 4)")
+    parser.add_argument("--null-runs", type=int, default=0, help="noise adapters to calibrate on (default 0)")
+    args = parser.parse_args(argv)
+
     from learnerd.eval.backend import DifferentialBackend
     from learnerd.eval.base_answers import BaseAnswerStore
     from learnerd.eval.base_logprobs import BaseLogprobStore
     from learnerd.eval.probes.base import EvalOptions
     from learnerd.eval.suite import evaluate
-    from learnerd.ml.base_model import BaseModelError, load_model_directory, resolve_base_model
-    from learnerd.store.dlm import Document, DocumentError
+    from learnerd.store.dlm import Document
 
-    try:
-        empty, sections = probe_sections(args.doc)
-    except (OSError, DocumentError) as exc:
-        print(f"{parser.prog}: {exc}", file=sys.stderr)
+    if (read := probe_sections(parser.prog, args.doc)) is None:
         return 2
+    empty, sections = read
     if not 0 < args.grow < len(sections):
         print(
             f"{parser.prog}: --grow must be 1..{len(sections) - 1} for {args.doc}'s {len(sections)} pairs",
@@ -105,15 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     earlier = reduce(Document.append_section, sections[: -args.grow], empty)
     document = reduce(Document.append_section, sections[-args.grow :], earlier)
-    torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-eval-cache-") as tmp:
-        try:
-            base = resolve_base_model(args.base, cache_dir=Path(tmp) / "base")
-            model, tokenizer = load_model_directory(base.path, name=base.name)
-        except BaseModelError as exc:
-            print(f"{parser.prog}: {exc}", file=sys.stderr)
+        if (loaded := noise_adapted(parser.prog, args.base, Path(tmp), args.threads)) is None:
             return 2
-        peft_model = PeftModel.from_pretrained(model, make_adapter(base.path, Path(tmp) / "adapter", scale=0.02)).eval()
+        base, peft_model, tokenizer = loaded
         options = EvalOptions(null_runs=args.null_runs)
         stores = Path(tmp) / "models"
 

