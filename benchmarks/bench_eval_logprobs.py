@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.bench_eval_cache import noise_adapted, probe_sections
     from learnerd.eval.backend import DifferentialBackend
     from learnerd.eval.inputs import document_inputs
-    from learnerd.eval.probes.base import ProbeContext
+    from learnerd.eval.probes.base import EvalOptions, ProbeContext
     from learnerd.eval.probes.internalization import per_section
     from learnerd.store.dlm import Document
 
@@ -63,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         if (loaded := noise_adapted(parser.prog, args.base, Path(tmp), args.threads)) is None:
             return 2
         base, peft_model, tokenizer = loaded
-        inputs = document_inputs(document, tokenizer)
-        items = sum(len(s.own) for s in inputs.sections) + len(inputs.sections) * min(len(inputs.sections) - 1, 8)
+        inputs, options = document_inputs(document, tokenizer), EvalOptions()
+        leak = min(len(inputs.sections) - 1, options.leak_sections)  # other sections scored after each question
+        items = sum(len(s.own) for s in inputs.sections) + len(inputs.sections) * leak
         print(f"{base.name}, {args.doc.name}: {len(inputs.sections)} sections, {items} items per view; "
               f"{args.threads} threads", flush=True)  # fmt: skip
 
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             if one_per_batch:
                 backend.batch_tokens = 1  # every item over the budget: a batch of its own
             started = time.perf_counter()
-            entries = per_section(ProbeContext(backend, inputs), backend.as_finetuned)
+            entries = per_section(ProbeContext(backend, inputs, options), backend.as_finetuned)
             seconds = time.perf_counter() - started
             print(f"{name:>20}: {seconds:7.1f} s, {backend.forward_passes:5d} forward passes", flush=True)
             return seconds, entries

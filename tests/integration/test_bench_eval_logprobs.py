@@ -34,9 +34,8 @@ def test_the_targets_of_one_question_share_its_forward_pass(capsys, tmp_path: Pa
     assert f"{PAIRS} sections, {PAIRS * PAIRS} items per view" in done.stdout, done.stdout
     line = re.compile(r"^\s*(?P<run>[a-z ]+): .* (?P<passes>\d+) forward passes", re.M)
     passes = {m["run"]: int(m["passes"]) for m in line.finditer(done.stdout)}
-    assert passes["one item per batch"] == 2 * 2 * PAIRS * PAIRS, (
-        done.stdout
-    )  # context and target, each item, each view
+    # one item per batch: a pass of its context and one of its target, for each item on each view
+    assert passes["one item per batch"] == 2 * 2 * PAIRS * PAIRS, done.stdout
     assert passes["batched"] < passes["one item per batch"] / PAIRS, done.stdout
     worst = re.search(r"largest relative difference (\S+)", done.stdout)
     assert worst and float(worst[1]) < 1e-4, done.stdout
