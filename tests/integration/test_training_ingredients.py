@@ -159,6 +159,19 @@ def test_multi_turn_rows_chain_the_document_pairs():
     assert multi_turn_rows(QA_ROWS[:1], 5, seed=1) == []
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_multi_turn_rows_ask_every_pair_at_a_later_turn_before_any_twice(seed):
+    """30 pairs in 10 conversations: 30 later turns, one per pair (independent draws would leave about a third of
+    the pairs never asked after turn 1: (1 - 3/30) ** 10 = 0.35); the first turns are 10 distinct pairs, and no
+    conversation asks a pair twice."""
+    rows = [TrainingRow.chat(f"p{i:02d}", f"question {i}", f"answer {i}") for i in range(30)]
+    chains = [[m.content for m in r.messages if m.role == "user"] for r in multi_turn_rows(rows, 10, seed=seed)]
+    later = [q for chain in chains for q in chain[1:]]
+    assert sorted(later) == sorted(f"question {i}" for i in range(30))
+    assert len({chain[0] for chain in chains}) == 10
+    assert all(len(set(chain)) == MULTI_TURN_PAIRS for chain in chains)
+
+
 def test_the_kl_term_runs_the_base_on_the_replay_rows_alone_and_equals_the_whole_batchs(tiny_model_dir):
     """The base's forward pass of the KL term sees only the replay rows, cut to the longest of them, and gives
     the KL the whole padded batch gives (float32 rounding apart): the other rows carry no KL term."""
