@@ -109,8 +109,9 @@ class DifferentialBackend:
         self.eos_ids: frozenset[int] = frozenset([eos] if isinstance(eos, int) else (eos or []))
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         base_model = model.get_base_model() if hasattr(model, "get_base_model") else model
-        #: The forward argument that takes a KV cache: ``cache`` from transformers 5 on (which deprecates
-        #: ``past_key_values`` with a FutureWarning), ``past_key_values`` before.
+        #: The forward argument that takes a KV cache, and the output's field that holds it: ``cache`` from
+        #: transformers 5 on (which deprecates ``past_key_values`` in both places with a warning), ``past_key_values``
+        #: before.
         self.cache_keyword = (
             "cache" if "cache" in inspect.signature(base_model.forward).parameters else "past_key_values"
         )
@@ -404,7 +405,7 @@ class View:
         tail_width = max(map(len, tails))
         tail_logits = None
         if tail_width:
-            past = out.past_key_values
+            past = getattr(out, self.backend.cache_keyword)
             past.reorder_cache(torch.tensor(which, device=device))  # one copy of its context's cache per item
             tail_ids = torch.tensor([t + [pad] * (tail_width - len(t)) for t in tails], device=device)
             tail_mask = torch.tensor([[1] * len(t) + [0] * (tail_width - len(t)) for t in tails], device=device)

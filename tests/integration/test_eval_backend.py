@@ -96,6 +96,30 @@ def test_top_k_keeps_the_tail_and_logprob_is_the_sum_of_next_token_logprobs(back
     assert total == pytest.approx(by_step, rel=FLOAT32_REL) and total < 0
 
 
+def test_scoring_a_continuation_reads_the_kv_cache_by_the_models_own_name(backend):
+    """A target of several tokens reuses its context's KV cache: read from the output and passed back under the name
+    the installed transformers takes (``cache`` from 5 on), so it warns of no deprecated name. transformers logs
+    the warning once per process (``warning_once``): the test forgets that it was logged."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+    hf_logger = hf_logging.get_logger("transformers")
+    hf_logger.warning_once.cache_clear()
+    hf_logger.addHandler(handler)
+    try:
+        scored = Encoder(backend.tokenizer).pair(QUESTION, "Paris is the capital")
+        assert len(scored.target) > 1
+        with backend.as_finetuned() as ft:
+            assert ft.logprob(scored.context, scored.target) < 0
+    finally:
+        hf_logger.removeHandler(handler)
+    assert not [r for r in records if "deprecated" in r], records
+
+
 def test_generation_is_the_trainers_greedy_answer(backend):
     encoder = Encoder(backend.tokenizer)
     with backend.as_finetuned() as ft:
