@@ -11,11 +11,14 @@ from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.retrieved_examples import EXAMPLES_HEADER, quote_example
 from learnerd.ml.rows import ChatMessage, TrainingRow, encode_rows
 from learnerd.training.config import TrainingConfig
+from learnerd.training.ingredients.multi_turn import multi_turn_rows
 from learnerd.training.ingredients.retrieval import (
     FRESH_PREFIX,
+    QUOTED_MULTI_TURN_PREFIX,
     RETRIEVAL_PREFIX,
     REWRITE_PREFIX,
     fresh_rows,
+    quoted_multi_turn_rows,
     retrieval_rows,
     rewrite_rows,
 )
@@ -67,6 +70,24 @@ def test_the_documents_system_prompt_stays_first_and_too_few_pairs_give_no_rows(
     assert retrieval_rows(rows[:1], 3, minilm.embed, seed=1) == []
     prose = [TrainingRow.plain("p", "Some prose.")]
     assert retrieval_rows(prose + rows[:2], 3, minilm.embed, seed=1)[0].section_id == f"{RETRIEVAL_PREFIX}s0"
+
+
+def test_a_quoted_dialogue_quotes_the_pairs_nearest_to_its_last_question_its_own_first(minilm):
+    """As the endpoint serves a dialogue's last turn: the examples retrieved for the last user message, a learned
+    task's own example first, in the system message; every turn of the conversation kept, the pairs of the dealt
+    multi-turn rows (:func:`multi_turn_rows` with the same seed)."""
+    rows = quoted_multi_turn_rows(QA_ROWS, 3, 5, minilm.embed, seed=3)
+    assert [r.section_id for r in rows] == [f"{QUOTED_MULTI_TURN_PREFIX}{n}" for n in range(5)]
+    vectors = minilm.embed([q for q, _ in QA_PAIRS])
+    for row, plain in zip(rows, multi_turn_rows(QA_ROWS, 5, seed=3), strict=True):
+        system, *turns = row.messages
+        assert tuple(turns) == plain.messages and system.role == "system"
+        last = [q for q, _ in QA_PAIRS].index(turns[-2].content)
+        nearest = sorted(range(len(QA_PAIRS)), key=lambda j: -float(vectors[last] @ vectors[j]))[:3]
+        assert quoted_pairs(system.content) == [QA_PAIRS[j] for j in nearest]
+        assert quoted_pairs(system.content)[0] == (turns[-2].content, turns[-1].content)
+    assert quoted_multi_turn_rows(QA_ROWS, 0, 5, minilm.embed, seed=3) == []
+    assert quoted_multi_turn_rows(QA_ROWS, 3, 0, minilm.embed, seed=3) == []
 
 
 def test_the_train_worker_adds_them_after_the_document_rows_and_they_encode_whole(tiny_model_dir, tmp_path):

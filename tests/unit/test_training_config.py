@@ -22,6 +22,7 @@ def test_every_ingredient_key_is_a_field_of_the_block_and_learnerds():
         "multi_turn_rows",
         "retrieval_k",
         "retrieval_rewrites",
+        "retrieval_multi_turn",
         "fresh_rows",
     }
     assert keys <= TrainingConfig.model_fields.keys() and keys <= LEARNERD_KEYS

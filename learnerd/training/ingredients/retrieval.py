@@ -27,7 +27,7 @@ from pydantic import Field
 from learnerd.ml.retrieved_examples import with_examples
 from learnerd.ml.rows import ChatMessage, TrainingRow
 from learnerd.training import new_tasks, rewrites
-from learnerd.training.ingredients import spec
+from learnerd.training.ingredients import multi_turn, spec
 
 MAX_RETRIEVAL_K = 16
 """Examples quoted per retrieval-augmented row at most."""
@@ -41,6 +41,10 @@ class Options(spec.Options):
     """with retrieval_k: rewrites of each question (request templates, seeded) trained as more rows, each under
     the k pairs nearest to the rewrite (its own pair among them when retrieval finds it); one more row per
     rewrite and pair"""
+    retrieval_multi_turn: int = Field(0, ge=0, le=10_000)
+    """with retrieval_k: conversations chaining 4 of the document's Q/A pairs (dealt as multi_turn_rows are), each
+    under the k pairs nearest to its last question, its own among them, as the endpoint quotes a dialogue's learned
+    task; the loss on every assistant turn; this many a cycle"""
     fresh_rows: int = Field(0, ge=0, le=10_000)
     """with retrieval_k: rows of tasks never trained, each a pair whose command's words are replaced by new ones
     (in its question too), asked in other words under a block quoting it first and the k - 1 pairs nearest, the
@@ -60,6 +64,8 @@ RETRIEVAL_PREFIX = "retrieval:"
 """The section id prefix of a retrieval-augmented row (``retrieval:<the pair's section id>``)."""
 REWRITE_PREFIX = "rewrite:"
 """The section id prefix of a rewrite's row (``rewrite:<n>:<the pair's section id>``)."""
+QUOTED_MULTI_TURN_PREFIX = "quoted-multi-turn:"
+"""The section id prefix of a quoted multi-turn row (``quoted-multi-turn:<n>``)."""
 
 
 def _hits(
@@ -123,6 +129,34 @@ def retrieval_rows(
         prompt = with_examples([m for m in messages if m.role != "assistant"], hits)
         answer_turn = [m for m in messages if m.role == "assistant"]
         out.append(TrainingRow(section_id=f"{RETRIEVAL_PREFIX}{section_id}", messages=(*prompt, *answer_turn)))
+    return out
+
+
+def quoted_multi_turn_rows(
+    rows: Sequence[TrainingRow], k: int, count: int, embed: Callable[[Sequence[str]], np.ndarray], *, seed: int
+) -> list[TrainingRow]:
+    """``count`` multi-turn rows of ``rows``' pairs (:func:`learnerd.training.ingredients.multi_turn.multi_turn_rows`,
+    dealt with ``seed``), each with the ``k`` pairs nearest to its last question quoted in its system message
+    (``with_examples``), its own pair first among them: the dialogue as the endpoint serves its last turn, which
+    quotes the examples retrieved for the last user message, a learned task's own example first. The loss covers
+    every assistant turn, as a multi-turn row's.
+
+    Returns:
+        the rows; empty when ``k`` or ``count`` is 0 or ``rows`` hold fewer than two pairs.
+    """
+    pairs = _single_turn(rows)
+    if k <= 0 or count <= 0 or len(pairs) < 2:
+        return []
+    questions = [next(m.content for m in messages if m.role == "user") for _, messages in pairs]
+    answers = [next(m.content for m in messages if m.role == "assistant") for _, messages in pairs]
+    vectors = np.asarray(embed(questions), dtype=np.float32)
+    index = {q: i for i, q in enumerate(questions)}
+    out = []
+    for n, row in enumerate(multi_turn.multi_turn_rows(rows, count, seed=seed)):
+        messages = list(row.messages or ())
+        last = index[next(m.content for m in reversed(messages) if m.role == "user")]
+        messages = with_examples(messages, _hits(vectors[last] @ vectors.T, questions, answers, k))
+        out.append(TrainingRow(section_id=f"{QUOTED_MULTI_TURN_PREFIX}{n}", messages=tuple(messages)))
     return out
 
 
@@ -245,8 +279,11 @@ def rows(options: Options, cycle: spec.CycleRows) -> spec.Rows:
     augmented = retrieval_rows(cycle.pairs, options.retrieval_k, embed, seed=cycle.seed)
     augmented += rewrite_rows(cycle.pairs, options.retrieval_k, options.retrieval_rewrites, embed, seed=cycle.seed)
     fresh = fresh_rows(cycle.pairs, options.retrieval_k, options.fresh_rows, embed, seed=cycle.seed)
+    dialogues = quoted_multi_turn_rows(
+        cycle.pairs, options.retrieval_k, options.retrieval_multi_turn, embed, seed=cycle.seed + 1
+    )  # another deal than the multi-turn rows' (seed)
     return spec.Rows(
-        [*(r for r in augmented if _pair_of(r) not in rehearsed), *fresh],
+        [*(r for r in augmented if _pair_of(r) not in rehearsed), *fresh, *dialogues],
         [r for r in augmented if _pair_of(r) in rehearsed],
     )
 
