@@ -92,6 +92,13 @@ def _single_turn(rows: Sequence[TrainingRow]) -> list[tuple[str, tuple[ChatMessa
     ]
 
 
+def _questions_answers(pairs: Sequence[tuple[str, tuple[ChatMessage, ...]]]) -> tuple[list[str], list[str]]:
+    """The user question and the assistant answer of each of :func:`_single_turn`'s ``pairs``, in order."""
+    questions = [next(m.content for m in messages if m.role == "user") for _, messages in pairs]
+    answers = [next(m.content for m in messages if m.role == "assistant") for _, messages in pairs]
+    return questions, answers
+
+
 def retrieval_rows(
     rows: Sequence[TrainingRow], k: int, embed: Callable[[Sequence[str]], np.ndarray], *, seed: int
 ) -> list[TrainingRow]:
@@ -117,8 +124,7 @@ def retrieval_rows(
     pairs = _single_turn(rows)
     if k <= 0 or len(pairs) < 2:
         return []
-    questions = [next(m.content for m in messages if m.role == "user") for _, messages in pairs]
-    answers = [next(m.content for m in messages if m.role == "assistant") for _, messages in pairs]
+    questions, answers = _questions_answers(pairs)
     vectors = np.asarray(embed(questions), dtype=np.float32)
     similarity = vectors @ vectors.T
     in_store = set(random.Random(seed).sample(range(len(pairs)), (len(pairs) + 1) // 2))
@@ -147,8 +153,7 @@ def quoted_multi_turn_rows(
     pairs = _single_turn(rows)
     if k <= 0 or count <= 0 or len(pairs) < 2:
         return []
-    questions = [next(m.content for m in messages if m.role == "user") for _, messages in pairs]
-    answers = [next(m.content for m in messages if m.role == "assistant") for _, messages in pairs]
+    questions, answers = _questions_answers(pairs)
     vectors = np.asarray(embed(questions), dtype=np.float32)
     index = {q: i for i, q in enumerate(questions)}
     out = []
@@ -175,8 +180,7 @@ def rewrite_rows(
     pairs = _single_turn(rows)
     if k <= 0 or count <= 0 or len(pairs) < 2:
         return []
-    questions = [next(m.content for m in messages if m.role == "user") for _, messages in pairs]
-    answers = [next(m.content for m in messages if m.role == "assistant") for _, messages in pairs]
+    questions, answers = _questions_answers(pairs)
     asked = [
         rewrites.rewrite_question(q, count, seed=f"{seed}:{sid}") for q, (sid, _) in zip(questions, pairs, strict=True)
     ]
@@ -213,8 +217,7 @@ def fresh_rows(
     pairs = _single_turn(rows)
     if k <= 0 or count <= 0 or len(pairs) < 2:
         return []
-    questions = [next(m.content for m in messages if m.role == "user") for _, messages in pairs]
-    answers = [next(m.content for m in messages if m.role == "assistant") for _, messages in pairs]
+    questions, answers = _questions_answers(pairs)
     words = [new_tasks.command_words(answer) for answer in answers]
     candidates = [i for i, replaceable in enumerate(words) if replaceable]
     if not candidates:
