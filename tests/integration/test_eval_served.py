@@ -111,6 +111,23 @@ def test_a_dialogue_turn_the_router_gives_the_base_is_answered_by_the_base(conte
     assert result.evidence["adapter_alone"]["answered_per_turn"] == coherence.per_turn(alone_ctx).answered
 
 
+def test_the_dialogues_ask_pairs_spread_over_the_whole_document(contexts):
+    """``k`` dialogues ask ``k`` pairs spread evenly over the document (a Latin square of them), not its first ``k``:
+    a document's first section is often one kind of task (at full size, four ``find`` commands)."""
+    served_ctx, _ = contexts
+    asked: list[list[str]] = []
+
+    def recorded(texts):
+        asked.append(list(texts))
+        return served_ctx.route(texts)
+
+    options = served_ctx.options.model_copy(update={"dialogue_prompts": 2})
+    coherence.per_turn(dataclasses.replace(served_ctx, options=options, route=recorded))
+    first, middle = QUESTIONS[0], QUESTIONS[2]
+    assert asked == [[first, middle], [middle, first]] * (options.max_turns // 2)
+    assert coherence.spread(100, 4) == [0, 25, 50, 75] and coherence.spread(5, 5) == [0, 1, 2, 3, 4]
+
+
 def test_the_dialogue_is_answered_under_the_nearest_learned_examples_the_endpoint_quotes(contexts, monkeypatch):
     """With ``[serve] rag_k``, the served dialogue's turns carry the learned examples nearest to the turn's question
     (at most ``rag_k``, none below the threshold) in a block of quoted data, as the endpoint sends them; the adapter

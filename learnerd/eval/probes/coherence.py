@@ -2,9 +2,10 @@
 
 After the seed's probe of this name (sway 0.1.0 ships none; its ``prompt_collapse`` fits the same
 exponential over context length instead of turns). A dialogue chains the document's own questions, as a
-person asks a copilot one thing after another. Of the document's first ``k = min(dialogue_prompts, pairs)``
-Q/A pairs, dialogue ``d`` (``0..k-1``) asks pair ``(d + t - 1) mod k`` at user turn ``t``, up to ``max_turns``
-user turns — a Latin square: every turn asks the same ``k`` questions, so the per-turn means differ by the
+person asks a copilot one thing after another. Of ``k = min(dialogue_prompts, pairs)`` of the document's Q/A
+pairs, spread evenly over it in its order (:func:`spread`: a document's first section is often one kind of task),
+dialogue ``d`` (``0..k-1``) asks the ``(d + t - 1) mod k``-th of them at user turn ``t``, up to ``max_turns`` user
+turns — a Latin square: every turn asks the same ``k`` questions, so the per-turn means differ by the
 depth of the dialogue, not by which questions were asked; with ``k = max_turns`` (the defaults, 4) each
 dialogue asks each question once. Each turn is answered greedily as served (at most the reference's token
 count + 8 new tokens, ``max_answer_tokens`` at most): by the fine-tuned view, or by the base when the router
@@ -70,8 +71,8 @@ class Options(ProbeOptions):
     settings)."""
 
     dialogue_prompts: int = Field(4, ge=1)
-    """dialogues rolled (``k``): each opens with one of the document's first ``k`` Q/A pairs and asks the
-    others in turn"""
+    """dialogues rolled (``k``): each opens with one of ``k`` of the document's Q/A pairs spread evenly over it
+    and asks the others in turn"""
 
 
 NO_CHAT_TEMPLATE = "the base model's tokenizer has no chat template; a multi-turn dialogue needs one"
@@ -90,6 +91,13 @@ class Dialogues:
     quoted: int = 0
 
 
+def spread(n: int, k: int) -> list[int]:
+    """The ``k`` of ``n`` pairs the dialogues ask (``0 < k <= n``): indices ``floor(i·n/k)`` for ``i < k``, spread
+    evenly over the document in its order (all of them when ``k == n``), so the dialogues sample the whole document
+    rather than its first section."""
+    return [i * n // k for i in range(k)]
+
+
 def per_turn(ctx: ProbeContext, *, served: bool = True) -> Dialogues:
     """Roll the dialogues (see the module docstring) and measure them: each turn answered as served (the turn's
     question routed by :attr:`~learnerd.eval.probes.base.ProbeContext.route`, as the endpoint routes the last user
@@ -106,8 +114,9 @@ def per_turn(ctx: ProbeContext, *, served: bool = True) -> Dialogues:
     if not pairs:
         raise NotApplicable("the document has no Q/A pair to open a dialogue with")
     k = min(opts.dialogue_prompts, len(pairs))
+    pairs = tuple(pairs[i] for i in spread(len(pairs), k))
     starts = range(k)
-    budgets = [answer_budget(ctx, q, a) for q, a in pairs[:k]]
+    budgets = [answer_budget(ctx, q, a) for q, a in pairs]
     dialogues: list[list[ChatMessage]] = [[] for _ in starts]
     kls: list[float] = []
     answered: list[int] = []
