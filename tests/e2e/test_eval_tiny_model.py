@@ -13,6 +13,7 @@ import torch
 from learnerd.eval.harvest import plan_harvest
 from learnerd.eval.history import REPORT_FILE, adapter_key, report_path
 from learnerd.eval.inputs import probe_name
+from learnerd.eval.probes import coherence
 from learnerd.eval.report import dump_report, load_report
 from learnerd.eval.suite import evaluate_version
 from learnerd.ml.base_model import resolve_base_model
@@ -84,9 +85,11 @@ def test_the_dialogues_ask_the_documents_questions_and_count_the_answers_per_tur
     (mt,) = [p for p in probes if p.kind == "multi_turn_coherence_decay"]
     recall = {p.name: p for p in probes if p.kind == "probe_recall"}
     answered = mt.evidence["answered_per_turn"]
-    assert mt.evidence["num_prompts"] == 4 and len(answered) == 4  # 4 dialogues of 4 of the 5 pairs spread: 0-3
-    # turn 1 asks each of the 4 questions alone, as probe_recall does: the same exact answers
-    assert answered[0] == sum(recall[probe_name(q, a)].evidence["exact_match"] for q, a in QA_PAIRS[:4])
+    pairs = [*QA_PAIRS, EXTRA_QA_PAIRS[0]]
+    asked = [pairs[i] for i in coherence.spread(len(pairs), 10)]  # 10 dialogues of pairs spread over the 21
+    assert mt.evidence["num_prompts"] == 10 and len(answered) == 4 and asked[1] == pairs[2]
+    # turn 1 asks each of the 10 questions alone, as probe_recall does: the same exact answers
+    assert answered[0] == sum(recall[probe_name(q, a)].evidence["exact_match"] for q, a in asked)
     lost = min(answered[1:]) < answered[0] - 1
     assert ("at a later turn" in mt.message) == lost and (mt.verdict == "fail" or not lost)
 

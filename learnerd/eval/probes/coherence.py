@@ -6,8 +6,8 @@ person asks a copilot one thing after another. Of ``k = min(dialogue_prompts, pa
 pairs, spread evenly over it in its order (:func:`spread`: a document's first section is often one kind of task),
 dialogue ``d`` (``0..k-1``) asks the ``(d + t - 1) mod k``-th of them at user turn ``t``, up to ``max_turns`` user
 turns — a Latin square: every turn asks the same ``k`` questions, so the per-turn means differ by the
-depth of the dialogue, not by which questions were asked; with ``k = max_turns`` (the defaults, 4) each
-dialogue asks each question once. Each turn is answered greedily as served (at most the reference's token
+depth of the dialogue, not by which questions were asked; with ``k >= max_turns`` (the defaults: 10 and 4) no
+dialogue asks a question twice. Each turn is answered greedily as served (at most the reference's token
 count + 8 new tokens, ``max_answer_tokens`` at most): by the fine-tuned view, or by the base when the router
 (:attr:`~learnerd.eval.probes.base.ProbeContext.route`) gives it the turn's question, as the endpoint routes the
 last user message; and under the retrieved examples the endpoint quotes with that message
@@ -23,7 +23,8 @@ in turns. ``evidence.answered_per_turn[t - 1]`` counts the dialogues whose answe
 (whitespace collapsed): whether the served system still answers at turn 3; ``evidence.routed_to_base`` counts the turns
 the base answered, ``evidence.quoted_turns`` those answered under retrieved examples, and
 ``evidence.adapter_alone.answered_per_turn`` the same counts when the adapter answers every turn with nothing quoted
-(rolled once more only when the served dialogue routed a turn to the base or quoted one).
+on ``dialogue_alone_prompts`` dialogues (4 by default; rolled only when the served dialogue routed a turn to the base
+or quoted one, else the served ones are the adapter's).
 
 Why the document's questions, not generic follow-ups ("Please go on."): a generic follow-up asks for
 something no document teaches, and an adapter that keeps the base's abilities (``calibration_drift``,
@@ -70,9 +71,13 @@ class Options(ProbeOptions):
     """``multi_turn_coherence_decay``'s knobs (``max_turns`` and ``half_life_target`` are ``[evaluation]``
     settings)."""
 
-    dialogue_prompts: int = Field(4, ge=1)
-    """dialogues rolled (``k``): each opens with one of ``k`` of the document's Q/A pairs spread evenly over it
-    and asks the others in turn"""
+    dialogue_prompts: int = Field(10, ge=1)
+    """dialogues rolled as served (``k``): each opens with one of ``k`` of the document's Q/A pairs spread evenly
+    over it and asks the others in turn; the gate's ``dialogue_answers`` reads their answers (10: a later turn may
+    miss one, docs/evaluation.md gives the rule's pass probabilities)"""
+    dialogue_alone_prompts: int = Field(4, ge=1)
+    """dialogues the adapter alone rolls (reported beside the served ones, not gated): a smaller sample, spread
+    over the document the same way, as ``answer_retention`` estimates the adapter alone from a sample"""
 
 
 NO_CHAT_TEMPLATE = "the base model's tokenizer has no chat template; a multi-turn dialogue needs one"
@@ -98,10 +103,11 @@ def spread(n: int, k: int) -> list[int]:
     return [i * n // k for i in range(k)]
 
 
-def per_turn(ctx: ProbeContext, *, served: bool = True) -> Dialogues:
-    """Roll the dialogues (see the module docstring) and measure them: each turn answered as served (the turn's
-    question routed by :attr:`~learnerd.eval.probes.base.ProbeContext.route`, as the endpoint routes the last user
-    message), or with ``served`` False by the adapter alone.
+def per_turn(ctx: ProbeContext, *, served: bool = True, count: int | None = None) -> Dialogues:
+    """Roll the dialogues (see the module docstring; ``k = min(count, pairs)``, ``count`` by default the
+    ``dialogue_prompts`` option) and measure them: each turn answered as served (the turn's question routed by
+    :attr:`~learnerd.eval.probes.base.ProbeContext.route`, as the endpoint routes the last user message), or with
+    ``served`` False by the adapter alone.
 
     Raises:
         NotApplicable: no chat template, or the document has no Q/A pair to open a dialogue with.
@@ -113,7 +119,7 @@ def per_turn(ctx: ProbeContext, *, served: bool = True) -> Dialogues:
     pairs = ctx.inputs.pairs
     if not pairs:
         raise NotApplicable("the document has no Q/A pair to open a dialogue with")
-    k = min(opts.dialogue_prompts, len(pairs))
+    k = min(opts.dialogue_prompts if count is None else count, len(pairs))
     pairs = tuple(pairs[i] for i in spread(len(pairs), k))
     starts = range(k)
     budgets = [answer_budget(ctx, q, a) for q, a in pairs]
@@ -180,7 +186,11 @@ def run(ctx: ProbeContext) -> ProbeResult:
     opts = ctx.options
     try:
         measured = per_turn(ctx)
-        alone = per_turn(ctx, served=False) if measured.by_base or measured.quoted else measured
+        alone = (
+            per_turn(ctx, served=False, count=opts.dialogue_alone_prompts)
+            if measured.by_base or measured.quoted
+            else measured
+        )
         curve = measured.kls
         turns = list(range(2, opts.max_turns + 1))
         fit = fit_half_life(turns, curve, max_turns=opts.max_turns)
@@ -220,7 +230,7 @@ def run(ctx: ProbeContext) -> ProbeResult:
         "answered_per_turn": measured.answered,
         "routed_to_base": measured.by_base,
         "quoted_turns": measured.quoted,
-        "adapter_alone": {"answered_per_turn": alone.answered},
+        "adapter_alone": {"answered_per_turn": alone.answered, "num_prompts": alone.count},
         "sparkline": spark,
         "weight": 1.0,
     }
