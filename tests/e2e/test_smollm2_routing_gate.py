@@ -62,6 +62,7 @@ def test_a_cycle_that_breaks_what_is_served_is_still_rejected(smollm2_commands: 
         "lora_r": 8,
         "lora_alpha": 16,
         "num_epochs": 2,
+        "min_steps": 0,
         "learning_rate": 5e-3,
         "micro_batch_size": 4,
         "general_replay": 0,

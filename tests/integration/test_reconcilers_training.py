@@ -220,7 +220,7 @@ def test_a_daemon_serving_retrieved_examples_trains_under_them_unless_the_docume
             {"state_dir": "state", "docs_dirs": ["docs"], "serve": {"rag_k": rag_k}, "training": {"num_threads": 1}},
             base=root,
         )
-        training = {"num_epochs": 2, "multi_turn_rows": 0, **own_block}
+        training = {"num_epochs": 2, "min_steps": 0, "multi_turn_rows": 0, "retrieval_multi_turn": 0, **own_block}
         doc = qa_document(root / "docs" / "notes.dlm", QA_PAIRS[:4], training=training, base_model=str(tiny_model_dir))
         reconciler = training_reconciler(cfg)
         try:

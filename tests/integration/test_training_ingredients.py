@@ -157,6 +157,7 @@ def test_multi_turn_rows_chain_the_document_pairs():
         turns = list(zip(row.messages[::2], row.messages[1::2], strict=True))
         assert {(u.content, a.content) for u, a in turns} <= pairs and len(set(turns)) == MULTI_TURN_PAIRS
     assert multi_turn_rows(QA_ROWS[:1], 5, seed=1) == []
+    assert len(multi_turn_rows(QA_ROWS[:5], 40, seed=1)) == 5, "at most one conversation per pair"
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

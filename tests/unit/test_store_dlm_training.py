@@ -107,6 +107,9 @@ def test_total_steps_from_epochs_or_budget():
     assert cfg.total_steps(20) == 3 * 3  # ceil(20 / 8) steps per epoch
     assert cfg.total_steps(0) == 0
     assert TrainingConfig(max_steps=7).total_steps(1000) == 7
+    assert cfg.model_copy(update={"min_steps": 50}).total_steps(20) == 50  # more epochs over a few rows
+    assert cfg.model_copy(update={"min_steps": 5}).total_steps(20) == 9 and TrainingConfig().min_steps == 0
+    assert TrainingConfig(max_steps=7, min_steps=50).total_steps(1000) == 7  # a budget is the budget
     assert TrainingConfig().batch_size() == 8 and TrainingConfig().accumulation() == 1
 
 

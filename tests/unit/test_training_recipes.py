@@ -1,5 +1,5 @@
 """Per-base training defaults under the document's own keys, and the undertrained check: its cause and fix
-blame only the document's own keys, and say how many epochs reach MIN_STEPS when learnerd's defaults fall short."""
+blame only the document's own keys; learnerd's defaults never train fewer than MIN_STEPS."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from learnerd.ml.undertrained import GENERAL_FIX
 from learnerd.store.dlm import TrainingConfigError
 from learnerd.training.config import LEARNERD_KEYS, TrainingConfig
 from learnerd.training.ingredients.retrieval import MAX_RETRIEVAL_K
@@ -64,11 +65,16 @@ def test_learnerd_keys_are_fields_of_the_block():
 
 def test_the_recipes_train_at_least_min_steps_on_twenty_pairs():
     assert training_config(None, builtin=True).total_steps(20) >= MIN_STEPS
-    # a pretrained base trains each pair, its multi-turn rows and (under [serve] rag_k, 3 by default) a RAFT row
-    # of each pair: 80 rows for 20 pairs, and fewer epochs over them
+    # a pretrained base trains each pair, (under [serve] rag_k, 3 by default) a RAFT row of each pair and its
+    # conversations quoted as served, at most one per pair: 60 rows for 20 pairs, and fewer epochs over them
     pretrained = document_training(None, builtin=False, served_rag_k=3).config
-    rows = 20 + pretrained.multi_turn_rows + 20 * (pretrained.retrieval_k > 0)
-    assert rows == 80 and pretrained.total_steps(rows) >= MIN_STEPS
+    assert pretrained.multi_turn_rows == 0 and pretrained.retrieval_multi_turn == 40
+    rows = 20 + 20 * (pretrained.retrieval_k > 0) + min(20, pretrained.retrieval_multi_turn)
+    assert rows == 60 and pretrained.total_steps(rows) >= MIN_STEPS
+    # a small document's rows, 5 pairs: one conversation per pair, and more epochs to reach MIN_STEPS
+    assert pretrained.total_steps(5 + 5 + 5) == MIN_STEPS > pretrained.num_epochs * 4
+    plain = document_training(None, builtin=False).config  # nothing quoted when the endpoint quotes nothing
+    assert plain.multi_turn_rows == 40 and plain.retrieval_multi_turn == 0 and plain.retrieval_k == 0
 
 
 def test_undertrained_reason():
@@ -85,18 +91,15 @@ def test_undertrained_reason():
     assert few.endswith("; fix: more epochs (training.num_epochs) or more rows")  # without the cycle's training
 
 
-def test_too_few_steps_from_learnerds_defaults_say_how_many_epochs_reach_min_steps():
+def test_learnerds_defaults_train_at_least_min_steps_on_a_few_rows():
+    """The pretrained recipe's ``min_steps``: a small document's rows for more epochs, never an undertrained cycle
+    by its steps; the finding then has no own key to blame and gives the general advice."""
     for block in (None, default_training("smollm2-135m-instruct")):  # left out, or the recipe written out
         training = document_training(block, builtin=False)
+        assert training.config.total_steps(3) == MIN_STEPS and training.config.min_steps == MIN_STEPS
         reason = undertrained_reason(4, 0.5, 49152, training=training, rows=3)
-        assert reason == (
-            "undertrained: 4 optimizer steps (< 50); cause: learnerd's default of 4 epochs over 3 rows at "
-            "micro-batch 4 is 4 steps; fix: set training.num_epochs: 50 in the document (50 epochs reach 50 "
-            "steps), or add examples"
-        )
-    sixteen = undertrained_reason(16, 0.5, 49152, training=document_training(None, builtin=False), rows=16)
-    assert sixteen is not None and "set training.num_epochs: 13 in the document" in sixteen
-    assert "document's" not in sixteen
+        assert reason == f"undertrained: 4 optimizer steps (< 50); {GENERAL_FIX}"
+    assert document_training(None, builtin=False).config.total_steps(100) == 100  # 4 epochs of 25 batches
 
 
 def test_the_documents_own_keys_are_named_with_their_fix():
@@ -107,11 +110,13 @@ def test_the_documents_own_keys_are_named_with_their_fix():
         "; cause: the document's training block sets num_epochs: 3, micro_batch_size: auto, learning_rate: 0.0002; "
         "fix: delete them to use learnerd's recipe for this base (360 steps over 21 rows)"
     )
-    short = document_training({"num_epochs": 5}, builtin=False)
+    assert document_training({"num_epochs": 5}, builtin=False).config.total_steps(3) == MIN_STEPS  # min_steps
+    short = document_training({"num_epochs": 5, "min_steps": 0}, builtin=False)
+    assert short.config.total_steps(3) == 5
     reason = undertrained_reason(5, 0.5, 49152, training=short, rows=3)
     assert reason is not None and reason.endswith(
-        "cause: the document's training block sets num_epochs: 5; fix: delete it and set training.num_epochs: 50 "
-        "(50 epochs reach 50 steps)"
+        "cause: the document's training block sets num_epochs: 5, min_steps: 0; fix: delete them to use learnerd's "
+        "recipe for this base (50 steps over 3 rows)"
     )
     hot = document_training({"learning_rate": 0.5}, builtin=False)
     reason = undertrained_reason(60, 12.0, 49152, training=hot, rows=60)
@@ -128,5 +133,8 @@ def test_a_served_rag_k_trains_retrieved_examples_unless_the_document_says_other
     assert served.recipe().retrieval_k == 3 and document_training({}, builtin=False).config.retrieval_k == 0
     own = document_training({"retrieval_k": 0}, builtin=False, served_rag_k=3)
     assert own.config.retrieval_k == 0 and own.own_keys == {"retrieval_k"}
+    # without retrieval rows the recipe's conversations are plain ones, not none
+    assert (own.config.multi_turn_rows, own.config.retrieval_multi_turn) == (40, 0)
+    assert (served.config.multi_turn_rows, served.config.retrieval_multi_turn) == (0, 40)
     assert document_training(None, builtin=False, served_rag_k=40).config.retrieval_k == MAX_RETRIEVAL_K
     assert document_training(None, builtin=True, served_rag_k=3).config.retrieval_k == 0  # the tiny quick start's

@@ -27,7 +27,7 @@ AUTO_MICRO_BATCH_SIZE = 8
 
 DLM_BLOCK_KEYS = frozenset({"preference", "cpt", "gate", "cache", "audio", "adapters", "sources", "sources_policy"})
 """Keys of dlm's training block that are not single-adapter fields: kept in ``extra``, not acted on."""
-LEARNERD_LOOP_KEYS = frozenset({"max_steps", "group_by_length"})
+LEARNERD_LOOP_KEYS = frozenset({"max_steps", "min_steps", "group_by_length"})
 """The fields of this model that learnerd adds to dlm's block (the ingredients add more: the released dlm refuses
 a document that sets any of them)."""
 
@@ -93,6 +93,9 @@ class TrainingConfig(BaseModel):
     max_steps: int | None = Field(None, ge=1, le=1_000_000)
     """optimizer steps per cycle, replacing num_epochs (none: num_epochs decides); a budget that ends
     within the first epoch trains, and tokenises, a seeded sample of the rows it reaches"""
+    min_steps: int = Field(0, ge=0, le=1_000_000)
+    """optimizer steps per cycle at least when num_epochs decides: a small document's rows trained for more
+    epochs, the last one partly (0: none)"""
     group_by_length: bool = Field(False, strict=True)
     """micro-batches of rows of similar length (the transformers Trainer's group_by_length): the same
     rows and steps, less padding computed"""
@@ -166,12 +169,12 @@ class TrainingConfig(BaseModel):
 
     def total_steps(self, num_rows: int) -> int:
         """Optimizer steps for one cycle over ``num_rows`` rows: ``max_steps`` when set, else
-        ``num_epochs × ceil(num_rows / (batch_size × accumulation))``; 0 for no rows."""
+        ``num_epochs × ceil(num_rows / (batch_size × accumulation))``, at least ``min_steps``; 0 for no rows."""
         if num_rows <= 0:
             return 0
         if self.max_steps is not None:
             return self.max_steps
-        return self.num_epochs * math.ceil(num_rows / (self.batch_size() * self.accumulation()))
+        return max(self.min_steps, self.num_epochs * math.ceil(num_rows / (self.batch_size() * self.accumulation())))
 
     def peft_target_modules(self) -> str | list[str]:
         """``target_modules`` as peft's ``LoraConfig`` takes it (``"auto"`` → ``"all-linear"``)."""

@@ -21,14 +21,14 @@ MULTI_TURN_PREFIX = "multi-turn:"
 
 class Options(spec.Options):
     multi_turn_rows: int = Field(0, ge=0, le=10_000)
-    """conversations a cycle adds, each chaining 4 of the document's Q/A pairs (dealt with seed), the loss on
-    every assistant turn; costs their steps"""
+    """conversations a cycle adds, each chaining 4 of the document's Q/A pairs (dealt with seed), at most one per
+    pair (each pair then asked at 3 later turns), the loss on every assistant turn; costs their steps"""
 
 
 def multi_turn_rows(rows: Sequence[TrainingRow], count: int, *, seed: int) -> list[TrainingRow]:
-    """``count`` conversations, each chaining :data:`MULTI_TURN_PAIRS` of ``rows``' single-turn Q/A pairs
-    (user, assistant, user, assistant, ...; the first pair's system message, if any, first); the loss covers every
-    assistant turn. Empty when ``rows`` hold fewer than two single-turn pairs (a chain needs two).
+    """``count`` conversations, at most one per pair, each chaining :data:`MULTI_TURN_PAIRS` of ``rows``' single-turn
+    Q/A pairs (user, assistant, user, assistant, ...; the first pair's system message, if any, first); the loss
+    covers every assistant turn. Empty when ``rows`` hold fewer than two single-turn pairs (a chain needs two).
 
     The draw is balanced, not independent: the later turns (2 and on) are dealt from a deck of the pairs shuffled by
     ``random.Random(seed)``, a new shuffle appended when it runs out, the first turns from a second such deck, and a
@@ -36,10 +36,12 @@ def multi_turn_rows(rows: Sequence[TrainingRow], count: int, *, seed: int) -> li
     So every pair is asked at a later turn once before any is asked there twice: with ``count * (MULTI_TURN_PAIRS -
     1)`` at least the pairs, each of them at least once, where independent draws leave ``(1 - 3 / n) ** count`` of
     ``n`` pairs never asked after turn 1 (30 % of 100 pairs in 40 conversations; docs/retention.md, "Multi-turn
-    rows")."""
+    rows"). More conversations than pairs would ask each pair at a later turn more than :data:`MULTI_TURN_PAIRS` - 1
+    times, for steps that bought nothing measured (docs/retention.md, "Multi-turn rows")."""
     pairs = [r.messages for r in rows if r.messages is not None and sum(m.role == "assistant" for m in r.messages) == 1]
     if len(pairs) < 2 or count <= 0:
         return []
+    count = min(count, len(pairs))
     rng = random.Random(seed)
     later, first = _Deck(len(pairs), rng), _Deck(len(pairs), rng)
     size = min(MULTI_TURN_PAIRS, len(pairs))
