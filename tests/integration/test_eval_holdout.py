@@ -1,7 +1,7 @@
 """The sealed holdout (learnerd.eval.holdout): the sets that judge a candidate — answer_retention's pool, sway's
 calibration items, paraphrase_invariance's paraphrases — are disjoint from the training replay prompts, harvest
 never writes them into a document, and a cycle's training rows hold none of them: the rows the training worker
-builds (:func:`learnerd.training.worker.retention_rows`: the document's pairs, multi-turn, retrieval-augmented
+builds (:func:`learnerd.training.worker.retention_rows`: the document's pairs, quoted multi-turn, retrieval-augmented
 and general replay rows) of ``examples/commands.dlm`` after the closed loop's harvest and the CLI's, the replay
 answers given by the built-in tiny model."""
 
@@ -21,9 +21,8 @@ from learnerd.eval.report import ProbeResult, Report, Score, Verdict
 from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.rows import TrainingRow, document_rows
 from learnerd.store.dlm import read_document
-from learnerd.training.ingredients.multi_turn import MULTI_TURN_PREFIX
 from learnerd.training.ingredients.replay import SECTION_PREFIX, replay_prompts
-from learnerd.training.ingredients.retrieval import RETRIEVAL_PREFIX
+from learnerd.training.ingredients.retrieval import QUOTED_MULTI_TURN_PREFIX, RETRIEVAL_PREFIX
 from learnerd.training.recipes import document_training
 from learnerd.training.worker import TrainingRequest, retention_rows
 
@@ -95,7 +94,7 @@ def test_no_judging_item_reaches_a_cycles_training_rows(tiny, tiny_model_dir, tm
     rows = sealed_rows(tiny, tiny_model_dir, tmp_path, doc)
     sealed = holdout(q for q, _ in PAIRS)
     kinds = {row.section_id.split(":")[0] + ":" for row in rows if ":" in row.section_id}
-    assert kinds == {MULTI_TURN_PREFIX, RETRIEVAL_PREFIX, SECTION_PREFIX}  # every ingredient is in the scan
+    assert kinds == {QUOTED_MULTI_TURN_PREFIX, RETRIEVAL_PREFIX, SECTION_PREFIX}  # every ingredient is in the scan
     assert leaks(rows, sealed) == []
 
 
