@@ -133,11 +133,11 @@ def undertrained_reason(
     if training is None or rows <= 0:
         return undertrained_finding(steps, final_loss, vocab_size)
     return undertrained_finding(
-        steps, final_loss, vocab_size, lambda few, high: _remedy(training, steps, rows, few=few, high=high)
+        steps, final_loss, vocab_size, lambda few, high: _remedy(training, rows, few=few, high=high)
     )
 
 
-def _remedy(training: DocumentTraining, steps: int, rows: int, *, few: bool, high: bool) -> str:
+def _remedy(training: DocumentTraining, rows: int, *, few: bool, high: bool) -> str:
     """``cause: ...; fix: ...`` for :func:`undertrained_reason`: blame only the document's own keys (learnerd's
     pretrained recipe trains at least :data:`MIN_STEPS` steps, ``min_steps``, so too few steps are a document's own
     keys' doing)."""

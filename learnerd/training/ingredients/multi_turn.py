@@ -35,9 +35,9 @@ def multi_turn_rows(rows: Sequence[TrainingRow], count: int, *, seed: int) -> li
     pair already in the conversation is passed over for the next card (it stays on top for the next conversation).
     So every pair is asked at a later turn once before any is asked there twice: with ``count * (MULTI_TURN_PAIRS -
     1)`` at least the pairs, each of them at least once, where independent draws leave ``(1 - 3 / n) ** count`` of
-    ``n`` pairs never asked after turn 1 (30 % of 100 pairs in 40 conversations; docs/retention.md, "Multi-turn
-    rows"). More conversations than pairs would ask each pair at a later turn more than :data:`MULTI_TURN_PAIRS` - 1
-    times, for steps that bought nothing measured (docs/retention.md, "Multi-turn rows")."""
+    ``n`` pairs never asked after turn 1 (30 % of 100 pairs in 40 conversations). More conversations than pairs would
+    ask each pair at a later turn more than :data:`MULTI_TURN_PAIRS` - 1 times, for steps that bought nothing
+    measured (docs/retention.md, "Multi-turn rows", has both)."""
     pairs = [r.messages for r in rows if r.messages is not None and sum(m.role == "assistant" for m in r.messages) == 1]
     if len(pairs) < 2 or count <= 0:
         return []
