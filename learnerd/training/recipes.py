@@ -10,8 +10,8 @@ recipe chosen by its base model (the document's own keys always win; docs/retent
   ``learning_rate`` 1e-3, micro-batch 4, 4 epochs and at least :data:`MIN_STEPS` steps, 40 conversations of the
   document's pairs (at most one per pair), micro-batches of rows of similar length, and (the daemon serves
   retrieved examples: ``[serve] rag_k``, 3 by default) each pair trained once more under as many retrieved
-  examples (:func:`learnerd.training.ingredients.retrieval.served`: RAFT's rows) and the conversations under the
-  examples retrieved for their last question, as the endpoint quotes a dialogue's. No general
+  examples, its own among them (:func:`learnerd.training.ingredients.retrieval.served`: RAFT's rows) and the
+  conversations under the examples retrieved for their last question, as the endpoint quotes a dialogue's. No general
   replay and no KL term: the endpoint routes what the document does not hold to the base
   (:mod:`learnerd.ml.router`), and the promotion gate judges retention as served. Both stay keys
   (``general_replay``, ``replay_kl_weight``) for a document served ``always-adapter``.

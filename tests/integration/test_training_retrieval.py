@@ -60,6 +60,15 @@ def test_each_pair_is_trained_once_more_under_the_examples_nearest_to_its_questi
     assert own_first == len(QA_PAIRS) // 2
 
 
+def test_the_share_of_rows_that_quote_their_own_pair_is_retrieval_own(minilm):
+    """``own`` 1.0 (the routed recipe's): every row quotes its own pair first; 0.0: none quotes its answer."""
+    every = retrieval_rows(QA_ROWS, 3, minilm.embed, seed=7, own=1.0)
+    assert [quoted_pairs(r.messages[0].content)[0] for r in every] == list(QA_PAIRS)
+    none = retrieval_rows(QA_ROWS, 3, minilm.embed, seed=7, own=0.0)
+    for row, (_, answer) in zip(none, QA_PAIRS, strict=True):
+        assert answer not in {a for _, a in quoted_pairs(row.messages[0].content)}
+
+
 def test_the_documents_system_prompt_stays_first_and_too_few_pairs_give_no_rows(minilm):
     rows = [TrainingRow.chat(f"s{i}", q, a, system="Answer with one word.") for i, (q, a) in enumerate(QA_PAIRS[:4])]
     for row in retrieval_rows(rows, 2, minilm.embed, seed=1):

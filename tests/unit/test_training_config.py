@@ -21,6 +21,7 @@ def test_every_ingredient_key_is_a_field_of_the_block_and_learnerds():
         "replay_kl_weight",
         "multi_turn_rows",
         "retrieval_k",
+        "retrieval_own",
         "retrieval_rewrites",
         "retrieval_multi_turn",
         "fresh_rows",

@@ -75,6 +75,8 @@ def test_the_recipes_train_at_least_min_steps_on_twenty_pairs():
     assert pretrained.total_steps(5 + 5 + 5) == MIN_STEPS > pretrained.num_epochs * 4
     plain = document_training(None, builtin=False).config  # nothing quoted when the endpoint quotes nothing
     assert plain.multi_turn_rows == 40 and plain.retrieval_multi_turn == 0 and plain.retrieval_k == 0
+    # routed, the adapter is asked only what it learned, whose example retrieval quotes: every RAFT row quotes it
+    assert pretrained.retrieval_own == 1.0 and TrainingConfig.from_mapping({"retrieval_k": 3}).retrieval_own == 0.5
 
 
 def test_undertrained_reason():

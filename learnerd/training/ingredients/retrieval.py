@@ -17,6 +17,7 @@ oracle document: the answer is in the context, not in the weights)."""
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -37,6 +38,10 @@ class Options(spec.Options):
     retrieval_k: int = Field(0, ge=0, le=MAX_RETRIEVAL_K)
     """examples quoted per retrieval-augmented row: each Q/A pair trained once more under its k nearest pairs,
     as the endpoint quotes retrieved examples (rag_k); one more, longer, row per pair"""
+    retrieval_own: float = Field(0.5, ge=0.0, le=1.0)
+    """with retrieval_k: the share of the pairs whose retrieval-augmented row quotes their own pair among the k (drawn
+    with the seed); the others quote only pairs with another answer. 0.5 (RAFT's mix) teaches to answer with or
+    without the answer quoted; 1.0, the routed recipe's, to take it from the block, as a routed adapter is served"""
     retrieval_rewrites: int = Field(0, ge=0, le=rewrites.MAX_REWRITES)
     """with retrieval_k: rewrites of each question (request templates, seeded) trained as more rows, each under
     the k pairs nearest to the rewrite (its own pair among them when retrieval finds it); one more row per
@@ -52,10 +57,20 @@ class Options(spec.Options):
     example; this many a cycle"""
 
 
+ROUTED_OWN = 1.0
+"""``retrieval_own`` of the recipe for a daemon that quotes retrieved examples (:func:`served`): every retrieval row
+quotes its own pair. The endpoint routes to the adapter only a request near a question it learned
+(:mod:`learnerd.ml.router`), whose logged example retrieval finds, so the served adapter always has its answer
+quoted; a row without it trains for a request that goes to the base. On the 20-pair screening document (34 of its
+tasks asked in other words, as served) 1.0 answered 24 where 0.5 answered 19 (docs/benchmarks.md, "Every row
+quotes its own pair")."""
+
+
 def served(rag_k: int) -> dict[str, Any]:
     """The recipe's keys for a daemon whose endpoint quotes ``rag_k`` retrieved examples in every request
-    (``[serve] rag_k``; 0: off): train under as many (at most :data:`MAX_RETRIEVAL_K`)."""
-    return {"retrieval_k": min(rag_k, MAX_RETRIEVAL_K)} if rag_k > 0 else {}
+    (``[serve] rag_k``; 0: off): train under as many (at most :data:`MAX_RETRIEVAL_K`), each pair's own among them
+    (:data:`ROUTED_OWN`)."""
+    return {"retrieval_k": min(rag_k, MAX_RETRIEVAL_K), "retrieval_own": ROUTED_OWN} if rag_k > 0 else {}
 
 
 FRESH_PREFIX = "fresh:"
@@ -100,7 +115,12 @@ def _questions_answers(pairs: Sequence[tuple[str, tuple[ChatMessage, ...]]]) -> 
 
 
 def retrieval_rows(
-    rows: Sequence[TrainingRow], k: int, embed: Callable[[Sequence[str]], np.ndarray], *, seed: int
+    rows: Sequence[TrainingRow],
+    k: int,
+    embed: Callable[[Sequence[str]], np.ndarray],
+    *,
+    seed: int,
+    own: float = 0.5,
 ) -> list[TrainingRow]:
     """One retrieval-augmented row per single-turn Q/A pair of ``rows``: the pair's own messages, with ``k``
     pairs of ``rows`` quoted in its system message as the endpoint quotes retrieved examples
@@ -108,15 +128,17 @@ def retrieval_rows(
 
     The quoted pairs are those whose questions are nearest to the pair's question (cosine similarity of
     ``embed``'s vectors, best first, each answer once, as ``learnerd.store.retrieval.describe_hits`` serves
-    them). Half of the pairs (``ceil(n / 2)``, drawn by ``random.Random(seed)``) quote their own pair among
-    them, as retrieval does for a prompt learnerd has already learned; the others quote only pairs with another
-    answer, as for a prompt it has not — so the adapter learns neither to ignore the block nor to copy it.
+    them). ``ceil(own * n)`` of the pairs (drawn by ``random.Random(seed)``; half by default) quote their own pair
+    among them, as retrieval does for a prompt learnerd has already learned; the others quote only pairs with
+    another answer, as for a prompt it has not — so with half each the adapter learns neither to ignore the block nor
+    to copy it, and with all of them to take a quoted answer (``retrieval_own``).
 
     Args:
         rows: training rows; chat rows with exactly one assistant message are the pairs, the rest are ignored.
         k: examples per block (the endpoint's ``rag_k``); 0 gives no rows.
         embed: texts → float32 ``(n, d)`` unit rows (:meth:`learnerd.ml.embedders.MiniLMEmbedder.embed`).
         seed: the seed of the draw.
+        own: the share of the pairs that quote their own pair, 0.0 to 1.0.
 
     Returns:
         the rows, in the pairs' order; empty when ``k`` is 0 or ``rows`` hold fewer than two pairs.
@@ -127,7 +149,7 @@ def retrieval_rows(
     questions, answers = _questions_answers(pairs)
     vectors = np.asarray(embed(questions), dtype=np.float32)
     similarity = vectors @ vectors.T
-    in_store = set(random.Random(seed).sample(range(len(pairs)), (len(pairs) + 1) // 2))
+    in_store = set(random.Random(seed).sample(range(len(pairs)), math.ceil(own * len(pairs))))
     out = []
     for i, (section_id, messages) in enumerate(pairs):
         skip = None if i in in_store else " ".join(answers[i].split())
@@ -279,7 +301,7 @@ def rows(options: Options, cycle: spec.CycleRows) -> spec.Rows:
         return embed_memo(embedder, texts)
 
     rehearsed = {r.section_id for r in cycle.rehearsal}
-    augmented = retrieval_rows(cycle.pairs, options.retrieval_k, embed, seed=cycle.seed)
+    augmented = retrieval_rows(cycle.pairs, options.retrieval_k, embed, seed=cycle.seed, own=options.retrieval_own)
     augmented += rewrite_rows(cycle.pairs, options.retrieval_k, options.retrieval_rewrites, embed, seed=cycle.seed)
     fresh = fresh_rows(cycle.pairs, options.retrieval_k, options.fresh_rows, embed, seed=cycle.seed)
     dialogues = quoted_multi_turn_rows(
