@@ -44,12 +44,14 @@ def prompts(count: int) -> list[str]:
 
 
 def bench(count: int, root: Path) -> None:
-    from llama_cpp import GGML_TYPE_F32, Llama
+    from llama_cpp import GGML_TYPE_F32
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from learnerd.ml.llama_model import open_llama
+
     directory = smollm2_plain_dir(root)
-    llama = Llama(
-        model_path=str(smollm2_f32_gguf()), n_ctx=2048, logits_all=True, n_threads=torch.get_num_threads(),
+    llama = open_llama(
+        smollm2_f32_gguf(), n_ctx=2048, logits_all=True, n_threads=torch.get_num_threads(),
         verbose=False, type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32,
     )  # fmt: skip
     tokenizer = AutoTokenizer.from_pretrained(directory)

@@ -134,11 +134,9 @@ class LlamaCpp:
     prompt token ids the in-process baseline renders (no chat template or BOS of llama.cpp's own)."""
 
     def __init__(self, gguf_file: Path, tokenizer, threads: int) -> None:
-        from llama_cpp import Llama
+        from learnerd.ml.llama_model import open_llama
 
-        self.llm = Llama(
-            model_path=str(gguf_file), n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False
-        )
+        self.llm = open_llama(gguf_file, n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False)
         self.tokenizer = tokenizer
 
     def once(self, prompt: str, max_tokens: int) -> tuple[float, float, int]:

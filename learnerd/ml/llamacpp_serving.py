@@ -55,6 +55,7 @@ import structlog
 from learnerd.ml.base_model import BaseModelError, BaseModelRef
 from learnerd.ml.gguf_base import GGUFBaseError, base_gguf_file
 from learnerd.ml.gguf_lora import GGUFLoraError, gguf_lora_writer
+from learnerd.ml.llama_model import open_llama
 from learnerd.ml.loader import loading
 from learnerd.ml.rows import render_chat
 from learnerd.ml.serving import (
@@ -144,7 +145,7 @@ class LlamaCppServedModels(ServedModels):
         except GGUFBaseError as exc:
             raise BaseModelError(f"[serve] backend = 'llamacpp' needs the base as a GGUF file: {exc}") from exc
         try:
-            from llama_cpp import Llama
+            import llama_cpp  # noqa: F401  # the extra's presence, before the tokenizer loads
         except ImportError as exc:
             missing = f"[serve] backend = 'llamacpp' needs llama-cpp-python (the llamacpp extra): {exc}"
             raise BaseModelError(missing) from exc
@@ -153,8 +154,8 @@ class LlamaCppServedModels(ServedModels):
         started, threads = time.perf_counter(), self.threads()
         with loading():
             tokenizer = AutoTokenizer.from_pretrained(ref.path)
-            llm = Llama(
-                model_path=os.fspath(gguf_file),
+            llm = open_llama(
+                gguf_file,
                 n_ctx=0,
                 n_threads=threads,
                 n_threads_batch=threads,

@@ -54,10 +54,12 @@ def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def llama(smollm2_dir: Path):
     """The directory converted to a float32 GGUF file (once per machine: :func:`smollm2_f32_gguf`) and loaded by
     llama.cpp with every position's logits kept."""
-    from llama_cpp import GGML_TYPE_F32, Llama
+    from llama_cpp import GGML_TYPE_F32
 
-    return Llama(
-        model_path=str(smollm2_f32_gguf()), n_ctx=512, logits_all=True, n_threads=1, verbose=False,
+    from learnerd.ml.llama_model import open_llama
+
+    return open_llama(
+        smollm2_f32_gguf(), n_ctx=512, logits_all=True, n_threads=1, verbose=False,
         type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32,
     )  # fmt: skip
 
@@ -125,11 +127,10 @@ async def test_the_export_writes_the_base_gguf_for_a_local_directory_base(smollm
 async def test_the_llamacpp_backend_serves_a_local_directory_base_through_its_conversion(
     smollm2_dir: Path, tokenizer, tmp_path: Path
 ):
-    from llama_cpp import Llama
-
     from learnerd.api.settings import ServeConfig
     from learnerd.daemon import wiring
     from learnerd.daemon.config import Config
+    from learnerd.ml.llama_model import open_llama
     from learnerd.ml.rows import ChatMessage, render_chat
     from learnerd.ml.serving import SamplingParams, ServedModel
 
@@ -144,7 +145,7 @@ async def test_the_llamacpp_backend_serves_a_local_directory_base_through_its_co
         served.close()
     assert done.error is None
     [converted] = (cfg.layout.models_dir / BASE_CACHE).glob("*.f16.gguf")  # converted once into the model cache
-    llm = Llama(model_path=str(converted), n_ctx=512, n_threads=1, verbose=False)
+    llm = open_llama(converted, n_ctx=512, n_threads=1, verbose=False)
     ids = render_chat(tokenizer, question, add_generation_prompt=True)
     tokens = []
     for token in llm.generate(ids, temp=0.0, repeat_penalty=1.0):

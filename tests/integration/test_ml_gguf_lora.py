@@ -100,10 +100,10 @@ async def test_the_gguf_lora_answers_a_trained_probe_through_llama_cpp(tmp_path:
     """The SmolLM2 adapter trained on ``examples/commands.dlm`` (the ``smollm2_commands`` fixture), exported by
     the GGUF export reconciler and loaded beside SmolLM2's own GGUF file by llama.cpp, answers a trained probe
     with the trained command; the base alone does not."""
-    from llama_cpp import Llama
     from transformers import AutoTokenizer
 
     from learnerd.ml.generate import chat_turns
+    from learnerd.ml.llama_model import open_llama
     from learnerd.ml.rows import render_chat
 
     trained = smollm2_commands.copy(tmp_path / "trained")
@@ -121,7 +121,7 @@ async def test_the_gguf_lora_answers_a_trained_probe_through_llama_cpp(tmp_path:
     prompt = render_chat(tokenizer, chat_turns(TASK), add_generation_prompt=True)  # the trainer's rendering
 
     def greedy(**lora: str) -> str:
-        llm = Llama(model_path=str(base_gguf), n_ctx=512, n_threads=1, verbose=False, **lora)
+        llm = open_llama(base_gguf, n_ctx=512, n_threads=1, verbose=False, **lora)
         return llm.create_completion(prompt, max_tokens=32, temperature=0.0)["choices"][0]["text"].strip()
 
     assert greedy(lora_path=str(export / "commands.gguf")) == COMMAND
