@@ -532,17 +532,26 @@ def answer_served(
     ``rag_k`` :data:`RAG_K`, no learnerd-specific request field): each prompt routed as the endpoint routes it
     (:func:`learnerd.ml.router.similarity_route`, on the :data:`RAG_K` nearest examples and the served version's
     learned questions) and answered by ``adapted`` (the model of ``version``, the served version of ``document``;
-    both None before a version is served) or ``base_model``, quoted the examples close enough to it
-    (:func:`learnerd.ml.router.close_hits`), less those the version learned without retrieval rows when its
+    both None before a version is served) or ``base_model``, quoted the examples the endpoint quotes
+    (:func:`learnerd.ml.router.served_quotes`), less those the version learned without retrieval rows when its
     adapter answers."""
-    from learnerd.ml.retrieved_examples import learned_without_block, quoted_to_base, split_learned, version_example_ids
-    from learnerd.ml.router import DEFAULT_THRESHOLD, close_hits, embed_memo, similarity_route, text_router
+    from learnerd.ml.retrieved_examples import learned_without_block, split_learned, version_example_ids
+    from learnerd.ml.router import (
+        DEFAULT_THRESHOLD,
+        close_hits,
+        embed_memo,
+        served_quotes,
+        similarity_route,
+        text_router,
+        trained_under_block,
+    )
     from learnerd.store.dlm import read_document
 
     router = text_router(read_document(document), version, retriever.embedder).router if version else None
     threshold = router.threshold if router is not None else DEFAULT_THRESHOLD
     held = learned_without_block(version) if version is not None else frozenset()
     known = version_example_ids(version) if version is not None else frozenset()
+    under_block = version is not None and trained_under_block(version)
     prompts = [it.prompt for it in items]
     found = [retriever.nearest(p) for p in prompts]  # each prompt embedded once, for retrieval and routing
     nearest = router.similarities(embed_memo(retriever.embedder, prompts)) if router else [None] * len(prompts)
@@ -552,7 +561,9 @@ def answer_served(
         nearest_learned = None if learned is None else float(learned)
         route = similarity_route(version is not None, router, nearest_learned, hits, learned_examples=known)
         routes.append(route.routed)
-        quoted.append(split_learned(hits, held)[0] if route.routed == "adapter" else quoted_to_base(hits))
+        by_adapter = route.routed == "adapter"
+        served = served_quotes(hits_all, by_adapter, threshold, under_block=under_block)
+        quoted.append(split_learned(served, held)[0] if by_adapter else served)
     answers: list[str] = [""] * len(items)
     for who, model in (("adapter", adapted), ("base", base_model)):
         mine = [i for i, r in enumerate(routes) if r == who]

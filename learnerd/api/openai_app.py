@@ -29,13 +29,14 @@ compared with the questions its served version learned. Its ``similarity`` is th
 at or above the version's threshold (recorded in its manifest), and no retrieved example logged since the version's
 cycle nearer, the adapter answers (``routed: "adapter"``), otherwise the base (``"base"``, inside
 ``disable_adapter()``); before a first version the base answers everything
-(``similarity``: the nearest retrieved example's). Only the retrieved examples at or above the threshold
-(:data:`~learnerd.ml.router.DEFAULT_THRESHOLD` before a first version) are quoted: the ``rag_k`` nearest of them to
-the adapter, the nearest to the base (:func:`~learnerd.ml.retrieved_examples.quoted_to_base`; a request that sets its
-own ``learnerd.rag_k`` is quoted its K nearest, whoever answers): a request about nothing the document holds ("What
-is 17 times 3?") reaches the base as the client sent it, and a task logged seconds ago, which no version learned, is
-answered by the base from its quoted example. The message is embedded once, for routing and retrieval
-both; a version's questions are embedded at its first request. ``"always-adapter"`` sends every request of a
+(``similarity``: the nearest retrieved example's). The adapter is quoted the ``rag_k`` nearest retrieved examples
+however far, as its retrieval-augmented training rows quoted them; the base only the nearest, and only at or above
+the threshold (:data:`~learnerd.ml.router.DEFAULT_THRESHOLD` before a first version;
+:func:`~learnerd.ml.router.served_quotes`; a request that sets its own ``learnerd.rag_k`` is quoted its K nearest,
+whoever answers): a request about nothing the document holds ("What is 17 times 3?") reaches the base as the client
+sent it, and a task logged seconds ago, which no version learned, is answered by the base from its quoted example.
+The message is embedded once, for routing and retrieval both; a version's questions are embedded at its first
+request. ``"always-adapter"`` sends every request of a
 document with a version to its adapter and quotes the ``rag_k`` nearest examples, however far; a base model's
 request is compared with nothing and gets retrieved examples only when it asks (``learnerd.rag_k``).
 
@@ -105,7 +106,6 @@ from learnerd.ml.base_model import BaseModelError
 from learnerd.ml.loader import ModelCheckError
 from learnerd.ml.retrieved_examples import (
     learned_without_block,
-    quoted_to_base,
     split_learned,
     version_example_ids,
     with_examples,
@@ -117,7 +117,9 @@ from learnerd.ml.router import (
     Router,
     close_hits,
     recorded_threshold,
+    served_quotes,
     similarity_route,
+    trained_under_block,
     version_routing,
 )
 from learnerd.ml.rows import ChatMessage
@@ -426,10 +428,9 @@ class OpenAIEndpoint:
         else:
             route = ADAPTER if current else Route("base")
         version = current if route.routed == "adapter" else None
-        held = await anyio.to_thread.run_sync(learned_without_block, version) if version else frozenset()
-        retrieved, withheld = split_learned(found if every_hit else hits, held)
-        if version is None and not every_hit:
-            retrieved = quoted_to_base(retrieved)
+        held, under_block = await anyio.to_thread.run_sync(_trained_on, version) if version else (frozenset(), False)
+        quoted = found if every_hit else served_quotes(found, version is not None, threshold, under_block=under_block)
+        retrieved, withheld = split_learned(quoted, held)
         return route, version, retrieved, withheld
 
     async def _search(self, text: str, k: int, vector: Any) -> list[SearchHit]:
@@ -641,6 +642,13 @@ def _served_answer(p: _Prepared, done: Finished) -> ServedAnswer:
         retrieved=tuple(str(h["id"]) for h in p.info["retrieved"]),
         served_at=time.time(),
     )
+
+
+def _trained_on(version: AdapterVersion) -> tuple[frozenset[str], bool]:
+    """The learned examples to hold back from ``version``'s adapter
+    (:func:`~learnerd.ml.retrieved_examples.learned_without_block`) and whether it trained under quoted examples
+    (:func:`~learnerd.ml.router.trained_under_block`). Blocking."""
+    return learned_without_block(version), trained_under_block(version)
 
 
 def _last_user(messages: list[ChatMessage]) -> ChatMessage | None:

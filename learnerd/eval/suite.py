@@ -35,7 +35,7 @@ from learnerd.eval.score import compute_score
 from learnerd.ml.base_model import BaseModelRef
 from learnerd.ml.device import Placement
 from learnerd.ml.embedders import Embedder
-from learnerd.ml.router import Route, adapter_alone, no_quotes, text_router
+from learnerd.ml.router import Quoter, Route, adapter_alone, no_quotes, text_router
 from learnerd.ml.undertrained import undertrained_finding
 from learnerd.store.adapters import AdapterVersion
 from learnerd.store.dlm import Document
@@ -59,7 +59,7 @@ def evaluate(
     extra: Mapping[str, Any] | None = None,
     progress: Callable[[str], None] | None = None,
     route: Callable[[Sequence[str]], list[Route]] = adapter_alone,
-    quote: Callable[[Sequence[str]], list[list[dict[str, Any]]]] = no_quotes,
+    quote: Quoter = no_quotes,
     context_alpha: float = 0.0,
 ) -> Report:
     """Evaluate ``backend``'s adapter on ``document``'s probes, prompts and sections, the retention and dialogue

@@ -27,10 +27,11 @@ serving, routes with :data:`DEFAULT_THRESHOLD`.
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import structlog
 
-from learnerd.ml.retrieved_examples import trained_retrieval_k
+from learnerd.ml.retrieved_examples import quoted_to_base, trained_retrieval_k
 from learnerd.ml.rows import TrainingRow, document_rows
 from learnerd.store.adapters import AdapterStoreError, AdapterVersion
 from learnerd.store.dlm import Document, DocumentError, read_document
@@ -57,6 +58,9 @@ MARGIN = 0.02
 """How far above the closest general prompt of the pool the threshold lies (cosine similarity)."""
 TEMPLATES = ("Please answer this: {q}", "{q} Answer in one line.", "Can you help me with this? {q}")
 """The rewrites of each learned question that give the positives (``{q}``: the question)."""
+Quoter = Callable[[Sequence[str], Sequence[bool]], list[list[dict[str, Any]]]]
+"""Texts and whether their adapter answers each → the retrieved examples quoted with each (:meth:`TextRouter.quoted`,
+:func:`no_quotes`)."""
 MEMO_SIZE = 8192
 """Embeddings of fixed texts (the pool, the documents' questions, the evaluation's items) kept per embedder."""
 
@@ -130,6 +134,23 @@ def close_hits(found: Sequence[Mapping[str, Any]], threshold: float | None) -> l
     """The retrieved examples ``found`` (each with its cosine ``score``) at or above ``threshold``, in their order:
     those close enough to a request to be quoted to it (None: every one)."""
     return [h for h in found if threshold is None or float(h["score"]) >= threshold]
+
+
+def served_quotes(
+    found: Sequence[Mapping[str, Any]], adapter: bool, threshold: float | None, *, under_block: bool = True
+) -> list[dict[str, Any]]:
+    """The retrieved examples quoted by default with a request whose ``rag_k`` nearest are ``found`` (each with its
+    cosine ``score``, nearest first), by who answers it. Its adapter (``adapter``), when it trained
+    retrieval-augmented rows (``under_block``: :func:`trained_under_block`), every one of them however far, as those
+    rows quoted the ``retrieval_k`` nearest (:mod:`learnerd.training.ingredients.retrieval`); an adapter that
+    trained without them, those at or above ``threshold`` (:func:`close_hits`); the base the first of those
+    (:func:`~learnerd.ml.retrieved_examples.quoted_to_base`), so a request far from every example reaches it unquoted.
+    The endpoint then holds back from an adapter what it learned without a block
+    (:func:`~learnerd.ml.retrieved_examples.split_learned`)."""
+    if adapter and under_block:
+        return [dict(h) for h in found]
+    close = [dict(h) for h in close_hits(found, threshold)]
+    return close if adapter else quoted_to_base(close)
 
 
 def similarity_route(
@@ -257,8 +278,9 @@ def adapter_alone(texts: Sequence[str]) -> list[Route]:
     return [ADAPTER] * len(texts)
 
 
-def no_quotes(texts: Sequence[str]) -> list[list[dict[str, Any]]]:
-    """No retrieved example quoted with any text (``[serve] rag_k`` 0, or :func:`adapter_alone`'s serving)."""
+def no_quotes(texts: Sequence[str], by_adapter: Sequence[bool] = ()) -> list[list[dict[str, Any]]]:
+    """No retrieved example quoted with any text, whoever answers it (``by_adapter``, as :meth:`TextRouter.quoted`;
+    ``[serve] rag_k`` 0, or :func:`adapter_alone`'s serving)."""
     return [[] for _ in texts]
 
 
@@ -281,16 +303,17 @@ class TextRouter:
             return adapter_alone(texts)
         return self.router.route_many(embed_memo(self.embedder, texts))
 
-    def quoted(self, texts: Sequence[str]) -> list[list[dict[str, Any]]]:
-        """For each of ``texts``, the learned examples the endpoint quotes with it (``[serve] rag_k``): the
-        ``rag_k`` nearest (each ``{"id", "query", "answer", "score"}``, ``score`` the cosine similarity, nearest
-        first) at or above the router's threshold (:func:`close_hits`). The document's examples stand for the
-        daemon's index, which holds the examples the document was written from; none without ``examples``."""
+    def quoted(self, texts: Sequence[str], by_adapter: Sequence[bool]) -> list[list[dict[str, Any]]]:
+        """For each of ``texts``, the learned examples the endpoint quotes with it (``[serve] rag_k``) when its
+        adapter answers it (``by_adapter``, one per text) or the base: :func:`served_quotes` of its ``rag_k``
+        nearest (each ``{"id", "query", "answer", "score"}``, ``score`` the cosine similarity, nearest first). The
+        document's examples stand for the daemon's index, which holds the examples the document was written from;
+        none without ``examples``."""
         if self.router is None or not self.examples or self.rag_k <= 0 or not texts:
-            return no_quotes(texts)
+            return no_quotes(texts, by_adapter)
         similarities = embed_memo(self.embedder, texts) @ self.router.vectors.T  # (m, n)
         out = []
-        for row in similarities:
+        for row, adapter in zip(similarities, by_adapter, strict=True):
             nearest = np.argsort(-row, kind="stable")[: self.rag_k]
             found = [
                 {
@@ -301,7 +324,7 @@ class TextRouter:
                 }
                 for j in nearest
             ]
-            out.append([dict(h) for h in close_hits(found, self.router.threshold)])
+            out.append(served_quotes(found, adapter, self.router.threshold))
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -333,13 +356,15 @@ def text_router(document: Document, version: AdapterVersion, embedder: Embedder,
     threshold = recorded_threshold(routing, embedder.name)
     recorded = routing is not None and routing.get("embedder") == embedder.name
     router = Router(embed_memo(embedder, questions), threshold) if questions else None
-    examples = tuple(answers.items()) if rag_k > 0 and _trained_under_block(version) else ()
+    examples = tuple(answers.items()) if rag_k > 0 and trained_under_block(version) else ()
     return TextRouter(embedder, router, recorded, examples, rag_k if examples else 0)
 
 
-def _trained_under_block(version: AdapterVersion) -> bool:
+@functools.lru_cache(maxsize=64)
+def trained_under_block(version: AdapterVersion) -> bool:
     """Whether ``version`` trained retrieval-augmented rows (``retrieval_k`` above 0); True when its metadata
-    cannot be read (logged), as the endpoint then quotes every example, as to a base."""
+    cannot be read (logged), as the endpoint then quotes every example, as to a base. Remembered per version (a
+    committed version does not change). Blocking (reads ``metadata.json`` once)."""
     try:
         return trained_retrieval_k(version) > 0
     except (AdapterStoreError, TypeError, ValueError) as exc:

@@ -96,6 +96,17 @@ def trained(tmp_path_factory: pytest.TempPathFactory, models_dir: Path, tiny_mod
     return root
 
 
+@pytest.fixture(scope="module")
+def trained_under_block(tmp_path_factory: pytest.TempPathFactory, models_dir: Path, minilm) -> Path:
+    """As :func:`trained`, v0001 trained with retrieval-augmented rows (``retrieval_k`` 1)."""
+    root = tmp_path_factory.mktemp("routing-block")
+    training = {"learning_rate": 0.01, "num_epochs": 1, "retrieval_k": 1}
+    doc = qa_document(root / "docs" / "commands.dlm", COMMANDS, training=training)
+    outcome = anyio.run(lambda: train_document(AdapterStore(root / "adapters"), doc, models_dir, embedder=minilm))
+    assert outcome.version is not None and outcome.version.metadata().hyperparameters["retrieval_k"] == 1
+    return root
+
+
 @contextlib.asynccontextmanager
 async def endpoint(
     root: Path, models_dir: Path, minilm, routing: str
@@ -175,6 +186,25 @@ async def test_a_task_logged_after_the_version_goes_to_the_base_with_its_example
         return "".join(text.add(t) for t in reply[0].token_ids) + text.flush()
 
     assert fresh.choices[0].message.content == rendered(info["context_alpha"]) != rendered(0.0)
+
+
+async def test_an_adapter_trained_under_quoted_examples_is_quoted_the_rag_k_nearest_however_far(
+    trained_under_block: Path, models_dir: Path, minilm
+):
+    """Its training rows quoted the nearest examples whatever their similarity, so the endpoint does too; the
+    request about nothing the document holds still reaches the base unquoted."""
+    dlm_id = read_document(trained_under_block / "docs" / "commands.dlm").frontmatter.dlm_id
+    threshold = read_manifest(AdapterStore(trained_under_block / "adapters").current(dlm_id).path).routing["threshold"]
+    async with endpoint(trained_under_block, models_dir, minilm, "similarity") as (client, _):
+        asked = [{"role": "user", "content": LEARNED}]
+        learned = await client.chat.completions.create(model="commands", messages=asked, max_tokens=4)
+        france = await client.chat.completions.create(model="commands", messages=FRANCE, max_tokens=4)
+    info = learned.model_extra["learnerd"]
+    assert info["routed"] == "adapter" and info["withheld"] == []
+    answers = [h["answer"] for h in info["retrieved"]]
+    assert answers[0] == COMMANDS[0][1] and sorted(answers) == sorted([*(a for _, a in COMMANDS), FRESH[1]])
+    assert len(answers) == ServeConfig().rag_k and info["retrieved"][-1]["score"] < threshold, "however far"
+    assert (france.model_extra["learnerd"]["routed"], france.model_extra["learnerd"]["retrieved"]) == ("base", [])
 
 
 async def test_always_adapter_gives_the_adapter_every_request(trained: Path, models_dir: Path, minilm):

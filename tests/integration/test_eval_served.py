@@ -130,15 +130,17 @@ def test_the_dialogues_ask_pairs_spread_over_the_whole_document(contexts):
 
 def test_the_dialogue_is_answered_under_the_nearest_learned_examples_the_endpoint_quotes(contexts, monkeypatch):
     """With ``[serve] rag_k``, the served dialogue's turns carry the learned examples nearest to the turn's question
-    (at most ``rag_k``, none below the threshold) in a block of quoted data, as the endpoint sends them; the adapter
-    alone answers without them."""
+    in a block of quoted data, as the endpoint sends them: all ``rag_k`` to the adapter, the nearest at or above the
+    threshold to the base; the adapter alone answers without them."""
     served_ctx, alone_ctx = contexts
     examples = tuple((q, f"Colour {i}") for i, q in enumerate(QUESTIONS))
     quoting = dataclasses.replace(served_ctx.route, examples=examples, rag_k=2)
-    near, general = quoting.quoted([QUESTIONS[1], "What is 17 times 3?"])
-    assert near[0]["query"] == QUESTIONS[1] and near[0]["answer"] == "Colour 1" and 1 <= len(near) <= 2
-    assert all(h["score"] >= quoting.router.threshold for h in near) and general == []
-    assert dataclasses.replace(quoting, rag_k=0).quoted([QUESTIONS[1]]) == [[]]
+    near, general = quoting.quoted([QUESTIONS[1], "What is 17 times 3?"], [True, False])
+    assert near[0]["query"] == QUESTIONS[1] and near[0]["answer"] == "Colour 1" and len(near) == 2
+    assert near[0]["score"] >= quoting.router.threshold and general == []
+    (alone,) = quoting.quoted([QUESTIONS[1]], [False])
+    assert [h["query"] for h in alone] == [QUESTIONS[1]], "the base: the nearest close example alone"
+    assert dataclasses.replace(quoting, rag_k=0).quoted([QUESTIONS[1]], [True]) == [[]]
 
     blocks, with_examples = [], coherence.with_examples
 
@@ -183,7 +185,7 @@ def test_learned_examples_are_quoted_only_to_a_version_that_trained_under_them(t
         (staging.path / "adapter_config.json").write_text("{}")
         version = store.commit(staging, meta)
     router = text_router(document, version, minilm, rag_k=3)
-    hits = router.quoted([QUESTIONS[2]])[0]
+    hits = router.quoted([QUESTIONS[2]], [True])[0]
     if trained_k:
         assert router.describe()["rag_k"] == 3 and hits[0]["answer"] == "Colour 2"
     else:

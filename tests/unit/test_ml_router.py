@@ -19,6 +19,7 @@ from learnerd.ml.router import (
     close_hits,
     document_questions,
     recorded_threshold,
+    served_quotes,
     similarity_route,
     version_routing,
 )
@@ -125,6 +126,17 @@ def test_the_base_is_quoted_the_nearest_close_hit_alone() -> None:
     found = [hit(0.9), hit(0.8), hit(0.7)]
     assert quoted_to_base(found) == [hit(0.9)] and quoted_to_base(found)[0] is not found[0], "a copy"
     assert quoted_to_base([]) == []
+
+
+def test_the_adapter_is_quoted_every_hit_and_the_base_the_nearest_close_one() -> None:
+    """The adapter trained under the ``retrieval_k`` nearest however far, so it is served all of them; the base
+    only the nearest, and nothing when even that one is below the threshold."""
+    found = [hit(0.7), hit(0.55), hit(0.5)]
+    assert served_quotes(found, True, 0.6) == found and served_quotes(found, True, 0.6)[0] is not found[0], "a copy"
+    assert served_quotes(found, False, 0.6) == [hit(0.7)]
+    assert served_quotes(found[1:], False, 0.6) == [] and served_quotes(found[1:], True, 0.6) == found[1:]
+    assert served_quotes(found[1:], False, None) == [hit(0.55)]
+    assert served_quotes(found, True, 0.6, under_block=False) == [hit(0.7)], "trained without a block: close ones"
 
 
 def test_before_a_first_version_the_base_answers_with_the_nearest_hits_similarity() -> None:

@@ -23,7 +23,7 @@ from learnerd.eval.inputs import DocumentInputs
 from learnerd.eval.probes import common
 from learnerd.eval.probes.common import z_score
 from learnerd.eval.settings import EvaluationSettings
-from learnerd.ml.router import Route, adapter_alone, no_quotes
+from learnerd.ml.router import Quoter, Route, adapter_alone, no_quotes
 
 __all__ = ["EvalOptions", "ProbeContext", "option_models", "z_score"]
 
@@ -68,7 +68,8 @@ class ProbeContext:
     ``route`` says which model the served system answers each text with, a user message as the endpoint routes it
     (:func:`learnerd.ml.router.text_router`; default: the adapter alone): the retention and dialogue probes score each
     item as served and report the adapter alone beside it. ``quote`` gives the retrieved examples the endpoint quotes
-    with each text (:meth:`learnerd.ml.router.TextRouter.quoted`; default: none): the dialogue probe answers each turn
+    with each text, by whether its adapter answers it (:meth:`learnerd.ml.router.TextRouter.quoted`; default: none):
+    the dialogue probe answers each turn
     under them, as served, a turn the base answers decoded with context-aware decoding at ``context_alpha`` (the
     endpoint's ``[serve] context_alpha`` as its backend applies it; 0: off) when any is quoted.
 
@@ -82,7 +83,7 @@ class ProbeContext:
     null_stats: dict[str, dict[str, float]] = field(default_factory=dict)
     progress: Callable[[str], None] = field(default_factory=lambda: _no_progress)
     route: Callable[[Sequence[str]], list[Route]] = field(default_factory=lambda: adapter_alone)
-    quote: Callable[[Sequence[str]], list[list[dict[str, Any]]]] = field(default_factory=lambda: no_quotes)
+    quote: Quoter = field(default_factory=lambda: no_quotes)
     context_alpha: float = 0.0
 
     def by_adapter(self, texts: Sequence[str]) -> list[bool]:

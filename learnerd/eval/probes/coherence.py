@@ -12,8 +12,9 @@ count + 8 new tokens, ``max_answer_tokens`` at most): by the fine-tuned view, or
 (:attr:`~learnerd.eval.probes.base.ProbeContext.route`) gives it the turn's question, as the endpoint routes the
 last user message; and under the retrieved examples the endpoint quotes with that message
 (:attr:`~learnerd.eval.probes.base.ProbeContext.quote`, ``[serve] rag_k`` of the document's learned examples,
-:func:`learnerd.ml.retrieved_examples.with_examples`; a turn the base answers quoted the nearest of them,
-:func:`~learnerd.ml.retrieved_examples.quoted_to_base`, and decoded with context-aware decoding at
+:func:`learnerd.ml.retrieved_examples.with_examples`; :func:`learnerd.ml.router.served_quotes`: the adapter all
+``rag_k``, the base the nearest at or above the routing threshold, and a turn it answers quoted is decoded with
+context-aware decoding at
 :attr:`~learnerd.eval.probes.base.ProbeContext.context_alpha` against the same prompt without them, as the endpoint
 decodes it), the history itself plain, as a client sends it again at each request. At each turn ``t = 2..max_turns``,
 before the model answers, the divergence KL(ft ‖ base) of the next-token distributions is measured on the plain history
@@ -56,7 +57,7 @@ from learnerd.eval.probes.common import NotApplicable, ProbeOptions, errored, re
 from learnerd.eval.probes.recall import answer_budget, exact_match
 from learnerd.eval.report import ProbeResult, Verdict
 from learnerd.ml.divergence import divergence
-from learnerd.ml.retrieved_examples import quoted_to_base, with_examples
+from learnerd.ml.retrieved_examples import with_examples
 from learnerd.ml.router import no_quotes
 from learnerd.ml.rows import ChatMessage
 
@@ -137,8 +138,7 @@ def per_turn(ctx: ProbeContext, *, served: bool = True, count: int | None = None
         questions = [pairs[i][0] for i in asks]
         by_adapter = ctx.by_adapter(questions) if served else [True] * k
         by_base += by_adapter.count(False)
-        hits = ctx.quote(questions) if served else no_quotes(questions)
-        hits = [h if adapter else quoted_to_base(h) for h, adapter in zip(hits, by_adapter, strict=True)]  # as served
+        hits = ctx.quote(questions, by_adapter) if served else no_quotes(questions)  # as served
         quoted += sum(bool(h) for h in hits)
         negatives = [p if h else None for h, p in zip(hits, prompts, strict=True)]  # without the examples
         prompts = [
