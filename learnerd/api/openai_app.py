@@ -29,15 +29,15 @@ compared with the questions its served version learned. Its ``similarity`` is th
 at or above the version's threshold (recorded in its manifest), and no retrieved example logged since the version's
 cycle nearer, the adapter answers (``routed: "adapter"``), otherwise the base (``"base"``, inside
 ``disable_adapter()``); before a first version the base answers everything
-(``similarity``: the nearest retrieved example's). The adapter is quoted the ``rag_k`` nearest retrieved examples
-however far, as its retrieval-augmented training rows quoted them; the base only the nearest, and only at or above
-the threshold (:data:`~learnerd.ml.router.DEFAULT_THRESHOLD` before a first version;
-:func:`~learnerd.ml.router.served_quotes`; a request that sets its own ``learnerd.rag_k`` is quoted its K nearest,
-whoever answers): a request about nothing the document holds ("What is 17 times 3?") reaches the base as the client
-sent it, and a task logged seconds ago, which no version learned, is answered by the base from its quoted example.
-The message is embedded once, for routing and retrieval both; a version's questions are embedded at its first
-request. ``"always-adapter"`` sends every request of a
-document with a version to its adapter and quotes the ``rag_k`` nearest examples, however far; a base model's
+(``similarity``: the nearest retrieved example's). An adapter that trained under retrieved examples is quoted the
+``rag_k`` nearest however far, as its retrieval-augmented training rows quoted them, one that trained without them
+those at or above the threshold; the base only the nearest, and only at or above the threshold
+(:data:`~learnerd.ml.router.DEFAULT_THRESHOLD` before a first version; :func:`~learnerd.ml.router.served_quotes`; a
+request that sets its own ``learnerd.rag_k`` is quoted its K nearest, whoever answers): a request about nothing the
+document holds ("What is 17 times 3?") reaches the base as the client sent it, and a task logged seconds ago, which no
+version learned, is answered by the base from its quoted example. The message is embedded once, for routing and
+retrieval both; a version's questions are embedded at its first request. ``"always-adapter"`` sends every request of
+a document with a version to its adapter and quotes the ``rag_k`` nearest examples, however far; a base model's
 request is compared with nothing and gets retrieved examples only when it asks (``learnerd.rag_k``).
 
 Access: a document's model answers with its learned adapter, which holds what people ran, so it is served only

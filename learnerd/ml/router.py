@@ -363,8 +363,9 @@ def text_router(document: Document, version: AdapterVersion, embedder: Embedder,
 @functools.lru_cache(maxsize=64)
 def trained_under_block(version: AdapterVersion) -> bool:
     """Whether ``version`` trained retrieval-augmented rows (``retrieval_k`` above 0); True when its metadata
-    cannot be read (logged), as the endpoint then quotes every example, as to a base. Remembered per version (a
-    committed version does not change). Blocking (reads ``metadata.json`` once)."""
+    cannot be read (logged): its adapter is then quoted every retrieved example and held back none
+    (:func:`~learnerd.ml.retrieved_examples.learned_without_block` is empty too). Remembered per version (a committed
+    version does not change). Blocking (reads ``metadata.json`` once)."""
     try:
         return trained_retrieval_k(version) > 0
     except (AdapterStoreError, TypeError, ValueError) as exc:

@@ -69,9 +69,9 @@ class ProbeContext:
     (:func:`learnerd.ml.router.text_router`; default: the adapter alone): the retention and dialogue probes score each
     item as served and report the adapter alone beside it. ``quote`` gives the retrieved examples the endpoint quotes
     with each text, by whether its adapter answers it (:meth:`learnerd.ml.router.TextRouter.quoted`; default: none):
-    the dialogue probe answers each turn
-    under them, as served, a turn the base answers decoded with context-aware decoding at ``context_alpha`` (the
-    endpoint's ``[serve] context_alpha`` as its backend applies it; 0: off) when any is quoted.
+    the dialogue probe answers each turn under them, as served, a turn the base answers decoded with context-aware
+    decoding at ``context_alpha`` (the endpoint's ``[serve] context_alpha`` as its backend applies it; 0: off) when
+    any is quoted.
 
     ``progress`` is called with a short description after each step of work (:func:`learnerd.eval.suite.total_steps`
     of them in a whole evaluation); it is where a progress bar or a log event hooks in.

@@ -14,18 +14,17 @@ last user message; and under the retrieved examples the endpoint quotes with tha
 (:attr:`~learnerd.eval.probes.base.ProbeContext.quote`, ``[serve] rag_k`` of the document's learned examples,
 :func:`learnerd.ml.retrieved_examples.with_examples`; :func:`learnerd.ml.router.served_quotes`: the adapter all
 ``rag_k``, the base the nearest at or above the routing threshold, and a turn it answers quoted is decoded with
-context-aware decoding at
-:attr:`~learnerd.eval.probes.base.ProbeContext.context_alpha` against the same prompt without them, as the endpoint
-decodes it), the history itself plain, as a client sends it again at each request. At each turn ``t = 2..max_turns``,
-before the model answers, the divergence KL(ft ‖ base) of the next-token distributions is measured on the plain history
-(both views see the fine-tuned model's own earlier answers); ``calibration = "sway-exact"`` completes the top-k tails as
-sway does. The per-turn means are fitted with :func:`~learnerd.eval.half_life.fit_half_life`; ``raw`` is the half-life
-in turns. ``evidence.answered_per_turn[t - 1]`` counts the dialogues whose answer at turn ``t`` equals its reference
-(whitespace collapsed): whether the served system still answers at turn 3; ``evidence.routed_to_base`` counts the turns
-the base answered, ``evidence.quoted_turns`` those answered under retrieved examples, and
-``evidence.adapter_alone.answered_per_turn`` the same counts when the adapter answers every turn with nothing quoted
-on ``dialogue_alone_prompts`` dialogues (4 by default; rolled only when the served dialogue routed a turn to the base
-or quoted one, else the served ones are the adapter's).
+context-aware decoding at :attr:`~learnerd.eval.probes.base.ProbeContext.context_alpha` against the same prompt without
+them, as the endpoint decodes it), the history itself plain, as a client sends it again at each request. At each turn
+``t = 2..max_turns``, before the model answers, the divergence KL(ft ‖ base) of the next-token distributions is measured
+on the plain history (both views see the fine-tuned model's own earlier answers); ``calibration = "sway-exact"``
+completes the top-k tails as sway does. The per-turn means are fitted with
+:func:`~learnerd.eval.half_life.fit_half_life`; ``raw`` is the half-life in turns. ``evidence.answered_per_turn[t - 1]``
+counts the dialogues whose answer at turn ``t`` equals its reference (whitespace collapsed): whether the served system
+still answers at turn 3; ``evidence.routed_to_base`` counts the turns the base answered, ``evidence.quoted_turns`` those
+answered under retrieved examples, and ``evidence.adapter_alone.answered_per_turn`` the same counts when the adapter
+answers every turn with nothing quoted on ``dialogue_alone_prompts`` dialogues (4 by default; rolled only when the
+served dialogue routed a turn to the base or quoted one, else the served ones are the adapter's).
 
 Why the document's questions, not generic follow-ups ("Please go on."): a generic follow-up asks for
 something no document teaches, and an adapter that keeps the base's abilities (``calibration_drift``,
