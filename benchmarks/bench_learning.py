@@ -30,7 +30,7 @@ of ``--cycles`` unattended ``learnerd run --once`` runs with ``[evaluation] auto
 evaluate → promotion gate → harvest failing probes → retrain), or the candidate the gate rejected in that
 cycle (its row says ``rejected``: not served, measured all the same); **adapter+RAG** after the last cycle,
 quoted what the endpoint quotes that version: to one trained without ``retrieval_k``, the k nearest less those
-it learned (:func:`learnerd.ml.retrieved_examples.learned_without_block`; the prompt alone when all were); and
+it learned (:attr:`learnerd.ml.retrieved_examples.TrainedOn.held_back`; the prompt alone when all were); and
 **served** after the last cycle: what a client gets by default from the endpoint (routing ``similarity``, ``rag_k``
 3, no learnerd-specific request field), each prompt routed to the served version's adapter or to the base as the
 endpoint routes it and quoted the examples close enough to it (:func:`answer_served`; the JSON records each
@@ -535,7 +535,7 @@ def answer_served(
     both None before a version is served) or ``base_model``, quoted the examples the endpoint quotes
     (:func:`learnerd.ml.router.served_quotes`), less those the version learned without retrieval rows when its
     adapter answers."""
-    from learnerd.ml.retrieved_examples import learned_without_block, split_learned, version_example_ids
+    from learnerd.ml.retrieved_examples import TrainedOn, split_learned, trained_on
     from learnerd.ml.router import (
         DEFAULT_THRESHOLD,
         close_hits,
@@ -543,15 +543,12 @@ def answer_served(
         served_quotes,
         similarity_route,
         text_router,
-        trained_under_block,
     )
     from learnerd.store.dlm import read_document
 
     router = text_router(read_document(document), version, retriever.embedder).router if version else None
     threshold = router.threshold if router is not None else DEFAULT_THRESHOLD
-    held = learned_without_block(version) if version is not None else frozenset()
-    known = version_example_ids(version) if version is not None else frozenset()
-    under_block = version is not None and trained_under_block(version)
+    trained = trained_on(version) if version is not None else TrainedOn(frozenset(), under_block=False)
     prompts = [it.prompt for it in items]
     found = [retriever.nearest(p) for p in prompts]  # each prompt embedded once, for retrieval and routing
     nearest = router.similarities(embed_memo(retriever.embedder, prompts)) if router else [None] * len(prompts)
@@ -559,11 +556,13 @@ def answer_served(
     for hits_all, learned in zip(found, nearest, strict=True):
         hits = close_hits(hits_all, threshold)
         nearest_learned = None if learned is None else float(learned)
-        route = similarity_route(version is not None, router, nearest_learned, hits, learned_examples=known)
+        route = similarity_route(
+            version is not None, router, nearest_learned, hits, learned_examples=trained.example_ids
+        )
         routes.append(route.routed)
         by_adapter = route.routed == "adapter"
-        served = served_quotes(hits_all, by_adapter, threshold, under_block=under_block)
-        quoted.append(split_learned(served, held)[0] if by_adapter else served)
+        served = served_quotes(hits_all, by_adapter, threshold, under_block=trained.under_block)
+        quoted.append(split_learned(served, trained.held_back)[0] if by_adapter else served)
     answers: list[str] = [""] * len(items)
     for who, model in (("adapter", adapted), ("base", base_model)):
         mine = [i for i, r in enumerate(routes) if r == who]
@@ -707,7 +706,7 @@ def main() -> int:
 
     from learnerd.ml.device import resolve_device
     from learnerd.ml.loader import load_adapter
-    from learnerd.ml.retrieved_examples import learned_without_block
+    from learnerd.ml.retrieved_examples import trained_on
     from learnerd.store.adapters import AdapterStore
     from learnerd.store.dlm import read_document
 
@@ -825,7 +824,7 @@ def main() -> int:
         if adapted is None:  # resumed after its row: load it again
             adapted = adapter_model(newest)
         retriever = retriever or Retriever(config)
-        learned = learned_without_block(newest)
+        learned = trained_on(newest).held_back
         results["adapter+RAG"] = {k: answer_all(adapted, tokenizer, v, retriever, learned) for k, v in items.items()}
         current = store.current(doc_key)
         served_model = None

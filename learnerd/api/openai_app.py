@@ -104,12 +104,7 @@ from learnerd.api.surface import ControlSurface
 from learnerd.api.tcp_endpoints import bearer_middleware
 from learnerd.ml.base_model import BaseModelError
 from learnerd.ml.loader import ModelCheckError
-from learnerd.ml.retrieved_examples import (
-    learned_without_block,
-    split_learned,
-    version_example_ids,
-    with_examples,
-)
+from learnerd.ml.retrieved_examples import TrainedOn, split_learned, trained_on, with_examples
 from learnerd.ml.router import (
     ADAPTER,
     DEFAULT_THRESHOLD,
@@ -119,7 +114,6 @@ from learnerd.ml.router import (
     recorded_threshold,
     served_quotes,
     similarity_route,
-    trained_under_block,
     version_routing,
 )
 from learnerd.ml.rows import ChatMessage
@@ -198,6 +192,8 @@ def _error(status: int, message: str, type_: str, code: str | None = None, heade
     return response
 
 
+_NO_VERSION = TrainedOn(frozenset(), under_block=False)
+"""Before its first version a document learned nothing (the base answers, quoted as :func:`served_quotes` says)."""
 _UNAUTHORIZED = ("missing or wrong bearer token", "invalid_request_error", "invalid_api_key")
 _ADAPTER_NEEDS_TOKEN = (
     "the model {model!r} answers with a document's learned adapter, which is served only to a bearer of learnerd's "
@@ -422,15 +418,15 @@ class OpenAIEndpoint:
             learned = router.route(vector).similarity if router is not None else None
         found = await self._search(last_user.content, k, vector) if k > 0 else []
         hits = close_hits(found, threshold)
+        trained = await anyio.to_thread.run_sync(trained_on, current) if current else _NO_VERSION
         if similarity:
-            known = await anyio.to_thread.run_sync(version_example_ids, current) if current and hits else frozenset()
-            route = similarity_route(current is not None, router, learned, hits, learned_examples=known)
+            route = similarity_route(current is not None, router, learned, hits, learned_examples=trained.example_ids)
         else:
             route = ADAPTER if current else Route("base")
         version = current if route.routed == "adapter" else None
-        held, under_block = await anyio.to_thread.run_sync(_trained_on, version) if version else (frozenset(), False)
-        quoted = found if every_hit else served_quotes(found, version is not None, threshold, under_block=under_block)
-        retrieved, withheld = split_learned(quoted, held)
+        by_adapter = version is not None
+        quoted = found if every_hit else served_quotes(found, by_adapter, threshold, under_block=trained.under_block)
+        retrieved, withheld = split_learned(quoted, trained.held_back if by_adapter else frozenset())
         return route, version, retrieved, withheld
 
     async def _search(self, text: str, k: int, vector: Any) -> list[SearchHit]:
@@ -642,13 +638,6 @@ def _served_answer(p: _Prepared, done: Finished) -> ServedAnswer:
         retrieved=tuple(str(h["id"]) for h in p.info["retrieved"]),
         served_at=time.time(),
     )
-
-
-def _trained_on(version: AdapterVersion) -> tuple[frozenset[str], bool]:
-    """The learned examples to hold back from ``version``'s adapter
-    (:func:`~learnerd.ml.retrieved_examples.learned_without_block`) and whether it trained under quoted examples
-    (:func:`~learnerd.ml.router.trained_under_block`). Blocking."""
-    return learned_without_block(version), trained_under_block(version)
 
 
 def _last_user(messages: list[ChatMessage]) -> ChatMessage | None:

@@ -1,19 +1,21 @@
 """Retrieved examples in a prompt: how the OpenAI-compatible endpoint quotes them, and which of them it holds back.
 
-The endpoint (``learnerd.api.openai_app``, ``rag_k``) puts the examples nearest to a request into its system
-message as one block of quoted data (:func:`with_examples`); the retrieval ingredient trains rows under the same
-block (:mod:`learnerd.training.ingredients.retrieval`). An adapter trained without those rows answers its learned
-prompts worse with that block in front of it: :func:`learned_without_block` names the examples it learned (its
-manifest's) and :func:`split_learned` holds them back, so the endpoint quotes such an adapter only what it has
-not learned yet (examples logged since its cycle). The base, answering under retrieved examples, is quoted only the
-nearest (:func:`quoted_to_base`).
+The endpoint (``learnerd.api.openai_app``, ``rag_k``) puts the examples nearest to a request into its system message as
+one block of quoted data (:func:`with_examples`); the retrieval ingredient trains rows under the same block
+(:mod:`learnerd.training.ingredients.retrieval`). An adapter trained without those rows answers its learned prompts
+worse with that block in front of it: :func:`trained_on` names the examples it learned (its manifest's,
+:attr:`TrainedOn.held_back`) and :func:`split_learned` holds them back, so the endpoint quotes such an adapter only what
+it has not learned yet (examples logged since its cycle). The base, answering under retrieved examples, is quoted only
+the nearest (:func:`quoted_to_base`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -78,29 +80,66 @@ def quoted_to_base(hits: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return [dict(h) for h in hits[:BASE_EXAMPLES]]
 
 
-def learned_without_block(version: AdapterVersion) -> frozenset[str]:
-    """The ids of the learned examples ``version`` embodies (its manifest's, :meth:`Manifest.example_ids`)
-    when it trained without retrieval-augmented rows (``retrieval_k`` 0 in its metadata's hyperparameters):
-    the examples a block of retrieved examples should not quote to it.
+@dataclass(frozen=True)
+class TrainedOn:
+    """What a committed version trained on, as serving reads it from its ``manifest.json`` and ``metadata.json``:
+    ``example_ids``, the learned examples it embodies (:meth:`Manifest.example_ids`; empty without a readable
+    manifest), and ``under_block``, whether it trained retrieval-augmented rows (``retrieval_k`` above 0 in its
+    hyperparameters: it learned to answer under a block of retrieved examples; True when its metadata cannot be read,
+    so its adapter is quoted every example and held back none)."""
 
-    Such an adapter answers its own learned prompts worse with them quoted than without (SmolLM2-135M-Instruct,
-    bench_learning's 20 pairs: 19–20/20 exact alone, 12–13/20 with ``rag_k`` 3, docs/benchmarks.md); the
-    examples it has not learned (logged since its cycle) are what the block adds. Empty when the version
-    trained with the rows (it learned to answer with its own examples quoted), and when its metadata or
-    manifest is missing or unreadable (logged; every example is then quoted, as to a base). Reads two files
-    once per version (committed versions do not change; at most 64 remembered); a read that failed is tried
-    again on the next call, so a passing fault is not remembered. Blocking.
-    """
+    example_ids: frozenset[str]
+    under_block: bool
+
+    @property
+    def held_back(self) -> frozenset[str]:
+        """The examples a block of retrieved examples does not quote to this version's adapter: the ones it learned,
+        when it learned them without the block (:func:`split_learned`); none when it trained under the block.
+
+        Such an adapter answers its own learned prompts worse with them quoted than without (SmolLM2-135M-Instruct,
+        bench_learning's 20 pairs: 19–20/20 exact alone, 12–13/20 with ``rag_k`` 3, docs/benchmarks.md); the examples
+        it has not learned (logged since its cycle) are what the block adds."""
+        return frozenset() if self.under_block else self.example_ids
+
+
+_READ_ERRORS = (AdapterStoreError, ManifestError, TypeError, ValueError)
+
+
+def trained_on(version: AdapterVersion) -> TrainedOn:
+    """:class:`TrainedOn` of ``version``: what the endpoint's routing and quoting read of it (the example ids routing
+    tells an example logged since its cycle by; whether its adapter is quoted every retrieved example; what is held
+    back from it). Read once per version (a committed version does not change; at most 64 remembered); a read that
+    failed is logged, its field takes the fallback :class:`TrainedOn` names, and it is tried again on the next call,
+    so a passing fault is not remembered. Blocking (reads two small files)."""
     try:
-        return _learned_ids(version)
-    except (AdapterStoreError, ManifestError, TypeError, ValueError) as exc:
-        log.warning("retrieval.learned_unknown", doc_key=version.doc_key, version=version.name, error=str(exc))
-        return frozenset()
+        return _read_trained_on(version)
+    except _READ_ERRORS as exc:
+        log.warning("retrieval.trained_on_unknown", doc_key=version.doc_key, version=version.name, error=str(exc))
+    example_ids: frozenset[str] = frozenset()
+    under_block = True
+    with contextlib.suppress(*_READ_ERRORS):
+        example_ids = _example_ids(version)
+    with contextlib.suppress(*_READ_ERRORS):
+        under_block = _trained_retrieval_k(version) > 0
+    return TrainedOn(example_ids, under_block)
 
 
-def trained_retrieval_k(version: AdapterVersion) -> int:
-    """The ``retrieval_k`` ``version`` trained with (its metadata's hyperparameters; 0: no retrieval-augmented rows,
-    so it learned to answer without a block of quoted examples). Reads ``metadata.json``.
+@functools.lru_cache(maxsize=64)
+def _read_trained_on(version: AdapterVersion) -> TrainedOn:
+    """:func:`trained_on`'s answer when both files read; raises what reading them raises (``functools.lru_cache``
+    remembers no exception)."""
+    return TrainedOn(_example_ids(version), _trained_retrieval_k(version) > 0)
+
+
+def _example_ids(version: AdapterVersion) -> frozenset[str]:
+    """The ids of the learned examples ``version``'s manifest lists; empty without a manifest. Raises what reading it
+    raises."""
+    manifest = read_manifest(version.path, version.number)
+    return frozenset(manifest.example_ids()) if manifest is not None else frozenset()
+
+
+def _trained_retrieval_k(version: AdapterVersion) -> int:
+    """The ``retrieval_k`` ``version`` trained with (its metadata's hyperparameters; 0: no retrieval-augmented rows).
 
     Raises:
         AdapterStoreError: the metadata cannot be read.
@@ -109,37 +148,9 @@ def trained_retrieval_k(version: AdapterVersion) -> int:
     return int(version.metadata().hyperparameters.get("retrieval_k") or 0)
 
 
-def version_example_ids(version: AdapterVersion) -> frozenset[str]:
-    """The ids of every learned example ``version`` embodies (its manifest's, :meth:`Manifest.example_ids`), whatever
-    it trained with: the examples it can answer from its weights, where an example outside them was logged since its
-    cycle. Empty when its manifest is missing or unreadable (logged). Remembered per version as
-    :func:`learned_without_block` is. Blocking."""
-    try:
-        return _example_ids(version)
-    except (AdapterStoreError, ManifestError, TypeError, ValueError) as exc:
-        log.warning("retrieval.learned_unknown", doc_key=version.doc_key, version=version.name, error=str(exc))
-        return frozenset()
-
-
-@functools.lru_cache(maxsize=64)
-def _example_ids(version: AdapterVersion) -> frozenset[str]:
-    manifest = read_manifest(version.path, version.number)
-    return frozenset(manifest.example_ids()) if manifest is not None else frozenset()
-
-
-@functools.lru_cache(maxsize=64)
-def _learned_ids(version: AdapterVersion) -> frozenset[str]:
-    """:func:`learned_without_block`'s answer, remembered per version; raises what reading the files raises
-    (``functools.lru_cache`` remembers no exception)."""
-    manifest = read_manifest(version.path, version.number)
-    if trained_retrieval_k(version) > 0 or manifest is None:
-        return frozenset()
-    return frozenset(manifest.example_ids())
-
-
 def split_learned(hits: Sequence[Mapping[str, Any]], learned: frozenset[str]) -> tuple[list[dict[str, Any]], list[str]]:
     """``hits`` (retrieved examples, each with its ``id``) split into those to quote, in their order, and
-    the ids of those held back because they are in ``learned`` (:func:`learned_without_block`). The hits
+    the ids of those held back because they are in ``learned`` (:attr:`TrainedOn.held_back`). The hits
     are the nearest ``k``: a learned one is dropped, not replaced by a farther one."""
     quoted = [dict(h) for h in hits if str(h["id"]) not in learned]
     return quoted, [str(h["id"]) for h in hits if str(h["id"]) in learned]

@@ -27,7 +27,6 @@ serving, routes with :data:`DEFAULT_THRESHOLD`.
 
 from __future__ import annotations
 
-import functools
 import threading
 import weakref
 from collections import OrderedDict
@@ -39,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import structlog
 
-from learnerd.ml.retrieved_examples import quoted_to_base, trained_retrieval_k
+from learnerd.ml.retrieved_examples import quoted_to_base, trained_on
 from learnerd.ml.rows import TrainingRow, document_rows
 from learnerd.store.adapters import AdapterStoreError, AdapterVersion
 from learnerd.store.dlm import Document, DocumentError, read_document
@@ -140,10 +139,10 @@ def served_quotes(
     found: Sequence[Mapping[str, Any]], adapter: bool, threshold: float | None, *, under_block: bool = True
 ) -> list[dict[str, Any]]:
     """The retrieved examples quoted by default with a request whose ``rag_k`` nearest are ``found`` (each with its
-    cosine ``score``, nearest first), by who answers it. Its adapter (``adapter``), when it trained
-    retrieval-augmented rows (``under_block``: :func:`trained_under_block`), every one of them however far, as those
-    rows quoted the ``retrieval_k`` nearest (:mod:`learnerd.training.ingredients.retrieval`); an adapter that
-    trained without them, those at or above ``threshold`` (:func:`close_hits`); the base the first of those
+    cosine ``score``, nearest first), by who answers it. Its adapter (``adapter``), when it trained retrieval-augmented
+    rows (``under_block``: :attr:`~learnerd.ml.retrieved_examples.TrainedOn.under_block`), every one of them however
+    far, as those rows quoted the ``retrieval_k`` nearest (:mod:`learnerd.training.ingredients.retrieval`); an adapter
+    that trained without them, those at or above ``threshold`` (:func:`close_hits`); the base the first of those
     (:func:`~learnerd.ml.retrieved_examples.quoted_to_base`), so a request far from every example reaches it unquoted.
     The endpoint then holds back from an adapter what it learned without a block
     (:func:`~learnerd.ml.retrieved_examples.split_learned`)."""
@@ -168,7 +167,7 @@ def similarity_route(
     (:func:`close_hits`). Before a first version the base answers (``similarity``: the nearest hit's); a version without
     questions answers everything; otherwise the adapter answers when the nearest of its learned questions is at least
     the router's threshold and no example logged since the version's cycle is nearer (a close hit whose ``id`` is not
-    in ``learned_examples``, the version's: :func:`~learnerd.ml.retrieved_examples.version_example_ids`; None: the
+    in ``learned_examples``, the version's: :attr:`~learnerd.ml.retrieved_examples.TrainedOn.example_ids`; None: the
     hits are not compared), and the base any other request. A task logged since the
     cycle, asked again, is nearest its own example, which the adapter never learned: quoted it, the base copies it with
     context-aware decoding where the adapter answers what it memorised (docs/benchmarks.md, "Context-aware decoding").
@@ -346,7 +345,7 @@ def text_router(document: Document, version: AdapterVersion, embedder: Embedder,
     (:func:`version_routing`) embedded now, its threshold :func:`recorded_threshold`; with ``rag_k`` (``[serve]
     rag_k``) above 0, its learned examples quoted as the endpoint quotes them — only to a version that trained under
     retrieved examples (``retrieval_k`` above 0 in its hyperparameters), as the endpoint holds them back from any
-    other (:func:`learnerd.ml.retrieved_examples.learned_without_block`). Blocking.
+    other (:attr:`learnerd.ml.retrieved_examples.TrainedOn.held_back`). Blocking.
 
     Raises:
         EmbedderError: the embedder failed.
@@ -356,21 +355,8 @@ def text_router(document: Document, version: AdapterVersion, embedder: Embedder,
     threshold = recorded_threshold(routing, embedder.name)
     recorded = routing is not None and routing.get("embedder") == embedder.name
     router = Router(embed_memo(embedder, questions), threshold) if questions else None
-    examples = tuple(answers.items()) if rag_k > 0 and trained_under_block(version) else ()
+    examples = tuple(answers.items()) if rag_k > 0 and trained_on(version).under_block else ()
     return TextRouter(embedder, router, recorded, examples, rag_k if examples else 0)
-
-
-@functools.lru_cache(maxsize=64)
-def trained_under_block(version: AdapterVersion) -> bool:
-    """Whether ``version`` trained retrieval-augmented rows (``retrieval_k`` above 0); True when its metadata
-    cannot be read (logged): its adapter is then quoted every retrieved example and held back none
-    (:func:`~learnerd.ml.retrieved_examples.learned_without_block` is empty too). Remembered per version (a committed
-    version does not change). Blocking (reads ``metadata.json`` once)."""
-    try:
-        return trained_retrieval_k(version) > 0
-    except (AdapterStoreError, TypeError, ValueError) as exc:
-        log.warning("routing.hyperparameters_unknown", version=version.name, error=str(exc))
-        return True
 
 
 _memos: weakref.WeakKeyDictionary[Any, OrderedDict[str, np.ndarray]] = weakref.WeakKeyDictionary()

@@ -161,7 +161,7 @@ def test_the_dialogue_is_answered_under_the_nearest_learned_examples_the_endpoin
 @pytest.mark.parametrize("trained_k", [0, 3])
 def test_learned_examples_are_quoted_only_to_a_version_that_trained_under_them(trained_k, tmp_path, minilm):
     """As the endpoint holds a version's learned examples back unless it trained retrieval-augmented rows
-    (:func:`learnerd.ml.retrieved_examples.learned_without_block`), the evaluation quotes them only then."""
+    (:attr:`learnerd.ml.retrieved_examples.TrainedOn.held_back`), the evaluation quotes them only then."""
     document = parse_text(DOC)
     store = AdapterStore(tmp_path / "adapters")
     sections = tuple(s.section_id for s in document.sections)

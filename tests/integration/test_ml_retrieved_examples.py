@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from learnerd.ml.base_model import resolve_base_model
-from learnerd.ml.retrieved_examples import learned_without_block, split_learned, version_example_ids
+from learnerd.ml.retrieved_examples import TrainedOn, split_learned, trained_on
 from learnerd.store.adapters import AdapterStore
 from tests.support.tied_model import commit_noise_adapter
 
@@ -27,8 +27,8 @@ def test_the_examples_a_version_learned_without_retrieval_rows_are_held_back_fro
         {"id": i, "query": f"q {i}", "answer": f"a {i}", "language": "", "score": 0.9}
         for i in ("ex-c", "ex-a", "ex-d", "ex-b")
     ]
-    assert learned_without_block(plain) == {"ex-a", "ex-b"}
-    quoted, withheld = split_learned(hits, learned_without_block(plain))
+    assert trained_on(plain) == TrainedOn(frozenset({"ex-a", "ex-b"}), under_block=False)
+    quoted, withheld = split_learned(hits, trained_on(plain).held_back)
     assert [h["id"] for h in quoted] == ["ex-c", "ex-d"] and withheld == ["ex-a", "ex-b"]
     assert quoted[0] == hits[0]
 
@@ -37,18 +37,19 @@ def test_the_examples_a_version_learned_without_retrieval_rows_are_held_back_fro
     broken = commit_noise_adapter(store, "doc", base, learned=["ex-a"])
     (broken.path / "metadata.json").write_text("{", encoding="utf-8")
     for version in (with_rows, no_manifest, broken):
-        assert learned_without_block(version) == frozenset()
-        assert split_learned(hits, learned_without_block(version)) == (hits, [])
+        assert trained_on(version).held_back == frozenset()
+        assert split_learned(hits, trained_on(version).held_back) == (hits, [])
+    assert trained_on(broken) == TrainedOn(frozenset({"ex-a"}), under_block=True), "the manifest still read"
 
     (broken.path / "metadata.json").write_text((plain.path / "metadata.json").read_text("utf-8"), "utf-8")
-    assert learned_without_block(broken) == {"ex-a"}, "a failed read is not remembered: the repaired version is read"
+    assert trained_on(broken).held_back == {"ex-a"}, "a failed read is not remembered: the repaired version is read"
 
 
 def test_every_example_a_version_learned_is_known_to_routing_whatever_it_trained_with(models_dir: Path, tmp_path: Path):
-    """``version_example_ids``: the manifest's examples, with retrieval rows too (routing tells an example logged since
-    the cycle by its absence); none without a manifest."""
+    """``TrainedOn.example_ids``: the manifest's examples, with retrieval rows too (routing tells an example logged
+    since the cycle by its absence); none without a manifest."""
     base = resolve_base_model("learnerd/tiny-llama", cache_dir=models_dir)
     store = AdapterStore(tmp_path / "adapters")
     with_rows = commit_noise_adapter(store, "doc", base, learned=["ex-a"], hyperparameters={"retrieval_k": 3})
-    assert version_example_ids(with_rows) == {"ex-a"}
-    assert version_example_ids(commit_noise_adapter(store, "doc", base)) == frozenset()
+    assert trained_on(with_rows) == TrainedOn(frozenset({"ex-a"}), under_block=True)
+    assert trained_on(commit_noise_adapter(store, "doc", base)).example_ids == frozenset()
