@@ -13,15 +13,15 @@ under 1 s on a 2-core machine.
 or ``codex`` (a rollout: ``session_meta`` once, then ``user_message``, ``exec_command`` call and
 ``exec_command_end`` per block), each block's lines appended in one write (docs/inputs.md).
 
-``--answers N`` then measures what a person gets (issue 59, "answer new tasks before any training"): a
-``learnerd run`` daemon (its own process) serving ``docs/learned.dlm`` on SmolLM2-135M-Instruct with the default
-configuration and no version trained (``[training] enabled = false``), the endpoint on a free loopback port. For
-each of ``N`` seeded nl2bash tasks (``../shared/peer-data/nl2bash/paraphrases.jsonl``, chosen as
-``bench_learning.py`` chooses them) its block is appended to the block log, and 5 s later the task's first
-paraphrase (another annotator's words, never logged) is asked through the endpoint with the official ``openai``
-client's default call (``model="learned"``, the user message, nothing else). It reports exact matches (the
-suggested command, as ``bench_learning.py`` reads it, equal to the logged one), how often the logged example was
-quoted, what answered (``learnerd.routed``), and p50/p95 from the log line to the answer and of the request alone.
+``--answers N`` then measures what a person gets (issue 59, "answer new tasks before any training"): a ``learnerd
+run`` daemon (its own process) serving ``docs/learned.dlm`` on SmolLM2-135M-Instruct with the default configuration
+and no version trained (``[training] enabled = false``), the endpoint on a free loopback port. For each of ``N``
+seeded nl2bash tasks (``../shared/peer-data/nl2bash/paraphrases.jsonl``, chosen as ``bench_learning.py`` chooses
+them) its block is appended to the block log, and 5 s later the task's first paraphrase (another annotator's words,
+never logged) is asked through the endpoint with the official ``openai`` client's default call (``model="learned"``,
+the user message, nothing else). It reports exact matches (the suggested command, as ``bench_learning.py`` reads it,
+equal to the logged one) with their 95 % confidence interval, how often the logged example was quoted, what answered
+(``learnerd.routed``), and p50/p95 from the log line to the answer and of the request alone.
 ``--after DIR`` asks them of a trained state instead: a copy of a ``bench_learning.py --out`` directory (its
 document, logs and state; the model cache linked), whose served version answers as the endpoint routes each
 request, the fresh tasks chosen among the nl2bash commands it has not logged. ``--next-cycle`` then trains them
@@ -352,8 +352,11 @@ def ask(
 
 
 def print_fresh(result: dict[str, Any]) -> None:
-    """The figures of :func:`fresh_answers`' result: per round of questions, exact matches, how often the task's
-    example was quoted, who answered, and the latencies."""
+    """The figures of :func:`fresh_answers`' result: per round of questions, exact matches with their 95 % confidence
+    interval (Clopper–Pearson, ``scipy.stats.binomtest``), how often the task's example was quoted, who answered, and
+    the latencies."""
+    from scipy.stats import binomtest
+
     rounds = [("asked {wait:.0f} s after their log line, before any training", result, True)]
     if "next_cycle" in result:
         wall = result["next_cycle"]["wall_s"]
@@ -365,9 +368,11 @@ def print_fresh(result: dict[str, Any]) -> None:
         routed = {k: sum(r["routed"] == k for r in rows) for k in ("adapter", "base")}
         served = sorted({str(r.get("adapter")) for r in rows})
         request = np.percentile([r["request_s"] for r in rows], [50, 95])
+        low, high = binomtest(exact, n).proportion_ci(0.95, method="exact")
         print(f"fresh tasks in other words, {title.format(wait=FRESH_WAIT_S)}: {n}")
         print(
-            f"  exact {exact}/{n} ({exact / n:.0%}); its example quoted {quoted}/{n}; routed {routed}; adapter {served}"
+            f"  exact {exact}/{n} ({exact / n:.0%}, 95 % CI {low:.0%}–{high:.0%}); its example quoted {quoted}/{n}; "
+            f"routed {routed}; adapter {served}"
         )
         if logged:
             total = np.percentile([r["log_to_answer_s"] for r in rows], [50, 95])

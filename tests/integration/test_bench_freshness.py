@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.bench_freshness import ANSWER_CONFIG, CYCLE_CONFIG, fresh_tasks, logged_blocks, new_root
+import pytest
+
+from benchmarks.bench_freshness import ANSWER_CONFIG, CYCLE_CONFIG, fresh_tasks, logged_blocks, new_root, print_fresh
 from benchmarks.bench_learning import choose_nl2bash, write_inputs
 
 
@@ -43,3 +45,13 @@ def test_the_daemons_configs_are_learnerds_the_answering_one_never_trains(tmp_pa
     assert not serving.training.enabled and serving.serve.listen == "127.0.0.1:8471"
     assert training.training.enabled and training.training.num_threads == 2 and training.evaluation.null_runs == 0
     assert serving.state_dir == training.state_dir  # the same state: the cycle trains what the daemon logged
+
+
+def test_the_exact_answers_are_printed_with_their_confidence_interval(capsys: pytest.CaptureFixture[str]) -> None:
+    """9 of 20 exact: Clopper–Pearson's 95 % interval is 23.1 %–68.5 % (scipy.stats.binomtest), printed rounded."""
+    row = {"exact": False, "quoted": True, "routed": "base", "adapter": None, "log_to_answer_s": 9.0, "request_s": 4.0}
+    rows = [{**row, "exact": i < 9} for i in range(20)]
+    print_fresh({"tasks": rows, "ready_s": 9.0})
+    out = capsys.readouterr().out
+    assert "exact 9/20 (45%, 95 % CI 23%–68%)" in out
+    assert "its example quoted 20/20" in out
