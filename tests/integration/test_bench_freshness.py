@@ -48,10 +48,12 @@ def test_the_daemons_configs_are_learnerds_the_answering_one_never_trains(tmp_pa
 
 
 def test_the_exact_answers_are_printed_with_their_confidence_interval(capsys: pytest.CaptureFixture[str]) -> None:
-    """9 of 20 exact: Clopper–Pearson's 95 % interval is 23.1 %–68.5 % (scipy.stats.binomtest), printed rounded."""
+    """9 of 20 exact: Clopper–Pearson's 95 % interval is 23.1 %–68.5 % (scipy.stats.binomtest), printed rounded; the
+    wait from each log line to its question is the run's (``--wait``)."""
     row = {"exact": False, "quoted": True, "routed": "base", "adapter": None, "log_to_answer_s": 9.0, "request_s": 4.0}
     rows = [{**row, "exact": i < 9} for i in range(20)]
-    print_fresh({"tasks": rows, "ready_s": 9.0})
+    print_fresh({"tasks": rows, "ready_s": 9.0, "wait_s": 1.0})
     out = capsys.readouterr().out
     assert "exact 9/20 (45%, 95 % CI 23%–68%)" in out
     assert "its example quoted 20/20" in out
+    assert "asked 1 s after their log line" in out and "(the 1 s wait included)" in out  # --wait 1
