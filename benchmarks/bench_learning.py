@@ -535,7 +535,7 @@ def answer_served(
     both None before a version is served) or ``base_model``, quoted the examples the endpoint quotes
     (:func:`learnerd.ml.router.served_quotes`), less those the version learned without retrieval rows when its
     adapter answers."""
-    from learnerd.ml.retrieved_examples import TrainedOn, split_learned, trained_on
+    from learnerd.ml.retrieved_examples import NOTHING_TRAINED, split_learned, trained_on
     from learnerd.ml.router import (
         DEFAULT_THRESHOLD,
         close_hits,
@@ -548,7 +548,7 @@ def answer_served(
 
     router = text_router(read_document(document), version, retriever.embedder).router if version else None
     threshold = router.threshold if router is not None else DEFAULT_THRESHOLD
-    trained = trained_on(version) if version is not None else TrainedOn(frozenset(), under_block=False)
+    trained = trained_on(version) if version is not None else NOTHING_TRAINED
     prompts = [it.prompt for it in items]
     found = [retriever.nearest(p) for p in prompts]  # each prompt embedded once, for retrieval and routing
     nearest = router.similarities(embed_memo(retriever.embedder, prompts)) if router else [None] * len(prompts)

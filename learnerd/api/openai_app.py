@@ -104,7 +104,7 @@ from learnerd.api.surface import ControlSurface
 from learnerd.api.tcp_endpoints import bearer_middleware
 from learnerd.ml.base_model import BaseModelError
 from learnerd.ml.loader import ModelCheckError
-from learnerd.ml.retrieved_examples import TrainedOn, split_learned, trained_on, with_examples
+from learnerd.ml.retrieved_examples import NOTHING_TRAINED, split_learned, trained_on, with_examples
 from learnerd.ml.router import (
     ADAPTER,
     DEFAULT_THRESHOLD,
@@ -192,8 +192,6 @@ def _error(status: int, message: str, type_: str, code: str | None = None, heade
     return response
 
 
-_NO_VERSION = TrainedOn(frozenset(), under_block=False)
-"""Before its first version a document learned nothing (the base answers, quoted as :func:`served_quotes` says)."""
 _UNAUTHORIZED = ("missing or wrong bearer token", "invalid_request_error", "invalid_api_key")
 _ADAPTER_NEEDS_TOKEN = (
     "the model {model!r} answers with a document's learned adapter, which is served only to a bearer of learnerd's "
@@ -418,7 +416,7 @@ class OpenAIEndpoint:
             learned = router.route(vector).similarity if router is not None else None
         found = await self._search(last_user.content, k, vector) if k > 0 else []
         hits = close_hits(found, threshold)
-        trained = await anyio.to_thread.run_sync(trained_on, current) if current else _NO_VERSION
+        trained = await anyio.to_thread.run_sync(trained_on, current) if current else NOTHING_TRAINED
         if similarity:
             route = similarity_route(current is not None, router, learned, hits, learned_examples=trained.example_ids)
         else:

@@ -102,6 +102,9 @@ class TrainedOn:
         return frozenset() if self.under_block else self.example_ids
 
 
+NOTHING_TRAINED = TrainedOn(frozenset(), under_block=False)
+"""What a document learned before its first version: nothing (the base answers, quoted as
+:func:`learnerd.ml.router.served_quotes` quotes the base)."""
 _READ_ERRORS = (AdapterStoreError, ManifestError, TypeError, ValueError)
 
 
