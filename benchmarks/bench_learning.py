@@ -533,14 +533,14 @@ def answer_served(
     (:func:`learnerd.ml.router.similarity_route`, on the :data:`RAG_K` nearest examples and the served version's
     learned questions) and answered by ``adapted`` (the model of ``version``, the served version of ``document``;
     both None before a version is served) or ``base_model``, quoted the examples the endpoint quotes
-    (:func:`learnerd.ml.router.served_quotes`), less those the version learned without retrieval rows when its
-    adapter answers."""
-    from learnerd.ml.retrieved_examples import NOTHING_TRAINED, split_learned, trained_on
+    (:func:`learnerd.ml.router.served_examples`: less those the version learned without retrieval rows when its
+    adapter answers)."""
+    from learnerd.ml.retrieved_examples import NOTHING_TRAINED, trained_on
     from learnerd.ml.router import (
         DEFAULT_THRESHOLD,
         close_hits,
         embed_memo,
-        served_quotes,
+        served_examples,
         similarity_route,
         text_router,
     )
@@ -561,8 +561,7 @@ def answer_served(
         )
         routes.append(route.routed)
         by_adapter = route.routed == "adapter"
-        served = served_quotes(hits_all, by_adapter, threshold, under_block=trained.under_block)
-        quoted.append(split_learned(served, trained.held_back)[0] if by_adapter else served)
+        quoted.append(served_examples(hits_all, by_adapter, threshold, trained)[0])
     answers: list[str] = [""] * len(items)
     for who, model in (("adapter", adapted), ("base", base_model)):
         mine = [i for i, r in enumerate(routes) if r == who]

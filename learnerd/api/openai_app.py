@@ -32,7 +32,7 @@ cycle nearer, the adapter answers (``routed: "adapter"``), otherwise the base (`
 (``similarity``: the nearest retrieved example's). An adapter that trained under retrieved examples is quoted the
 ``rag_k`` nearest however far, as its retrieval-augmented training rows quoted them, one that trained without them
 those at or above the threshold; the base only the nearest, and only at or above the threshold
-(:data:`~learnerd.ml.router.DEFAULT_THRESHOLD` before a first version; :func:`~learnerd.ml.router.served_quotes`; a
+(:data:`~learnerd.ml.router.DEFAULT_THRESHOLD` before a first version; :func:`~learnerd.ml.router.served_examples`; a
 request that sets its own ``learnerd.rag_k`` is quoted its K nearest, whoever answers): a request about nothing the
 document holds ("What is 17 times 3?") reaches the base as the client sent it, and a task logged seconds ago, which no
 version learned, is answered by the base from its quoted example. The message is embedded once, for routing and
@@ -104,7 +104,7 @@ from learnerd.api.surface import ControlSurface
 from learnerd.api.tcp_endpoints import bearer_middleware
 from learnerd.ml.base_model import BaseModelError
 from learnerd.ml.loader import ModelCheckError
-from learnerd.ml.retrieved_examples import NOTHING_TRAINED, split_learned, trained_on, with_examples
+from learnerd.ml.retrieved_examples import NOTHING_TRAINED, trained_on, with_examples
 from learnerd.ml.router import (
     ADAPTER,
     DEFAULT_THRESHOLD,
@@ -112,7 +112,7 @@ from learnerd.ml.router import (
     Router,
     close_hits,
     recorded_threshold,
-    served_quotes,
+    served_examples,
     similarity_route,
     version_routing,
 )
@@ -423,8 +423,7 @@ class OpenAIEndpoint:
             route = ADAPTER if current else Route("base")
         version = current if route.routed == "adapter" else None
         by_adapter = version is not None
-        quoted = found if every_hit else served_quotes(found, by_adapter, threshold, under_block=trained.under_block)
-        retrieved, withheld = split_learned(quoted, trained.held_back if by_adapter else frozenset())
+        retrieved, withheld = served_examples(found, by_adapter, threshold, trained, every_hit=every_hit)
         return route, version, retrieved, withheld
 
     async def _search(self, text: str, k: int, vector: Any) -> list[SearchHit]:

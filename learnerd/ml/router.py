@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import structlog
 
-from learnerd.ml.retrieved_examples import quoted_to_base, trained_on
+from learnerd.ml.retrieved_examples import TrainedOn, quoted_to_base, split_learned, trained_on
 from learnerd.ml.rows import TrainingRow, document_rows
 from learnerd.store.adapters import AdapterStoreError, AdapterVersion
 from learnerd.store.dlm import Document, DocumentError, read_document
@@ -150,6 +150,29 @@ def served_quotes(
         return [dict(h) for h in found]
     close = [dict(h) for h in close_hits(found, threshold)]
     return close if adapter else quoted_to_base(close)
+
+
+def served_examples(
+    found: Sequence[Mapping[str, Any]],
+    adapter: bool,
+    threshold: float | None,
+    trained: TrainedOn,
+    *,
+    every_hit: bool = False,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The retrieved examples a request is quoted, in their order, and the ids of those held back: of ``found`` (its
+    ``rag_k`` nearest, each with ``id`` and cosine ``score``, nearest first), :func:`served_quotes` by who answers it
+    (``adapter``) — every one with ``every_hit`` (a request that set its own ``learnerd.rag_k``) — less, when the
+    adapter of a version that learned its examples without a block answers (``trained``: the served version's
+    :func:`~learnerd.ml.retrieved_examples.trained_on`), the ones it learned
+    (:func:`~learnerd.ml.retrieved_examples.split_learned`). The endpoint quotes by it, and
+    ``benchmarks/bench_learning.py``'s served condition."""
+    quoted = (
+        [dict(h) for h in found]
+        if every_hit
+        else served_quotes(found, adapter, threshold, under_block=trained.under_block)
+    )
+    return split_learned(quoted, trained.held_back if adapter else frozenset())
 
 
 def similarity_route(

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from learnerd.ml.retrieved_examples import quoted_to_base
+from learnerd.ml.retrieved_examples import NOTHING_TRAINED, TrainedOn, quoted_to_base
 from learnerd.ml.router import (
     ADAPTER,
     DEFAULT_THRESHOLD,
@@ -19,6 +19,7 @@ from learnerd.ml.router import (
     close_hits,
     document_questions,
     recorded_threshold,
+    served_examples,
     served_quotes,
     similarity_route,
     version_routing,
@@ -137,6 +138,19 @@ def test_the_adapter_is_quoted_every_hit_and_the_base_the_nearest_close_one() ->
     assert served_quotes(found[1:], False, 0.6) == [] and served_quotes(found[1:], True, 0.6) == found[1:]
     assert served_quotes(found[1:], False, None) == [hit(0.55)]
     assert served_quotes(found, True, 0.6, under_block=False) == [hit(0.7)], "trained without a block: close ones"
+
+
+def test_served_examples_hold_back_from_a_plain_adapter_what_it_learned_and_nothing_from_the_base() -> None:
+    """What the endpoint and the bench quote: :func:`served_quotes` by who answers, less the examples an adapter
+    learned without a block (quoted to the base all the same); a request's own ``rag_k`` (``every_hit``) quotes all."""
+    found = [{**hit(0.9), "id": "learned"}, {**hit(0.8), "id": "fresh"}, {**hit(0.5), "id": "far"}]
+    plain = TrainedOn(frozenset({"learned"}), under_block=False)
+    assert served_examples(found, True, 0.6, plain) == ([found[1]], ["learned"])
+    assert served_examples(found, True, 0.6, plain, every_hit=True) == ([found[1], found[2]], ["learned"])
+    assert served_examples(found, False, 0.6, plain) == ([found[0]], []), "the base: the nearest close one, kept"
+    under = TrainedOn(frozenset({"learned"}), under_block=True)
+    assert served_examples(found, True, 0.6, under) == (found, []), "trained under the block: every hit, none held"
+    assert served_examples(found, False, 0.6, NOTHING_TRAINED, every_hit=True) == (found, [])
 
 
 def test_before_a_first_version_the_base_answers_with_the_nearest_hits_similarity() -> None:
