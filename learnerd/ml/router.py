@@ -167,12 +167,8 @@ def served_examples(
     :func:`~learnerd.ml.retrieved_examples.trained_on`), the ones it learned
     (:func:`~learnerd.ml.retrieved_examples.split_learned`). The endpoint quotes by it, and
     ``benchmarks/bench_learning.py``'s served condition."""
-    quoted = (
-        [dict(h) for h in found]
-        if every_hit
-        else served_quotes(found, adapter, threshold, under_block=trained.under_block)
-    )
-    return split_learned(quoted, trained.held_back if adapter else frozenset())
+    quoted = found if every_hit else served_quotes(found, adapter, threshold, under_block=trained.under_block)
+    return split_learned(quoted, trained.held_back if adapter else frozenset())  # split_learned returns copies
 
 
 def similarity_route(
