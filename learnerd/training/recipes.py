@@ -7,7 +7,7 @@ recipe chosen by its base model (the document's own keys always win; docs/retent
 * :data:`RANDOM_BASE_RECIPE` for the built-in random tiny models: memorisation (LoRA r 16 without dropout,
   ``learning_rate`` 1e-2, micro-batch 4, 60 epochs);
 * :data:`PRETRAINED_RECIPE` for every other base: LoRA r 8 (alpha 16) on every linear projection,
-  ``learning_rate`` 1e-3, micro-batch 4, 4 epochs and at least :data:`MIN_STEPS` steps, 40 conversations of the
+  ``learning_rate`` 1e-3, micro-batch 4, 2 epochs and at least :data:`MIN_STEPS` steps, 40 conversations of the
   document's pairs (at most one per pair), micro-batches of rows of similar length, and (the daemon serves
   retrieved examples: ``[serve] rag_k``, 3 by default) each pair trained once more under as many retrieved
   examples, its own among them (:func:`learnerd.training.ingredients.retrieval.served`: RAFT's rows) and the
@@ -46,7 +46,7 @@ PRETRAINED_RECIPE: dict[str, Any] = {
     "target_modules": "auto",
     "learning_rate": 1e-3,
     "micro_batch_size": 4,
-    "num_epochs": 4,
+    "num_epochs": 2,
     "general_replay": 0.0,
     "replay_kl_weight": 0.0,
     "multi_turn_rows": 40,

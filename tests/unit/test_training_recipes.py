@@ -101,7 +101,7 @@ def test_learnerds_defaults_train_at_least_min_steps_on_a_few_rows():
         assert training.config.total_steps(3) == MIN_STEPS and training.config.min_steps == MIN_STEPS
         reason = undertrained_reason(4, 0.5, 49152, training=training, rows=3)
         assert reason == f"undertrained: 4 optimizer steps (< 50); {GENERAL_FIX}"
-    assert document_training(None, builtin=False).config.total_steps(100) == 100  # 4 epochs of 25 batches
+    assert document_training(None, builtin=False).config.total_steps(200) == 100  # 2 epochs of 50 batches
 
 
 def test_the_documents_own_keys_are_named_with_their_fix():
@@ -123,7 +123,7 @@ def test_the_documents_own_keys_are_named_with_their_fix():
     hot = document_training({"learning_rate": 0.5}, builtin=False)
     reason = undertrained_reason(60, 12.0, 49152, training=hot, rows=60)
     assert reason is not None and reason.endswith(
-        "sets learning_rate: 0.5; fix: delete it to use learnerd's recipe for this base (60 steps over 60 rows)"
+        "sets learning_rate: 0.5; fix: delete it to use learnerd's recipe for this base (50 steps over 60 rows)"
     )
     flat = undertrained_reason(60, 12.0, 49152, training=document_training(None, builtin=False), rows=60)
     assert flat is not None and "learnerd's default learning_rate 0.001 did not fit these rows" in flat
