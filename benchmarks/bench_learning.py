@@ -490,8 +490,11 @@ def replies(model, tokenizer, items: list[Item], quoted: list[list[SearchHit]], 
     """The greedy answers to ``items``, each asked with its ``quoted`` examples as the endpoint quotes them
     (:func:`learnerd.ml.retrieved_examples.with_examples`) and decodes them: ``by_base`` (``model`` is the base), with
     context-aware decoding at the default ``[serve] context_alpha`` (:func:`learnerd.ml.generate.context_guidance`)
-    and ending with its first code block, as the endpoint decodes the base's answers; in batches."""
+    and ending with its first code block, as the endpoint decodes the base's answers; in batches. An answer under
+    quoted examples carries the quoted command the model chooses at the default ``[serve] choice_margin``, as the
+    endpoint's does (:func:`learnerd.ml.choice.chosen_replies`)."""
     from learnerd.api.settings import ServeConfig
+    from learnerd.ml.choice import chosen_replies
     from learnerd.ml.generate import chat_turns, greedy_replies
     from learnerd.ml.retrieved_examples import with_examples
 
@@ -511,6 +514,13 @@ def replies(model, tokenizer, items: list[Item], quoted: list[list[SearchHit]], 
         if conversations
         else []
     )
+    margin = ServeConfig().served_choice_margin
+    if margin is not None:
+        commands = [[h["answer"] for h in q] for q in quoted]
+        chosen = chosen_replies(
+            model, tokenizer, conversations, found, commands, margin, negatives=negatives, alpha=alpha
+        )
+        return [c.text.strip() for c in chosen]
     return [reply.text.strip() for reply in found]
 
 

@@ -13,7 +13,13 @@ block. A document version trained without it is quoted only the examples it has 
 which it did): the others, among the K nearest, are held back (``withheld``), as it answers them better without
 the block.
 Every response carries ``"learnerd": {"adapter", "doc_key", "max_tokens", "retrieved", "withheld", "routed",
-"similarity", "context_alpha"}`` (the first chunk of a stream), so a client sees what answered it.
+"similarity", "context_alpha"}`` (the first chunk of a stream), so a client sees what answered it, and ``"chosen"``
+(a stream's last chunk): the id of the retrieved example whose command the answer carries, or None.
+
+A greedy answer under retrieved examples (``[serve] choose_quoted``, the transformers backend, no ``stop`` strings)
+carries the quoted command the model itself finds about as likely as its own in its command's place
+(:func:`learnerd.ml.choice.choose_command`, within ``[serve] choice_margin`` nats per token): a near copy of a logged
+command becomes the command; a stream then sends the answer as one delta once it is decided.
 
 A request the base answers under retrieved examples is decoded with context-aware decoding at ``[serve]
 context_alpha`` (:func:`learnerd.ml.generate.context_guidance`: the answer leans on the quoted examples over what the
@@ -462,8 +468,10 @@ class OpenAIEndpoint:
                 req.seed,
                 p.info["context_alpha"],
                 end_at_block=guided,
+                choice_margin=self.settings.served_choice_margin,
             )
-            job = self.served.submit(p.model, p.messages, params, p.admission, p.version, p.unquoted)
+            quoted = [str(h["answer"]) for h in p.info["retrieved"]]
+            job = self.served.submit(p.model, p.messages, params, p.admission, p.version, p.unquoted, quoted)
         finally:
             p.admission.release()  # a no-op once the job holds the place
         self.metrics.pending.set(self.served.pending)
@@ -498,6 +506,7 @@ class OpenAIEndpoint:
             if first_at is None and item.completion_tokens:
                 first_at = time.perf_counter()
             self._observe(p, item, received, first_at)
+            p.info["chosen"] = _chosen(p, item)
             body = {
                 "id": completion_id,
                 "object": "chat.completion",
@@ -555,7 +564,7 @@ class OpenAIEndpoint:
                 await response.write(chunk({"content": item.text}))
                 item = await events.__anext__()
             self._observe(p, item, received, first_at)
-            await response.write(chunk({}, item.finish_reason))
+            await response.write(chunk({}, item.finish_reason, learnerd={"chosen": _chosen(p, item)}))
             if p.request.stream_options is not None and p.request.stream_options.include_usage:
                 usage = {
                     "id": completion_id,
@@ -607,6 +616,11 @@ class OpenAIEndpoint:
         )
         if done.finish_reason != "cancelled" and p.authenticated:  # what it served a bearer (store.suggestions)
             self.control.record_served(_served_answer(p, done))
+
+
+def _chosen(p: _Prepared, done: Finished) -> str | None:
+    """The id of the retrieved example whose command the answer carries (:attr:`Finished.chosen`), None: its own."""
+    return None if done.chosen is None else str(p.info["retrieved"][done.chosen]["id"])
 
 
 def _too_many(exc: QueueFull) -> OpenAIError:

@@ -121,6 +121,13 @@ class ServeConfig(Section):
     """context-aware decoding's alpha for a request the base answers under retrieved examples: scores (1 + alpha)
     log p(y | examples, request) - alpha log p(y | request), so the answer copies a quoted example rather than what
     the model recalls (0 = off; transformers backend only; docs/operations.md, Context-aware decoding)"""
+    choose_quoted: bool = True
+    """a greedy answer under retrieved examples carries the quoted command the model finds about as likely as its own
+    (within choice_margin nats per token) in its command's place; transformers backend only (docs/operations.md,
+    Choosing a quoted command)"""
+    choice_margin: float = Field(0.5, ge=0.0, le=10.0)
+    """nats per token a quoted command's mean log-probability may lie below the model's own command's and replace it
+    (0.5: its geometric-mean token probability at least e^-0.5 = 0.61 times the model's own)"""
     steering: bool = False
     """apply `learnerd evolve`'s deltas_best.json of the document's run, when there is one"""
     num_threads: int = Field(0, ge=0)
@@ -140,6 +147,13 @@ class ServeConfig(Section):
         """The context-aware decoding α the endpoint applies: ``context_alpha`` on the transformers backend, 0 on
         llama.cpp's (no second context per request)."""
         return self.context_alpha if self.backend == "transformers" else 0.0
+
+    @property
+    def served_choice_margin(self) -> float | None:
+        """The margin (nats per token) at which the endpoint's greedy answers under retrieved examples carry a quoted
+        command (:func:`learnerd.ml.choice.choose_command`): ``choice_margin`` when ``choose_quoted`` on the
+        transformers backend, else None (off; llama.cpp's backend scores no candidates)."""
+        return self.choice_margin if self.choose_quoted and self.backend == "transformers" else None
 
     @field_validator("base_models")
     @classmethod

@@ -123,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
                 embedder=shared_embedder(cfg.embeddings) if cfg.serve.routing == "similarity" else None,
                 rag_k=cfg.serve.rag_k,
                 context_alpha=cfg.serve.served_context_alpha,
+                choice_margin=cfg.serve.served_choice_margin,
             )
     except (BaseModelError, DeviceError, DocumentError, EmbedderError, ModelCheckError) as exc:
         raise CommandError(str(exc)) from None

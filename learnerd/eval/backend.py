@@ -44,6 +44,7 @@ import numpy as np
 from learnerd.eval.base_answers import Answers, BaseAnswerStore
 from learnerd.eval.base_logprobs import BaseLogprobStore, dist_key, item_key
 from learnerd.ml.base_model import BaseModelRef, load_model_directory
+from learnerd.ml.choice import choose_command
 from learnerd.ml.device import Placement
 from learnerd.ml.divergence import TokenDist
 from learnerd.ml.generate import BlockEnds, context_guidance, cut_at_block, left_padded, until_eos
@@ -571,6 +572,54 @@ class View:
                 ids, values = top.indices[row].numpy(), top.values[row].numpy()
                 dists[i] = TokenDist(ids.astype(np.int64), values.astype(np.float64), self.backend.vocab_size)
         return out, [dists[i] for i in range(len(prompts))]
+
+    def choose(
+        self,
+        prompts: Sequence[Sequence[int]],
+        answers: Sequence[Sequence[int]],
+        commands: Sequence[Sequence[str]],
+        margin: float,
+        max_new_tokens: Sequence[int],
+        *,
+        negatives: Sequence[Sequence[int] | None] | None = None,
+        context_alpha: float = 0.0,
+    ) -> list[list[int]]:
+        """The token ids of each answer as the endpoint gives it: ``answers`` (:meth:`generate_many` of ``prompts``
+        with these ``max_new_tokens``, ``negatives`` and ``context_alpha``), each carrying the quoted command of
+        ``commands`` (its quoted examples', nearest first) this view chooses at ``margin`` nats per token
+        (:func:`learnerd.ml.choice.choose_command`), re-encoded when it does. An answer shorter than its budget that
+        closed no code block ended with an EOS id.
+
+        Raises:
+            ValueError: the lists differ in length, or as :func:`~learnerd.ml.choice.choose_command`.
+        """
+        from learnerd.store.suggestions import first_block_end
+
+        negatives = negatives if negatives is not None else [None] * len(prompts)
+        if not len(prompts) == len(answers) == len(commands) == len(max_new_tokens) == len(negatives):
+            raise ValueError("choose needs one answer, command list, budget and negative per prompt")
+        tokenizer, eos = self.backend.tokenizer, min(self.backend.eos_ids, default=None)
+        out = []
+        for prompt, ids, quoted, budget, negative in zip(
+            prompts, answers, commands, max_new_tokens, negatives, strict=True
+        ):
+            text = tokenizer.decode(ids, skip_special_tokens=True)
+            ended = len(ids) < budget and not (negative is not None and first_block_end(text) is not None)
+            choice = choose_command(
+                self.backend.model,
+                tokenizer,
+                prompt,
+                text,
+                quoted,
+                margin,
+                ended=ended,
+                eos_id=eos,
+                negative_ids=negative,
+                alpha=context_alpha if negative is not None else 0.0,
+            )
+            same = choice.example is None
+            out.append(list(ids) if same else list(tokenizer(choice.text, add_special_tokens=False)["input_ids"]))
+        return out
 
     def _map(
         self, keys: Sequence[tuple[Any, ...]], sequences: Sequence[list[int]], compute: Callable[[int, Any], Any]

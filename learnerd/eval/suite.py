@@ -61,12 +61,14 @@ def evaluate(
     route: Callable[[Sequence[str]], list[Route]] = adapter_alone,
     quote: Quoter = no_quotes,
     context_alpha: float = 0.0,
+    choice_margin: float | None = None,
 ) -> Report:
     """Evaluate ``backend``'s adapter on ``document``'s probes, prompts and sections, the retention and dialogue
     probes as ``route`` serves (:attr:`~learnerd.eval.probes.base.ProbeContext.route`; default: the adapter
     alone), the dialogue's turns under the retrieved examples ``quote`` gives (default: none), decoded with
-    context-aware decoding at ``context_alpha`` (0: off) where the base answers a quoted turn. ``progress`` is
-    called with a description after each of the :func:`total_steps` steps.
+    context-aware decoding at ``context_alpha`` (0: off) where the base answers a quoted turn, and carrying the quoted
+    command chosen at ``choice_margin`` (None: off). ``progress`` is called with a description after each of the
+    :func:`total_steps` steps.
 
     Raises:
         DocumentError: an instruction section of ``document`` breaks the Q/A grammar.
@@ -92,6 +94,7 @@ def evaluate(
             route=route,
             quote=quote,
             context_alpha=context_alpha,
+            choice_margin=choice_margin,
         )
         probes = []
         for probe in PROBES:
@@ -133,17 +136,19 @@ def evaluate_version(
     embedder: Embedder | None = None,
     rag_k: int = 0,
     context_alpha: float = 0.0,
+    choice_margin: float | None = None,
 ) -> Report:
     """Load ``base`` (on ``placement``; default CPU float32) with ``version``'s adapter and :func:`evaluate` it on
     ``document``; setting ``cancel`` (from another thread) stops it at the next batch. With ``embedder`` (the serving
     one) the items are scored as ``[serve] routing = "similarity"`` serves them, routed by the version's own threshold
     (:func:`learnerd.ml.router.text_router`), and the dialogue's turns are answered under the ``rag_k`` (``[serve]
     rag_k``) learned examples the endpoint quotes with them, those the base answers decoded with context-aware decoding
-    at ``context_alpha`` (the α the endpoint applies: ``ServeConfig.served_context_alpha``); without, by the adapter
-    alone (``"always-adapter"``); the report's ``learnerd.routing`` says which, and its ``learnerd.context_alpha`` the
-    α. With ``answer_cache_dir`` (the model cache), the base's answers to ``answer_retention``'s pool and every
-    log-likelihood it scores are kept there for the next evaluation on this base (:mod:`learnerd.eval.base_answers`,
-    :mod:`learnerd.eval.base_logprobs`). A version that trained too little
+    at ``context_alpha`` (the α the endpoint applies: ``ServeConfig.served_context_alpha``), carrying the quoted
+    command chosen at ``choice_margin`` (``ServeConfig.served_choice_margin``); without, by the adapter alone
+    (``"always-adapter"``); the report's ``learnerd.routing`` says which, its ``learnerd.context_alpha`` the α and its
+    ``learnerd.choice_margin`` the margin. With ``answer_cache_dir`` (the model cache), the base's answers to
+    ``answer_retention``'s pool and every log-likelihood it scores are kept there for the next evaluation on this base
+    (:mod:`learnerd.eval.base_answers`, :mod:`learnerd.eval.base_logprobs`). A version that trained too little
     (:func:`learnerd.ml.undertrained.undertrained_finding` on its metadata's steps, final loss and vocabulary size) gets
     an ``undertrained: ...`` finding first.
 
@@ -163,6 +168,7 @@ def evaluate_version(
             "base_model_identity": base.identity,
             "routing": router.describe() if router is not None else {"mode": "always-adapter"},
             "context_alpha": context_alpha if router is not None else 0.0,
+            "choice_margin": choice_margin if router is not None else None,
         }
     }
     report = evaluate(
@@ -176,6 +182,7 @@ def evaluate_version(
         route=router or adapter_alone,
         quote=router.quoted if router is not None else no_quotes,
         context_alpha=context_alpha if router is not None else 0.0,
+        choice_margin=choice_margin if router is not None else None,
     )
     meta = version.metadata()
     reason = undertrained_finding(meta.steps, meta.final_loss, backend.vocab_size)

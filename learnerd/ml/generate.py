@@ -34,10 +34,12 @@ from learnerd.ml.rows import ChatMessage, render_chat
 @dataclass(frozen=True)
 class Reply:
     """A greedy reply: ``text`` (special tokens removed) and ``token_ids``, the generated ids up to but
-    not including the first EOS id (so ``len(token_ids)`` is the reply's length in tokens)."""
+    not including the first EOS id (so ``len(token_ids)`` is the reply's length in tokens); ``ended``: the model
+    ended it with an EOS id (not the token budget, nor the end of its first code block)."""
 
     text: str
     token_ids: tuple[int, ...]
+    ended: bool = False
 
 
 def left_padded(prompts: Sequence[Sequence[int]], pad_id: int, device: Any = "cpu") -> tuple[Any, Any]:
@@ -148,6 +150,8 @@ def greedy_replies(
     """
     import torch
 
+    from learnerd.store.suggestions import first_block_end
+
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     prompts = [render_chat(tokenizer, list(c), add_generation_prompt=True) for c in conversations]
@@ -186,13 +190,15 @@ def greedy_replies(
                 **guidance,
             )
         for row, i in enumerate(batch):
-            new = until_eos(out[row, width:].tolist(), eos_ids)
+            generated = out[row, width:].tolist()
+            new = until_eos(generated, eos_ids)
             end, text = (
                 cut_at_block(tokenizer, new)
                 if negative
                 else (len(new), tokenizer.decode(new, skip_special_tokens=True))
             )
-            replies[i] = Reply(text=text, token_ids=tuple(new[:end]))
+            ended = end == len(new) < len(generated) and not (negative and first_block_end(text) is not None)
+            replies[i] = Reply(text=text, token_ids=tuple(new[:end]), ended=ended)
         if on_batch is not None:
             on_batch(len(replies))
     return [replies[i] for i in range(len(prompts))]

@@ -58,6 +58,7 @@ from typing import Any
 import structlog
 
 from learnerd.ml.base_model import BaseModelRef, LoadedBase, load_base_model, resolve_base_model
+from learnerd.ml.choice import choose_command
 from learnerd.ml.generate import context_guidance, generation_eos_ids
 from learnerd.ml.loader import ModelCheckError, load_adapter
 from learnerd.ml.rows import ChatMessage, render_chat
@@ -146,7 +147,10 @@ class SamplingParams:
     (``ServeConfig.served_context_alpha`` is 0 there); ``end_at_block``: the answer ends with the closing fence of its
     first fenced code block, or where it stands when it has opened none within its first
     :data:`~learnerd.store.suggestions.BLOCK_OPENS_WITHIN` tokens (:func:`learnerd.store.suggestions.answer_end`;
-    ``finish_reason`` ``stop``)."""
+    ``finish_reason`` ``stop``); ``choice_margin`` (nats per token; None: off): a greedy job with quoted commands
+    (:attr:`Job.quoted`) and no stop strings answers with the quoted command the model finds within that margin of its
+    own (:func:`learnerd.ml.choice.choose_command`) when it fits in ``max_tokens``, its text held back until then and
+    sent as one delta; llama.cpp's backend ignores it (``ServeConfig.served_choice_margin`` is None there)."""
 
     max_tokens: int
     temperature: float = 1.0
@@ -155,6 +159,7 @@ class SamplingParams:
     seed: int | None = None
     context_alpha: float = 0.0
     end_at_block: bool = False
+    choice_margin: float | None = None
 
 
 @dataclass
@@ -168,7 +173,9 @@ class Delta:
 class Finished:
     """The end of a job: ``finish_reason`` is ``stop`` (EOS or a stop string), ``length`` (max_tokens) or
     ``cancelled``; token counts are in tokens; ``adapter`` is the version that generated it (None: the base);
-    ``generate_s`` the seconds spent in ``generate``; ``text`` the whole text its deltas carried."""
+    ``generate_s`` the seconds spent in ``generate``; ``text`` the whole text its deltas carried; ``chosen``: the index
+    in :attr:`Job.quoted` of the quoted command the answer carries (None: the model's own,
+    :attr:`SamplingParams.choice_margin`)."""
 
     finish_reason: str
     prompt_tokens: int
@@ -177,12 +184,14 @@ class Finished:
     generate_s: float
     error: BaseException | None = None
     text: str = ""
+    chosen: int | None = None
 
 
 @dataclass
 class Job:
     """One admitted chat completion; iterate :meth:`events` on the event loop. ``unquoted``: ``messages`` without
-    the retrieved examples quoted in them (None: none are), context-aware decoding's negative prompt."""
+    the retrieved examples quoted in them (None: none are), context-aware decoding's negative prompt; ``quoted``: the
+    commands of the retrieved examples quoted in them, nearest first."""
 
     model: ServedModel
     messages: tuple[ChatMessage, ...]
@@ -190,6 +199,7 @@ class Job:
     version: AdapterVersion | None
     loop: asyncio.AbstractEventLoop
     unquoted: tuple[ChatMessage, ...] | None = None
+    quoted: tuple[str, ...] = ()
     queue: asyncio.Queue[Delta | Finished] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
 
@@ -390,12 +400,13 @@ class ServedModels:
         admission: Admission | None = None,
         version: AdapterVersion | _Current | None = CURRENT,
         unquoted: Sequence[ChatMessage] | None = None,
+        quoted: Sequence[str] = (),
     ) -> Job:
         """Queue a chat completion bound to ``version`` of ``model``'s adapter (:data:`CURRENT`: the version
         :meth:`current_version` gives now; None: the base), in ``admission``'s place (None: :meth:`admit` one
         now). A request prepared for one version (its retrieval block) passes that version, so a promotion
         between preparing and submitting cannot pair the block with the next version. ``unquoted``: ``messages``
-        without their retrieved examples (:attr:`Job.unquoted`).
+        without their retrieved examples (:attr:`Job.unquoted`); ``quoted``: their commands (:attr:`Job.quoted`).
 
         Must be called on the event loop. Raises :class:`QueueFull` when ``capacity`` jobs are pending.
         """
@@ -405,7 +416,15 @@ class ServedModels:
         if version is CURRENT:
             version = self.current_version(model)
         loop = asyncio.get_running_loop()
-        job = Job(model, tuple(messages), params, version, loop, unquoted=tuple(unquoted) if unquoted else None)
+        job = Job(
+            model,
+            tuple(messages),
+            params,
+            version,
+            loop,
+            unquoted=tuple(unquoted) if unquoted else None,
+            quoted=tuple(quoted),
+        )
         if version is not None:
             with self._lock:
                 self._held[adapter_name(version)] += 1
@@ -637,10 +656,13 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
     text = _TextTracker(tokenizer, job.params.stop, job.params.end_at_block)
     state = {"prompt_seen": False, "eos": False}
     emitted: list[str] = []
+    params = job.params
+    choosing = params.choice_margin is not None and bool(job.quoted) and params.temperature == 0 and not params.stop
 
     def emit(delta: str) -> None:
         emitted.append(delta)
-        job.emit(Delta(delta))
+        if not choosing:  # a chosen answer is sent whole once decided
+            job.emit(Delta(delta))
 
     class Streamer(BaseStreamer):
         def put(self, value: Any) -> None:
@@ -667,13 +689,13 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
             done = job.cancelled.is_set() or text.stopped or state["eos"]
             return torch.full((input_ids.shape[0],), done, dtype=torch.bool)
 
-    params = job.params
     kwargs: dict[str, Any] = {"do_sample": params.temperature > 0}
     if params.temperature > 0:
         kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
         torch.manual_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little"))
     input_ids = torch.tensor([ids], device=model.device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos_ids), 0)
+    unquoted: list[int] | None = None
     if params.context_alpha > 0 and job.unquoted is not None:
         unquoted = render_chat(tokenizer, job.unquoted, add_generation_prompt=True)
         kwargs.update(context_guidance(params.context_alpha, [unquoted], pad_id, model.device))
@@ -695,7 +717,26 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
     else:
         reason = "length"
     version = job.version.name if job.version is not None else None
-    return Finished(reason, len(ids), len(text.tokens), version, 0.0, text="".join(emitted))
+    answer, tokens, chosen = "".join(emitted), len(text.tokens), None
+    if choosing and reason != "cancelled":
+        choice = choose_command(
+            model,
+            tokenizer,
+            ids,
+            answer,
+            job.quoted,
+            params.choice_margin or 0.0,
+            ended=state["eos"],
+            eos_id=min(eos_ids, default=None),
+            negative_ids=unquoted,
+            alpha=params.context_alpha if unquoted is not None else 0.0,
+        )
+        chosen_tokens = len(tokenizer(choice.text, add_special_tokens=False)["input_ids"])
+        if choice.example is not None and chosen_tokens <= max_new:  # within the request's max_tokens
+            answer, chosen, tokens = choice.text, choice.example, chosen_tokens
+    if choosing and answer:
+        job.emit(Delta(answer))
+    return Finished(reason, len(ids), tokens, version, 0.0, text=answer, chosen=chosen)
 
 
 class _TextTracker:

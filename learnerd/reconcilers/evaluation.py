@@ -167,6 +167,8 @@ class EvaluationReconciler:
         context_alpha: the context-aware decoding α the endpoint applies to a request answered under retrieved
             examples (``ServeConfig.served_context_alpha``): the dialogue's quoted turns the base answers are decoded
             so.
+        choice_margin: the margin at which the endpoint's answers under retrieved examples carry a quoted command
+            (``ServeConfig.served_choice_margin``; None: off): the dialogue's quoted turns are answered so.
     """
 
     name = "evaluation"
@@ -186,9 +188,11 @@ class EvaluationReconciler:
         embedder: Callable[[], Embedder | None] | None = None,
         rag_k: int = 0,
         context_alpha: float = 0.0,
+        choice_margin: float | None = None,
     ) -> None:
         self.settings = settings
         self._embedder, self._rag_k, self._context_alpha = embedder, rag_k, context_alpha
+        self._choice_margin = choice_margin
         self.options = EvalOptions.from_settings(settings)
         self.store = adapters
         self._models_dir = models_dir
@@ -403,6 +407,7 @@ class EvaluationReconciler:
                 embedder=embedder,
                 rag_k=self._rag_k,
                 context_alpha=self._context_alpha,
+                choice_margin=self._choice_margin,
             )
             failure = evaluation_failure(report)
             if failure is not None:
@@ -549,6 +554,7 @@ def evaluation_reconciler(
         embedder=embedder,
         rag_k=cfg.serve.rag_k,
         context_alpha=cfg.serve.served_context_alpha,
+        choice_margin=cfg.serve.served_choice_margin,
     )
 
 

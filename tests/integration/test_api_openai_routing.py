@@ -28,7 +28,7 @@ from learnerd.ml.serving import ModelCatalog, ServedModels
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import read_document
 from learnerd.store.manifest import read_manifest
-from learnerd.store.suggestions import ServedAnswer
+from learnerd.store.suggestions import ServedAnswer, command_of
 from tests.support.documents import qa_document
 from tests.support.serving import local_app
 from tests.support.training import train_document
@@ -109,12 +109,12 @@ def trained_under_block(tmp_path_factory: pytest.TempPathFactory, models_dir: Pa
 
 @contextlib.asynccontextmanager
 async def endpoint(
-    root: Path, models_dir: Path, minilm, routing: str
+    root: Path, models_dir: Path, minilm, routing: str, **serve
 ) -> AsyncIterator[tuple[openai.AsyncOpenAI, Control]]:
     served = ServedModels(AdapterStore(root / "adapters"), models_dir, num_threads=1)
     control = Control(served, minilm)
     catalog = ModelCatalog([root / "docs"], [])
-    settings = ServeConfig(max_tokens=24, routing=routing)
+    settings = ServeConfig(**{"max_tokens": 24, "routing": routing, **serve})
     app = openai_app(catalog, served, control, settings, CollectorRegistry(), TOKEN, without_token="none")
     try:
         async with (
@@ -165,7 +165,7 @@ async def test_a_task_logged_after_the_version_goes_to_the_base_with_its_example
 ):
     asked = [{"role": "user", "content": "How big is the logs directory on disk?"}]
     dlm_id = read_document(trained / "docs" / "commands.dlm").frontmatter.dlm_id
-    async with endpoint(trained, models_dir, minilm, "similarity") as (client, _):
+    async with endpoint(trained, models_dir, minilm, "similarity", choose_quoted=False) as (client, _):
         fresh = await client.chat.completions.create(model="commands", messages=asked, max_tokens=24)
     info = fresh.model_extra["learnerd"]
     threshold = read_manifest(AdapterStore(trained / "adapters").current(dlm_id).path).routing["threshold"]
@@ -186,6 +186,27 @@ async def test_a_task_logged_after_the_version_goes_to_the_base_with_its_example
         return "".join(text.add(t) for t in reply[0].token_ids) + text.flush()
 
     assert fresh.choices[0].message.content == rendered(info["context_alpha"]) != rendered(0.0)
+
+
+async def test_the_quoted_command_the_model_chooses_replaces_its_own_answer(trained: Path, models_dir: Path, minilm):
+    """The base answering a fresh task under its quoted example, at the widest margin: the tiny model's own answer
+    (it ends within :data:`~learnerd.store.suggestions.BLOCK_OPENS_WITHIN` tokens, by itself) gives way to the quoted
+    command, in one delta on a stream, and the response names the example; with ``choose_quoted`` off it stays."""
+    asked = [{"role": "user", "content": "How big is the logs directory on disk?"}]
+    async with endpoint(trained, models_dir, minilm, "similarity", max_tokens=80, choice_margin=10.0) as (client, _):
+        chosen = await client.chat.completions.create(model="commands", messages=asked)
+        stream = await client.chat.completions.create(model="commands", messages=asked, stream=True)
+        chunks = [chunk async for chunk in stream]
+    async with endpoint(trained, models_dir, minilm, "similarity", max_tokens=80, choose_quoted=False) as (client, _):
+        own = await client.chat.completions.create(model="commands", messages=asked)
+    info = chosen.model_extra["learnerd"]
+    assert (info["routed"], [h["id"] for h in info["retrieved"]]) == ("base", ["ex2"])
+    assert command_of(chosen.choices[0].message.content).text == FRESH[1]
+    assert command_of(own.choices[0].message.content).text != FRESH[1], "the comparison is not vacuous"
+    assert (info["chosen"], own.model_extra["learnerd"]["chosen"]) == ("ex2", None)
+    deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert deltas == [chosen.choices[0].message.content]
+    assert chunks[-1].model_extra["learnerd"] == {"chosen": "ex2"}
 
 
 async def test_an_adapter_trained_under_quoted_examples_is_quoted_the_rag_k_nearest_however_far(

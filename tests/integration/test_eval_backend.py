@@ -155,6 +155,33 @@ def test_a_quoted_prompt_is_decoded_as_the_endpoint_decodes_it(backend):
     assert mine[1] == unguided[1] and mine != unguided, "only the quoted prompts are decoded otherwise"
 
 
+def test_a_quoted_answer_carries_the_command_the_view_chooses_as_the_endpoint_does(backend):
+    """``View.choose`` (the dialogue probe's quoted turns) gives the answer :func:`learnerd.ml.choice.chosen_replies`
+    gives for the same greedy replies — the choice the endpoint and the benchmarks make — in the view's state."""
+    from learnerd.ml.choice import chosen_replies
+
+    encoder = Encoder(backend.tokenizer)
+    asked = [chat_turns(q) for q in ("restart api", "list the pods in dev")]
+    quoted = [with_examples(a, EXAMPLES) for a in asked]
+    prompts = [encoder.dialogue(q) for q in quoted]
+    negatives = [None, encoder.dialogue(asked[1])]
+    commands = [[e["answer"] for e in EXAMPLES]] * 2
+    with backend.as_finetuned() as ft:
+        answers = ft.generate_many(prompts, [64, 64], negatives=negatives, context_alpha=0.5)
+        chosen = ft.choose(prompts, answers, commands, 10.0, [64, 64], negatives=negatives, context_alpha=0.5)
+        kept = ft.choose(prompts, answers, [[], []], 10.0, [64, 64], negatives=negatives, context_alpha=0.5)
+        replies = greedy_replies(
+            backend.model, backend.tokenizer, quoted, max_new_tokens=64, negatives=[None, asked[1]], context_alpha=0.5
+        )
+        expected = chosen_replies(
+            backend.model, backend.tokenizer, quoted, replies, commands, 10.0, negatives=[None, asked[1]], alpha=0.5
+        )
+    assert [encoder.decode(ids) for ids in chosen] == [c.text for c in expected]
+    assert kept == answers and chosen != answers, "the widest margin takes the quoted command: not vacuous"
+    with backend.as_finetuned() as ft, pytest.raises(ValueError, match="one answer"):
+        ft.choose(prompts, answers, commands[:1], 10.0, [64, 64])
+
+
 def test_non_finite_logits_are_refused(backend):
     with torch.no_grad():
         for name, param in backend.model.named_parameters():

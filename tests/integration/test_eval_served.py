@@ -158,6 +158,20 @@ def test_the_dialogue_is_answered_under_the_nearest_learned_examples_the_endpoin
     assert result.evidence["adapter_alone"]["answered_per_turn"] == coherence.per_turn(alone_ctx).answered
 
 
+def test_a_quoted_turn_carries_the_command_the_answering_model_chooses(contexts):
+    """As the endpoint answers it (``[serve] choice_margin``): each turn quoted its own question's example alone, at
+    the widest margin every answer is the quoted one, where the noise adapter's own answers are not."""
+    served_ctx, _ = contexts
+    examples = tuple((q, f"Colour {i}") for i, q in enumerate(QUESTIONS))
+    quoting = dataclasses.replace(served_ctx.route, examples=examples, rag_k=1)
+    quoted = dataclasses.replace(served_ctx, quote=quoting.quoted)
+    own = coherence.run(quoted)
+    chosen = coherence.run(dataclasses.replace(quoted, choice_margin=10.0))
+    assert chosen.evidence["quoted_turns"] == 4 * served_ctx.options.max_turns
+    assert chosen.evidence["answered_per_turn"] == [4] * served_ctx.options.max_turns
+    assert own.evidence["answered_per_turn"] != chosen.evidence["answered_per_turn"], "not vacuous"
+
+
 @pytest.mark.parametrize("trained_k", [0, 3])
 def test_learned_examples_are_quoted_only_to_a_version_that_trained_under_them(trained_k, tmp_path, minilm):
     """As the endpoint holds a version's learned examples back unless it trained retrieval-augmented rows

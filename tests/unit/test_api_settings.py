@@ -1,6 +1,6 @@
 """``[serve] backend``: transformers by default, llama.cpp on request (steering too, as llama.cpp's logit bias); an
-unknown backend is refused with the choices; context-aware decoding (``[serve] context_alpha``) is served on the
-transformers backend only."""
+unknown backend is refused with the choices; context-aware decoding (``[serve] context_alpha``) and the choice of a
+quoted command (``[serve] choose_quoted``, ``choice_margin``) are served on the transformers backend only."""
 
 from __future__ import annotations
 
@@ -44,3 +44,13 @@ def test_context_aware_decoding_is_served_on_the_transformers_backend_only(tmp_p
     assert (llamacpp.context_alpha, llamacpp.served_context_alpha) == (1.0, 0.0)
     with pytest.raises(ConfigError, match="context_alpha"):
         load_config(write(tmp_path, "[serve]\ncontext_alpha = -0.5\n"))
+
+
+def test_the_choice_of_a_quoted_command_is_served_on_the_transformers_backend_only(tmp_path: Path):
+    assert load_config(write(tmp_path, "")).serve.served_choice_margin == 0.5
+    assert load_config(write(tmp_path, "[serve]\nchoice_margin = 1.5\n")).serve.served_choice_margin == 1.5
+    assert load_config(write(tmp_path, "[serve]\nchoose_quoted = false\n")).serve.served_choice_margin is None
+    llamacpp = load_config(write(tmp_path, '[serve]\nbackend = "llamacpp"\n')).serve
+    assert (llamacpp.choice_margin, llamacpp.served_choice_margin) == (0.5, None)
+    with pytest.raises(ConfigError, match="choice_margin"):
+        load_config(write(tmp_path, "[serve]\nchoice_margin = -0.1\n"))

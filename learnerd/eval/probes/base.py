@@ -71,7 +71,8 @@ class ProbeContext:
     with each text, by whether its adapter answers it (:meth:`learnerd.ml.router.TextRouter.quoted`; default: none):
     the dialogue probe answers each turn under them, as served, a turn the base answers decoded with context-aware
     decoding at ``context_alpha`` (the endpoint's ``[serve] context_alpha`` as its backend applies it; 0: off) when
-    any is quoted.
+    any is quoted, and carrying the quoted command the answering model chooses at ``choice_margin`` nats per token
+    (the endpoint's ``ServeConfig.served_choice_margin``; None: off; :func:`learnerd.ml.choice.choose_command`).
 
     ``progress`` is called with a short description after each step of work (:func:`learnerd.eval.suite.total_steps`
     of them in a whole evaluation); it is where a progress bar or a log event hooks in.
@@ -85,6 +86,7 @@ class ProbeContext:
     route: Callable[[Sequence[str]], list[Route]] = field(default_factory=lambda: adapter_alone)
     quote: Quoter = field(default_factory=lambda: no_quotes)
     context_alpha: float = 0.0
+    choice_margin: float | None = None
 
     def by_adapter(self, texts: Sequence[str]) -> list[bool]:
         """Whether the served system answers each of ``texts`` with the adapter (else the base: :attr:`route`)."""

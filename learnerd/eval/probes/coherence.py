@@ -148,12 +148,23 @@ def per_turn(ctx: ProbeContext, *, served: bool = True, count: int | None = None
             members = [d for d in starts if by_adapter[d] == adapter]
             if members:
                 with enter() as view:
+                    asked_prompts = [prompts[d] for d in members]
+                    budget = [budgets[asks[d]] for d in members]
+                    negative = [None if adapter else negatives[d] for d in members]  # as served
                     generated = view.generate_many(
-                        [prompts[d] for d in members],
-                        [budgets[asks[d]] for d in members],
-                        negatives=[None if adapter else negatives[d] for d in members],  # as served
-                        context_alpha=ctx.context_alpha,
+                        asked_prompts, budget, negatives=negative, context_alpha=ctx.context_alpha
                     )
+                    if ctx.choice_margin is not None:  # as served: a quoted command the model chooses
+                        commands = [[str(h["answer"]) for h in hits[d]] for d in members]
+                        generated = view.choose(
+                            asked_prompts,
+                            generated,
+                            commands,
+                            ctx.choice_margin,
+                            budget,
+                            negatives=negative,
+                            context_alpha=ctx.context_alpha,
+                        )
                 for d, ids in zip(members, generated, strict=True):
                     answers[d] = ids
         right = 0
