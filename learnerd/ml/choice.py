@@ -83,8 +83,8 @@ def choose_command(
     quoted examples whose commands are ``commands`` (nearest first): the module docstring's rule at ``margin`` nats per
     token. ``ended``: the reply ended with ``eos_id``, which is then scored after each candidate too. ``negative_ids``
     and ``alpha``: the prompt without its examples and the context-aware decoding α the reply was decoded with (the
-    candidates are scored by the same guided distribution). One forward pass (two under guidance) over a batch of
-    ``len(commands) + 1`` rows.
+    candidates are scored by the same guided distribution). One forward pass over the prompt (two under guidance), then
+    one over the ``len(commands) + 1`` candidates after it.
 
     An answer whose command is one of ``commands`` (whitespace collapsed, :func:`normalize_command`) is kept as it is,
     unscored, as is one without a command or with nothing but empty ``commands``.
@@ -125,20 +125,27 @@ def _mean_logprobs(
 ) -> list[float]:
     """Mean log-probability (nats per token) of each of ``bodies`` after ``prompt`` under ``model``; with ``negative``,
     under context-aware decoding's guided distribution log_softmax((1 + α) · log p(y | prompt) − α · log p(y |
-    negative)). Right-padded batch; a body's padding is masked out and not scored."""
+    negative)). The prompt is run once and its key/value cache repeated for the bodies, right-padded in one batch
+    (a body's padding is masked out and not scored)."""
     import torch
 
-    def logprobs(context: Sequence[int]) -> Any:
-        width = len(context) + max(len(b) for b in bodies)
-        ids = torch.zeros((len(bodies), width), dtype=torch.long, device=model.device)
-        mask = torch.zeros_like(ids)
-        for r, body in enumerate(bodies):
-            row = [*context, *body]
-            ids[r, : len(row)] = torch.tensor(row)
-            mask[r, : len(row)] = 1
+    def logprobs(context: Sequence[int]) -> Any:  # (bodies, longest body, vocabulary): each body token's scores
+        rows, width = len(bodies), max(len(b) for b in bodies)
         with torch.no_grad():
-            logits = model(input_ids=ids, attention_mask=mask).logits
-        return logits[:, len(context) - 1 : width - 1].float().log_softmax(-1)
+            first = model(
+                input_ids=torch.tensor([list(context)], device=model.device), use_cache=True, logits_to_keep=1
+            )
+            cache = first.cache
+            cache.batch_repeat_interleave(rows)
+            ids = torch.zeros((rows, width), dtype=torch.long, device=model.device)
+            mask = torch.zeros((rows, len(context) + width), dtype=torch.long, device=model.device)
+            mask[:, : len(context)] = 1
+            for r, body in enumerate(bodies):
+                ids[r, : len(body)] = torch.tensor(body)
+                mask[r, len(context) : len(context) + len(body)] = 1
+            rest = model(input_ids=ids, attention_mask=mask, cache=cache).logits
+        head = first.logits[:, -1:].expand(rows, 1, -1)  # what the prompt's last position predicts: each first token
+        return torch.cat([head, rest[:, :-1]], dim=1).float().log_softmax(-1)
 
     scored = logprobs(prompt)
     if negative is not None and alpha > 0:
