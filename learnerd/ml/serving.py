@@ -731,9 +731,10 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
             negative_ids=unquoted,
             alpha=params.context_alpha if unquoted is not None else 0.0,
         )
-        chosen_tokens = len(tokenizer(choice.text, add_special_tokens=False)["input_ids"])
-        if choice.example is not None and chosen_tokens <= max_new:  # within the request's max_tokens
-            answer, chosen, tokens = choice.text, choice.example, chosen_tokens
+        if choice.example is not None:
+            chosen_tokens = len(tokenizer(choice.text, add_special_tokens=False)["input_ids"])
+            if chosen_tokens <= max_new:  # within the request's max_tokens
+                answer, chosen, tokens = choice.text, choice.example, chosen_tokens
     if choosing and answer:
         job.emit(Delta(answer))
     return Finished(reason, len(ids), tokens, version, 0.0, text=answer, chosen=chosen)
