@@ -77,6 +77,7 @@ def choose_command(
     eos_id: int | None,
     negative_ids: Sequence[int] | None = None,
     alpha: float = 0.0,
+    prefilled: tuple[Any, Sequence[int]] | None = None,
 ) -> Choice:
     """The answer to give for ``answer``, the greedy reply of ``model`` (a causal LM, or a peft model in the state that
     answered) to ``prompt_ids`` (the rendered conversation with its generation prompt, int token ids), under the
@@ -84,7 +85,10 @@ def choose_command(
     token. ``ended``: the reply ended with ``eos_id``, which is then scored after each candidate too. ``negative_ids``
     and ``alpha``: the prompt without its examples and the context-aware decoding α the reply was decoded with (the
     candidates are scored by the same guided distribution). One forward pass over the prompt (two under guidance), then
-    one over the ``len(commands) + 1`` candidates after it.
+    one over the ``len(commands) + 1`` candidates after it. ``prefilled``: ``(cache, ids)``, a key/value cache of
+    ``model`` in this state (a transformers ``Cache``) over the token ids ``ids`` — generation's own, over the prompt
+    and the reply's tokens — which replaces the forward pass over the prompt (and the answer's text before its command)
+    when ``ids`` begin with them; it is cropped and repeated in place, so it is spent afterwards.
 
     An answer whose command is one of ``commands`` (whitespace collapsed, :func:`normalize_command`) is kept as it is,
     unscored, as is one without a command or with nothing but empty ``commands``.
@@ -108,7 +112,7 @@ def choose_command(
     rows = [own + answer[end:], *(commands[i].strip() + answer[end:] for i in others)]
     bodies = [list(tokenizer(text, add_special_tokens=False)["input_ids"]) + tail for text in rows]
     negative = [*negative_ids, *prefix] if alpha > 0 and negative_ids else None
-    scores = _mean_logprobs(model, [*prompt_ids, *prefix], bodies, alpha, negative)
+    scores = _mean_logprobs(model, [*prompt_ids, *prefix], bodies, alpha, negative, prefilled)
     best = max(range(1, len(rows)), key=lambda r: scores[r])
     if scores[best] < scores[0] - margin:
         return Choice(answer, None, scores[0], scores[best])
@@ -122,39 +126,53 @@ def _mean_logprobs(
     bodies: Sequence[Sequence[int]],
     alpha: float,
     negative: Sequence[int] | None,
+    prefilled: tuple[Any, Sequence[int]] | None = None,
 ) -> list[float]:
     """Mean log-probability (nats per token) of each of ``bodies`` after ``prompt`` under ``model``; with ``negative``,
     under context-aware decoding's guided distribution log_softmax((1 + α) · log p(y | prompt) − α · log p(y |
-    negative)). The prompt is run once and its key/value cache repeated for the bodies, right-padded in one batch
-    (a body's padding is masked out and not scored)."""
+    negative)). The prompt but its last token is run once (or taken from ``prefilled``, :func:`_reused`) and its
+    key/value cache repeated for the bodies, each right-padded after the prompt's last token in one batch (a body's
+    padding is masked out and not scored)."""
     import torch
 
-    def logprobs(context: Sequence[int]) -> Any:  # (bodies, longest body, vocabulary): each body token's scores
-        rows, width = len(bodies), max(len(b) for b in bodies)
+    def logprobs(context: Sequence[int], cache: Any) -> Any:  # (bodies, longest body, vocabulary): each body token's
+        rows, width, past = len(bodies), 1 + max(len(b) for b in bodies), len(context) - 1
         with torch.no_grad():
-            first = model(
-                input_ids=torch.tensor([list(context)], device=model.device), use_cache=True, logits_to_keep=1
-            )
-            cache = first.cache
-            cache.batch_repeat_interleave(rows)
+            if cache is None and past:
+                head = torch.tensor([list(context[:-1])], device=model.device)
+                cache = model(input_ids=head, use_cache=True, logits_to_keep=1).cache
+            if cache is not None:
+                cache.batch_repeat_interleave(rows)
             ids = torch.zeros((rows, width), dtype=torch.long, device=model.device)
-            mask = torch.zeros((rows, len(context) + width), dtype=torch.long, device=model.device)
-            mask[:, : len(context)] = 1
+            mask = torch.zeros((rows, past + width), dtype=torch.long, device=model.device)
+            mask[:, :past] = 1
             for r, body in enumerate(bodies):
-                ids[r, : len(body)] = torch.tensor(body)
-                mask[r, len(context) : len(context) + len(body)] = 1
-            rest = model(input_ids=ids, attention_mask=mask, cache=cache).logits
-        head = first.logits[:, -1:].expand(rows, 1, -1)  # what the prompt's last position predicts: each first token
-        return torch.cat([head, rest[:, :-1]], dim=1).float().log_softmax(-1)
+                ids[r, : 1 + len(body)] = torch.tensor([context[-1], *body])
+                mask[r, past : past + 1 + len(body)] = 1
+            logits = model(input_ids=ids, attention_mask=mask, cache=cache).logits
+        return logits[:, :-1].float().log_softmax(-1)  # position j predicts body token j
 
-    scored = logprobs(prompt)
+    scored = logprobs(prompt, _reused(prefilled, prompt[:-1]))
     if negative is not None and alpha > 0:
-        scored = ((1 + alpha) * scored - alpha * logprobs(negative)).log_softmax(-1)
+        scored = ((1 + alpha) * scored - alpha * logprobs(negative, None)).log_softmax(-1)
     means = []
     for r, body in enumerate(bodies):
         picked = scored[r, torch.arange(len(body)), torch.tensor(body)]
         means.append(float(picked.mean()))
     return means
+
+
+def _reused(prefilled: tuple[Any, Sequence[int]] | None, ids: Sequence[int]) -> Any:
+    """``prefilled``'s cache cropped to ``ids`` (non-empty) when its token ids begin with them and it holds them all;
+    None otherwise (and for a cache that cannot be cropped, e.g. a sliding window's)."""
+    if prefilled is None or not ids:
+        return None
+    cache, covered = prefilled
+    held = cache.get_seq_length()
+    if held < len(ids) or not getattr(cache, "is_croppable", True) or list(covered[: len(ids)]) != list(ids):
+        return None
+    cache.crop(len(ids) - held)  # transformers 5: a negative count of tokens to remove
+    return cache
 
 
 def chosen_replies(

@@ -14,8 +14,10 @@ LogitsProcessor`` computes ``γ · (s_c − s_u) + s_u`` on log-softmaxed scores
 the shorter prompt, with its own key/value cache. The endpoint applies it to the base's answers on the transformers
 backend (``[serve] context_alpha``: before a document's first version, and to a task logged since its version's
 cycle), the evaluation's dialogue probe to its quoted turns the base answers (the gate judges what is served), and
-``benchmarks/bench_learning.py`` to the base's quoted prompts. An adapter trained under retrieved examples (RAFT rows)
-answers without it: it does not copy a fresh example under it either, and it lost a dialogue answer of 16.
+``benchmarks/bench_learning.py`` to the base's quoted prompts. The endpoint's greedy answers compute the same scores
+with the negative prompt as the second row of one batch instead (:func:`guided_rows`): one forward pass per token.
+An adapter trained under retrieved examples (RAFT rows) answers without it: it does not copy a fresh example under it
+either, and it lost a dialogue answer of 16.
 
 Such an answer (the base's, under quoted examples) also ends with the closing fence of its first fenced code block,
 on the endpoint and here alike (:func:`learnerd.store.suggestions.first_block_end`): the command is what is taken
@@ -72,6 +74,57 @@ def context_guidance(
         raise ValueError("context-aware decoding needs one non-empty negative prompt per row")
     ids, mask = left_padded(negatives, pad_id, device)
     return {"guidance_scale": 1.0 + alpha, "negative_prompt_ids": ids, "negative_prompt_attention_mask": mask}
+
+
+def guided_rows(
+    alpha: float, prompt: Sequence[int], negative: Sequence[int], pad_id: int, device: Any = "cpu", then: Any = None
+) -> dict[str, Any]:
+    """The keyword arguments of HF ``generate`` that decode ``prompt`` **greedily** with context-aware decoding at
+    ``alpha`` (> 0) in one forward pass per token: ``negative`` (the prompt without its retrieved examples) is the
+    batch's second row, both left-padded (:func:`left_padded`), and :class:`GuidedFirstRow` (with ``then``, the
+    logits processors that follow the guidance, or None) decodes them. Both generated rows hold the same tokens: read
+    the first. The scores are :func:`context_guidance`'s, up to floating-point summation order; the negative prompt
+    rides in the prompt's forward pass instead of a second one per token (on SmolLM2-135M, one CPU thread, a 24-token
+    answer under three quoted examples: 4.4 s against 6.0 s, undecorated ``generate`` 3.4 s).
+
+    Raises:
+        ValueError: ``alpha`` is not above 0, or ``negative`` is empty.
+    """
+    if alpha <= 0 or not negative:
+        raise ValueError(f"guided rows need alpha > 0 and a negative prompt, got alpha {alpha}")
+    from transformers import LogitsProcessorList
+
+    ids, mask = left_padded([prompt, negative], pad_id, device)
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "logits_processor": LogitsProcessorList([GuidedFirstRow(alpha, then)]),
+    }
+
+
+class GuidedFirstRow:
+    """A transformers logits processor for a batch of two rows decoded greedily, a prompt and its negative prompt
+    (:func:`guided_rows`): the first row's scores become (1 + α) · log_softmax(s₀) − α · log_softmax(s₁), the guided
+    scores of transformers' ``UnbatchedClassifierFreeGuidanceLogitsProcessor`` (``guidance_scale`` = 1 + α), then
+    ``then`` (a logits processor list, or None) is applied to them, as it follows the guidance there; the second row
+    gets 0 at the first row's argmax and −inf elsewhere, so it takes the same token and stays the negative prompt
+    followed by the answer so far. ``scores``: float logits of shape ``(2, vocabulary)``."""
+
+    def __init__(self, alpha: float, then: Any = None) -> None:
+        self.alpha = alpha
+        self.then = then
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        logprobs = scores.float().log_softmax(-1)
+        guided = ((1 + self.alpha) * logprobs[0] - self.alpha * logprobs[1]).unsqueeze(0)
+        if self.then is not None:
+            guided = self.then(input_ids[:1], guided)
+        out = torch.full_like(scores, float("-inf"))
+        out[0] = guided[0]
+        out[1, int(guided[0].argmax())] = 0.0
+        return out
 
 
 def generation_eos_ids(model: Any) -> set[int]:

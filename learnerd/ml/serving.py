@@ -59,7 +59,7 @@ import structlog
 
 from learnerd.ml.base_model import BaseModelRef, LoadedBase, load_base_model, resolve_base_model
 from learnerd.ml.choice import choose_command
-from learnerd.ml.generate import context_guidance, generation_eos_ids
+from learnerd.ml.generate import context_guidance, generation_eos_ids, guided_rows
 from learnerd.ml.loader import ModelCheckError, load_adapter
 from learnerd.ml.rows import ChatMessage, render_chat
 from learnerd.ml.threads import CoreMeter, choose_threads, intra_op_threads
@@ -171,10 +171,10 @@ class Delta:
 
 @dataclass
 class Finished:
-    """The end of a job: ``finish_reason`` is ``stop`` (EOS or a stop string), ``length`` (max_tokens) or
-    ``cancelled``; token counts are in tokens; ``adapter`` is the version that generated it (None: the base);
-    ``generate_s`` the seconds spent in ``generate``; ``text`` the whole text its deltas carried; ``chosen``: the index
-    in :attr:`Job.quoted` of the quoted command the answer carries (None: the model's own,
+    """The end of a job: ``finish_reason`` is ``stop`` (EOS, a stop string, or a chosen quoted command), ``length``
+    (max_tokens) or ``cancelled``; token counts are in tokens; ``adapter`` is the version that generated it (None: the
+    base); ``generate_s`` the seconds spent in ``generate``; ``text`` the whole text its deltas carried; ``chosen``: the
+    index in :attr:`Job.quoted` of the quoted command the answer carries (None: the model's own,
     :attr:`SamplingParams.choice_margin`)."""
 
     finish_reason: str
@@ -669,7 +669,7 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
             if not state["prompt_seen"]:  # generate() first hands over the prompt
                 state["prompt_seen"] = True
                 return
-            for token in value.reshape(-1).tolist():
+            for token in value.reshape(rows, -1)[0].tolist():  # guided rows: the second follows the first
                 if state["eos"] or text.stopped:
                     return
                 if token in eos_ids:
@@ -694,20 +694,24 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
         kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
         torch.manual_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little"))
     input_ids = torch.tensor([ids], device=model.device)
+    kwargs.update(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), logits_processor=logits_processor)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos_ids), 0)
     unquoted: list[int] | None = None
+    rows = 1
     if params.context_alpha > 0 and job.unquoted is not None:
         unquoted = render_chat(tokenizer, job.unquoted, add_generation_prompt=True)
-        kwargs.update(context_guidance(params.context_alpha, [unquoted], pad_id, model.device))
+        if params.temperature == 0:  # one forward pass per token for the prompt and its negative
+            kwargs.update(guided_rows(params.context_alpha, ids, unquoted, pad_id, model.device, logits_processor))
+            rows = 2
+        else:
+            kwargs.update(context_guidance(params.context_alpha, [unquoted], pad_id, model.device))
     with torch.no_grad():
-        model.generate(
-            input_ids=input_ids,
-            attention_mask=torch.ones_like(input_ids),
+        generated = model.generate(
             max_new_tokens=max_new,
             pad_token_id=pad_id,
             streamer=Streamer(),
             stopping_criteria=StoppingCriteriaList([Stop()]),
-            logits_processor=logits_processor,
+            return_dict_in_generate=True,  # its key/value cache is the choice's prompt (choose_command's prefilled)
             **kwargs,
         )
     if job.cancelled.is_set():
@@ -719,6 +723,9 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
     version = job.version.name if job.version is not None else None
     answer, tokens, chosen = "".join(emitted), len(text.tokens), None
     if choosing and reason != "cancelled":
+        cache = generated.cache
+        if rows > 1:
+            cache.batch_select_indices(torch.tensor([0], device=model.device))  # the prompt's row
         choice = choose_command(
             model,
             tokenizer,
@@ -730,11 +737,12 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
             eos_id=min(eos_ids, default=None),
             negative_ids=unquoted,
             alpha=params.context_alpha if unquoted is not None else 0.0,
+            prefilled=(cache, generated.sequences[0].tolist()),
         )
         if choice.example is not None:
             chosen_tokens = len(tokenizer(choice.text, add_special_tokens=False)["input_ids"])
             if chosen_tokens <= max_new:  # within the request's max_tokens
-                answer, chosen, tokens = choice.text, choice.example, chosen_tokens
+                answer, chosen, tokens, reason = choice.text, choice.example, chosen_tokens, "stop"
     if choosing and answer:
         job.emit(Delta(answer))
     return Finished(reason, len(ids), tokens, version, 0.0, text=answer, chosen=chosen)

@@ -204,6 +204,7 @@ async def test_the_quoted_command_the_model_chooses_replaces_its_own_answer(trai
     assert command_of(chosen.choices[0].message.content).text == FRESH[1]
     assert command_of(own.choices[0].message.content).text != FRESH[1], "the comparison is not vacuous"
     assert (info["chosen"], own.model_extra["learnerd"]["chosen"]) == ("ex2", None)
+    assert chosen.choices[0].finish_reason == "stop"
     deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
     assert deltas == [chosen.choices[0].message.content]
     assert chunks[-1].model_extra["learnerd"] == {"chosen": "ex2"}

@@ -90,6 +90,38 @@ def test_a_fenced_answer_gets_the_quoted_command_in_its_block(tiny):
     assert choice.text == f"Use:\n```bash\n{COMMANDS[choice.example]}\n```"
 
 
+def test_a_prefilled_cache_over_the_prompt_replaces_its_forward_pass(tiny):
+    """Generation's own cache (over the prompt, the answer's text before its command and more) gives the scores the
+    prompt's own forward pass gives; a cache over other tokens labelled as the prompt changes them (it is used); one
+    whose ids do not begin with the prompt is not used."""
+    import torch
+
+    model, tokenizer = tiny
+    prompt = render_chat(tokenizer, with_examples(chat_turns("list files"), EXAMPLES), add_generation_prompt=True)
+    answer = "Use:\n```bash\nls -l\n```"
+    covered = [*prompt, *ids(tokenizer, answer)]
+
+    def prefilled(tokens: list[int]):
+        with torch.no_grad():
+            return model(input_ids=torch.tensor([tokens]), use_cache=True).cache
+
+    def choose(reused=None):
+        return choose_command(
+            model, tokenizer, prompt, answer, COMMANDS, 100.0, ended=False, eos_id=None, prefilled=reused
+        )
+
+    fresh = choose()
+    again = choose((prefilled(covered), covered))
+    assert (again.example, again.text) == (fresh.example, fresh.text)
+    assert again.own_nats == pytest.approx(fresh.own_nats, abs=1e-4)
+    assert again.best_nats == pytest.approx(fresh.best_nats, abs=1e-4)
+    other = [(t + 7) % tokenizer.vocab_size for t in covered]
+    used = choose((prefilled(other), covered))
+    assert abs(used.own_nats - fresh.own_nats) > 1e-3, "the cache labelled as the prompt was not used"
+    unused = choose((prefilled(other), other))
+    assert unused.own_nats == pytest.approx(fresh.own_nats, abs=1e-4)
+
+
 def test_an_answer_whose_command_is_quoted_is_kept_unscored(tiny):
     model, tokenizer = tiny
     prompt = render_chat(tokenizer, with_examples(chat_turns("list"), EXAMPLES), add_generation_prompt=True)

@@ -7,7 +7,14 @@ from __future__ import annotations
 import pytest
 
 from learnerd.ml.base_model import load_model_directory
-from learnerd.ml.generate import chat_turns, context_guidance, generation_eos_ids, greedy_replies, greedy_reply
+from learnerd.ml.generate import (
+    chat_turns,
+    context_guidance,
+    generation_eos_ids,
+    greedy_replies,
+    greedy_reply,
+    guided_rows,
+)
 from learnerd.ml.retrieved_examples import with_examples
 from learnerd.ml.rows import render_chat
 
@@ -93,6 +100,39 @@ def test_a_batch_with_guided_and_plain_rows_answers_as_each_row_alone(tiny_model
     assert [r.token_ids for r in batched] == alone
     with pytest.raises(ValueError, match="2 negative prompts for 5 conversations"):
         greedy_replies(model, tokenizer, conversations, negatives=negatives[:2], context_alpha=2.0)
+
+
+@pytest.mark.parametrize("banned", [False, True])
+def test_guided_rows_decode_as_the_library_guidance_in_one_batch(tiny_model_dir, banned):
+    """The prompt and its negative as two rows of one batch give the tokens transformers' unbatched guidance gives
+    (greedy_replies), both rows the same; a processor after the guidance sees the guided scores, as it does there."""
+    import torch
+    from transformers import LogitsProcessorList
+
+    model, tokenizer = load_model_directory(tiny_model_dir)
+    asked = chat_turns("restart api")
+    quoted = with_examples(asked, EXAMPLES)
+    prompt = render_chat(tokenizer, quoted, add_generation_prompt=True)
+    negative = render_chat(tokenizer, asked, add_generation_prompt=True)
+
+    class Ban:  # forbids the token the guidance makes likeliest at each step
+        def __call__(self, input_ids, scores):
+            return scores.scatter(-1, scores.argmax(-1, keepdim=True), float("-inf"))
+
+    then = LogitsProcessorList([Ban()]) if banned else None
+    library = greedy_replies(
+        model, tokenizer, [quoted], max_new_tokens=10, negatives=[asked], context_alpha=2.0, logits_processor=then
+    )[0]
+    kwargs = guided_rows(2.0, prompt, negative, 0, then=then)
+    with torch.no_grad():
+        out = model.generate(max_new_tokens=10, do_sample=False, pad_token_id=0, **kwargs)
+    first, second = (out[r, len(prompt) :].tolist() for r in (0, 1))
+    assert first == second
+    eos = generation_eos_ids(model)
+    assert first[: next((i for i, t in enumerate(first) if t in eos), len(first))] == list(library.token_ids)
+    assert library.token_ids, "the random model does answer: the comparison is not vacuous"
+    with pytest.raises(ValueError, match="alpha > 0"):
+        guided_rows(0.0, prompt, negative, 0)
 
 
 def test_context_guidance_is_off_at_alpha_zero_and_needs_a_prompt_per_row():
