@@ -12,6 +12,11 @@ baseline: the decoding without it). It prints, per α, the exact matches of the 
 code block's body, else the answer, whitespace collapsed) and the command-name matches, beside α 0's, and how many
 tasks had their own example quoted.
 
+Then, without ``--adapter``, the decoding as the endpoint runs it for one greedy request at the default α (``[serve]
+context_alpha``): the negative prompt as the batch's second row (:func:`learnerd.ml.generate.guided_rows`, one forward
+pass per token) against transformers' unbatched guidance (the baseline: a second forward pass per token), each task
+answered both ways in turn; it prints the median seconds per answer, their ratio and how many answers agree.
+
 The tasks are none that a benchmark judges: the seeded nl2bash commands of ``bench_freshness.py`` (seed 7) and of
 ``bench_learning.py`` (seed 0, up to 100 pairs) are left out, so α is chosen here and judged there. Usage::
 
@@ -26,11 +31,13 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_learning import MAX_NEW_TOKENS, NL2BASH, RAG_K, choose_nl2bash, first_token, suggested  # noqa: E402
+from learnerd.daemon.config import ServeConfig  # noqa: E402
 from learnerd.store.suggestions import normalize_command  # noqa: E402
 
 INPUT = (
@@ -132,7 +139,45 @@ def main() -> int:
         baseline = exact if baseline is None else baseline
         ratio = f"{exact / baseline:.2f}" if baseline else "—"
         print(f"{alpha:>6.2f} {exact:>6} {name:>6} {ratio:>16} {seconds:>8.1f}", flush=True)
+    if args.adapter is None:
+        served_timing(model, tokenizer, quoted, negatives, ServeConfig().context_alpha)
     return 0
+
+
+def served_timing(model: Any, tokenizer: Any, quoted: list[Any], negatives: list[Any], alpha: float) -> None:
+    """Print the seconds per answer of the guided rows against transformers' unbatched guidance (module docstring),
+    one quoted task at a time, interleaved; tasks with nothing quoted are skipped."""
+    import statistics
+
+    import torch
+
+    from learnerd.ml.generate import generation_eos_ids, greedy_replies, guided_rows, until_eos
+    from learnerd.ml.rows import render_chat
+
+    eos = generation_eos_ids(model)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
+    times: dict[str, list[float]] = {"rows": [], "library": []}
+    agree = 0
+    pairs = [(q, n) for q, n in zip(quoted, negatives, strict=True) if n is not None]
+    for conversation, negative in pairs:
+        started = time.perf_counter()
+        library = greedy_replies(
+            model, tokenizer, [conversation], max_new_tokens=MAX_NEW_TOKENS, negatives=[negative], context_alpha=alpha
+        )[0]
+        times["library"].append(time.perf_counter() - started)
+        prompt = render_chat(tokenizer, conversation, add_generation_prompt=True)
+        started = time.perf_counter()
+        kwargs = guided_rows(alpha, prompt, render_chat(tokenizer, negative, add_generation_prompt=True), pad)
+        with torch.no_grad():
+            out = model.generate(max_new_tokens=MAX_NEW_TOKENS, do_sample=False, pad_token_id=pad, **kwargs)
+        times["rows"].append(time.perf_counter() - started)
+        agree += until_eos(out[0, len(prompt) :].tolist(), eos) == list(library.token_ids)
+    rows, library = statistics.median(times["rows"]), statistics.median(times["library"])
+    print(
+        f"as served, alpha {alpha}, {len(pairs)} quoted tasks one at a time: guided rows {rows:.2f} s per answer, "
+        f"unbatched guidance (baseline) {library:.2f} s, ratio {rows / library:.2f}; "
+        f"the same answer {agree}/{len(pairs)}"
+    )
 
 
 if __name__ == "__main__":

@@ -84,8 +84,9 @@ def guided_rows(
     batch's second row, both left-padded (:func:`left_padded`), and :class:`GuidedFirstRow` (with ``then``, the
     logits processors that follow the guidance, or None) decodes them. Both generated rows hold the same tokens: read
     the first. The scores are :func:`context_guidance`'s, up to floating-point summation order; the negative prompt
-    rides in the prompt's forward pass instead of a second one per token (on SmolLM2-135M, one CPU thread, a 24-token
-    answer under three quoted examples: 4.4 s against 6.0 s, undecorated ``generate`` 3.4 s).
+    rides in the prompt's forward pass instead of a second one per token (its cost against transformers' unbatched
+    guidance: ``benchmarks/bench_context_aware.py``, docs/benchmarks.md). Sampling cannot use it: the second row
+    could not follow a token drawn for the first.
 
     Raises:
         ValueError: ``alpha`` is not above 0, or ``negative`` is empty.
