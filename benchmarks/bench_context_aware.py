@@ -146,12 +146,13 @@ def main() -> int:
 
 def served_timing(model: Any, tokenizer: Any, quoted: list[Any], negatives: list[Any], alpha: float) -> None:
     """Print the seconds per answer of the guided rows against transformers' unbatched guidance (module docstring),
-    one quoted task at a time, interleaved; tasks with nothing quoted are skipped."""
+    one quoted task at a time, interleaved, each ending with its first code block as the endpoint ends it; tasks with
+    nothing quoted are skipped."""
     import statistics
 
     import torch
 
-    from learnerd.ml.generate import generation_eos_ids, greedy_replies, guided_rows, until_eos
+    from learnerd.ml.generate import BlockEnds, cut_at_block, generation_eos_ids, greedy_replies, guided_rows, until_eos
     from learnerd.ml.rows import render_chat
 
     eos = generation_eos_ids(model)
@@ -168,10 +169,15 @@ def served_timing(model: Any, tokenizer: Any, quoted: list[Any], negatives: list
         prompt = render_chat(tokenizer, conversation, add_generation_prompt=True)
         started = time.perf_counter()
         kwargs = guided_rows(alpha, prompt, render_chat(tokenizer, negative, add_generation_prompt=True), pad)
+        width = kwargs["input_ids"].shape[1]
+        ends = BlockEnds(tokenizer, width, frozenset(eos))  # the answer ends with its first block, as there
         with torch.no_grad():
-            out = model.generate(max_new_tokens=MAX_NEW_TOKENS, do_sample=False, pad_token_id=pad, **kwargs)
+            out = model.generate(
+                max_new_tokens=MAX_NEW_TOKENS, do_sample=False, pad_token_id=pad, stopping_criteria=[ends], **kwargs
+            )
+        new = until_eos(out[0, width:].tolist(), eos)
         times["rows"].append(time.perf_counter() - started)
-        agree += until_eos(out[0, len(prompt) :].tolist(), eos) == list(library.token_ids)
+        agree += new[: cut_at_block(tokenizer, new)[0]] == list(library.token_ids)
     rows, library = statistics.median(times["rows"]), statistics.median(times["library"])
     print(
         f"as served, alpha {alpha}, {len(pairs)} quoted tasks one at a time: guided rows {rows:.2f} s per answer, "
