@@ -130,12 +130,12 @@ def _mean_logprobs(
 ) -> list[float]:
     """Mean log-probability (nats per token) of each of ``bodies`` after ``prompt`` under ``model``; with ``negative``,
     under context-aware decoding's guided distribution log_softmax((1 + α) · log p(y | prompt) − α · log p(y |
-    negative)). The prompt but its last token is run once (or taken from ``prefilled``, :func:`_reused`) and its
+    negative)). The prompt, all but its last token, is run once (or taken from ``prefilled``, :func:`_reused`) and its
     key/value cache repeated for the bodies, each right-padded after the prompt's last token in one batch (a body's
     padding is masked out and not scored)."""
     import torch
 
-    def logprobs(context: Sequence[int], cache: Any) -> Any:  # (bodies, longest body, vocabulary): each body token's
+    def logprobs(context: Sequence[int], cache: Any) -> Any:  # (bodies, longest body, vocabulary): body tokens' scores
         rows, width, past = len(bodies), 1 + max(len(b) for b in bodies), len(context) - 1
         with torch.no_grad():
             if cache is None and past:
