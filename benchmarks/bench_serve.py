@@ -60,7 +60,7 @@ import openai
 
 from learnerd.analyzer.blocklog import event_line
 from learnerd.ml.base_model import BaseModelError, load_base
-from learnerd.ml.rows import ChatMessage, render_chat
+from learnerd.ml.rows import ChatMessage, padding_id, render_chat
 from learnerd.store.adapters import VERDICT_FILE, AdapterStore, AdapterVersion
 from learnerd.store.blocks import Cell
 from learnerd.store.dlm import read_document
@@ -121,7 +121,7 @@ class InProcess:
                 attention_mask=torch.ones_like(input_ids),
                 max_new_tokens=max_tokens,
                 do_sample=False,
-                pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+                pad_token_id=padding_id(tokenizer),
                 streamer=Timer(),
             )
         elapsed = time.perf_counter() - started

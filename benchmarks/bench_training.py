@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import anyio
 
 from learnerd.ml.base_model import DEFAULT_BASE_MODEL, load_model_directory, resolve_base_model
-from learnerd.ml.rows import TrainingRow, document_rows
+from learnerd.ml.rows import TrainingRow, document_rows, padding_id
 from learnerd.reconcilers.training import TrainingReconciler
 from learnerd.store.adapters import AdapterStore
 from learnerd.store.dlm import TrainingConfig, new_document, read_document
@@ -92,7 +92,7 @@ def bare_peft_loop(base_path: Path, rows: list[TrainingRow], config: TrainingCon
     for step in range(config.max_steps or 0):
         chunk = [encoded[(step * batch + j) % len(encoded)] for j in range(batch)]
         width = max(map(len, chunk))
-        input_ids = torch.full((batch, width), tokenizer.pad_token_id)
+        input_ids = torch.full((batch, width), padding_id(tokenizer))
         mask = torch.zeros((batch, width), dtype=torch.long)
         for i, ids in enumerate(chunk):
             input_ids[i, : len(ids)] = torch.tensor(ids)

@@ -47,8 +47,9 @@ from learnerd.ml.base_model import BaseModelRef, load_model_directory
 from learnerd.ml.choice import choose_command
 from learnerd.ml.device import Placement
 from learnerd.ml.divergence import TokenDist
-from learnerd.ml.generate import BlockEnds, context_guidance, cut_at_block, left_padded, until_eos
+from learnerd.ml.generate import BlockEnds, cut_at_block, guided_rows, left_padded, until_eos
 from learnerd.ml.loader import load_adapter
+from learnerd.ml.rows import padding_id
 from learnerd.store.adapters import AdapterVersion
 
 NULL_INIT_SCALE = 0.02
@@ -108,7 +109,7 @@ class DifferentialBackend:
         if eos is None:
             eos = tokenizer.eos_token_id
         self.eos_ids: frozenset[int] = frozenset([eos] if isinstance(eos, int) else (eos or []))
-        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self._pad_id = padding_id(tokenizer, self.eos_ids)
         base_model = model.get_base_model() if hasattr(model, "get_base_model") else model
         #: The forward argument that takes a KV cache, and the output's field that holds it: ``cache`` from
         #: transformers 5 on (which deprecates ``past_key_values`` in both places with a warning), ``past_key_values``
@@ -455,8 +456,9 @@ class View:
         ``generate`` derives the position ids from the attention mask). A prompt whose ``negatives`` entry is not
         None (the prompt without its retrieved examples) is answered as the endpoint answers a request under
         retrieved examples: with context-aware decoding against that entry when ``context_alpha`` is above 0
-        (:func:`learnerd.ml.generate.context_guidance`), and ending with the ids that close its first fenced code
-        block, or with the ids it may take to open one when it opens none (:func:`learnerd.ml.generate.cut_at_block`).
+        (:func:`learnerd.ml.generate.guided_rows`: the negative prompts as the second half of the batch's rows), and
+        ending with the ids that close its first fenced code block, or with the ids it may take to open one when it
+        opens none (:func:`learnerd.ml.generate.cut_at_block`).
 
         Raises:
             ValueError: a prompt or a negative prompt is empty, or the budgets or negatives do not match the prompts.
@@ -525,23 +527,24 @@ class View:
 
         out: list[list[int]] = [[] for _ in prompts]
         dists: dict[int, TokenDist] = {}
+        unquoted = negatives if negatives is not None and context_alpha > 0 else None  # rows of their prompts' batch
         lengths = [len(p) + b for p, b in zip(prompts, max_new_tokens, strict=True)]
+        if unquoted is not None:
+            lengths = [n + len(unquoted[i] or ()) + max_new_tokens[i] for i, n in enumerate(lengths)]
         logits_per_row = 4 * self.backend.vocab_size * max(max_new_tokens, default=1)  # nothing to answer: no batch
-        rows = max(1, min(GENERATION_ROWS, GENERATION_LOGITS_BYTES // logits_per_row))
+        rows = max(1, min(GENERATION_ROWS, GENERATION_LOGITS_BYTES // logits_per_row) // (1 if unquoted is None else 2))
+        device, pad = self.backend.model.device, self.backend._pad_id
         for batch in _batches(lengths, MAX_BATCH_TOKENS, rows):
             self.backend.check_cancelled()
-            pad = self.backend._pad_id
-            input_ids, mask = left_padded([prompts[i] for i in batch], pad, self.backend.model.device)
-            width = input_ids.shape[1]
-            guidance = (
-                context_guidance(context_alpha, [negatives[i] or () for i in batch], pad, self.backend.model.device)
-                if negatives is not None
-                else {}
-            )
+            asked = [prompts[i] for i in batch]
+            if unquoted is not None:
+                decoding = guided_rows(context_alpha, asked, [unquoted[i] or () for i in batch], pad, device)
+            else:
+                input_ids, mask = left_padded(asked, pad, device)
+                decoding = {"input_ids": input_ids, "attention_mask": mask}
+            width = decoding["input_ids"].shape[1]
             with torch.no_grad():
                 gen = self.backend.model.generate(
-                    input_ids=input_ids,
-                    attention_mask=mask,
                     max_new_tokens=max(max_new_tokens[i] for i in batch),
                     do_sample=False,
                     pad_token_id=pad,
@@ -551,7 +554,7 @@ class View:
                         _StopWhenCancelled(self.backend.cancel),
                         *([BlockEnds(self.backend.tokenizer, width, self.backend.eos_ids)] if negatives else []),
                     ],
-                    **guidance,
+                    **decoding,
                 )
             self.backend.check_cancelled()  # a generation the cancel event cut short is discarded
             self.backend.forward_passes += len(gen.logits)
@@ -562,7 +565,7 @@ class View:
                         f"the {self.name} view produced {bad} non-finite logit(s) at decoding step {step}; "
                         "the adapter or the base model is broken"
                     )
-            first = torch.log_softmax(gen.logits[0].double(), dim=-1).cpu()  # (batch, V)
+            first = torch.log_softmax(gen.logits[0][: len(batch)].double(), dim=-1).cpu()  # (batch, V): prompts' rows
             top = torch.topk(first, min(top_k, first.shape[-1]))
             for row, i in enumerate(batch):
                 new = gen.sequences[row, width:].cpu().tolist()[: max_new_tokens[i]]

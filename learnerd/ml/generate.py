@@ -10,12 +10,13 @@ retrieved examples as the context): what the examples add to the model's belief 
 without them discounted, so a model that would answer a task logged seconds ago with a command it memorised, or with
 prose, copies the quoted example's command instead. It is transformers' classifier-free guidance with the request
 without its examples as the negative prompt (``guidance_scale`` = 1 + α; ``UnbatchedClassifierFreeGuidance-
-LogitsProcessor`` computes ``γ · (s_c − s_u) + s_u`` on log-softmaxed scores): one more forward pass per token, over
-the shorter prompt, with its own key/value cache. The endpoint applies it to the base's answers on the transformers
-backend (``[serve] context_alpha``: before a document's first version, and to a task logged since its version's
-cycle), the evaluation's dialogue probe to its quoted turns the base answers (the gate judges what is served), and
-``benchmarks/bench_learning.py`` to the base's quoted prompts. The endpoint's greedy answers compute the same scores
-with the negative prompt as the second row of one batch instead (:func:`guided_rows`): one forward pass per token.
+LogitsProcessor`` computes ``γ · (s_c − s_u) + s_u`` on log-softmaxed scores), which costs one more forward pass per
+token, over the shorter prompt, with its own key/value cache: the endpoint's sampled answers take it. Greedy answers
+compute the same scores with the negative prompts as the second half of the batch's rows instead (:func:`guided_rows`):
+one forward pass per token. The endpoint applies the decoding to the base's answers on the transformers backend
+(``[serve] context_alpha``: before a document's first version, and to a task logged since its version's cycle), the
+evaluation's dialogue probe to its quoted turns the base answers (the gate judges what is served), and
+``benchmarks/bench_learning.py`` to the base's quoted prompts.
 An adapter trained under retrieved examples (RAFT rows) answers without it: it does not copy a fresh example under it
 either, and it lost a dialogue answer of 16.
 
@@ -30,7 +31,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from learnerd.ml.rows import ChatMessage, render_chat
+from learnerd.ml.rows import ChatMessage, padding_id, render_chat
 
 
 @dataclass(frozen=True)
@@ -77,39 +78,46 @@ def context_guidance(
 
 
 def guided_rows(
-    alpha: float, prompt: Sequence[int], negative: Sequence[int], pad_id: int, device: Any = "cpu", then: Any = None
+    alpha: float,
+    prompts: Sequence[Sequence[int]],
+    negatives: Sequence[Sequence[int]],
+    pad_id: int,
+    device: Any = "cpu",
+    then: Any = None,
 ) -> dict[str, Any]:
-    """The keyword arguments of HF ``generate`` that decode ``prompt`` **greedily** with context-aware decoding at
-    ``alpha`` (> 0) in one forward pass per token: ``negative`` (the prompt without its retrieved examples) is the
-    batch's second row, both left-padded (:func:`left_padded`), and :class:`GuidedFirstRow` (with ``then``, the
-    logits processors that follow the guidance, or None) decodes them. Both generated rows hold the same tokens: read
-    the first. The scores are :func:`context_guidance`'s, up to floating-point summation order; the negative prompt
-    rides in the prompt's forward pass instead of a second one per token (its cost against transformers' unbatched
-    guidance: ``benchmarks/bench_context_aware.py``, docs/benchmarks.md). Sampling cannot use it: the second row
-    could not follow a token drawn for the first.
+    """The keyword arguments of HF ``generate`` that decode ``prompts`` (n token-id lists) **greedily** with
+    context-aware decoding at ``alpha`` (> 0) in one forward pass per token: ``negatives`` (each prompt without its
+    retrieved examples, in the same order) are the batch's rows n to 2n − 1, all 2n left-padded to one width
+    (:func:`left_padded`), and :class:`GuidedRows` (with ``then``, the logits processors that follow the guidance, or
+    None) decodes them. Row n + i generates the same tokens as row i: read the first n. The scores are
+    :func:`context_guidance`'s, up to floating-point summation order; the negative prompts ride in the prompts' forward
+    pass instead of a second one per token (its cost against transformers' unbatched guidance:
+    ``benchmarks/bench_context_aware.py``, docs/benchmarks.md). Sampling cannot use it: a negative row could not
+    follow a token drawn for its prompt.
 
     Raises:
-        ValueError: ``alpha`` is not above 0, or ``negative`` is empty.
+        ValueError: ``alpha`` is not above 0, no prompt is given, ``negatives`` are not one per prompt, or one is
+            empty.
     """
-    if alpha <= 0 or not negative:
-        raise ValueError(f"guided rows need alpha > 0 and a negative prompt, got alpha {alpha}")
+    if alpha <= 0 or not prompts or len(negatives) != len(prompts) or any(not n for n in negatives):
+        raise ValueError(
+            f"guided rows need alpha > 0 and one non-empty negative prompt per prompt, got alpha {alpha}, "
+            f"{len(prompts)} prompts and {len(negatives)} negatives"
+        )
     from transformers import LogitsProcessorList
 
-    ids, mask = left_padded([prompt, negative], pad_id, device)
-    return {
-        "input_ids": ids,
-        "attention_mask": mask,
-        "logits_processor": LogitsProcessorList([GuidedFirstRow(alpha, then)]),
-    }
+    ids, mask = left_padded([*prompts, *negatives], pad_id, device)
+    processors = LogitsProcessorList([GuidedRows(alpha, then)])
+    return {"input_ids": ids, "attention_mask": mask, "logits_processor": processors}
 
 
-class GuidedFirstRow:
-    """A transformers logits processor for a batch of two rows decoded greedily, a prompt and its negative prompt
-    (:func:`guided_rows`): the first row's scores become (1 + α) · log_softmax(s₀) − α · log_softmax(s₁), the guided
-    scores of transformers' ``UnbatchedClassifierFreeGuidanceLogitsProcessor`` (``guidance_scale`` = 1 + α), then
-    ``then`` (a logits processor list, or None) is applied to them, as it follows the guidance there; the second row
-    gets 0 at the first row's argmax and −inf elsewhere, so it takes the same token and stays the negative prompt
-    followed by the answer so far. ``scores``: float logits of shape ``(2, vocabulary)``."""
+class GuidedRows:
+    """A transformers logits processor for a batch of 2n rows decoded greedily, n prompts then their n negative
+    prompts (:func:`guided_rows`): row i's scores become (1 + α) · log_softmax(s_i) − α · log_softmax(s_{n+i}), the
+    guided scores of transformers' ``UnbatchedClassifierFreeGuidanceLogitsProcessor`` (``guidance_scale`` = 1 + α),
+    then ``then`` (a logits processor list, or None) is applied to the n guided rows, as it follows the guidance there;
+    row n + i gets 0 at row i's argmax and −inf elsewhere, so it takes the same token and stays its negative prompt
+    followed by the answer so far. ``scores``: float logits of shape ``(2n, vocabulary)``."""
 
     def __init__(self, alpha: float, then: Any = None) -> None:
         self.alpha = alpha
@@ -118,13 +126,14 @@ class GuidedFirstRow:
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
 
+        n = scores.shape[0] // 2
         logprobs = scores.float().log_softmax(-1)
-        guided = ((1 + self.alpha) * logprobs[0] - self.alpha * logprobs[1]).unsqueeze(0)
+        guided = (1 + self.alpha) * logprobs[:n] - self.alpha * logprobs[n:]
         if self.then is not None:
-            guided = self.then(input_ids[:1], guided)
+            guided = self.then(input_ids[:n], guided)
         out = torch.full_like(scores, float("-inf"))
-        out[0] = guided[0]
-        out[1, int(guided[0].argmax())] = 0.0
+        out[:n] = guided
+        out[torch.arange(n, 2 * n), guided.argmax(-1)] = 0.0
         return out
 
 
@@ -194,7 +203,8 @@ def greedy_replies(
 
     A conversation whose ``negatives`` entry is not None (the conversation without its retrieved examples: the base
     answers under quoted examples) is answered as the endpoint answers it, in batches of its own: with
-    context-aware decoding against that entry when ``context_alpha`` is above 0 (:func:`context_guidance`), and
+    context-aware decoding against that entry when ``context_alpha`` is above 0 (:func:`guided_rows`: each batch's
+    negative prompts as its second half of rows, ``logits_processor`` applied after the guidance), and
     ending with the closing fence of its first fenced code block, or after as many tokens as it may take to open one
     (:func:`cut_at_block`); the others as without.
 
@@ -209,8 +219,8 @@ def greedy_replies(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     prompts = [render_chat(tokenizer, list(c), add_generation_prompt=True) for c in conversations]
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     eos_ids = generation_eos_ids(model)
+    pad_id = padding_id(tokenizer, eos_ids)
     if negatives is not None and len(negatives) != len(prompts):
         raise ValueError(f"{len(negatives)} negative prompts for {len(prompts)} conversations")
     unquoted = [
@@ -225,23 +235,24 @@ def greedy_replies(
     ]
     replies: dict[int, Reply] = {}
     for batch in (b for b in batches if b):
-        input_ids, mask = left_padded([prompts[i] for i in batch], pad_id, model.device)
+        asked = [prompts[i] for i in batch]
         negative = [n for n in (unquoted[i] for i in batch) if n is not None]
-        guidance = context_guidance(context_alpha, negative, pad_id, model.device) if negative else {}
-        width = input_ids.shape[1]
+        if negative and context_alpha > 0:
+            decoding = guided_rows(context_alpha, asked, negative, pad_id, model.device, logits_processor)
+        else:
+            input_ids, mask = left_padded(asked, pad_id, model.device)
+            decoding = {"input_ids": input_ids, "attention_mask": mask, "logits_processor": logits_processor}
+        width = decoding["input_ids"].shape[1]
         stops = stopping_criteria
         if negative:
             stops = [*(stopping_criteria or []), BlockEnds(tokenizer, width, frozenset(eos_ids))]
         with torch.no_grad():
             out = model.generate(
-                input_ids=input_ids,
-                attention_mask=mask,
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 pad_token_id=pad_id,
-                logits_processor=logits_processor,
                 stopping_criteria=stops,
-                **guidance,
+                **decoding,
             )
         for row, i in enumerate(batch):
             generated = out[row, width:].tolist()

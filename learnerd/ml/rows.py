@@ -124,6 +124,16 @@ def has_chat_template(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
+def padding_id(tokenizer: Any, eos_ids: Iterable[int] = ()) -> int:
+    """The token id a batch is padded with: ``tokenizer.pad_token_id``, else its ``eos_token_id``, else the least of
+    ``eos_ids`` (a model's generation EOS ids), else 0. Padded positions are masked out of attention and loss, so any id
+    would do; the trainer, the evaluation and the endpoint take it in this one order."""
+    for candidate in (getattr(tokenizer, "pad_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(candidate, int):
+            return candidate
+    return min(eos_ids, default=0)
+
+
 def render_chat(tokenizer: Any, messages: Sequence[ChatMessage], add_generation_prompt: bool = False) -> list[int]:
     """Token ids of ``messages`` rendered through the tokenizer's chat template.
 

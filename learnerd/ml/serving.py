@@ -61,7 +61,7 @@ from learnerd.ml.base_model import BaseModelRef, LoadedBase, load_base_model, re
 from learnerd.ml.choice import choose_command
 from learnerd.ml.generate import context_guidance, generation_eos_ids, guided_rows
 from learnerd.ml.loader import ModelCheckError, load_adapter
-from learnerd.ml.rows import ChatMessage, render_chat
+from learnerd.ml.rows import ChatMessage, padding_id, render_chat
 from learnerd.ml.threads import CoreMeter, choose_threads, intra_op_threads
 from learnerd.store.adapters import AdapterStore, AdapterStoreError, AdapterVersion
 from learnerd.store.suggestions import answer_end
@@ -695,13 +695,13 @@ def _generate(job: Job, model: Any, base: _Base, logits_processor: Any) -> Finis
         torch.manual_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little"))
     input_ids = torch.tensor([ids], device=model.device)
     kwargs.update(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), logits_processor=logits_processor)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos_ids), 0)
+    pad_id = padding_id(tokenizer, eos_ids)
     unquoted: list[int] | None = None
     rows = 1
     if params.context_alpha > 0 and job.unquoted is not None:
         unquoted = render_chat(tokenizer, job.unquoted, add_generation_prompt=True)
         if params.temperature == 0:  # one forward pass per token for the prompt and its negative
-            kwargs.update(guided_rows(params.context_alpha, ids, unquoted, pad_id, model.device, logits_processor))
+            kwargs.update(guided_rows(params.context_alpha, [ids], [unquoted], pad_id, model.device, logits_processor))
             rows = 2
         else:
             kwargs.update(context_guidance(params.context_alpha, [unquoted], pad_id, model.device))

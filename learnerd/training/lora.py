@@ -36,7 +36,7 @@ from typing import Any
 import structlog
 
 from learnerd.ml.loader import load_adapter, loading
-from learnerd.ml.rows import IGNORE_INDEX, EncodedRow, RowEncodingError, TrainingRow, encode_rows
+from learnerd.ml.rows import IGNORE_INDEX, EncodedRow, RowEncodingError, TrainingRow, encode_rows, padding_id
 from learnerd.store.dlm import TrainingConfig
 from learnerd.training import ingredients
 from learnerd.training.checkpoint import TrainingCheckpoint
@@ -296,7 +296,7 @@ def _encode(
     if not encoded:
         raise RowEncodingError("no training row has a token to learn (no rows, or all truncated away)")
     per_epoch = min(rehearsal_per_epoch, len(rehearsed)) if rehearsed else 0  # dropped rows leave the share
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
+    pad_id = padding_id(tokenizer)
     scored = [*encoded, *rehearsed] if per_epoch else encoded
     return _Encoded(encoded, rehearsed, per_epoch, scored, (*dropped, *dropped_rehearsal), pad_id)
 
@@ -459,7 +459,7 @@ def loss_sample(encoded: Sequence[EncodedRow], seed: int, size: int = LOSS_SAMPL
 def rows_loss(model: Any, tokenizer: Any, rows: Sequence[TrainingRow], sequence_len: int = 2048) -> float:
     """:func:`mean_loss` of ``model`` on ``rows`` encoded as the trainer encodes them (nats/token)."""
     encoded, _ = encode_rows(tokenizer, rows, sequence_len)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id or 0
+    pad_id = padding_id(tokenizer)
     return mean_loss(model, encoded, pad_id)
 
 

@@ -14,6 +14,7 @@ from learnerd.ml.generate import (
     greedy_replies,
     greedy_reply,
     guided_rows,
+    until_eos,
 )
 from learnerd.ml.retrieved_examples import with_examples
 from learnerd.ml.rows import render_chat
@@ -104,35 +105,58 @@ def test_a_batch_with_guided_and_plain_rows_answers_as_each_row_alone(tiny_model
 
 @pytest.mark.parametrize("banned", [False, True])
 def test_guided_rows_decode_as_the_library_guidance_in_one_batch(tiny_model_dir, banned):
-    """The prompt and its negative as two rows of one batch give the tokens transformers' unbatched guidance gives
-    (greedy_replies), both rows the same; a processor after the guidance sees the guided scores, as it does there."""
+    """Prompts and their negative prompts as the two halves of one batch give the tokens transformers' unbatched
+    guidance gives each prompt alone, each negative row the same as its prompt's; a processor after the guidance sees
+    the guided scores, as it does there; ``greedy_replies`` answers quoted conversations so."""
     import torch
     from transformers import LogitsProcessorList
 
     model, tokenizer = load_model_directory(tiny_model_dir)
-    asked = chat_turns("restart api")
-    quoted = with_examples(asked, EXAMPLES)
-    prompt = render_chat(tokenizer, quoted, add_generation_prompt=True)
-    negative = render_chat(tokenizer, asked, add_generation_prompt=True)
+    asked = [chat_turns(q) for q in ("restart api", "which pods run in the dev namespace and since when?")]
+    quoted = [with_examples(a, EXAMPLES) for a in asked]
+    prompts = [render_chat(tokenizer, q, add_generation_prompt=True) for q in quoted]
+    negatives = [render_chat(tokenizer, a, add_generation_prompt=True) for a in asked]
+    eos = generation_eos_ids(model)
 
     class Ban:  # forbids the token the guidance makes likeliest at each step
         def __call__(self, input_ids, scores):
             return scores.scatter(-1, scores.argmax(-1, keepdim=True), float("-inf"))
 
     then = LogitsProcessorList([Ban()]) if banned else None
-    library = greedy_replies(
-        model, tokenizer, [quoted], max_new_tokens=10, negatives=[asked], context_alpha=2.0, logits_processor=then
-    )[0]
-    kwargs = guided_rows(2.0, prompt, negative, 0, then=then)
+
+    def library(prompt, negative):  # transformers' UnbatchedClassifierFreeGuidanceLogitsProcessor, one prompt
+        ids = torch.tensor([prompt])
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=10,
+                do_sample=False,
+                pad_token_id=0,
+                logits_processor=then,
+                **context_guidance(2.0, [negative], 0),
+            )
+        return until_eos(out[0, len(prompt) :].tolist(), eos)
+
+    expected = [library(p, n) for p, n in zip(prompts, negatives, strict=True)]
+    assert all(expected), "the random model does answer: the comparison is not vacuous"
+    kwargs = guided_rows(2.0, prompts, negatives, 0, then=then)
+    width = kwargs["input_ids"].shape[1]
     with torch.no_grad():
         out = model.generate(max_new_tokens=10, do_sample=False, pad_token_id=0, **kwargs)
-    first, second = (out[r, len(prompt) :].tolist() for r in (0, 1))
-    assert first == second
-    eos = generation_eos_ids(model)
-    assert first[: next((i for i, t in enumerate(first) if t in eos), len(first))] == list(library.token_ids)
-    assert library.token_ids, "the random model does answer: the comparison is not vacuous"
+    rows = [out[r, width:].tolist() for r in range(4)]
+    assert rows[:2] == rows[2:]
+    assert [until_eos(r, eos) for r in rows[:2]] == expected
+    replies = greedy_replies(
+        model, tokenizer, quoted, max_new_tokens=10, negatives=asked, context_alpha=2.0, logits_processor=then
+    )
+    assert [list(r.token_ids) for r in replies] == expected
     with pytest.raises(ValueError, match="alpha > 0"):
-        guided_rows(0.0, prompt, negative, 0)
+        guided_rows(0.0, prompts, negatives, 0)
+    with pytest.raises(ValueError, match="one non-empty negative prompt per prompt"):
+        guided_rows(2.0, prompts, [negatives[0], []], 0)
+    with pytest.raises(ValueError, match="one non-empty negative prompt per prompt"):
+        guided_rows(2.0, prompts, negatives[:1], 0)
 
 
 def test_context_guidance_is_off_at_alpha_zero_and_needs_a_prompt_per_row():

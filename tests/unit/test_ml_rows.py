@@ -11,6 +11,7 @@ from learnerd.ml.rows import (
     TrainingRow,
     encode_row,
     encode_rows,
+    padding_id,
     render_chat,
 )
 from learnerd.ml.tiny_model import EOS, EOT, build_tokenizer
@@ -98,3 +99,13 @@ def test_document_rows_strip_the_probe_mark_and_carry_the_system_prompt():
         TrainingRow.chat(inst.section_id, "r?", "b", system="Be brief."),
     ]
     assert all("!probe" not in m.content for row in document_rows(document)[1:] for m in row.messages)
+
+
+def test_padding_id_takes_the_pad_token_then_the_eos_token_then_the_least_eos_id(tokenizer):
+    from types import SimpleNamespace
+
+    assert tokenizer.pad_token_id is not None
+    assert padding_id(tokenizer, {tokenizer.pad_token_id + 1}) == tokenizer.pad_token_id
+    assert padding_id(SimpleNamespace(pad_token_id=None, eos_token_id=7), {3, 5}) == 7
+    assert padding_id(SimpleNamespace(pad_token_id=None, eos_token_id=None), {5, 3}) == 3
+    assert padding_id(SimpleNamespace(pad_token_id=None, eos_token_id=None)) == 0
