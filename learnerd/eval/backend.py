@@ -47,7 +47,7 @@ from learnerd.ml.base_model import BaseModelRef, load_model_directory
 from learnerd.ml.choice import choose_command
 from learnerd.ml.device import Placement
 from learnerd.ml.divergence import TokenDist
-from learnerd.ml.generate import BlockEnds, cut_at_block, guided_rows, left_padded, until_eos
+from learnerd.ml.generate import BlockEnds, cut_at_block, ended_with_eos, guided_rows, left_padded, until_eos
 from learnerd.ml.loader import load_adapter
 from learnerd.ml.rows import padding_id
 from learnerd.store.adapters import AdapterVersion
@@ -590,14 +590,12 @@ class View:
         """The token ids of each answer as the endpoint gives it: ``answers`` (:meth:`generate_many` of ``prompts``
         with these ``max_new_tokens``, ``negatives`` and ``context_alpha``), each carrying the quoted command of
         ``commands`` (its quoted examples', nearest first) this view chooses at ``margin`` nats per token
-        (:func:`learnerd.ml.choice.choose_command`), re-encoded when it does. An answer shorter than its budget that
-        closed no code block ended with an EOS id.
+        (:func:`learnerd.ml.choice.choose_command`), re-encoded when it does. Whether an answer ended with an EOS id is read from its
+        length against its budget (:func:`learnerd.ml.generate.ended_with_eos`).
 
         Raises:
             ValueError: the lists differ in length, or as :func:`~learnerd.ml.choice.choose_command`.
         """
-        from learnerd.store.suggestions import first_block_end
-
         negatives = negatives if negatives is not None else [None] * len(prompts)
         if not len(prompts) == len(answers) == len(commands) == len(max_new_tokens) == len(negatives):
             raise ValueError("choose needs one answer, command list, budget and negative per prompt")
@@ -607,7 +605,7 @@ class View:
             prompts, answers, commands, max_new_tokens, negatives, strict=True
         ):
             text = tokenizer.decode(ids, skip_special_tokens=True)
-            ended = len(ids) < budget and not (negative is not None and first_block_end(text) is not None)
+            ended = ended_with_eos(text, len(ids), budget, at_block=negative is not None)
             choice = choose_command(
                 self.backend.model,
                 tokenizer,

@@ -214,8 +214,6 @@ def greedy_replies(
     """
     import torch
 
-    from learnerd.store.suggestions import first_block_end
-
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     prompts = [render_chat(tokenizer, list(c), add_generation_prompt=True) for c in conversations]
@@ -262,7 +260,7 @@ def greedy_replies(
                 if negative
                 else (len(new), tokenizer.decode(new, skip_special_tokens=True))
             )
-            ended = end == len(new) < len(generated) and not (negative and first_block_end(text) is not None)
+            ended = end == len(new) and ended_with_eos(text, end, len(generated), at_block=bool(negative))
             replies[i] = Reply(text=text, token_ids=tuple(new[:end]), ended=ended)
         if on_batch is not None:
             on_batch(len(replies))
@@ -304,6 +302,18 @@ class BlockEnds:
         new = [until_eos(row[self.width :], self.eos_ids) for row in input_ids.tolist()]
         ended = [answer_end(self.tokenizer.decode(ids, skip_special_tokens=True), len(ids)) for ids in new]
         return torch.tensor([e is not None for e in ended], dtype=torch.bool, device=input_ids.device)
+
+
+def ended_with_eos(text: str, tokens: int, room: int, *, at_block: bool) -> bool:
+    """Whether a greedy answer ended with an EOS id: ``tokens`` generated ids (up to its first EOS id) that decode to
+    ``text``, of ``room`` it had (its token budget, or its batch's generated width, padding included). It did when it
+    stopped short of ``room``, unless it ends with its first fenced code block (``at_block``: the base's answers under
+    quoted examples, :func:`cut_at_block`) and stopped where :func:`learnerd.store.suggestions.answer_end` ends it:
+    after the block, or at :data:`~learnerd.store.suggestions.BLOCK_OPENS_WITHIN` ids without one (a batch pads such
+    a row after it, and SmolLM2 pads with its EOS id). The endpoint reads the same from its stream."""
+    from learnerd.store.suggestions import answer_end
+
+    return tokens < room and not (at_block and answer_end(text, tokens) is not None)
 
 
 def until_eos(token_ids: Sequence[int], eos_ids: Collection[int]) -> list[int]:

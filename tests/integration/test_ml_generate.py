@@ -10,6 +10,7 @@ from learnerd.ml.base_model import load_model_directory
 from learnerd.ml.generate import (
     chat_turns,
     context_guidance,
+    ended_with_eos,
     generation_eos_ids,
     greedy_replies,
     greedy_reply,
@@ -259,3 +260,16 @@ def test_an_answer_under_quoted_examples_that_opens_no_block_ends_where_one_had_
     closed = len(tokenizer.encode(block, add_special_tokens=False))
     assert len(tokenizer.encode("Run:\n```bash\n", add_special_tokens=False)) < BLOCK_OPENS_WITHIN < closed
     assert blocked.text == block, "a block opened in time ends the answer"
+
+
+def test_an_answer_ended_with_eos_when_it_stopped_short_and_not_where_its_block_ends_it():
+    from learnerd.store.suggestions import BLOCK_OPENS_WITHIN
+
+    prose = "It lists the files"
+    assert ended_with_eos(prose, 5, 20, at_block=False)
+    assert ended_with_eos(prose, 5, 20, at_block=True), "no block opened within its first ids: an EOS id ended it"
+    assert not ended_with_eos(prose, 20, 20, at_block=False), "the budget ended it"
+    assert not ended_with_eos(ANSWER.split("This")[0], 9, 20, at_block=True), "its closed block ended it"
+    long = BLOCK_OPENS_WITHIN
+    assert not ended_with_eos(prose, long, long + 16, at_block=True), "cut where no block opened, budget left"
+    assert ended_with_eos(prose, long, long + 16, at_block=False)
