@@ -590,8 +590,8 @@ class View:
         """The token ids of each answer as the endpoint gives it: ``answers`` (:meth:`generate_many` of ``prompts``
         with these ``max_new_tokens``, ``negatives`` and ``context_alpha``), each carrying the quoted command of
         ``commands`` (its quoted examples', nearest first) this view chooses at ``margin`` nats per token
-        (:func:`learnerd.ml.choice.choose_command`), re-encoded when it does. Whether an answer ended with an EOS id is read from its
-        length against its budget (:func:`learnerd.ml.generate.ended_with_eos`).
+        (:func:`learnerd.ml.choice.choose_command`), re-encoded when it does. Whether an answer ended with an EOS id
+        is read from its length against its budget (:func:`learnerd.ml.generate.ended_with_eos`).
 
         Raises:
             ValueError: the lists differ in length, or as :func:`~learnerd.ml.choice.choose_command`.
