@@ -86,13 +86,13 @@ def bare_peft_loop(base_path: Path, rows: list[TrainingRow], config: TrainingCon
     texts = [tokenizer.apply_chat_template([m._asdict() for m in r.messages], tokenize=False) for r in rows]
     encoded = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
-    batch = config.batch_size()
+    batch, pad_id = config.batch_size(), padding_id(tokenizer)
     model.train()
     tokens, started = 0, time.perf_counter()
     for step in range(config.max_steps or 0):
         chunk = [encoded[(step * batch + j) % len(encoded)] for j in range(batch)]
         width = max(map(len, chunk))
-        input_ids = torch.full((batch, width), padding_id(tokenizer))
+        input_ids = torch.full((batch, width), pad_id)
         mask = torch.zeros((batch, width), dtype=torch.long)
         for i, ids in enumerate(chunk):
             input_ids[i, : len(ids)] = torch.tensor(ids)

@@ -47,7 +47,7 @@ from learnerd.ml.base_model import BaseModelRef, load_model_directory
 from learnerd.ml.choice import choose_command
 from learnerd.ml.device import Placement
 from learnerd.ml.divergence import TokenDist
-from learnerd.ml.generate import BlockEnds, cut_at_block, ended_with_eos, guided_rows, left_padded, until_eos
+from learnerd.ml.generate import BlockEnds, cut_at_block, ended_with_eos, greedy_inputs, until_eos
 from learnerd.ml.loader import load_adapter
 from learnerd.ml.rows import padding_id
 from learnerd.store.adapters import AdapterVersion
@@ -536,12 +536,8 @@ class View:
         device, pad = self.backend.model.device, self.backend._pad_id
         for batch in _batches(lengths, MAX_BATCH_TOKENS, rows):
             self.backend.check_cancelled()
-            asked = [prompts[i] for i in batch]
-            if unquoted is not None:
-                decoding = guided_rows(context_alpha, asked, [unquoted[i] or () for i in batch], pad, device)
-            else:
-                input_ids, mask = left_padded(asked, pad, device)
-                decoding = {"input_ids": input_ids, "attention_mask": mask}
+            negative = [unquoted[i] or () for i in batch] if unquoted is not None else None
+            decoding = greedy_inputs([prompts[i] for i in batch], negative, context_alpha, pad, device)
             width = decoding["input_ids"].shape[1]
             with torch.no_grad():
                 gen = self.backend.model.generate(

@@ -16,9 +16,8 @@ compute the same scores with the negative prompts as the second half of the batc
 one forward pass per token. The endpoint applies the decoding to the base's answers on the transformers backend
 (``[serve] context_alpha``: before a document's first version, and to a task logged since its version's cycle), the
 evaluation's dialogue probe to its quoted turns the base answers (the gate judges what is served), and
-``benchmarks/bench_learning.py`` to the base's quoted prompts.
-An adapter trained under retrieved examples (RAFT rows) answers without it: it does not copy a fresh example under it
-either, and it lost a dialogue answer of 16.
+``benchmarks/bench_learning.py`` to the base's quoted prompts. An adapter trained under retrieved examples (RAFT rows)
+answers without it: it does not copy a fresh example under it either, and it lost a dialogue answer of 16.
 
 Such an answer (the base's, under quoted examples) also ends with the closing fence of its first fenced code block,
 on the endpoint and here alike (:func:`learnerd.store.suggestions.first_block_end`): the command is what is taken
@@ -109,6 +108,27 @@ def guided_rows(
     ids, mask = left_padded([*prompts, *negatives], pad_id, device)
     processors = LogitsProcessorList([GuidedRows(alpha, then)])
     return {"input_ids": ids, "attention_mask": mask, "logits_processor": processors}
+
+
+def greedy_inputs(
+    prompts: Sequence[Sequence[int]],
+    negatives: Sequence[Sequence[int]] | None,
+    alpha: float,
+    pad_id: int,
+    device: Any = "cpu",
+    then: Any = None,
+) -> dict[str, Any]:
+    """The keyword arguments of HF ``generate`` for one greedy batch of ``prompts``: :func:`guided_rows` when
+    ``negatives`` (one per prompt) are given and ``alpha`` is above 0, else the prompts left-padded
+    (:func:`left_padded`) with ``then`` as the logits processors. Read the generated rows up to ``len(prompts)``.
+
+    Raises:
+        ValueError: as :func:`guided_rows`.
+    """
+    if negatives and alpha > 0:
+        return guided_rows(alpha, prompts, negatives, pad_id, device, then)
+    ids, mask = left_padded(prompts, pad_id, device)
+    return {"input_ids": ids, "attention_mask": mask, "logits_processor": then}
 
 
 class GuidedRows:
@@ -233,13 +253,9 @@ def greedy_replies(
     ]
     replies: dict[int, Reply] = {}
     for batch in (b for b in batches if b):
-        asked = [prompts[i] for i in batch]
         negative = [n for n in (unquoted[i] for i in batch) if n is not None]
-        if negative and context_alpha > 0:
-            decoding = guided_rows(context_alpha, asked, negative, pad_id, model.device, logits_processor)
-        else:
-            input_ids, mask = left_padded(asked, pad_id, model.device)
-            decoding = {"input_ids": input_ids, "attention_mask": mask, "logits_processor": logits_processor}
+        asked = [prompts[i] for i in batch]
+        decoding = greedy_inputs(asked, negative, context_alpha, pad_id, model.device, logits_processor)
         width = decoding["input_ids"].shape[1]
         stops = stopping_criteria
         if negative:
